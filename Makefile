@@ -1,0 +1,74 @@
+# mqtt-cli: set-up, tests and builds. GNU make; Debian 12, Python 3.11.
+#   make install   .venv with the project (editable) and its test tools; as root also Debian packages
+#   make test      ruff check, then the whole pytest suite
+# `make help` lists every target.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+.NOTPARALLEL:
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ZIPAPP ?= dist/mqtt.pyz
+PYTEST_ARGS ?=
+ARGS ?=
+
+.PHONY: help install system-deps test lint serve zipapp completions bench clean distclean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+install: system-deps $(STAMP) ## .venv with the project and its test tools (+ Debian packages as root)
+
+system-deps: ## as root: apt-get install what is missing (mosquitto, tshark, rabbitmq, java)
+	@scripts/install-system-deps.sh $(PYTHON)
+
+# Re-installs only when pyproject.toml is newer than the stamp (or there is no .venv yet).
+$(STAMP): pyproject.toml
+	@if [ ! -x $(BIN)/python ]; then \
+		echo "creating $(VENV) with $(PYTHON)"; \
+		$(PYTHON) -m venv --clear $(VENV); \
+	fi
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+test: install lint ## ruff check, then the whole test suite (no test collected counts as a failure)
+	@echo "$(BIN)/pytest $(PYTEST_ARGS)"; rc=0; $(BIN)/pytest $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
+	exit $$rc
+
+lint: $(STAMP) ## ruff check
+	$(BIN)/ruff check .
+
+serve: install ## run the broker (ARGS="..." passes options)
+	$(BIN)/mqtt serve $(ARGS)
+
+zipapp: $(STAMP) ## build dist/mqtt.pyz (ZIPAPP=path to change), one file with its dependencies (shiv)
+	@mkdir -p $(dir $(ZIPAPP))
+	$(BIN)/shiv --console-script mqtt --output-file $(ZIPAPP) --python '/usr/bin/env python3' \
+		--reproducible --compressed . --quiet --disable-pip-version-check
+	@echo "built $(ZIPAPP)"
+
+completions: $(STAMP) ## regenerate completions/ from the app
+	@mkdir -p completions
+	@for pair in bash:mqtt.bash zsh:_mqtt fish:mqtt.fish; do \
+		shell=$${pair%%:*}; file=completions/$${pair#*:}; \
+		$(BIN)/mqtt completions $$shell > $$file.tmp; mv $$file.tmp $$file; echo "wrote $$file"; \
+	done
+
+bench: $(STAMP) ## run the scripts in benchmarks/
+	@for script in benchmarks/*.py; do \
+		case $${script##*/} in _*) continue ;; esac; \
+		echo "== $$script"; $(BIN)/python $$script; \
+	done
+
+clean: ## remove build output and caches (keeps .venv)
+	rm -rf dist build .pytest_cache .ruff_cache .hypothesis ./*.egg-info
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean ## clean, and remove .venv
+	rm -rf $(VENV)

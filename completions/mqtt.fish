@@ -1,0 +1,1 @@
+complete --command mqtt --no-files --arguments "(env _MQTT_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) mqtt)" --condition "env _MQTT_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) mqtt"

@@ -1,0 +1,17 @@
+"""mqtt-cli: one ``mqtt`` command for everything around MQTT.
+
+This module is imported by every part of the package, ``mqtt_cli.core`` included, and by the fast
+``mqtt --version`` path: it must import nothing.
+"""
+
+__version__ = "0.1.0"
+
+#: The command's name, whatever it was started as (console script, ``python -m mqtt_cli``, zipapp).
+PROG_NAME = "mqtt"
+#: The environment variable through which a shell asks the command for completions.
+COMPLETE_VAR = "_MQTT_COMPLETE"
+
+
+def version_text() -> str:
+    """What ``mqtt --version`` prints."""
+    return f"mqtt-cli {__version__}"

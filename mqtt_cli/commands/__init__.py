@@ -1,0 +1,21 @@
+"""One module per command: parse flags, call into net/ capture/ pipeline/ core, render the result.
+
+A command module imports only typer and the standard library at module level (mqtt_cli/app.py imports
+every one of them at start-up); anything heavier is imported inside the command function.
+"""
+
+import sys
+from typing import NoReturn
+
+import typer
+
+from mqtt_cli import PROG_NAME
+
+#: Exit code for a failure at run time (bad file, refused connection, ...). Usage errors exit with 2.
+EXIT_FAILURE = 1
+
+
+def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
+    """Print ``mqtt: error: MESSAGE`` to standard error and exit with ``code``."""
+    print(f"{PROG_NAME}: error: {message}", file=sys.stderr)
+    raise typer.Exit(code)

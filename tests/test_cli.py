@@ -1,0 +1,171 @@
+"""The ``mqtt`` command's shell: --help, --version, exit codes, start-up discipline."""
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import typer
+
+from mqtt_cli import __version__
+from mqtt_cli.app import app
+
+from .conftest import REPO_ROOT, Run, cli_env
+
+# Commands on the road map: each may appear in --help only once its module exists.
+PLANNED = ("serve", "pub", "sub", "bridge", "dump", "pipeline", "bench")
+PLACEHOLDER_WORDS = re.compile(r"not (yet )?implemented|coming soon|placeholder|\bTODO\b", re.IGNORECASE)
+
+
+def help_commands(help_text: str) -> list[str]:
+    """Command names in the 'Commands' panel of typer's rich help."""
+    lines = help_text.splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(r"^╭─ Commands ─", line))
+    names = []
+    for line in lines[start + 1 :]:
+        if line.startswith("╰"):
+            break
+        match = re.match(r"^│ (\S+)\s", line)
+        if match:  # a line that starts a command's entry, not a continuation of its help
+            names.append(match.group(1))
+    return names
+
+
+def registered_commands() -> set[str]:
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    return set(group.commands)
+
+
+def test_help_lists_the_commands_that_exist(run: Run, mqtt_cmd: list[str]) -> None:
+    result = run([*mqtt_cmd, "--help"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.lstrip().startswith("Usage: mqtt [OPTIONS] COMMAND [ARGS]...")
+    listed = help_commands(result.stdout)
+    assert "completions" in listed
+    assert sorted(listed) == sorted(registered_commands())
+
+
+def test_help_has_no_placeholders(run: Run, mqtt_exe: Path) -> None:
+    listed = help_commands(run([mqtt_exe, "--help"]).stdout)
+    for name in PLANNED:
+        exists = (REPO_ROOT / "mqtt_cli" / "commands" / f"{name}.py").exists()
+        assert (name in listed) == exists, f"{name!r} in --help but mqtt_cli/commands/{name}.py: {exists}"
+    for name in listed:
+        result = run([mqtt_exe, name, "--help"])
+        assert result.returncode == 0, result.stderr
+        assert f"Usage: mqtt {name} " in result.stdout
+        assert not PLACEHOLDER_WORDS.search(result.stdout), result.stdout
+
+
+def test_help_documents_version_option(run: Run, mqtt_exe: Path) -> None:
+    result = run([mqtt_exe, "--help"])
+    assert re.search(r"--version\s+-V\s.*Show the version and exit\.", result.stdout), result.stdout
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version(run: Run, mqtt_cmd: list[str], flag: str) -> None:
+    result = run([*mqtt_cmd, flag])
+    assert result.returncode == 0
+    assert result.stdout == f"mqtt-cli {__version__}\n"
+    assert result.stderr == ""
+
+
+def test_version_is_the_installed_distributions() -> None:
+    import importlib.metadata
+    import tomllib
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "mqtt-cli"
+    assert project["scripts"]["mqtt"] == "mqtt_cli.__main__:main"
+    assert importlib.metadata.version("mqtt-cli") == __version__
+
+
+def test_version_fast_path_does_not_load_typer(run: Run) -> None:
+    result = run([sys.executable, "-X", "importtime", "-m", "mqtt_cli", "--version"])
+    assert result.returncode == 0
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()}
+    assert "mqtt_cli" in imported
+    assert not {"typer", "rich", "click", "trio"} & imported
+
+
+def test_version_option_through_typer_gives_the_same_answer(run: Run, mqtt_exe: Path) -> None:
+    # `--version` before a command is not answered by the fast path: typer's eager option answers it.
+    result = run([mqtt_exe, "--version", "completions", "bash"])
+    assert result.returncode == 0
+    assert result.stdout == f"mqtt-cli {__version__}\n"
+    code = "from mqtt_cli.app import run; run(['--version'])"
+    result = run([sys.executable, "-c", code])
+    assert (result.returncode, result.stdout) == (0, f"mqtt-cli {__version__}\n")
+
+
+def test_prog_name_is_mqtt_however_started(run: Run) -> None:
+    result = run([sys.executable, "-m", "mqtt_cli", "completions", "--help"])
+    assert result.returncode == 0
+    assert "Usage: mqtt completions [OPTIONS] " in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["no-such-command"], ["completions", "tcsh"], ["completions"], ["--no-such-option"], []],
+    ids=["unknown-command", "bad-choice", "missing-argument", "unknown-option", "no-arguments"],
+)
+def test_usage_errors_exit_2(run: Run, mqtt_exe: Path, args: list[str]) -> None:
+    result = run([mqtt_exe, *args])
+    assert result.returncode == 2
+    assert "Usage: mqtt" in result.stdout + result.stderr
+
+
+SCRIPT = """
+import sys
+from mqtt_cli.app import app, run
+from mqtt_cli.commands import fail
+
+@app.command("boom")
+def boom() -> None:
+    raise KeyboardInterrupt
+
+@app.command("crash")
+def crash() -> None:
+    password = "hunter2"
+    raise RuntimeError(f"kaput {len(password)}")
+
+@app.command("broken")
+def broken() -> None:
+    fail("could not connect to localhost:1")
+
+run(sys.argv[1:])
+"""
+
+
+def test_runtime_error_exits_1_with_message(run: Run) -> None:
+    result = run([sys.executable, "-c", textwrap.dedent(SCRIPT), "broken"])
+    assert result.returncode == 1
+    assert result.stderr == "mqtt: error: could not connect to localhost:1\n"
+
+
+def test_unexpected_exception_exits_1_without_showing_locals(run: Run) -> None:
+    result = run([sys.executable, "-c", textwrap.dedent(SCRIPT), "crash"])
+    assert result.returncode == 1
+    assert "RuntimeError: kaput 7" in result.stderr
+    assert "hunter2" not in result.stderr + result.stdout
+
+
+def test_interrupt_exits_130(run: Run) -> None:
+    result = run([sys.executable, "-c", textwrap.dedent(SCRIPT), "boom"])
+    assert result.returncode == 130
+
+
+def test_importing_the_app_stays_light() -> None:
+    # Commands import their heavy dependencies inside their functions: start-up pays only for typer.
+    code = "import sys, mqtt_cli.app; print('\\n'.join(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=cli_env()
+    ).stdout
+    modules = set(out.split())
+    heavy = {"trio", "rich", "asyncio", "pydantic", "paho", "pyspark", "sqlite3", "ssl"}
+    assert not heavy & {m.split(".")[0] for m in modules}
+    deferred = ("mqtt_cli.net", "mqtt_cli.capture", "mqtt_cli.pipeline", "mqtt_cli.render")
+    assert not [m for m in modules if m.startswith(deferred)]

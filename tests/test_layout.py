@@ -1,0 +1,131 @@
+"""The architecture rule, checked on the source: arrows point one way, commands -> net/... -> core.
+
+``mqtt_cli.core`` is sans-IO: it imports no I/O, no clock, no threads, no file system, and nothing from the
+layers above it. And ``mqtt_cli`` never imports paho-mqtt, which is only the tests' oracle.
+Every import counts, also those inside functions, under ``if TYPE_CHECKING:`` and through
+``importlib.import_module("...")`` / ``__import__("...")`` with a literal name.
+"""
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "mqtt_cli"
+CORE = PACKAGE / "core"
+
+CORE_FORBIDDEN_MODULES = frozenset(
+    {"trio", "socket", "ssl", "asyncio", "time", "select", "selectors", "threading", "os"}
+)
+CORE_FORBIDDEN_PACKAGES = (
+    "mqtt_cli.net",
+    "mqtt_cli.commands",
+    "mqtt_cli.capture",
+    "mqtt_cli.pipeline",
+    "mqtt_cli.app",
+    "mqtt_cli.render",
+    "mqtt_cli.__main__",
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(source: str, module: str, is_package: bool = False) -> Iterator[tuple[int, str]]:
+    """(line, absolute module name) of every import in ``source``, the source of ``module``."""
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                prefix = ".".join(base)
+                target = f"{prefix}.{node.module}" if node.module else prefix
+            else:
+                target = node.module or ""
+            yield node.lineno, target
+            for alias in node.names:  # `from . import net` imports the module mqtt_cli.net
+                yield node.lineno, f"{target}.{alias.name}"
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            first = node.args[0]
+            literal = isinstance(first, ast.Constant) and isinstance(first.value, str)
+            if name in ("import_module", "__import__") and literal:
+                yield node.lineno, first.value
+
+
+def core_violations(source: str, module: str, is_package: bool = False) -> list[str]:
+    found = []
+    for line, name in imported_modules(source, module, is_package):
+        top = name.split(".")[0]
+        above = any(name == pkg or name.startswith(pkg + ".") for pkg in CORE_FORBIDDEN_PACKAGES)
+        if top in CORE_FORBIDDEN_MODULES or above:
+            found.append(f"{module}:{line} imports {name}")
+    return found
+
+
+def python_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+# The checker itself, on made-up modules: so that a passing rule is not a blind one.
+@pytest.mark.parametrize(
+    ("source", "bad"),
+    [
+        ("import socket", True),
+        ("import os.path", True),
+        ("from time import monotonic", True),
+        ("def f():\n    import trio\n", True),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import ssl\n", True),
+        ("from ..net import client", True),
+        ("from .. import commands", True),
+        ("from mqtt_cli.commands import completions", True),
+        ("import importlib\nimportlib.import_module('selectors')", True),
+        ("__import__('threading')", True),
+        ("from . import codec\nfrom .topics import TopicTrie", False),
+        ("from mqtt_cli.core.packets import Publish", False),
+        ("from dataclasses import dataclass\nimport struct\nimport enum", False),
+        ("from .. import __version__", False),
+        ("import mqtt_cli.network_helpers", False),
+        ("timeout = 3  # 'import time' in a comment or string is not an import", False),
+    ],
+)
+def test_checker_finds_forbidden_imports(source: str, bad: bool) -> None:
+    assert bool(core_violations(source, "mqtt_cli.core.example")) is bad
+
+
+def test_relative_imports_resolve_from_a_package_init() -> None:
+    names = {name for _, name in imported_modules("from . import codec", "mqtt_cli.core", is_package=True)}
+    assert "mqtt_cli.core.codec" in names
+
+
+def test_core_is_sans_io_and_imports_nothing_above_it() -> None:
+    files = python_files(CORE)
+    if not files:
+        pytest.skip("mqtt_cli/core has no modules yet")
+    violations = []
+    for path in files:
+        source = path.read_text(encoding="utf-8")
+        violations += core_violations(source, module_name(path), path.name == "__init__.py")
+    assert not violations, "mqtt_cli/core must stay sans-IO:\n" + "\n".join(violations)
+
+
+def test_mqtt_cli_never_imports_paho() -> None:
+    files = python_files(PACKAGE)
+    assert PACKAGE / "__main__.py" in files
+    found = []
+    for path in files:
+        source = path.read_text(encoding="utf-8")
+        for line, name in imported_modules(source, module_name(path), path.name == "__init__.py"):
+            if name.split(".")[0] == "paho":
+                found.append(f"{path.relative_to(REPO_ROOT)}:{line} imports {name}")
+    assert not found, "paho-mqtt is a test oracle only:\n" + "\n".join(found)

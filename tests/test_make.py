@@ -1,0 +1,38 @@
+"""The Makefile's contract: its targets, and `make test` failing when pytest runs no test."""
+
+import os
+import re
+import subprocess
+
+from .conftest import REPO_ROOT
+
+
+def make(*args: str) -> subprocess.CompletedProcess[str]:
+    # A clean make: not the jobserver or flags of the `make test` this may run under.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    return subprocess.run(
+        ["make", "--no-print-directory", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_make_help_lists_the_targets() -> None:
+    result = make("help")
+    assert result.returncode == 0, result.stderr
+    targets = set(re.findall(r"^  make (\S+)", result.stdout, re.MULTILINE))
+    assert {"install", "test", "serve", "zipapp", "completions", "lint", "bench", "clean"} <= targets
+
+
+def test_make_test_fails_when_no_test_is_collected() -> None:
+    # -o: take install and lint as done, so that only the pytest step runs (selecting nothing).
+    result = make(
+        "-o", "install", "-o", "lint", "test", "PYTEST_ARGS=-k no_test_has_this_name -p no:cacheprovider"
+    )
+    assert "0 selected" in result.stdout
+    assert "make test: pytest collected no tests" in result.stderr
+    assert result.returncode != 0

@@ -1,0 +1,70 @@
+"""`make zipapp`: one file, built with shiv, that runs ``mqtt`` with its dependencies inside.
+
+shiv pip-installs the project and its runtime dependencies into the zipapp, so the build needs the
+package index (or pip's cache of it); about 10 s here.
+"""
+
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from mqtt_cli import __version__
+
+from .conftest import REPO_ROOT, cli_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.network]
+
+
+@pytest.fixture(scope="module")
+def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("zipapp") / "mqtt.pyz"
+    # A clean make: not the jobserver or flags of a `make test` this may run under.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    result = subprocess.run(
+        ["make", "--no-print-directory", "zipapp", f"ZIPAPP={out}"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, f"make zipapp failed:\n{result.stdout}\n{result.stderr}"
+    assert out.is_file()
+    return out
+
+
+def run_pyz(pyz: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = cli_env(SHIV_ROOT=str(pyz.parent / "shiv-root"))  # shiv unpacks here, not in ~/.shiv
+    return subprocess.run([str(pyz), *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_zipapp_is_an_executable_python3_zip(pyz: Path) -> None:
+    assert os.access(pyz, os.X_OK)
+    assert pyz.read_bytes().startswith(b"#!/usr/bin/env python3\n")
+    assert zipfile.is_zipfile(pyz)
+
+
+def test_zipapp_holds_the_runtime_dependencies_only(pyz: Path) -> None:
+    with zipfile.ZipFile(pyz) as zf:
+        tops = {name.split("/")[1] for name in zf.namelist() if name.startswith("site-packages/")}
+    assert {"mqtt_cli", "typer", "rich", "trio", "tomli_w"} <= tops
+    assert not {"pytest", "hypothesis", "paho", "ruff", "shiv"} & tops
+
+
+def test_zipapp_version(pyz: Path) -> None:
+    result = run_pyz(pyz, "--version")
+    assert (result.returncode, result.stdout) == (0, f"mqtt-cli {__version__}\n"), result.stderr
+
+
+def test_zipapp_help_and_completions(pyz: Path) -> None:
+    result = run_pyz(pyz, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "Usage: mqtt [OPTIONS] COMMAND [ARGS]..." in result.stdout
+    assert "completions" in result.stdout
+    result = run_pyz(pyz, "completions", "bash")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (REPO_ROOT / "completions" / "mqtt.bash").read_text()
