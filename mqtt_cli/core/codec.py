@@ -47,6 +47,7 @@ from .packets import (
 )
 from .properties import (
     EMPTY_PROPERTIES,
+    SEEN_PROPERTIES,
     WILL,
     Properties,
     decode_properties,
@@ -484,8 +485,6 @@ def _decode_publish(first: int, data: bytes, pos: int, end: int, version: int, e
             errs.append(ProtocolError("PUBLISH topic name is empty and there is no topic alias"))
     elif "+" in topic or "#" in topic:
         errs.append(TopicNameInvalid(f"PUBLISH {topic_name_error(topic)}"))
-    if props.response_topic is not None and (err := topic_name_error(props.response_topic)):
-        errs.append(ProtocolError(f"PUBLISH response topic: {err}"))
     return _new_publish(topic, data[pos:end], qos, bool(first & 1), bool(first & 8), pid, props)
 
 
@@ -681,6 +680,7 @@ def _valid_topic(raw: bytes) -> str:
 
 
 _MutablePublish = mutable_twin(Publish)
+_SEEN_PUBLISH_PROPERTIES = SEEN_PROPERTIES[3]
 _EMPTY = EMPTY_PROPERTIES
 
 
@@ -767,6 +767,7 @@ class PacketReader:
         limit = self.max_packet_size
         twin = _MutablePublish
         topics_seen = _TOPICS_SEEN
+        seen_props = _SEEN_PUBLISH_PROPERTIES
         publish = Publish
         while pos < n:
             # Fixed header: type and flags, then the Remaining Length (1.5.5) in at most four bytes.
@@ -814,17 +815,21 @@ class PacketReader:
                 self._need = end - pos
                 break
             if first & 0xF0 == 0x30 and minimal:
-                # Fast path for the common PUBLISH: valid flags, a valid topic, no properties. Anything else takes
-                # the general decoder, which checks the same rules and says what is wrong.
+                # Fast path for the common PUBLISH: valid flags, a valid topic, no properties or ones seen before.
+                # Anything else takes the general decoder, which checks the same rules and says what is wrong.
                 qos = (first >> 1) & 3
                 if body + 2 <= end and qos != 3 and (qos or not first & 8):
                     topic_end = body + 2 + ((data[body] << 8) | data[body + 1])
                     rest = topic_end + 2 if qos else topic_end
+                    props = _EMPTY
                     if version == 5:
-                        if rest < end and data[rest] == 0:
-                            rest += 1
-                        else:
-                            rest = end + 1
+                        # Only an empty or an already seen (hence valid) short property block is taken here.
+                        plen = data[rest] if rest < end else 128
+                        if plen:
+                            props = seen_props.get(data[rest + 1 : rest + 1 + plen]) if plen < 128 else None
+                            if props is None:
+                                plen = end
+                        rest += 1 + plen
                     if rest <= end:
                         raw_topic = data[body + 2 : topic_end]
                         topic = topics_seen.get(raw_topic)
@@ -832,16 +837,14 @@ class PacketReader:
                             topic = _valid_topic(raw_topic)
                         if topic:
                             if not qos:
-                                packet = twin(topic, data[rest:end], 0, first & 1 == 1, False, None, _EMPTY)
+                                packet = twin(topic, data[rest:end], 0, first & 1 == 1, False, None, props)
                                 packet.__class__ = publish
                                 out.append(packet)
                                 pos = end
                                 continue
                             pid = (data[topic_end] << 8) | data[topic_end + 1]
                             if pid:
-                                packet = twin(
-                                    topic, data[rest:end], qos, first & 1 == 1, first & 8 == 8, pid, _EMPTY
-                                )
+                                packet = twin(topic, data[rest:end], qos, first & 1 == 1, first & 8 == 8, pid, props)
                                 packet.__class__ = publish
                                 out.append(packet)
                                 pos = end

@@ -13,6 +13,7 @@ from enum import IntEnum
 from typing import Any
 
 from .errors import LocalProtocolError, MalformedPacket, ProtocolError, RemoteProtocolError
+from .topics import topic_name_error
 from .wire import (
     MAX_VBI,
     encode_binary,
@@ -167,6 +168,7 @@ _TYPE_MAX = {
 }
 _USER_PROPERTY = int(_P.USER_PROPERTY)
 _SUBSCRIPTION_IDENTIFIER = int(_P.SUBSCRIPTION_IDENTIFIER)
+_RESPONSE_TOPIC = int(_P.RESPONSE_TOPIC)
 
 
 def _check_value(spec: PropertySpec, value: Any) -> None:
@@ -375,8 +377,22 @@ def properties_from_items(items: tuple[tuple[int, Any], ...]) -> Properties:
 
 def encode_properties(props: Properties, packet_type: int) -> bytes:
     """The property block of a packet: Variable Byte Integer length, then the properties."""
-    if not props.items:
+    items = props.items
+    if not items:
         return b"\x00"
+    cache = _ENCODED[packet_type]
+    known = cache.get(items)
+    if known is not None:
+        return known
+    block = _encode_properties(props, packet_type)
+    if len(block) <= _SEEN_MAX_BYTES:
+        if len(cache) >= _SEEN_MAX_ENTRIES:
+            cache.clear()
+        cache[items] = block
+    return block
+
+
+def _encode_properties(props: Properties, packet_type: int) -> bytes:
     out = bytearray()
     seen: set[int] = set()
     where = _PACKET_NAMES.get(packet_type, str(packet_type))
@@ -424,7 +440,14 @@ def decode_properties(
     stop = pos + length
     if stop > end:
         raise MalformedPacket(f"property length {length} runs past the end of the packet (at byte {pos})")
+    cache = SEEN_PROPERTIES[packet_type]
+    if length <= _SEEN_MAX_BYTES:
+        raw = data[pos:stop]
+        known = cache.get(raw)
+        if known is not None:
+            return known, stop
     where = _PACKET_NAMES.get(packet_type, str(packet_type))
+    errors_before = len(errors)
     items: list[tuple[int, Any]] = []
     seen: set[int] = set()
     while pos < stop:
@@ -461,6 +484,8 @@ def decode_properties(
             key, pos = read_string(data, pos, stop, f"property {name} name")
             val, pos = read_string(data, pos, stop, f"property {name} value")
             value = (key, val)
+        if pid == _RESPONSE_TOPIC and (err := topic_name_error(value)):
+            errors.append(ProtocolError(f"property {name} in {where}: {err} (at byte {at})"))
         if packet_type not in spec.packets:
             errors.append(MalformedPacket(f"property {name} is not allowed in {where} (at byte {at})"))
         if pid in seen and packet_type not in spec.repeatable:
@@ -472,4 +497,17 @@ def decode_properties(
                 ProtocolError(f"property {name} = {value} in {where} is outside {low}..{high} (at byte {at})")
             )
         items.append((pid, value))
-    return properties_from_items(tuple(items)), pos
+    props = properties_from_items(tuple(items))
+    if length <= _SEEN_MAX_BYTES and len(errors) == errors_before:
+        if len(cache) >= _SEEN_MAX_ENTRIES:
+            cache.clear()
+        cache[raw] = props
+    return props, pos
+
+
+# Property blocks repeat (the same content type, user properties, ... on every message of a device): remember
+# the valid ones already decoded, by packet type and bytes. Properties are immutable, so sharing them is safe.
+_SEEN_MAX_BYTES = 256
+_SEEN_MAX_ENTRIES = 1024
+SEEN_PROPERTIES: dict[int, dict[bytes, Properties]] = {t: {} for t in _PACKET_NAMES}
+_ENCODED: dict[int, dict[tuple[tuple[int, Any], ...], bytes]] = {t: {} for t in _PACKET_NAMES}

@@ -549,7 +549,7 @@ ERROR_FIXTURES: list[ErrorFixture] = [
         h("30 0a 00 01 74 06 08 00 03 61 2f 23"),
         ProtocolError,
         0x82,
-        "response topic",
+        "response_topic",
         packet=Publish("t", properties=Properties(response_topic="a/#")),
     ),
     E(

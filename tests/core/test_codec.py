@@ -334,3 +334,13 @@ def test_properties_as_list() -> None:
         ["user_property", ["a", "b"]],
         ["message_expiry_interval", 5],
     ]
+
+
+def test_seen_property_blocks_are_shared_and_bad_ones_never_remembered() -> None:
+    good = encode(Publish("a", b"1", 1, packet_id=1, properties=Properties(content_type="t")), 5)
+    first, second = PacketReader(5).feed(good + good)
+    assert first == second and first.properties is second.properties
+    bad = h("30 0a 00 01 74 06 08 00 03 61 2f 23")  # response topic with a wildcard
+    for _ in range(3):
+        (err,) = PacketReader(5, strict=False).feed(bad)
+        assert isinstance(err, RemoteProtocolError) and "response_topic" in str(err)
