@@ -60,11 +60,11 @@ completions: $(STAMP) ## regenerate completions/ from the app
 		$(BIN)/mqtt completions $$shell > $$file.tmp; mv $$file.tmp $$file; echo "wrote $$file"; \
 	done
 
-bench: $(STAMP) ## run the scripts in benchmarks/
-	@for script in benchmarks/*.py; do \
+bench: $(STAMP) ## run every script in benchmarks/
+	@rc=0; for script in benchmarks/*.py; do \
 		case $${script##*/} in _*) continue ;; esac; \
-		echo "== $$script"; $(BIN)/python $$script; \
-	done
+		echo "== $$script"; $(BIN)/python $$script || { rc=1; echo "== $$script FAILED" >&2; }; \
+	done; exit $$rc
 
 clean: ## remove build output and caches (keeps .venv)
 	rm -rf dist build .pytest_cache .ruff_cache .hypothesis ./*.egg-info

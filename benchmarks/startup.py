@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/startup.py [-n 30] [--max-ms 150]
 
 Measures ``mqtt --version`` through the installed console script (.venv/bin/mqtt) and through
-``python -m mqtt_cli``, with a bare ``python -c pass`` as the floor and ``mqtt --help`` (which loads
-typer and rich) for comparison, then the import cost of the libraries the CLI stands on
+``python -m mqtt_cli``, with a bare ``python -c pass`` as the floor, and for comparison ``--version``
+answered by typer (``mqtt --version completions bash`` skips the fast path) and ``mqtt --help`` (typer and
+rich), then the import cost of the libraries the CLI stands on
 (``python -X importtime``). With --max-ms, exits 1 when a ``--version`` median is above it.
 """
 
@@ -62,6 +63,7 @@ def main() -> int:
         ("python -c pass (floor)", [sys.executable, "-c", "pass"], False),
         ("mqtt --version (console script)", [str(mqtt), "--version"], True),
         ("python -m mqtt_cli --version", [sys.executable, "-m", "mqtt_cli", "--version"], True),
+        ("--version through typer (no fast path)", [str(mqtt), "--version", "completions", "bash"], False),
         ("mqtt --help (loads typer + rich)", [str(mqtt), "--help"], False),
     ]
     pyz = ROOT / "dist" / "mqtt.pyz"
@@ -69,19 +71,19 @@ def main() -> int:
         cases.append(("dist/mqtt.pyz --version", [sys.executable, str(pyz), "--version"], False))
 
     print(f"start-up, wall time of the whole process, {args.runs} runs each (ms)")
-    print(f"{'command':<36} {'median':>8} {'min':>8} {'max':>8}")
+    print(f"{'command':<40} {'median':>8} {'min':>8} {'max':>8}")
     over = []
     for name, cmd, checked in cases:
         times = wall_ms(cmd, args.runs)
         median = statistics.median(times)
-        print(f"{name:<36} {median:8.1f} {min(times):8.1f} {max(times):8.1f}")
+        print(f"{name:<40} {median:8.1f} {min(times):8.1f} {max(times):8.1f}")
         if checked and args.max_ms is not None and median > args.max_ms:
             over.append(f"{name}: median {median:.1f} ms > {args.max_ms} ms")
 
     print()
     print("import cost, python -X importtime, cumulative (ms)")
     for module in ("typer", "rich", "trio", "mqtt_cli", "mqtt_cli.app"):
-        print(f"{'import ' + module:<36} {import_ms(module):8.1f}")
+        print(f"{'import ' + module:<40} {import_ms(module):8.1f}")
 
     for line in over:
         print(line, file=sys.stderr)

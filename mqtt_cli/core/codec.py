@@ -211,9 +211,7 @@ def _encode_publish(p: Publish, version: int) -> bytes:
     length = 2 + len(raw_topic) + len(pid) + len(props) + len(payload)
     if length > MAX_VBI:
         raise LocalProtocolError(f"PUBLISH of {length} bytes exceeds the maximum remaining length {MAX_VBI}")
-    return b"".join(
-        (bytes((first,)), encode_vbi(length), _u16(len(raw_topic)), raw_topic, pid, props, payload)
-    )
+    return b"".join((bytes((first,)), encode_vbi(length), _u16(len(raw_topic)), raw_topic, pid, props, payload))
 
 
 def _encode_ack(p: PubAck | PubRec | PubRel | PubComp, version: int) -> bytes:
@@ -543,9 +541,7 @@ def _decode_subscribe(first: int, data: bytes, pos: int, end: int, version: int,
             subs.append(Subscription(flt, qos, no_local, bool(options & 8), retain_handling))
         else:
             if options & 0xFC:
-                errs.append(
-                    MalformedPacket(f"SUBSCRIBE reserved bits of the requested QoS are set for {flt!r}")
-                )
+                errs.append(MalformedPacket(f"SUBSCRIBE reserved bits of the requested QoS are set for {flt!r}"))
             subs.append(Subscription(flt, qos))
     if not subs:
         errs.append(ProtocolError("SUBSCRIBE has no topic filter"))
@@ -569,9 +565,7 @@ def _decode_suback(first: int, data: bytes, pos: int, end: int, version: int, er
     return SubAck(pid, codes, props)
 
 
-def _decode_unsubscribe(
-    first: int, data: bytes, pos: int, end: int, version: int, errs: _Errs
-) -> Unsubscribe:
+def _decode_unsubscribe(first: int, data: bytes, pos: int, end: int, version: int, errs: _Errs) -> Unsubscribe:
     pid, pos = read_u16(data, pos, end, "UNSUBSCRIBE packet identifier")
     _check_pid(pid, "UNSUBSCRIBE", errs)
     props = EMPTY_PROPERTIES
@@ -603,9 +597,7 @@ def _decode_unsuback(first: int, data: bytes, pos: int, end: int, version: int, 
     return UnsubAck(pid, codes, props)
 
 
-def _decode_ping(
-    first: int, data: bytes, pos: int, end: int, version: int, errs: _Errs
-) -> PingReq | PingResp:
+def _decode_ping(first: int, data: bytes, pos: int, end: int, version: int, errs: _Errs) -> PingReq | PingResp:
     ptype = first >> 4
     _check_end(pos, end, _NAMES[ptype], errs)
     return _PING_REQ if ptype == 12 else _PING_RESP
@@ -694,22 +686,29 @@ def _decode_body(first: int, data: bytes, pos: int, end: int, version: int) -> A
     required = _REQUIRED_FLAGS[ptype]
     if required >= 0 and first & 0x0F != required:
         errs.append(
-            MalformedPacket(
-                f"{_NAMES[ptype]} fixed-header flags are 0x{first & 15:X}; they must be 0x{required:X}"
-            )
+            MalformedPacket(f"{_NAMES[ptype]} fixed-header flags are 0x{first & 15:X}; they must be 0x{required:X}")
         )
     try:
         packet = decoder(first, data, pos, end, version, errs)
     except RemoteProtocolError as exc:
-        exc.packet_type = ptype
+        _name_it(exc, ptype)
         raise
     if errs:
+        for err in errs:
+            _name_it(err, ptype)
         err = errs[0]
         err.packet = packet
-        err.packet_type = ptype
         err.details["violations"] = errs
         raise err
     return packet
+
+
+def _name_it(err: RemoteProtocolError, ptype: int) -> None:
+    """Makes the message say which packet it is about: "PUBLISH: topic name is not valid UTF-8 (byte 4)"."""
+    err.packet_type = ptype
+    name = _NAMES[ptype]
+    if not err.message.startswith(name):
+        err.args = (f"{name}: {err.message}", *err.args[1:])
 
 
 class PacketReader:
@@ -728,9 +727,7 @@ class PacketReader:
 
     __slots__ = ("_chunks", "_error", "_have", "_need", "max_packet_size", "strict", "version")
 
-    def __init__(
-        self, version: int | None = None, *, max_packet_size: int | None = None, strict: bool = True
-    ):
+    def __init__(self, version: int | None = None, *, max_packet_size: int | None = None, strict: bool = True):
         if version not in (None, 3, 4, 5):
             raise ValueError(f"version must be 3, 4, 5 or None, not {version!r}")
         self.version = version
@@ -850,7 +847,8 @@ class PacketReader:
                                 pos = end
                                 continue
             try:
-                packet = _decode_body(first, data, body, end, version)
+                # Decoded from its own bytes, so that the positions errors name count from the packet's start.
+                packet = _decode_body(first, data[pos:end] if pos or end != n else data, body - pos, end - pos, version)
                 if not minimal and version == 5:
                     raise MalformedPacket(
                         "remaining length is not minimally encoded", packet=packet, packet_type=first >> 4

@@ -12,6 +12,7 @@ hypothesis fast and within its buffer.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -110,6 +111,7 @@ def rarely(common: st.SearchStrategy[T], rare: st.SearchStrategy[T], one_in: int
 # --- primitive values ----------------------------------------------------------------------------------------
 
 
+@functools.cache
 def _chars(forbid: str = "") -> st.SearchStrategy[str]:
     # codec="utf-8" leaves out the surrogates (a lone one is not encodable); U+0000 is forbidden by MQTT 1.5.4.
     return st.characters(codec="utf-8", exclude_characters="\x00" + forbid)
@@ -119,6 +121,7 @@ def _seeded(size: st.SearchStrategy[int], make: Callable[[random.Random, int], T
     return st.tuples(size, st.integers(0, 2**32 - 1)).map(lambda t: make(random.Random(t[1]), t[0]))
 
 
+@functools.cache
 def big_bytes(min_size: int, max_size: int) -> st.SearchStrategy[bytes]:
     """Random bytes of a size in [min_size, max_size], generated from a seed."""
     return _seeded(st.integers(min_size, max_size), lambda rnd, n: rnd.randbytes(n))
@@ -128,26 +131,20 @@ def big_bytes(min_size: int, max_size: int) -> st.SearchStrategy[bytes]:
 _BIG_ALPHABET = "abcXYZ09 .-_$é߿ࠀ€日本\ufeff\uffff\U00010000\U0001f600\U0010ffff"
 
 
+@functools.cache
 def _big_text(min_bytes: int, max_bytes: int, forbid: str = "") -> st.SearchStrategy[str]:
     """A string whose UTF-8 form has between min_bytes and max_bytes bytes (generated from a seed)."""
     alphabet = [c for c in _BIG_ALPHABET if c not in forbid]
 
     def make(rnd: random.Random, target: int) -> str:
-        out: list[str] = []
-        size = 0
-        while True:
-            c = rnd.choice(alphabet)
-            n = len(c.encode())
-            if size + n > target:
-                break
-            out.append(c)
-            size += n
-        text = "".join(out)
-        return text + "a" * (target - size)  # pad with 1-byte characters to exactly `target` bytes
+        raw = "".join(rnd.choices(alphabet, k=target)).encode()[:target]
+        text = raw.decode(errors="ignore")  # drops a sequence cut in two at the end
+        return text + "a" * (target - len(text.encode()))  # pad to exactly `target` bytes
 
     return _seeded(st.integers(min_bytes, max_bytes), make)
 
 
+@functools.cache
 def utf8_text(min_size: int = 0, max_size: int = 12, *, forbid: str = "", big: bool = True) -> st.SearchStrategy[str]:
     """Well-formed UTF-8 text without U+0000 (nor the characters in `forbid`); rarely up to 65535 bytes."""
     small = st.text(_chars(forbid), min_size=min_size, max_size=max_size)
@@ -156,11 +153,13 @@ def utf8_text(min_size: int = 0, max_size: int = 12, *, forbid: str = "", big: b
     return rarely(small, _big_text(max(min_size * 4, 100), _MAX_STRING_BYTES, forbid))
 
 
+@functools.cache
 def binaries(max_size: int = 32) -> st.SearchStrategy[bytes]:
     """Binary Data (1.5.6): up to 65535 bytes, usually short."""
     return rarely(st.binary(max_size=max_size), big_bytes(max_size + 1, _MAX_STRING_BYTES))
 
 
+@functools.cache
 def payloads(max_size: int = 200) -> st.SearchStrategy[bytes]:
     """Application messages: up to 200 bytes, rarely up to 70 kB (three-byte remaining lengths)."""
     return rarely(st.binary(max_size=max_size), big_bytes(max_size + 1, 70_000))
@@ -169,11 +168,13 @@ def payloads(max_size: int = 200) -> st.SearchStrategy[bytes]:
 # --- topics ----------------------------------------------------------------------------------------------------
 
 
+@functools.cache
 def _level_text(forbid: str = "") -> st.SearchStrategy[str]:
     """One topic level: any text without '/', '+', '#' (empty levels are real levels)."""
     return st.text(_chars("/+#" + forbid), max_size=6)
 
 
+@functools.cache
 def topic_names(*, forbid: str = "") -> st.SearchStrategy[str]:
     """Valid, non-empty topic names (MQTT 4.7): levels of text, no wildcards; rarely up to 65535 bytes."""
     small = st.lists(_level_text(forbid), min_size=1, max_size=5).map(lambda levels: "/".join(levels) or "a")
@@ -181,6 +182,7 @@ def topic_names(*, forbid: str = "") -> st.SearchStrategy[str]:
     return rarely(small, big)
 
 
+@functools.cache
 def _plain_filter_levels(forbid: str = "") -> st.SearchStrategy[list[str]]:
     level = st.one_of(_level_text(forbid), st.just("+"))
     return st.tuples(st.lists(level, min_size=1, max_size=5), st.booleans()).map(
@@ -189,6 +191,7 @@ def _plain_filter_levels(forbid: str = "") -> st.SearchStrategy[list[str]]:
     )
 
 
+@functools.cache
 def topic_filters(version: int = 4, *, shared: bool | None = None, forbid: str = "") -> st.SearchStrategy[str]:
     """Valid topic filters (MQTT 4.7.1): '+' as whole levels, '#' as the whole last level.
 
@@ -196,10 +199,11 @@ def topic_filters(version: int = 4, *, shared: bool | None = None, forbid: str =
     """
     levels = _plain_filter_levels(forbid).map(lambda ls: ls if ls != [""] else ["a"])
     # A first level of "$share" would make the filter a (here malformed) shared subscription.
-    plain = levels.filter(lambda ls: not (ls[0] == "$share" and len(ls) > 1)).map("/".join)
-    plain = rarely(plain, _big_text(1000, _MAX_STRING_BYTES, forbid="/+#" + forbid).map(lambda s: s + "/+/#"))
+    small = levels.filter(lambda ls: not (ls[0] == "$share" and len(ls) > 1)).map("/".join)
+    big = _big_text(1000, _MAX_STRING_BYTES - 4, forbid="/+#" + forbid).map(lambda s: s + "/+/#")
+    plain = rarely(small, big)
     group = st.text(_chars("/+#" + forbid), min_size=1, max_size=6)
-    shared_filter = st.tuples(group, plain).map(lambda t: f"$share/{t[0]}/{t[1]}")
+    shared_filter = st.tuples(group, small).map(lambda t: f"$share/{t[0]}/{t[1]}")
     if shared is True:
         return shared_filter
     if shared is False or version < 5:
@@ -210,6 +214,7 @@ def topic_filters(version: int = 4, *, shared: bool | None = None, forbid: str =
 # --- properties -------------------------------------------------------------------------------------------------
 
 
+@functools.cache
 def _property_value(spec: PropertySpec, forbid: str) -> st.SearchStrategy[Any]:
     wt = spec.wire_type
     if wt in _INT_MAX:
@@ -225,6 +230,7 @@ def _property_value(spec: PropertySpec, forbid: str) -> st.SearchStrategy[Any]:
     return st.tuples(utf8_text(max_size=6, forbid=forbid, big=False), utf8_text(forbid=forbid))
 
 
+@functools.cache
 @st.composite
 def properties(
     draw: st.DrawFn,
@@ -269,6 +275,7 @@ def _with_auth_method(draw: st.DrawFn, props: Properties, forbid: str) -> Proper
     return props
 
 
+@functools.cache
 def reason_codes(packet_type: int) -> st.SearchStrategy[int]:
     """5.0 reason codes allowed in `packet_type` (the tables of chapter 3)."""
     return st.sampled_from(sorted(REASONS_BY_PACKET[packet_type]))
@@ -277,6 +284,7 @@ def reason_codes(packet_type: int) -> st.SearchStrategy[int]:
 # --- packets ----------------------------------------------------------------------------------------------------
 
 
+@functools.cache
 @st.composite
 def _message(draw: st.DrawFn, packet_type: int, version: int, forbid: str) -> tuple[bytes, Properties]:
     """A payload and its properties: a Payload Format Indicator of 1 makes the payload UTF-8 text (3.3.2.3.2)."""
@@ -288,12 +296,14 @@ def _message(draw: st.DrawFn, packet_type: int, version: int, forbid: str) -> tu
     return payload, props
 
 
+@functools.cache
 @st.composite
 def wills(draw: st.DrawFn, version: int, *, forbid: str = "") -> Will:
     payload, props = draw(_message(WILL, version, forbid))
     return Will(draw(topic_names(forbid=forbid)), payload, draw(qos_levels), draw(st.booleans()), props)
 
 
+@functools.cache
 @st.composite
 def connects(draw: st.DrawFn, version: int, *, forbid: str = "") -> Connect:
     if version == 3:
@@ -323,6 +333,7 @@ def connects(draw: st.DrawFn, version: int, *, forbid: str = "") -> Connect:
     )
 
 
+@functools.cache
 @st.composite
 def connacks(draw: st.DrawFn, version: int, *, forbid: str = "") -> ConnAck:
     if version == 5:
@@ -335,6 +346,7 @@ def connacks(draw: st.DrawFn, version: int, *, forbid: str = "") -> ConnAck:
     return ConnAck(session_present, code, props)
 
 
+@functools.cache
 @st.composite
 def publishes(draw: st.DrawFn, version: int, *, forbid: str = "") -> Publish:
     qos = draw(qos_levels)
@@ -354,6 +366,7 @@ def publishes(draw: st.DrawFn, version: int, *, forbid: str = "") -> Publish:
     )
 
 
+@functools.cache
 @st.composite
 def pubacks(draw: st.DrawFn, version: int, cls: type | None = None, *, forbid: str = "") -> Any:
     """PUBACK, PUBREC, PUBREL or PUBCOMP (`cls` picks one)."""
@@ -364,6 +377,7 @@ def pubacks(draw: st.DrawFn, version: int, cls: type | None = None, *, forbid: s
     return cls(draw(packet_ids), draw(reason_codes(cls.type)), draw(properties(cls.type, 5, forbid=forbid)))
 
 
+@functools.cache
 @st.composite
 def subscriptions(draw: st.DrawFn, version: int, *, forbid: str = "") -> Subscription:
     topic_filter = draw(topic_filters(version, forbid=forbid))
@@ -380,11 +394,13 @@ def subscriptions(draw: st.DrawFn, version: int, *, forbid: str = "") -> Subscri
     )
 
 
+@functools.cache
 def _some(strategy: st.SearchStrategy[T]) -> st.SearchStrategy[list[T]]:
     """One to four elements, rarely up to 40."""
     return rarely(st.lists(strategy, min_size=1, max_size=4), st.lists(strategy, min_size=5, max_size=40), 20)
 
 
+@functools.cache
 @st.composite
 def subscribes(draw: st.DrawFn, version: int, *, forbid: str = "") -> Subscribe:
     # Subscription Identifier: at most once in SUBSCRIBE, 1..268435455 (the property table says so).
@@ -395,12 +411,14 @@ def subscribes(draw: st.DrawFn, version: int, *, forbid: str = "") -> Subscribe:
     )
 
 
+@functools.cache
 @st.composite
 def subacks(draw: st.DrawFn, version: int, *, forbid: str = "") -> SubAck:
     code = reason_codes(9) if version == 5 else st.sampled_from(V3_SUBACK_CODES)
     return SubAck(draw(packet_ids), tuple(draw(_some(code))), draw(properties(9, version, forbid=forbid)))
 
 
+@functools.cache
 @st.composite
 def unsubscribes(draw: st.DrawFn, version: int, *, forbid: str = "") -> Unsubscribe:
     return Unsubscribe(
@@ -410,6 +428,7 @@ def unsubscribes(draw: st.DrawFn, version: int, *, forbid: str = "") -> Unsubscr
     )
 
 
+@functools.cache
 @st.composite
 def unsubacks(draw: st.DrawFn, version: int, *, forbid: str = "") -> UnsubAck:
     if version < 5:
@@ -417,6 +436,7 @@ def unsubacks(draw: st.DrawFn, version: int, *, forbid: str = "") -> UnsubAck:
     return UnsubAck(draw(packet_ids), tuple(draw(_some(reason_codes(11)))), draw(properties(11, 5, forbid=forbid)))
 
 
+@functools.cache
 @st.composite
 def disconnects(draw: st.DrawFn, version: int, *, forbid: str = "") -> Disconnect:
     if version < 5:
@@ -424,6 +444,7 @@ def disconnects(draw: st.DrawFn, version: int, *, forbid: str = "") -> Disconnec
     return Disconnect(draw(reason_codes(14)), draw(properties(14, 5, forbid=forbid)))
 
 
+@functools.cache
 @st.composite
 def auths(draw: st.DrawFn, version: int = 5, *, forbid: str = "") -> Auth:
     """AUTH (5.0 only): a reason code other than Success needs an Authentication Method (3.15.2.2.2)."""
@@ -433,6 +454,7 @@ def auths(draw: st.DrawFn, version: int = 5, *, forbid: str = "") -> Auth:
     return Auth(code, _with_auth_method(draw, props, forbid))
 
 
+@functools.cache
 def packets(version: int, *, forbid: str = "") -> st.SearchStrategy[Any]:
     """Any valid packet for a connection at `version` (a CONNECT is at that level too)."""
     kinds: list[st.SearchStrategy[Any]] = [
@@ -453,6 +475,7 @@ def packets(version: int, *, forbid: str = "") -> st.SearchStrategy[Any]:
     return st.one_of(kinds)
 
 
+@functools.cache
 def packets_and_versions() -> st.SearchStrategy[tuple[int, Any]]:
     """(version, packet) pairs over the three protocol levels."""
     return versions.flatmap(lambda v: st.tuples(st.just(v), packets(v)))
