@@ -747,6 +747,8 @@ class PacketReader:
         """Adds received bytes; returns the packets they complete (and, when not strict, errors in line)."""
         if self._error is not None:
             raise self._error
+        if type(data) is not bytes:
+            data = bytes(data)  # kept and sliced into payloads: must not change under us
         if self._have:
             self._chunks.append(data)
             self._have += len(data)
@@ -856,6 +858,7 @@ class PacketReader:
             except RemoteProtocolError as err:
                 pos = end
                 if self.strict:
+                    self._need = 0  # what is left may hold whole packets: look at it on the next feed
                     self._keep(data, pos, n)
                     err.packets = out
                     raise

@@ -344,3 +344,29 @@ def test_seen_property_blocks_are_shared_and_bad_ones_never_remembered() -> None
     for _ in range(3):
         (err,) = PacketReader(5, strict=False).feed(bad)
         assert isinstance(err, RemoteProtocolError) and "response_topic" in str(err)
+
+
+def test_strict_error_after_a_large_split_packet_keeps_the_rest_readable() -> None:
+    big = encode(Publish("a", b"x" * 5000), 4)
+    reader = PacketReader(4)
+    assert reader.feed(big[:100]) == []  # waiting for 5000-odd bytes
+    with pytest.raises(RemoteProtocolError) as info:
+        reader.feed(big[100:] + h("30 03 00 01 23") + h("c0 00"))
+    assert info.value.packets == [Publish("a", b"x" * 5000)]
+    assert reader.feed(b"") == [PingReq()]
+
+
+def test_bytearray_and_memoryview_input() -> None:
+    raw = encode(Publish("a", b"xyz", 1, packet_id=1), 4)
+    for data in (bytearray(raw), memoryview(raw)):
+        (packet,) = PacketReader(4).feed(data)  # type: ignore[arg-type]
+        assert type(packet.payload) is bytes and packet == Publish("a", b"xyz", 1, packet_id=1)
+
+
+def test_a_reused_input_buffer_does_not_change_buffered_bytes() -> None:
+    raw = encode(Publish("a", b"xyz"), 4)
+    buf = bytearray(raw[:4])
+    reader = PacketReader(4)
+    assert reader.feed(buf) == []
+    buf[:] = b"\xff" * 4  # the caller reuses its buffer
+    assert reader.feed(raw[4:]) == [Publish("a", b"xyz")]
