@@ -25,7 +25,7 @@ help: ## list the targets
 install: system-deps $(STAMP) ## .venv with the project and its test tools (+ Debian packages as root)
 
 system-deps: ## as root: apt-get install what is missing (mosquitto, tshark, rabbitmq, java)
-	@scripts/install-system-deps.sh $(PYTHON)
+	@bash scripts/install-system-deps.sh $(PYTHON)
 
 # Re-installs only when pyproject.toml is newer than the stamp (or there is no .venv yet).
 $(STAMP): pyproject.toml

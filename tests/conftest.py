@@ -48,7 +48,9 @@ def mqtt_cmd(request: pytest.FixtureRequest, mqtt_exe: Path) -> list[str]:
 def run() -> Run:
     """Run a command with :func:`cli_env` from the repository root; never raises on exit status."""
 
-    def _run(cmd: Sequence[str | Path], *, env: dict[str, str] | None = None, timeout: float = 60):
+    def _run(
+        cmd: Sequence[str | Path], *, env: dict[str, str] | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(c) for c in cmd],
             cwd=REPO_ROOT,
