@@ -136,6 +136,8 @@ def _encode_connect(p: Connect, version: int) -> bytes:
     if level == 3 and not p.client_id:
         # 3.1 has no zero-length client identifiers (3.1.1 introduced them).
         raise LocalProtocolError("MQTT 3.1 needs a client identifier of 1 to 23 characters")
+    if p.properties.authentication_data is not None and p.properties.authentication_method is None:
+        raise LocalProtocolError("CONNECT authentication data needs an authentication method")
     parts = [
         encode_string(p.protocol_name, "protocol name"),
         bytes((level | (0x80 if p.bridge else 0), flags)),
@@ -168,6 +170,8 @@ def _encode_connack(p: ConnAck, version: int) -> bytes:
         raise LocalProtocolError(f"MQTT 3.x CONNACK return code must be 0..5, not {code}")
     if p.session_present and code:
         raise LocalProtocolError("CONNACK refusing a connection cannot have session present set")
+    if p.session_present and version == 3:
+        raise LocalProtocolError("MQTT 3.1 CONNACK has no session present flag (it came with 3.1.1)")
     body = bytes((1 if p.session_present else 0, code)) + _props(p.properties, 2, version, "CONNACK")
     return _frame(0x20, body)
 
@@ -177,7 +181,10 @@ def _encode_publish(p: Publish, version: int) -> bytes:
     topic = p.topic
     if "+" in topic or "#" in topic or "\x00" in topic:
         raise LocalProtocolError(f"PUBLISH {topic_name_error(topic)}")
-    raw_topic = topic.encode()
+    try:
+        raw_topic = topic.encode()
+    except UnicodeEncodeError:
+        raise LocalProtocolError("PUBLISH topic name contains a lone surrogate, not encodable as UTF-8") from None
     if len(raw_topic) > 65535:
         raise LocalProtocolError(f"PUBLISH topic name is {len(raw_topic)} bytes long; the maximum is 65535")
     first = 0x30 | (qos << 1)
@@ -308,6 +315,9 @@ def _encode_disconnect_or_auth(p: Disconnect | Auth, version: int) -> bytes:
     first = ptype << 4
     if version == 5:
         _check_reason(p.reason_code, ptype, name)
+        if ptype == 15 and (p.reason_code or p.properties) and p.properties.authentication_method is None:
+            # 3.15.2.2.2: only AUTH Success without properties may leave the method out.
+            raise LocalProtocolError("AUTH needs an authentication method")
         if not p.properties.items:
             return bytes((first, 0)) if p.reason_code == 0 else bytes((first, 1, p.reason_code))
         return _frame(first, bytes((p.reason_code,)) + encode_properties(p.properties, ptype))
@@ -623,8 +633,8 @@ def _decode_disconnect_or_auth(
         if pos < end:
             props, pos = decode_properties(data, pos, end, ptype, errs)
     _check_end(pos, end, _NAMES[ptype], errs)
-    if ptype == 15 and code != 0 and props.authentication_method is None and version == 5:
-        errs.append(ProtocolError("AUTH with a reason code needs an authentication method"))
+    if ptype == 15 and (code or props) and props.authentication_method is None:
+        errs.append(ProtocolError("AUTH with a reason code or properties needs an authentication method"))
     return cls(code, props)
 
 

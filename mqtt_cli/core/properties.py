@@ -110,9 +110,7 @@ def _spec(
     repeatable: Iterable[int] = (),
     value_range: tuple[int, int] | None = None,
 ) -> PropertySpec:
-    return PropertySpec(
-        int(pid), pid.name.lower(), wire_type, frozenset(packets), frozenset(repeatable), value_range
-    )
+    return PropertySpec(int(pid), pid.name.lower(), wire_type, frozenset(packets), frozenset(repeatable), value_range)
 
 
 _W = WireType
@@ -127,9 +125,7 @@ PROPERTY_TABLE: dict[int, PropertySpec] = {
         _spec(_P.CONTENT_TYPE, _W.UTF8_STRING, (PUBLISH, WILL)),
         _spec(_P.RESPONSE_TOPIC, _W.UTF8_STRING, (PUBLISH, WILL)),
         _spec(_P.CORRELATION_DATA, _W.BINARY, (PUBLISH, WILL)),
-        _spec(
-            _P.SUBSCRIPTION_IDENTIFIER, _W.VARIABLE_BYTE_INT, (PUBLISH, SUBSCRIBE), (PUBLISH,), (1, MAX_VBI)
-        ),
+        _spec(_P.SUBSCRIPTION_IDENTIFIER, _W.VARIABLE_BYTE_INT, (PUBLISH, SUBSCRIBE), (PUBLISH,), (1, MAX_VBI)),
         _spec(_P.SESSION_EXPIRY_INTERVAL, _W.FOUR_BYTE_INT, (CONNECT, CONNACK, DISCONNECT)),
         _spec(_P.ASSIGNED_CLIENT_IDENTIFIER, _W.UTF8_STRING, (CONNACK,)),
         _spec(_P.SERVER_KEEP_ALIVE, _W.TWO_BYTE_INT, (CONNACK,)),
@@ -177,6 +173,8 @@ def _check_value(spec: PropertySpec, value: Any) -> None:
     if wt is _W.UTF8_STRING:
         if not isinstance(value, str):
             raise LocalProtocolError(f"property {spec.name} must be a str, not {type(value).__name__}")
+        if spec.id == _RESPONSE_TOPIC and (err := topic_name_error(value)):
+            raise LocalProtocolError(f"property {spec.name}: {err}")
     elif wt is _W.BINARY:
         if not isinstance(value, bytes | bytearray | memoryview):
             raise LocalProtocolError(f"property {spec.name} must be bytes, not {type(value).__name__}")

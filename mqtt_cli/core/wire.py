@@ -83,9 +83,7 @@ def read_binary(data: bytes, pos: int, end: int, what: str) -> tuple[bytes, int]
         raise MalformedPacket(f"{what} length runs past the end of the packet (at byte {pos})")
     stop = pos + 2 + ((data[pos] << 8) | data[pos + 1])
     if stop > end:
-        raise MalformedPacket(
-            f"{what} ({stop - pos - 2} bytes) runs past the end of the packet (at byte {pos})"
-        )
+        raise MalformedPacket(f"{what} ({stop - pos - 2} bytes) runs past the end of the packet (at byte {pos})")
     return bytes(data[pos + 2 : stop]), stop
 
 
@@ -95,9 +93,7 @@ def read_string(data: bytes, pos: int, end: int, what: str) -> tuple[str, int]:
         raise MalformedPacket(f"{what} length runs past the end of the packet (at byte {pos})")
     stop = pos + 2 + ((data[pos] << 8) | data[pos + 1])
     if stop > end:
-        raise MalformedPacket(
-            f"{what} ({stop - pos - 2} bytes) runs past the end of the packet (at byte {pos})"
-        )
+        raise MalformedPacket(f"{what} ({stop - pos - 2} bytes) runs past the end of the packet (at byte {pos})")
     try:
         text = str(data[pos + 2 : stop], "utf-8")
     except UnicodeDecodeError as exc:

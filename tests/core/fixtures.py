@@ -171,9 +171,7 @@ FIXTURES: list[Fixture] = [
     Fixture(
         "connect 5.0 spec example (session expiry 10)",
         5,
-        Connect(
-            "c", True, 10, "u", b"p", properties=Properties(session_expiry_interval=10), protocol_version=5
-        ),
+        Connect("c", True, 10, "u", b"p", properties=Properties(session_expiry_interval=10), protocol_version=5),
         h(f"10 19 {MQTT} 05 c2 00 0a 05 11 00 00 00 0a 00 01 63 00 01 75 00 01 70"),
     ),
     Fixture(
@@ -249,9 +247,7 @@ FIXTURES: list[Fixture] = [
     Fixture("remaining length 127", 4, Publish("a", b"x" * 124), h("30 7f 00 01 61") + b"x" * 124),
     Fixture("remaining length 128", 4, Publish("a", b"x" * 125), h("30 80 01 00 01 61") + b"x" * 125),
     Fixture("remaining length 16383", 4, Publish("a", b"x" * 16380), h("30 ff 7f 00 01 61") + b"x" * 16380),
-    Fixture(
-        "remaining length 16384", 4, Publish("a", b"x" * 16381), h("30 80 80 01 00 01 61") + b"x" * 16381
-    ),
+    Fixture("remaining length 16384", 4, Publish("a", b"x" * 16381), h("30 80 80 01 00 01 61") + b"x" * 16381),
     Fixture(
         "remaining length 2097151",
         4,
@@ -318,9 +314,7 @@ FIXTURES: list[Fixture] = [
     Fixture("pubrel 5.0 packet identifier not found", 5, PubRel(5, 0x92), h("62 03 00 05 92")),
     Fixture("pubcomp 5.0 packet identifier not found", 5, PubComp(5, 0x92), h("70 03 00 05 92")),
     Fixture("puback 5.0 explicit success, no properties", 5, PubAck(1), h("40 03 00 01 00"), canonical=False),
-    Fixture(
-        "puback 5.0 explicit success, empty properties", 5, PubAck(1), h("40 04 00 01 00 00"), canonical=False
-    ),
+    Fixture("puback 5.0 explicit success, empty properties", 5, PubAck(1), h("40 04 00 01 00 00"), canonical=False),
     # --- SUBSCRIBE / SUBACK ---
     Fixture(
         "subscribe 3.1.1 one filter",
@@ -383,9 +377,7 @@ FIXTURES: list[Fixture] = [
         h("e0 12 8b 10 11 00 00 00 00 1f 00 03 62 79 65 1c 00 02 73 32"),
     ),
     Fixture("disconnect 5.0 explicit normal", 5, Disconnect(), h("e0 01 00"), canonical=False),
-    Fixture(
-        "disconnect 5.0 explicit normal, empty properties", 5, Disconnect(), h("e0 02 00 00"), canonical=False
-    ),
+    Fixture("disconnect 5.0 explicit normal, empty properties", 5, Disconnect(), h("e0 02 00 00"), canonical=False),
     # --- AUTH ---
     Fixture("auth 5.0 success, short form", 5, Auth(), h("f0 00")),
     Fixture(
@@ -550,7 +542,7 @@ ERROR_FIXTURES: list[ErrorFixture] = [
         ProtocolError,
         0x82,
         "response_topic",
-        packet=Publish("t", properties=Properties(response_topic="a/#")),
+        packet=Publish("t", properties=unchecked([(0x08, "a/#")])),
     ),
     E(
         "publish 5.0 session expiry interval (not a PUBLISH property)",

@@ -64,8 +64,9 @@ __all__ = [
     "packets_and_versions",
     "payloads",
     "properties",
-    "publishes",
+    "property_values",
     "pubacks",
+    "publishes",
     "qos_levels",
     "rarely",
     "reason_codes",
@@ -108,7 +109,7 @@ def rarely(common: st.SearchStrategy[T], rare: st.SearchStrategy[T], one_in: int
     return st.integers(0, one_in - 1).flatmap(lambda i: rare if i == one_in - 1 else common)
 
 
-# --- primitive values ----------------------------------------------------------------------------------------
+# --- primitive values ----------------------------------------------------------------------------------------------
 
 
 @functools.cache
@@ -165,7 +166,7 @@ def payloads(max_size: int = 200) -> st.SearchStrategy[bytes]:
     return rarely(st.binary(max_size=max_size), big_bytes(max_size + 1, 70_000))
 
 
-# --- topics ----------------------------------------------------------------------------------------------------
+# --- topics --------------------------------------------------------------------------------------------------------
 
 
 @functools.cache
@@ -182,13 +183,16 @@ def topic_names(*, forbid: str = "") -> st.SearchStrategy[str]:
     return rarely(small, big)
 
 
+def _filter_levels(levels: list[str], hash_last: bool) -> list[str]:
+    if hash_last:
+        return [*levels, "#"]  # '#' only as the whole last level; "#" alone is a filter too
+    return levels if levels not in ([], [""]) else ["a"]  # a filter has at least one character
+
+
 @functools.cache
 def _plain_filter_levels(forbid: str = "") -> st.SearchStrategy[list[str]]:
     level = st.one_of(_level_text(forbid), st.just("+"))
-    return st.tuples(st.lists(level, min_size=1, max_size=5), st.booleans()).map(
-        # '#' may only be the whole last level; "#" alone is a filter too.
-        lambda t: [*t[0], "#"] if t[1] else t[0]
-    )
+    return st.tuples(st.lists(level, max_size=5), st.booleans()).map(lambda t: _filter_levels(*t))
 
 
 @functools.cache
@@ -197,7 +201,7 @@ def topic_filters(version: int = 4, *, shared: bool | None = None, forbid: str =
 
     In 5.0, sometimes a shared subscription ``$share/{group}/{filter}`` (4.8.2); `shared` forces it on or off.
     """
-    levels = _plain_filter_levels(forbid).map(lambda ls: ls if ls != [""] else ["a"])
+    levels = _plain_filter_levels(forbid)
     # A first level of "$share" would make the filter a (here malformed) shared subscription.
     small = levels.filter(lambda ls: not (ls[0] == "$share" and len(ls) > 1)).map("/".join)
     big = _big_text(1000, _MAX_STRING_BYTES - 4, forbid="/+#" + forbid).map(lambda s: s + "/+/#")
@@ -211,11 +215,11 @@ def topic_filters(version: int = 4, *, shared: bool | None = None, forbid: str =
     return rarely(plain, shared_filter, 5)
 
 
-# --- properties -------------------------------------------------------------------------------------------------
+# --- properties ----------------------------------------------------------------------------------------------------
 
 
 @functools.cache
-def _property_value(spec: PropertySpec, forbid: str) -> st.SearchStrategy[Any]:
+def property_values(spec: PropertySpec, forbid: str = "") -> st.SearchStrategy[Any]:
     wt = spec.wire_type
     if wt in _INT_MAX:
         low, high = spec.value_range or (0, _INT_MAX[wt])
@@ -259,7 +263,7 @@ def properties(
     for spec in specs:
         if empty or not (spec.id in required or draw(st.booleans())):
             continue
-        value = _property_value(spec, forbid)
+        value = property_values(spec, forbid)
         if packet_type in spec.repeatable:
             items.extend((spec.id, v) for v in draw(st.lists(value, min_size=1, max_size=3)))
         else:
@@ -281,18 +285,23 @@ def reason_codes(packet_type: int) -> st.SearchStrategy[int]:
     return st.sampled_from(sorted(REASONS_BY_PACKET[packet_type]))
 
 
-# --- packets ----------------------------------------------------------------------------------------------------
+# --- packets -------------------------------------------------------------------------------------------------------
 
 
 @functools.cache
 @st.composite
 def _message(draw: st.DrawFn, packet_type: int, version: int, forbid: str) -> tuple[bytes, Properties]:
-    """A payload and its properties: a Payload Format Indicator of 1 makes the payload UTF-8 text (3.3.2.3.2)."""
+    """A payload and its properties: a Payload Format Indicator of 1 makes the payload UTF-8 text (3.3.2.3.2).
+
+    A will payload is Binary Data (3.1.3.4): at most 65535 bytes; a PUBLISH payload is only bounded by the
+    remaining length.
+    """
     props = draw(properties(packet_type, version, forbid=forbid))
+    limit = _MAX_STRING_BYTES if packet_type == WILL else 70_000
     if props.payload_format_indicator == 1:
-        payload = draw(rarely(st.text(_chars(), max_size=60), _big_text(201, 70_000))).encode()
+        payload = draw(rarely(st.text(_chars(), max_size=60), _big_text(201, limit))).encode()
     else:
-        payload = draw(payloads())
+        payload = draw(rarely(st.binary(max_size=200), big_bytes(201, limit)))
     return payload, props
 
 
@@ -336,10 +345,7 @@ def connects(draw: st.DrawFn, version: int, *, forbid: str = "") -> Connect:
 @functools.cache
 @st.composite
 def connacks(draw: st.DrawFn, version: int, *, forbid: str = "") -> ConnAck:
-    if version == 5:
-        code = draw(reason_codes(2))
-    else:
-        code = draw(st.sampled_from(V3_CONNACK_CODES))
+    code = draw(reason_codes(2) if version == 5 else st.sampled_from(V3_CONNACK_CODES))
     # Session present only when the connection is accepted (3.2.2.1.1), and 3.1 has no such flag at all.
     session_present = code == 0 and version > 3 and draw(st.booleans())
     props = _with_auth_method(draw, draw(properties(2, version, forbid=forbid)), forbid)
@@ -447,11 +453,13 @@ def disconnects(draw: st.DrawFn, version: int, *, forbid: str = "") -> Disconnec
 @functools.cache
 @st.composite
 def auths(draw: st.DrawFn, version: int = 5, *, forbid: str = "") -> Auth:
-    """AUTH (5.0 only): a reason code other than Success needs an Authentication Method (3.15.2.2.2)."""
+    """AUTH (5.0 only). Only Success without properties may leave out the Authentication Method (3.15.2.2)."""
     assert version == 5, "AUTH exists only in MQTT 5.0"
     code = draw(reason_codes(15))
-    props = draw(properties(15, 5, require=(PropertyId.AUTHENTICATION_METHOD,) if code else (), forbid=forbid))
-    return Auth(code, _with_auth_method(draw, props, forbid))
+    if code == 0 and draw(st.booleans()):
+        return Auth()
+    props = draw(properties(15, 5, require=(PropertyId.AUTHENTICATION_METHOD,), forbid=forbid))
+    return Auth(code, props)
 
 
 @functools.cache

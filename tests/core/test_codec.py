@@ -301,9 +301,7 @@ def test_encode_rejects_non_packets() -> None:
 
 
 def test_properties_access_and_equality() -> None:
-    p = Properties(
-        content_type="a", user_properties=[("k", "1"), ("k", "2")], subscription_identifiers=[4, 5]
-    )
+    p = Properties(content_type="a", user_properties=[("k", "1"), ("k", "2")], subscription_identifiers=[4, 5])
     assert p.content_type == "a"
     assert p.user_properties == (("k", "1"), ("k", "2"))
     assert p.subscription_identifiers == (4, 5)
@@ -312,9 +310,7 @@ def test_properties_access_and_equality() -> None:
     # Order between different properties does not matter; order among user properties does.
     q = Properties([(0x26, ("k", "1")), (0x03, "a"), (0x0B, 4), (0x26, ("k", "2")), (0x0B, 5)])
     assert p == q and hash(p) == hash(q)
-    r = Properties(
-        content_type="a", user_properties=[("k", "2"), ("k", "1")], subscription_identifiers=[4, 5]
-    )
+    r = Properties(content_type="a", user_properties=[("k", "2"), ("k", "1")], subscription_identifiers=[4, 5])
     assert p != r
     assert p.replace(content_type=None).content_type is None
     assert p.replace(user_properties=[]).user_properties == ()
