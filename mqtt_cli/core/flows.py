@@ -1,0 +1,183 @@
+"""QoS 1 and 2 message flows (spec 4.3), the same on both sides of a connection.
+
+`OutgoingFlows` is the sender's half: it hands out packet identifiers, keeps every unacknowledged PUBLISH and
+PUBREL in order, bounds them by the peer's Receive Maximum, and gives back what to re-send after a reconnect.
+`IncomingFlows` is the receiver's half: it remembers the QoS 2 packet identifiers received and not yet released,
+so a re-sent PUBLISH is acknowledged again but delivered only once.
+
+The transitions are tables: an acknowledgement that does not fit the state of its packet identifier (a PUBACK
+for a QoS 2 message, a PUBCOMP before PUBREC, an unknown identifier) raises ProtocolError with the reason code
+the spec gives, and leaves the state unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from .errors import LocalProtocolError, ProtocolError
+from .packets import PubAck, PubComp, Publish, PubRec, PubRel
+
+__all__ = ["FlowState", "IncomingFlows", "Inflight", "OutgoingFlows"]
+
+
+class FlowState(Enum):
+    AWAIT_PUBACK = "awaiting PUBACK"  # QoS 1 PUBLISH sent
+    AWAIT_PUBREC = "awaiting PUBREC"  # QoS 2 PUBLISH sent
+    AWAIT_PUBCOMP = "awaiting PUBCOMP"  # QoS 2 PUBREL sent
+
+
+# (state, acknowledgement type) -> next state; None ends the flow. Pairs not listed are protocol errors.
+_TRANSITIONS: dict[tuple[FlowState, type], FlowState | None] = {
+    (FlowState.AWAIT_PUBACK, PubAck): None,
+    (FlowState.AWAIT_PUBREC, PubRec): FlowState.AWAIT_PUBCOMP,
+    (FlowState.AWAIT_PUBCOMP, PubComp): None,
+}
+
+
+@dataclass(slots=True)
+class Inflight:
+    """One unacknowledged outgoing message. `publish` is what was sent (kept for re-sending with DUP)."""
+
+    publish: Publish
+    state: FlowState
+    context: Any = None  # the owner's bookkeeping (e.g. the broker's message record), returned on completion
+
+
+class OutgoingFlows:
+    """Packet identifiers and unacknowledged QoS 1/2 messages of one sender.
+
+    `receive_maximum` is the peer's (65535 when it states none); `None` or 0 means unlimited (a broker's
+    `--max-inflight 0`). Entries keep the order they were sent in, which is the order of re-sending.
+    """
+
+    __slots__ = ("_inflight", "_next_id", "receive_maximum")
+
+    def __init__(self, receive_maximum: int | None = 65535) -> None:
+        self.receive_maximum = receive_maximum or None
+        self._inflight: dict[int, Inflight] = {}
+        self._next_id = 1
+
+    def __len__(self) -> int:
+        return len(self._inflight)
+
+    def __contains__(self, packet_id: int) -> bool:
+        return packet_id in self._inflight
+
+    def get(self, packet_id: int) -> Inflight | None:
+        return self._inflight.get(packet_id)
+
+    @property
+    def window_open(self) -> bool:
+        """True when one more QoS 1/2 PUBLISH may be sent now."""
+        limit = self.receive_maximum
+        return limit is None or len(self._inflight) < limit
+
+    def _allocate(self) -> int:
+        if len(self._inflight) >= 65535:
+            raise LocalProtocolError("all 65,535 packet identifiers are in use")
+        pid = self._next_id
+        inflight = self._inflight
+        while pid in inflight:
+            pid = pid + 1 if pid < 65535 else 1
+        self._next_id = pid + 1 if pid < 65535 else 1
+        return pid
+
+    def send(self, publish: Publish, context: Any = None) -> Publish:
+        """Gives `publish` (QoS 1 or 2) a free packet identifier and records it; returns the packet to send.
+
+        Callers check `window_open` first (the spec forbids exceeding the peer's Receive Maximum); this raises
+        LocalProtocolError when it is closed.
+        """
+        if publish.qos not in (1, 2):
+            raise LocalProtocolError(f"only QoS 1 and 2 messages have flows, not QoS {publish.qos}")
+        if not self.window_open:
+            raise LocalProtocolError(f"the peer's receive maximum ({self.receive_maximum}) is reached")
+        pid = self._allocate()
+        packet = Publish(
+            publish.topic, publish.payload, publish.qos, publish.retain, False, pid, publish.properties
+        )
+        state = FlowState.AWAIT_PUBACK if publish.qos == 1 else FlowState.AWAIT_PUBREC
+        self._inflight[pid] = Inflight(packet, state, context)
+        return packet
+
+    def acknowledge(self, ack: PubAck | PubRec | PubComp) -> tuple[Inflight, PubRel | None]:
+        """Applies PUBACK, PUBREC or PUBCOMP. Returns the flow's entry and the PUBREL to send (after PUBREC).
+
+        The flow ends (the identifier is free again) on PUBACK, on PUBCOMP, and on a PUBREC whose reason code is
+        a failure (>= 0x80, 5.0 4.3.3: no PUBREL then). `entry.state` tells where it stood.
+        """
+        pid = ack.packet_id
+        entry = self._inflight.get(pid)
+        name = type(ack).__name__.upper()
+        if entry is None:
+            raise ProtocolError(
+                f"{name} for packet identifier {pid}, which has no message in flight",
+                reason_code=0x92 if isinstance(ack, PubComp) else 0x82,
+            )
+        key = (entry.state, type(ack))
+        if key not in _TRANSITIONS:
+            raise ProtocolError(f"{name} for packet identifier {pid}, which is {entry.state.value}")
+        nxt = _TRANSITIONS[key]
+        if nxt is None or ack.reason_code >= 0x80:
+            del self._inflight[pid]
+            return entry, None
+        entry.state = nxt
+        return entry, PubRel(pid)
+
+    def resend(self) -> list[Publish | PubRel]:
+        """What to send again, in order, after a reconnect: PUBLISH with DUP set, or PUBREL (4.4)."""
+        out: list[Publish | PubRel] = []
+        for pid, entry in self._inflight.items():
+            if entry.state is FlowState.AWAIT_PUBCOMP:
+                out.append(PubRel(pid))
+            else:
+                p = entry.publish
+                if not p.dup:
+                    p = entry.publish = Publish(p.topic, p.payload, p.qos, p.retain, True, pid, p.properties)
+                out.append(p)
+        return out
+
+    def entries(self) -> list[Inflight]:
+        return list(self._inflight.values())
+
+    def clear(self) -> list[Inflight]:
+        """Drops every flow (a clean start); returns what was in flight."""
+        gone = list(self._inflight.values())
+        self._inflight.clear()
+        return gone
+
+
+class IncomingFlows:
+    """QoS 2 packet identifiers received and not yet released by PUBREL (exactly-once delivery)."""
+
+    __slots__ = ("_awaiting_pubrel",)
+
+    def __init__(self) -> None:
+        self._awaiting_pubrel: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self._awaiting_pubrel)
+
+    def __contains__(self, packet_id: int) -> bool:
+        return packet_id in self._awaiting_pubrel
+
+    def publish_received(self, publish: Publish) -> bool:
+        """Records a QoS 2 PUBLISH; True when it is new (deliver it), False for a re-send (acknowledge only)."""
+        pid = publish.packet_id
+        if pid in self._awaiting_pubrel:
+            return False
+        self._awaiting_pubrel.add(pid)  # type: ignore[arg-type]
+        return True
+
+    def release(self, pubrel: PubRel, version: int = 5) -> PubComp:
+        """Applies PUBREL; returns the PUBCOMP to send (5.0: 0x92 when the identifier was unknown)."""
+        pid = pubrel.packet_id
+        if pid in self._awaiting_pubrel:
+            self._awaiting_pubrel.discard(pid)
+            return PubComp(pid)
+        return PubComp(pid, 0x92 if version == 5 else 0)
+
+    def clear(self) -> None:
+        self._awaiting_pubrel.clear()
