@@ -95,9 +95,7 @@ class OutgoingFlows:
         if not self.window_open:
             raise LocalProtocolError(f"the peer's receive maximum ({self.receive_maximum}) is reached")
         pid = self._allocate()
-        packet = Publish(
-            publish.topic, publish.payload, publish.qos, publish.retain, False, pid, publish.properties
-        )
+        packet = Publish(publish.topic, publish.payload, publish.qos, publish.retain, False, pid, publish.properties)
         state = FlowState.AWAIT_PUBACK if publish.qos == 1 else FlowState.AWAIT_PUBREC
         self._inflight[pid] = Inflight(packet, state, context)
         return packet
@@ -125,6 +123,10 @@ class OutgoingFlows:
             return entry, None
         entry.state = nxt
         return entry, PubRel(pid)
+
+    def discard(self, packet_id: int) -> Inflight | None:
+        """Ends a flow without an acknowledgement (a message that turned out not to be sendable)."""
+        return self._inflight.pop(packet_id, None)
 
     def resend(self) -> list[Publish | PubRel]:
         """What to send again, in order, after a reconnect: PUBLISH with DUP set, or PUBREL (4.4)."""

@@ -1,0 +1,725 @@
+"""BrokerCore: the whole broker without I/O. Bytes and time go in; bytes for each connection come out.
+
+The network layer calls `open`, `receive`, `connection_lost`, `drained`, `tick` and `shutdown`; after each
+call, the connections in `dirty` have new bytes in their `out` buffer (or want to be closed). Nothing here
+awaits or blocks, so a slow subscriber can never hold up a publisher: deliveries go into buffers and queues
+that are bounded, and what they drop is counted.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .codec import encode
+from .errors import RemoteProtocolError, UnsupportedProtocolVersion
+from .packets import (
+    Auth,
+    ConnAck,
+    Connect,
+    Disconnect,
+    PingReq,
+    PingResp,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+)
+from .properties import EMPTY_PROPERTIES, Properties
+from .reasons import REASONS_BY_PACKET, v3_connack_code
+from .retained import RetainedStore
+from .server import ServerConnection
+from .session import Delivery, Message, QueueLimits, Session, SubscriptionOptions
+from .topics import TopicTrie, parse_shared, topic_filter_error
+
+__all__ = ["NEVER_EXPIRES", "BrokerConfig", "BrokerCore", "BrokerStats", "Notice"]
+
+NEVER_EXPIRES = 0xFFFFFFFF
+_PINGRESP = encode(PingResp())
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    """Limits and features, with mosquitto's defaults and meaning (0 = unlimited where mosquitto says so)."""
+
+    max_keepalive: int = 65535  # 5.0: Server Keep Alive above it; 3.x: refused above it (when < 65535)
+    max_topic_alias: int = 10  # topic aliases a 5.0 client may set
+    receive_maximum: int = 65535  # QoS 1/2 PUBLISH a 5.0 client may have unacknowledged towards us
+    max_inflight: int = 20  # our outgoing QoS 1/2 window for clients that state no Receive Maximum (0: none)
+    max_queued_messages: int = 1000  # per client, while offline or over the window (0: unlimited)
+    max_queued_bytes: int = 0
+    queue_drop_oldest: bool = False
+    max_packet_size: int = 0  # the largest packet we accept (0: the protocol's maximum)
+    max_buffered_bytes: int = 1 << 20  # bytes waiting for a slow socket before QoS 0 is dropped for it
+    retain_available: bool = True
+    sys_interval: float = 10.0  # seconds between $SYS updates (0: none)
+    instance: str = "0"  # makes assigned client identifiers unique across broker runs
+    version: str = "mqtt-cli"
+
+
+@dataclass(slots=True)
+class BrokerStats:
+    started: float = 0.0
+    clients_total: int = 0
+    clients_maximum: int = 0
+    messages_received: int = 0  # every packet, as mosquitto counts
+    messages_sent: int = 0
+    publish_received: int = 0
+    publish_sent: int = 0
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    publish_dropped: int = 0  # lost to a queue or buffer limit, or too large for the client
+    expired: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something worth logging: `kind` is connected, disconnected, refused, protocol-error, dropped..."""
+
+    kind: str
+    client_id: str | None
+    peer: str
+    detail: str = ""
+    reason_code: int | None = None
+
+
+@dataclass(order=True, slots=True)
+class _Timer:
+    when: float
+    seq: int
+    kind: str = field(compare=False)  # "will" or "expire"
+    client_id: str = field(compare=False)
+
+
+class BrokerCore:
+    def __init__(self, config: BrokerConfig | None = None, now: float = 0.0) -> None:
+        self.config = config or BrokerConfig()
+        c = self.config
+        self.sessions: dict[str, Session] = {}
+        self.subscriptions: TopicTrie[SubscriptionOptions] = TopicTrie()
+        self.retained: RetainedStore[Message] = RetainedStore()
+        self.stats = BrokerStats(started=now)
+        self.connections: set[ServerConnection] = set()
+        self.dirty: set[ServerConnection] = set()
+        self.notices: deque[Notice] = deque(maxlen=10_000)
+        self.limits = QueueLimits(c.max_queued_messages, c.max_queued_bytes, c.queue_drop_oldest)
+        self._timers: list[_Timer] = []
+        self._seq = 0
+        self._assigned = 0
+        self._shared_turn: dict[tuple[str, str], int] = {}
+        self._next_sys = now + c.sys_interval if c.sys_interval else None
+
+    # --- the network layer's entry points ------------------------------------------------------------------
+
+    def open(self, peer: str, now: float) -> ServerConnection:
+        conn = ServerConnection(peer, now, self.config.max_packet_size or None)
+        self.connections.add(conn)
+        return conn
+
+    def receive(self, conn: ServerConnection, data: bytes, now: float) -> None:
+        """Handles bytes read from `conn`."""
+        if conn.closed:
+            return
+        conn.last_received = now
+        self.stats.bytes_received += len(data)
+        try:
+            packets = conn.reader.feed(data)
+        except RemoteProtocolError as err:
+            for packet in err.packets:
+                self._handle(conn, packet, now)
+                if conn.closed:
+                    return
+            self._protocol_error(conn, err, now)
+            return
+        for packet in packets:
+            self._handle(conn, packet, now)
+            if conn.closed:
+                return
+
+    def connection_lost(self, conn: ServerConnection, now: float) -> None:
+        """The socket closed or failed. Not a normal DISCONNECT unless one was received first."""
+        if not conn.closed:
+            self._close(conn, now, reason=None, detail="connection lost")
+        self.connections.discard(conn)
+        self.dirty.discard(conn)
+
+    def keepalive_expired(self, conn: ServerConnection, now: float) -> None:
+        if not conn.closed:
+            self._close(conn, now, reason=0x8D, detail="keep alive timeout")
+
+    def drained(self, conn: ServerConnection, now: float) -> None:
+        """The writer emptied `out`: deliveries held back for this connection can go on."""
+        if conn.wants_drain and not conn.closed and conn.session is not None:
+            conn.wants_drain = False
+            self._pump(conn.session, now)
+
+    def tick(self, now: float) -> float | None:
+        """Runs what is due (delayed wills, session expiry, $SYS); returns when to call again."""
+        timers = self._timers
+        while timers and timers[0].when <= now:
+            timer = heapq.heappop(timers)
+            session = self.sessions.get(timer.client_id)
+            if session is None or session.connection is not None:
+                continue
+            if timer.kind == "will" and session.will_at == timer.when:
+                session.will_at = None
+                self._publish_will(session, now)
+            elif timer.kind == "expire" and session.expires_at == timer.when:
+                self._end_session(session, now)
+        if self._next_sys is not None and now >= self._next_sys:
+            self._publish_sys(now)
+            self._next_sys = now + self.config.sys_interval
+        deadlines = [t for t in (timers[0].when if timers else None, self._next_sys) if t is not None]
+        return min(deadlines) if deadlines else None
+
+    def shutdown(self, now: float) -> None:
+        """Server shutting down: 5.0 clients get DISCONNECT 0x8B; wills are published (the close is not normal)."""
+        for conn in list(self.connections):
+            if not conn.closed:
+                self._close(conn, now, reason=0x8B, detail="server shutting down")
+        # Delayed wills are due now: the sessions end with the server.
+        for session in list(self.sessions.values()):
+            if session.will is not None and session.connection is None:
+                self._publish_will(session, now)
+
+    def take_dirty(self) -> set[ServerConnection]:
+        dirty = self.dirty
+        self.dirty = set()
+        return dirty
+
+    # --- dispatch ---------------------------------------------------------------------------------------------
+
+    def _handle(self, conn: ServerConnection, packet: Any, now: float) -> None:
+        self.stats.messages_received += 1
+        kind = type(packet)
+        if kind is Publish:
+            if conn.connected:
+                self._on_publish(conn, packet, now)
+                return
+        elif kind is Connect:
+            self._on_connect(conn, packet, now)
+            return
+        if not conn.connected:
+            self._close(conn, now, reason=None, detail=f"{kind.__name__.upper()} before CONNECT")
+            return
+        handler = self._HANDLERS.get(kind)
+        if handler is None:
+            self._close(conn, now, reason=0x82, detail=f"a client does not send {kind.__name__.upper()}")
+            return
+        handler(self, conn, packet, now)
+
+    def _protocol_error(self, conn: ServerConnection, err: RemoteProtocolError, now: float) -> None:
+        packet = err.packet
+        if isinstance(err, UnsupportedProtocolVersion) and not conn.connected:
+            level = err.details.get("protocol_level", 0)
+            if level >= 5:
+                conn.version = 5
+                self._send(conn, ConnAck(False, 0x84))
+            else:
+                conn.version = 4
+                self._send(conn, ConnAck(False, 1))
+            self._close(conn, now, reason=None, detail=str(err), refused=True)
+            return
+        if err.reason_code == 0x8F and isinstance(packet, Subscribe) and conn.connected and conn.version == 5:
+            # A 5.0 client learns of a bad filter from its SUBACK (0x8F), and keeps its connection.
+            self._on_subscribe(conn, packet, now)
+            return
+        if isinstance(packet, Connect) and not conn.connected:
+            conn.version = packet.protocol_version
+            if conn.version == 5 and err.reason_code in REASONS_BY_PACKET[2]:
+                self._send(conn, ConnAck(False, err.reason_code, Properties(reason_string=str(err)[:200])))
+            self._close(conn, now, reason=None, detail=str(err), refused=True)
+            return
+        self._close(conn, now, reason=err.reason_code, detail=str(err))
+
+    # --- CONNECT ------------------------------------------------------------------------------------------
+
+    def _on_connect(self, conn: ServerConnection, p: Connect, now: float) -> None:
+        if conn.connected:
+            self._close(conn, now, reason=0x82, detail="second CONNECT")
+            return
+        c = self.config
+        conn.version = version = p.protocol_version
+        props = p.properties
+        client_id = p.client_id
+        assigned = None
+        if not client_id:
+            if version == 3 or (version == 4 and not p.clean_start):
+                # 3.1 has no empty ids; 3.1.1 allows one only with a clean session [MQTT-3.1.3-8].
+                self._refuse(conn, 0x85, "empty client identifier without a clean session", now)
+                return
+            self._assigned += 1
+            client_id = f"auto-{c.instance}-{self._assigned}"
+            if version == 5:
+                assigned = client_id
+        if version == 5 and props.authentication_method is not None:
+            self._refuse(conn, 0x8C, f"authentication method {props.authentication_method!r} not supported", now)
+            return
+        keepalive = p.keepalive
+        server_keepalive = None
+        if keepalive > c.max_keepalive or (keepalive == 0 and c.max_keepalive < 65535):
+            if version < 5:
+                self._refuse(conn, 0x85, f"keep alive {keepalive} s is over the maximum {c.max_keepalive} s", now)
+                return
+            keepalive = server_keepalive = c.max_keepalive
+        conn.client_id = client_id
+        conn.keepalive = keepalive
+        self.stats.clients_total += 1
+        # Session take-over (3.1.4-3): the old connection goes, its will according to its delay.
+        session = self.sessions.get(client_id)
+        if session is not None and session.connection is not None:
+            self._close(session.connection, now, reason=0x8E, detail="session taken over")
+            session = self.sessions.get(client_id)  # gone if it was to end with its connection
+        if session is not None and p.clean_start:
+            self._end_session(session, now)
+            session = None
+        session_present = session is not None
+        if session is None:
+            session = Session(client_id, version)
+            self.sessions[client_id] = session
+        else:
+            # A reconnection in time cancels a delayed will (3.1.3.2.2).
+            session.will_at = None
+            session.expires_at = None
+        session.version = version
+        if version == 5:
+            expiry = props.session_expiry_interval or 0
+        else:
+            expiry = 0 if p.clean_start else NEVER_EXPIRES
+        session.expiry_interval = expiry
+        session.will = p.will
+        session.connection = conn
+        conn.session = session
+        receive_maximum = props.receive_maximum if version == 5 else None
+        session.outgoing.receive_maximum = receive_maximum or c.max_inflight or None
+        if version == 5:
+            conn.client_max_packet_size = props.maximum_packet_size
+            conn.topic_alias_maximum = c.max_topic_alias
+            conn.reader.version = 5
+        conn.connected = True
+        ack_props = EMPTY_PROPERTIES
+        if version == 5:
+            named: dict[str, Any] = {}
+            if assigned is not None:
+                named["assigned_client_identifier"] = assigned
+            if server_keepalive is not None:
+                named["server_keep_alive"] = server_keepalive
+            if c.receive_maximum != 65535:
+                named["receive_maximum"] = c.receive_maximum
+            if c.max_topic_alias:
+                named["topic_alias_maximum"] = c.max_topic_alias
+            if c.max_packet_size:
+                named["maximum_packet_size"] = c.max_packet_size
+            if not c.retain_available:
+                named["retain_available"] = 0
+            ack_props = Properties(**named)
+        self._send(conn, ConnAck(session_present, 0, ack_props))
+        connected = sum(1 for s in self.sessions.values() if s.connection is not None)
+        self.stats.clients_maximum = max(self.stats.clients_maximum, connected)
+        self.notices.append(Notice("connected", client_id, conn.peer, f"MQTT level {version}"))
+        if session_present:
+            for packet in session.outgoing.resend():
+                self._send(conn, _strip(packet) if version < 5 and isinstance(packet, Publish) else packet)
+        self._pump(session, now)
+
+    def _refuse(self, conn: ServerConnection, reason_v5: int, detail: str, now: float) -> None:
+        code = reason_v5 if conn.version == 5 else v3_connack_code(reason_v5)
+        self._send(conn, ConnAck(False, code))
+        self._close(conn, now, reason=None, detail=detail, refused=True)
+
+    # --- PUBLISH and its flows --------------------------------------------------------------------------------
+
+    def _on_publish(self, conn: ServerConnection, p: Publish, now: float) -> None:
+        self.stats.publish_received += 1
+        topic = p.topic
+        props = p.properties
+        if props.items:  # 5.0 only: the codec refuses properties before
+            alias = props.topic_alias
+            if alias is not None:
+                if alias > conn.topic_alias_maximum:
+                    self._close(conn, now, reason=0x94, detail=f"topic alias {alias} over the maximum")
+                    return
+                if topic:
+                    conn.aliases_in[alias] = topic
+                else:
+                    known = conn.aliases_in.get(alias)
+                    if known is None:
+                        self._close(conn, now, reason=0x82, detail=f"topic alias {alias} was never set")
+                        return
+                    topic = known
+                props = props.replace(topic_alias=None)
+            if props.subscription_identifier is not None:
+                self._close(conn, now, reason=0x82, detail="PUBLISH from a client with a subscription identifier")
+                return
+        if p.retain and not self.config.retain_available:
+            self._close(conn, now, reason=0x9A, detail="retain is not available")
+            return
+        qos = p.qos
+        if qos == 2:
+            session = conn.session
+            assert session is not None
+            if not session.incoming.publish_received(p):
+                self._send(conn, PubRec(p.packet_id))  # type: ignore[arg-type]  # a re-send: acknowledge only
+                return
+            if len(session.incoming) > self.config.receive_maximum and conn.version == 5:
+                self._close(conn, now, reason=0x93, detail="receive maximum exceeded")
+                return
+        message = Message(topic, p.payload, qos, p.retain, props, conn.client_id, now)
+        matched = self._route(message, now)
+        if qos == 1:
+            code = 0x10 if not matched and conn.version == 5 else 0
+            self._write(conn, encode(PubAck(p.packet_id, code), conn.version))  # type: ignore[arg-type]
+        elif qos == 2:
+            code = 0x10 if not matched and conn.version == 5 else 0
+            self._write(conn, encode(PubRec(p.packet_id, code), conn.version))  # type: ignore[arg-type]
+
+    def _on_puback(self, conn: ServerConnection, p: PubAck | PubRec | PubComp, now: float) -> None:
+        session = conn.session
+        assert session is not None
+        try:
+            _, pubrel = session.outgoing.acknowledge(p)
+        except RemoteProtocolError as err:
+            if conn.version == 5 and isinstance(p, PubRec | PubComp):
+                # 5.0 4.3.3: answer an unknown identifier rather than closing.
+                if isinstance(p, PubRec):
+                    self._send(conn, PubRel(p.packet_id, 0x92))
+                return
+            self._close(conn, now, reason=err.reason_code, detail=str(err))
+            return
+        if pubrel is not None:
+            self._send(conn, pubrel)
+        else:
+            self._pump(session, now)
+
+    def _on_pubrel(self, conn: ServerConnection, p: PubRel, now: float) -> None:
+        session = conn.session
+        assert session is not None
+        self._send(conn, session.incoming.release(p, conn.version))
+
+    def _route(self, message: Message, now: float) -> bool:
+        """Stores a retained message and delivers to every matching subscription; True when any matched."""
+        topic = message.topic
+        if message.retain:
+            if message.payload:
+                self.retained.set(topic, message)
+            else:
+                self.retained.discard(topic)
+        entries = self.subscriptions.match(topic)
+        if not entries:
+            return False
+        origin = message.origin
+        targets: dict[str, tuple[int, bool, tuple[int, ...]]] = {}
+        groups: dict[tuple[str, str], list[Any]] = {}
+        for flt, client_id, opts in entries:
+            if flt[:7] == "$share/":
+                group, real = parse_shared(flt)
+                groups.setdefault((group, real), []).append((client_id, opts))  # type: ignore[arg-type]
+                continue
+            if opts.no_local and client_id == origin:
+                continue
+            sid = (opts.subscription_identifier,) if opts.subscription_identifier else ()
+            prev = targets.get(client_id)  # type: ignore[arg-type]
+            if prev is None:
+                targets[client_id] = (opts.qos, opts.retain_as_published, sid)  # type: ignore[index]
+            else:
+                # Overlapping subscriptions: once, at the highest QoS, with every subscription identifier.
+                targets[client_id] = (max(prev[0], opts.qos), prev[1] or opts.retain_as_published, prev[2] + sid)  # type: ignore[index]
+        for key, members in groups.items():
+            # Shared subscriptions: one member per group, taking turns among those connected.
+            members.sort(key=_first)
+            turn = self._shared_turn.get(key, 0)
+            chosen = None
+            for i in range(len(members)):
+                client_id, opts = members[(turn + i) % len(members)]
+                session = self.sessions.get(client_id)
+                if session is not None and session.connection is not None:
+                    chosen = (client_id, opts)
+                    self._shared_turn[key] = (turn + i + 1) % len(members)
+                    break
+            if chosen is None:
+                chosen = members[turn % len(members)]
+                self._shared_turn[key] = (turn + 1) % len(members)
+            client_id, opts = chosen
+            sid = (opts.subscription_identifier,) if opts.subscription_identifier else ()
+            prev = targets.get(client_id)
+            if prev is None:
+                targets[client_id] = (opts.qos, opts.retain_as_published, sid)
+            else:
+                targets[client_id] = (max(prev[0], opts.qos), prev[1] or opts.retain_as_published, prev[2] + sid)
+        sessions = self.sessions
+        mqos = message.qos
+        mretain = message.retain
+        for client_id, (sub_qos, rap, sids) in targets.items():
+            session = sessions.get(client_id)
+            if session is None:
+                continue
+            self._deliver(session, message, mqos if mqos < sub_qos else sub_qos, mretain and rap, sids, now)
+        return True
+
+    def _deliver(
+        self, session: Session, message: Message, qos: int, retain: bool, sids: tuple[int, ...], now: float
+    ) -> None:
+        conn = session.connection
+        if conn is None or conn.closed:
+            if qos:
+                self._enqueue(session, Delivery(message, qos, retain, sids))
+            return
+        if conn.wants_drain or len(conn.out) >= self.config.max_buffered_bytes:
+            conn.wants_drain = True
+            if qos:
+                self._enqueue(session, Delivery(message, qos, retain, sids))
+            else:
+                self.stats.publish_dropped += 1
+                session.dropped += 1
+            return
+        if qos and (session.queue or not session.outgoing.window_open):
+            self._enqueue(session, Delivery(message, qos, retain, sids))
+            return
+        self._send_message(conn, session, message, qos, retain, sids, now)
+
+    def _send_message(
+        self,
+        conn: ServerConnection,
+        session: Session,
+        message: Message,
+        qos: int,
+        retain: bool,
+        sids: tuple[int, ...],
+        now: float,
+    ) -> None:
+        version = conn.version
+        props = None
+        if version == 5 and (sids or message.expires_at is not None):
+            props = message.delivery_properties(now, sids)
+        pid = None
+        if qos:
+            publish = Publish(message.topic, message.payload, qos, retain, False, None, props or message.properties)
+            pid = session.outgoing.send(publish if version == 5 else _strip(publish), message).packet_id
+        data = message.wire(version, qos, retain, pid, props)
+        limit = conn.client_max_packet_size
+        if limit is not None and len(data) > limit:
+            # 3.1.2.11.4: a packet over the client's maximum is not sent, as if it had been delivered.
+            if pid is not None:
+                session.outgoing.discard(pid)
+            self.stats.publish_dropped += 1
+            session.dropped += 1
+            return
+        self.stats.publish_sent += 1
+        self._write(conn, data)
+
+    def _enqueue(self, session: Session, delivery: Delivery) -> None:
+        if session.enqueue(delivery, self.limits) is not None:
+            self.stats.publish_dropped += 1
+
+    def _pump(self, session: Session, now: float) -> None:
+        """Sends queued deliveries while the client's window and our buffer allow."""
+        conn = session.connection
+        if conn is None or conn.closed:
+            return
+        queue = session.queue
+        outgoing = session.outgoing
+        limit = self.config.max_buffered_bytes
+        while queue and outgoing.window_open:
+            if len(conn.out) >= limit:
+                conn.wants_drain = True
+                return
+            d = session.dequeue()
+            if d.message.expired(now):
+                self.stats.expired += 1
+                continue
+            self._send_message(conn, session, d.message, d.qos, d.retain, d.subscription_ids, now)
+
+    # --- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------------------------------------
+
+    def _on_subscribe(self, conn: ServerConnection, p: Subscribe, now: float) -> None:
+        session = conn.session
+        assert session is not None
+        version = conn.version
+        sid = p.properties.subscription_identifier if version == 5 else None
+        codes = []
+        retained: list[tuple[Message, int, bool, tuple[int, ...]]] = []
+        for sub in p.subscriptions:
+            flt = sub.topic_filter
+            if topic_filter_error(flt) is not None:
+                codes.append(0x8F if version == 5 else 0x80)
+                continue
+            opts = SubscriptionOptions(sub.qos, sub.no_local, sub.retain_as_published, sub.retain_handling, sid)
+            is_new = self.subscriptions.add(flt, session.client_id, opts)
+            session.subscriptions[flt] = opts
+            codes.append(sub.qos)
+            group, real = parse_shared(flt)
+            if group is not None or sub.retain_handling == 2 or (sub.retain_handling == 1 and not is_new):
+                continue  # no retained messages for shared subscriptions (4.8.2) or when not asked for
+            for message in self.retained.match(real):
+                retained.append((message, min(message.qos, sub.qos), True, (sid,) if sid else ()))
+        self._send(conn, SubAck(p.packet_id, tuple(codes)))
+        for message, qos, retain, sids in retained:
+            if message.expired(now):
+                self.retained.discard(message.topic)
+                self.stats.expired += 1
+                continue
+            self._deliver(session, message, qos, retain, sids, now)
+
+    def _on_unsubscribe(self, conn: ServerConnection, p: Unsubscribe, now: float) -> None:
+        session = conn.session
+        assert session is not None
+        codes = []
+        for flt in p.topic_filters:
+            existed = session.subscriptions.pop(flt, None) is not None
+            if existed:
+                self.subscriptions.remove(flt, session.client_id)
+            codes.append(0x00 if existed else 0x11)
+        self._send(conn, UnsubAck(p.packet_id, tuple(codes) if conn.version == 5 else ()))
+
+    def _on_pingreq(self, conn: ServerConnection, p: PingReq, now: float) -> None:
+        self._write(conn, _PINGRESP)
+
+    def _on_disconnect(self, conn: ServerConnection, p: Disconnect, now: float) -> None:
+        session = conn.session
+        assert session is not None
+        if conn.version == 5:
+            expiry = p.properties.session_expiry_interval
+            if expiry is not None:
+                if session.expiry_interval == 0 and expiry != 0:
+                    # [MQTT-3.14.2-2]
+                    self._close(conn, now, reason=0x82, detail="DISCONNECT sets a session expiry after 0")
+                    return
+                session.expiry_interval = expiry
+        if p.reason_code == 0x04:
+            # "Disconnect with Will Message": closed as if abnormally, for the will's sake.
+            self._close(conn, now, reason=None, detail="DISCONNECT with will message")
+            return
+        session.will = None  # a normal disconnection discards the will [MQTT-3.1.2-10]
+        conn.normal_disconnect = True
+        self._close(conn, now, reason=None, detail=f"DISCONNECT 0x{p.reason_code:02X}")
+
+    def _on_auth(self, conn: ServerConnection, p: Auth, now: float) -> None:
+        self._close(conn, now, reason=0x82, detail="AUTH without an authentication method in CONNECT")
+
+    _HANDLERS: ClassVar[dict[type, Any]] = {
+        PubAck: _on_puback,
+        PubRec: _on_puback,
+        PubComp: _on_puback,
+        PubRel: _on_pubrel,
+        Subscribe: _on_subscribe,
+        Unsubscribe: _on_unsubscribe,
+        PingReq: _on_pingreq,
+        Disconnect: _on_disconnect,
+        Auth: _on_auth,
+    }
+
+    # --- closing, wills, session ends -------------------------------------------------------------------------
+
+    def _close(
+        self, conn: ServerConnection, now: float, *, reason: int | None, detail: str, refused: bool = False
+    ) -> None:
+        """Ends a connection: 5.0 DISCONNECT with `reason` when there is one, then the session is detached."""
+        if conn.closed:
+            return
+        if reason is not None and conn.connected and conn.version == 5 and reason in REASONS_BY_PACKET[14]:
+            self._send(conn, Disconnect(reason, Properties(reason_string=detail[:200]) if detail else EMPTY_PROPERTIES))
+        conn.closed = True
+        conn.close_requested = True
+        self.dirty.add(conn)
+        kind = "refused" if refused else "disconnected" if reason is None else "error"
+        self.notices.append(Notice(kind, conn.client_id, conn.peer, detail, reason))
+        session = conn.session
+        if session is None or session.connection is not conn:
+            return
+        session.connection = None
+        if session.will is not None:
+            delay = (session.will.properties.will_delay_interval or 0) if conn.version == 5 else 0
+            if delay and session.expiry_interval:
+                session.will_at = now + delay
+                self._schedule(session.will_at, "will", session.client_id)
+            else:
+                self._publish_will(session, now)
+        if session.expiry_interval == 0:
+            self._end_session(session, now)
+        elif session.expiry_interval != NEVER_EXPIRES:
+            session.expires_at = now + session.expiry_interval
+            self._schedule(session.expires_at, "expire", session.client_id)
+
+    def _end_session(self, session: Session, now: float) -> None:
+        if session.will is not None and session.connection is None and session.will_at is not None:
+            # A delayed will goes out at once when the session ends first (3.1.3.2.2).
+            session.will_at = None
+            self._publish_will(session, now)
+        for flt in session.subscriptions:
+            self.subscriptions.remove(flt, session.client_id)
+        session.subscriptions.clear()
+        if self.sessions.get(session.client_id) is session:
+            del self.sessions[session.client_id]
+
+    def _publish_will(self, session: Session, now: float) -> None:
+        will = session.will
+        session.will = None
+        if will is None:
+            return
+        props = will.properties.replace(will_delay_interval=None) if will.properties.items else EMPTY_PROPERTIES
+        self._route(Message(will.topic, will.payload, will.qos, will.retain, props, session.client_id, now), now)
+
+    def _schedule(self, when: float, kind: str, client_id: str) -> None:
+        self._seq += 1
+        heapq.heappush(self._timers, _Timer(when, self._seq, kind, client_id))
+
+    # --- output ---------------------------------------------------------------------------------------------
+
+    def _send(self, conn: ServerConnection, packet: Any) -> None:
+        self._write(conn, encode(packet, conn.version))
+
+    def _write(self, conn: ServerConnection, data: bytes) -> None:
+        conn.out += data
+        self.stats.messages_sent += 1
+        self.stats.bytes_sent += len(data)
+        self.dirty.add(conn)
+
+    # --- $SYS ---------------------------------------------------------------------------------------------------
+
+    def sys_figures(self, now: float) -> dict[str, str]:
+        s = self.stats
+        connected = sum(1 for x in self.sessions.values() if x.connection is not None)
+        return {
+            "$SYS/broker/version": self.config.version,
+            "$SYS/broker/uptime": f"{int(now - s.started)} seconds",
+            "$SYS/broker/clients/connected": str(connected),
+            "$SYS/broker/clients/disconnected": str(len(self.sessions) - connected),
+            "$SYS/broker/clients/total": str(len(self.sessions)),
+            "$SYS/broker/clients/maximum": str(s.clients_maximum),
+            "$SYS/broker/messages/received": str(s.messages_received),
+            "$SYS/broker/messages/sent": str(s.messages_sent),
+            "$SYS/broker/publish/messages/received": str(s.publish_received),
+            "$SYS/broker/publish/messages/sent": str(s.publish_sent),
+            "$SYS/broker/publish/messages/dropped": str(s.publish_dropped),
+            "$SYS/broker/bytes/received": str(s.bytes_received),
+            "$SYS/broker/bytes/sent": str(s.bytes_sent),
+            "$SYS/broker/subscriptions/count": str(len(self.subscriptions)),
+            "$SYS/broker/retained messages/count": str(len(self.retained)),
+            "$SYS/broker/store/messages/count": str(sum(len(x.queue) for x in self.sessions.values())),
+        }
+
+    def _publish_sys(self, now: float) -> None:
+        for topic, value in self.sys_figures(now).items():
+            old = self.retained.get(topic)
+            if old is not None and old.payload == value.encode():
+                continue  # unchanged: no traffic, as mosquitto
+            self._route(Message(topic, value.encode(), 0, True, EMPTY_PROPERTIES, None, now), now)
+
+
+def _first(item: tuple[Any, ...]) -> Any:
+    return item[0]
+
+
+def _strip(publish: Publish) -> Publish:
+    """3.x has no properties: what is kept for re-sending must encode at 3.x."""
+    if not publish.properties.items:
+        return publish
+    p = publish
+    return Publish(p.topic, p.payload, p.qos, p.retain, p.dup, p.packet_id)

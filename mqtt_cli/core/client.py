@@ -1,0 +1,611 @@
+"""`ClientConnection`: the client side of MQTT 3.1, 3.1.1 and 5.0 as a sans-IO state machine (after h11/wsproto).
+
+    conn = ClientConnection(client_id="c1", version=5, keepalive=30)
+    conn.connect()
+    transport.send(conn.data_to_send(now))
+    conn.receive_data(chunk, now)          # b"" means the peer closed
+    for event in conn.events(): ...        # ConnectionAccepted, MessageReceived, PublishAcknowledged, ...
+    conn.publish("a/b", b"hi", qos=2)      # checks the broker's limits; returns the packet identifier
+    conn.handle_timeout(now)               # at next_deadline(): PINGREQ due, or the broker stopped answering
+
+No sockets, no clock: time comes in as a number (seconds, any origin). One object lives for a whole *session*:
+`connect()` may be called again after `Disconnected`, and the messages in flight are re-sent with DUP when the
+broker still has the session, or handed back in `ConnectionAccepted.unacknowledged` when it does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import Enum
+from typing import Any
+
+from .codec import PacketReader, encode
+from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from .events import (
+    ConnectionAccepted,
+    ConnectionRefused,
+    Disconnected,
+    Event,
+    MessageReceived,
+    PongReceived,
+    PublishAcknowledged,
+    SubscribeAcknowledged,
+    UnsubscribeAcknowledged,
+)
+from .flows import FlowState, IncomingFlows, OutgoingFlows
+from .packets import (
+    Auth,
+    ConnAck,
+    Connect,
+    Disconnect,
+    PingResp,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    SubAck,
+    Subscribe,
+    Subscription,
+    UnsubAck,
+    Unsubscribe,
+    Will,
+)
+from .properties import EMPTY_PROPERTIES, Properties
+from .reasons import reason_name
+from .topics import topic_filter_error, topic_name_error
+
+__all__ = ["ClientConnection", "ClientState"]
+
+# 3.x CONNACK return code -> the 5.0 reason code that means the same.
+_V3_TO_V5_CONNACK = {1: 0x84, 2: 0x85, 3: 0x88, 4: 0x86, 5: 0x87}
+_PINGREQ_BYTES = b"\xc0\x00"
+
+
+class ClientState(Enum):
+    IDLE = "idle"  # before connect(), or after a connection ended: connect() may be called
+    CONNECTING = "connecting"  # CONNECT sent, waiting for CONNACK
+    CONNECTED = "connected"
+    CLOSED = "closed"  # the connection ended; connect() starts a new one on the same session
+
+
+class _Flows(OutgoingFlows):
+    """OutgoingFlows whose identifiers also avoid those of SUBSCRIBE/UNSUBSCRIBE awaiting their answer (2.2.1:
+    one identifier space per direction for every packet in flight)."""
+
+    __slots__ = ("reserved",)
+
+    def __init__(self, receive_maximum: int | None = 65535) -> None:
+        super().__init__(receive_maximum)
+        self.reserved: set[int] = set()
+
+    def _allocate(self) -> int:
+        while True:
+            pid = super()._allocate()
+            if pid not in self.reserved:
+                return pid
+
+
+class ClientConnection:
+    """One MQTT client session over any number of successive connections.
+
+    `version`: 3 (3.1), 4 (3.1.1) or 5. `receive_maximum`, `maximum_packet_size` and `topic_alias_maximum` are
+    this side's limits, announced in CONNECT (5.0) and enforced on what the broker sends. `max_inflight` caps
+    our unacknowledged QoS 1/2 messages when the broker states no (or a larger) receive maximum, as 3.x brokers
+    never do. `auto_topic_aliases` lets publish() use the broker's topic aliases for repeated topics by itself.
+    """
+
+    def __init__(
+        self,
+        client_id: str = "",
+        *,
+        version: int = 5,
+        keepalive: int = 60,
+        clean_start: bool = True,
+        username: str | None = None,
+        password: bytes | None = None,
+        will: Will | None = None,
+        properties: Properties = EMPTY_PROPERTIES,
+        receive_maximum: int = 65535,
+        maximum_packet_size: int | None = None,
+        topic_alias_maximum: int = 0,
+        max_inflight: int | None = None,
+        auto_topic_aliases: bool = False,
+    ) -> None:
+        if version not in (3, 4, 5):
+            raise ValueError(f"version must be 3, 4 or 5, not {version!r}")
+        if not 0 <= keepalive <= 65535:
+            raise ValueError(f"keepalive must be 0..65535 seconds, not {keepalive}")
+        if not 1 <= receive_maximum <= 65535:
+            raise ValueError(f"receive maximum must be 1..65535, not {receive_maximum}")
+        self.client_id = client_id
+        self.version = version
+        self.keepalive = keepalive
+        self.requested_keepalive = keepalive
+        self.clean_start = clean_start
+        self.username = username
+        self.password = password
+        self.will = will
+        self.properties = properties
+        self.receive_maximum = receive_maximum
+        self.maximum_packet_size = maximum_packet_size
+        self.topic_alias_maximum = topic_alias_maximum
+        self.max_inflight = max_inflight
+        self.auto_topic_aliases = auto_topic_aliases
+
+        self.state = ClientState.IDLE
+        self.session_present = False
+        self.connack: ConnAck | None = None
+        # The broker's limits, from CONNACK.
+        self.server_receive_maximum = 65535
+        self.server_maximum_packet_size: int | None = None
+        self.server_topic_alias_maximum = 0
+        self.server_maximum_qos = 2
+        self.server_retain_available = True
+
+        self._flows = _Flows(max_inflight)
+        self._incoming = IncomingFlows()
+        self._pending_subscribe: dict[int, Subscribe] = {}
+        self._pending_unsubscribe: dict[int, Unsubscribe] = {}
+        self._reader = PacketReader(version, max_packet_size=maximum_packet_size)
+        self._out: list[bytes] = []
+        self._events: list[Event] = []
+        self._aliases_in: dict[int, str] = {}  # the broker's aliases, this connection
+        self._aliases_out: dict[int, str] = {}  # ours, this connection: alias -> topic
+        self._auto_alias: dict[str, int] = {}  # topic -> alias, for auto_topic_aliases
+        self._last_sent: float | None = None
+        self._last_received: float | None = None
+        self._ping_sent: float | None = None
+        #: PINGREQ packets sent on this connection (keepalive's and ping()'s): PINGRESPs answer them in order.
+        self.pings_sent = 0
+
+    # --- state --------------------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self.state is ClientState.CONNECTED
+
+    @property
+    def inflight(self) -> int:
+        """Our QoS 1/2 messages not yet acknowledged (including those waiting for PUBCOMP)."""
+        return len(self._flows)
+
+    @property
+    def window_open(self) -> bool:
+        """True when a QoS 1/2 message may be published now without exceeding the broker's receive maximum."""
+        return self._flows.window_open
+
+    @property
+    def pending_requests(self) -> int:
+        """SUBSCRIBE and UNSUBSCRIBE packets still waiting for their answer."""
+        return len(self._pending_subscribe) + len(self._pending_unsubscribe)
+
+    def unacknowledged(self) -> list[tuple[Publish, Any]]:
+        """Our messages in flight with their contexts, in the order they were sent."""
+        return [(e.publish, e.context) for e in self._flows.entries()]
+
+    # --- commands (they queue bytes) ----------------------------------------------------------------------
+
+    def connect(self, *, clean_start: bool | None = None, version: int | None = None) -> None:
+        """Queues CONNECT for a new connection (the first, or one after `Disconnected`)."""
+        if self.state in (ClientState.CONNECTING, ClientState.CONNECTED):
+            raise LocalProtocolError(f"connect() while {self.state.value}")
+        if version is not None:
+            if version not in (3, 4, 5):
+                raise ValueError(f"version must be 3, 4 or 5, not {version!r}")
+            self.version = version
+        if clean_start is not None:
+            self.clean_start = clean_start
+        v = self.version
+        if v == 3 and not self.client_id:
+            raise LocalProtocolError("MQTT 3.1 needs a client identifier (1 to 23 characters)")
+        props = self.properties
+        if v == 5:
+            extra: dict[str, Any] = {}
+            if self.receive_maximum != 65535:
+                extra["receive_maximum"] = self.receive_maximum
+            if self.maximum_packet_size is not None:
+                extra["maximum_packet_size"] = self.maximum_packet_size
+            if self.topic_alias_maximum:
+                extra["topic_alias_maximum"] = self.topic_alias_maximum
+            if extra:
+                props = props.replace(**extra)
+        else:
+            props = EMPTY_PROPERTIES
+        will = self.will
+        if will is not None and v != 5 and will.properties:
+            will = Will(will.topic, will.payload, will.qos, will.retain)
+        packet = Connect(
+            self.client_id,
+            self.clean_start,
+            self.requested_keepalive,
+            self.username,
+            self.password,
+            will,
+            props,
+            v,
+        )
+        data = encode(packet, v)  # raises before any state changes
+        self._reader = PacketReader(v, max_packet_size=self.maximum_packet_size)
+        self._out.clear()
+        self._aliases_in.clear()
+        self._aliases_out.clear()
+        self._auto_alias.clear()
+        self._pending_subscribe.clear()
+        self._pending_unsubscribe.clear()
+        self._flows.reserved.clear()
+        self._ping_sent = None
+        self.pings_sent = 0
+        self._last_received = None
+        self.keepalive = self.requested_keepalive
+        self.connack = None
+        self.state = ClientState.CONNECTING
+        self._out.append(data)
+
+    def publish(
+        self,
+        topic: str,
+        payload: bytes = b"",
+        qos: int = 0,
+        retain: bool = False,
+        properties: Properties = EMPTY_PROPERTIES,
+        *,
+        context: Any = None,
+    ) -> int | None:
+        """Queues a PUBLISH; returns its packet identifier (None for QoS 0).
+
+        Raises LocalProtocolError when the message breaks the protocol or the broker's limits (maximum QoS,
+        retain available, maximum packet size, topic alias maximum) or when the window is closed (check
+        `window_open` first for QoS 1/2). A topic alias in `properties` is used as MQTT 5.0 says: the topic
+        goes on the wire only when the alias is new or points elsewhere.
+        """
+        if self.state is not ClientState.CONNECTED:
+            raise LocalProtocolError(f"publish() while {self.state.value}")
+        if qos > self.server_maximum_qos:
+            raise LocalProtocolError(f"the broker accepts QoS {self.server_maximum_qos} at most, not QoS {qos}")
+        if retain and not self.server_retain_available:
+            raise LocalProtocolError("the broker does not support retained messages")
+        if self.version != 5 and properties:
+            raise LocalProtocolError("message properties need MQTT 5.0")
+        alias = properties.topic_alias if properties else None
+        if alias is not None and alias > self.server_topic_alias_maximum:
+            raise LocalProtocolError(
+                f"topic alias {alias} is above the broker's topic alias maximum ({self.server_topic_alias_maximum})"
+            )
+        if properties and properties.subscription_identifiers:
+            raise LocalProtocolError("a client must not send subscription identifiers in PUBLISH")
+        if err := topic_name_error(topic):
+            raise LocalProtocolError(f"PUBLISH {err}")
+        if qos == 0:
+            packet = Publish(topic, payload, 0, retain, False, None, properties)
+            data = encode(self._on_wire(packet), self.version)
+            self._check_size(data)
+            self._out.append(data)
+            return None
+        if not self._flows.window_open:
+            raise LocalProtocolError(f"{len(self._flows)} messages are in flight: the window is closed")
+        if self.server_maximum_packet_size is not None:
+            self._check_size(encode(Publish(topic, payload, qos, retain, False, 1, properties), self.version))
+        sent = self._flows.send(Publish(topic, payload, qos, retain, False, None, properties), context)
+        self._out.append(encode(self._on_wire(sent), self.version))
+        return sent.packet_id
+
+    def subscribe(self, subscriptions: Iterable[Subscription], properties: Properties = EMPTY_PROPERTIES) -> int:
+        """Queues a SUBSCRIBE; returns its packet identifier (answered by SubscribeAcknowledged)."""
+        self._require_connected("subscribe()")
+        subs = tuple(subscriptions)
+        for sub in subs:
+            if err := topic_filter_error(sub.topic_filter):
+                raise LocalProtocolError(f"SUBSCRIBE {err}")
+        pid = self._allocate_request_id()
+        packet = Subscribe(pid, subs, properties)
+        data = encode(packet, self.version)
+        self._check_size(data)
+        self._flows.reserved.add(pid)
+        self._pending_subscribe[pid] = packet
+        self._out.append(data)
+        return pid
+
+    def unsubscribe(self, topic_filters: Iterable[str], properties: Properties = EMPTY_PROPERTIES) -> int:
+        """Queues an UNSUBSCRIBE; returns its packet identifier (answered by UnsubscribeAcknowledged)."""
+        self._require_connected("unsubscribe()")
+        pid = self._allocate_request_id()
+        packet = Unsubscribe(pid, tuple(topic_filters), properties)
+        data = encode(packet, self.version)
+        self._check_size(data)
+        self._flows.reserved.add(pid)
+        self._pending_unsubscribe[pid] = packet
+        self._out.append(data)
+        return pid
+
+    def ping(self, now: float | None = None) -> None:
+        """Queues a PINGREQ (keepalive sends its own; this one is for callers that want a PINGRESP as a marker)."""
+        self._require_connected("ping()")
+        self._out.append(_PINGREQ_BYTES)
+        self.pings_sent += 1
+        if self._ping_sent is None:
+            self._ping_sent = now if now is not None else (self._last_sent or self._last_received or 0.0)
+
+    def disconnect(self, reason_code: int = 0, properties: Properties = EMPTY_PROPERTIES) -> None:
+        """Queues DISCONNECT and ends the connection (reason code and properties: 5.0 only)."""
+        if self.state is not ClientState.CONNECTED:
+            self.state = ClientState.CLOSED
+            return
+        packet = Disconnect(reason_code, properties) if self.version == 5 else Disconnect()
+        self._out.append(encode(packet, self.version))
+        self._close(reason_code, "disconnected by the client", by_peer=False)
+
+    # --- I/O and time -------------------------------------------------------------------------------------
+
+    def data_to_send(self, now: float | None = None) -> bytes:
+        """The bytes queued so far (and forgets them). `now` tells keepalive when we last sent something."""
+        out = self._out
+        if not out:
+            return b""
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        if now is not None:
+            self._last_sent = now
+        return data
+
+    def receive_data(self, data: bytes, now: float) -> None:
+        """Feeds bytes from the broker (b"" when it closed the connection); events() tells what happened."""
+        if self.state in (ClientState.IDLE, ClientState.CLOSED):
+            return
+        if not data:
+            self._close(0x80, "the broker closed the connection", by_peer=True)
+            return
+        self._last_received = now
+        if self.state is ClientState.CONNECTING and self.version == 5 and data[:2] == b"\x20\x02":
+            # A 3.x CONNACK (two bytes, no property block) in answer to a 5.0 CONNECT: a 3.1.1 broker saying
+            # "unacceptable protocol version" the only way it knows (3.1.1 section 3.1.2.2).
+            code = data[3] if len(data) >= 4 else 1
+            self._refuse(_V3_TO_V5_CONNACK.get(code, 0x84) if code else 0x84, code)
+            return
+        try:
+            packets = self._reader.feed(data)
+        except RemoteProtocolError as err:
+            for packet in err.packets:
+                if self.state is not ClientState.CLOSED:
+                    self._handle(packet, now)
+            if self.state is not ClientState.CLOSED:
+                self._protocol_error(err.reason_code, f"the broker sent a bad packet: {err}")
+            return
+        handle = self._handle
+        for packet in packets:
+            handle(packet, now)
+            if self.state is ClientState.CLOSED:
+                break
+
+    def events(self) -> list[Event]:
+        """The events since the last call, in order."""
+        out = self._events
+        self._events = []
+        return out
+
+    def next_deadline(self) -> float | None:
+        """When handle_timeout() must be called next (None: no timer is running)."""
+        ka = self.keepalive
+        if self.state is not ClientState.CONNECTED or not ka or self._last_received is None:
+            return None
+        dead = self._last_received + 1.5 * ka
+        if self._ping_sent is not None:
+            return dead
+        last = self._last_received if self._last_sent is None else min(self._last_sent, self._last_received)
+        return min(last + ka, dead)
+
+    def handle_timeout(self, now: float) -> None:
+        """Sends PINGREQ when nothing was sent or received for a keepalive period; ends the connection when the
+        broker has said nothing for 1.5 keepalive periods (so a PINGREQ went unanswered for half a period)."""
+        deadline = self.next_deadline()
+        if deadline is None or now < deadline:
+            return
+        assert self._last_received is not None
+        if now >= self._last_received + 1.5 * self.keepalive:
+            self._close(0x8D, f"no answer from the broker for {1.5 * self.keepalive:g} s (keepalive)", by_peer=False)
+            return
+        self._out.append(_PINGREQ_BYTES)
+        self.pings_sent += 1
+        self._ping_sent = now
+
+    # --- internals ----------------------------------------------------------------------------------------
+
+    def _require_connected(self, what: str) -> None:
+        if self.state is not ClientState.CONNECTED:
+            raise LocalProtocolError(f"{what} while {self.state.value}")
+
+    def _allocate_request_id(self) -> int:
+        pid = self._flows._allocate()
+        while pid in self._pending_subscribe or pid in self._pending_unsubscribe:
+            pid = self._flows._allocate()
+        return pid
+
+    def _check_size(self, data: bytes) -> None:
+        limit = self.server_maximum_packet_size
+        if limit is not None and len(data) > limit:
+            raise LocalProtocolError(
+                f"a packet of {len(data)} bytes exceeds the broker's maximum packet size ({limit} bytes)"
+            )
+
+    def _on_wire(self, p: Publish) -> Publish:
+        """The packet as it goes on this connection: with the topic replaced by an alias where one is set."""
+        if self.version != 5 or not self.server_topic_alias_maximum:
+            return p
+        props = p.properties
+        alias = props.topic_alias if props else None
+        if alias is None:
+            if not self.auto_topic_aliases:
+                return p
+            alias = self._auto_alias.get(p.topic)
+            if alias is None:
+                if len(self._auto_alias) >= self.server_topic_alias_maximum:
+                    return p
+                alias = len(self._auto_alias) + 1
+                self._auto_alias[p.topic] = alias
+                self._aliases_out[alias] = p.topic
+                return Publish(
+                    p.topic, p.payload, p.qos, p.retain, p.dup, p.packet_id, props.replace(topic_alias=alias)
+                )
+            return Publish("", p.payload, p.qos, p.retain, p.dup, p.packet_id, props.replace(topic_alias=alias))
+        if self._aliases_out.get(alias) == p.topic:
+            return Publish("", p.payload, p.qos, p.retain, p.dup, p.packet_id, props)
+        old = self._aliases_out.get(alias)
+        if old is not None:
+            self._auto_alias.pop(old, None)
+        self._aliases_out[alias] = p.topic
+        return p
+
+    def _close(
+        self, reason_code: int, reason: str, *, by_peer: bool, properties: Properties = EMPTY_PROPERTIES
+    ) -> None:
+        self.state = ClientState.CLOSED
+        self._ping_sent = None
+        self._events.append(Disconnected(reason_code, reason, by_peer, properties))
+
+    def _protocol_error(self, reason_code: int, reason: str) -> None:
+        """The broker broke the protocol: say why (5.0 DISCONNECT) and end the connection."""
+        if self.version == 5 and self.state is ClientState.CONNECTED:
+            self._out.append(encode(Disconnect(reason_code), 5))
+        self._close(reason_code, reason, by_peer=False)
+
+    def _refuse(self, reason_code: int, return_code: int, properties: Properties = EMPTY_PROPERTIES) -> None:
+        reason = reason_name(reason_code, 2, 5)
+        if properties.reason_string:
+            reason = f"{reason}: {properties.reason_string}"
+        self.state = ClientState.CLOSED
+        self._events.append(ConnectionRefused(reason_code, reason, return_code, properties))
+
+    def _handle(self, packet: Any, now: float) -> None:
+        t = type(packet)
+        if self.state is ClientState.CONNECTING:
+            if t is ConnAck:
+                self._on_connack(packet)
+            else:
+                self._protocol_error(0x82, f"the broker sent {t.__name__.upper()} before CONNACK")
+            return
+        if t is Publish:
+            self._on_publish(packet)
+        elif t is PubAck or t is PubComp or t is PubRec:
+            try:
+                entry, pubrel = self._flows.acknowledge(packet)
+            except ProtocolError as err:
+                self._protocol_error(err.reason_code, f"the broker sent {err}")
+                return
+            if pubrel is not None:
+                self._out.append(encode(pubrel, self.version))
+            else:
+                self._events.append(
+                    PublishAcknowledged(packet.packet_id, packet.reason_code, entry.context, packet.properties)
+                )
+        elif t is PubRel:
+            self._out.append(encode(self._incoming.release(packet, self.version), self.version))
+        elif t is SubAck:
+            if self._pending_subscribe.pop(packet.packet_id, None) is None:
+                self._protocol_error(0x82, f"the broker sent SUBACK for unknown packet identifier {packet.packet_id}")
+                return
+            self._flows.reserved.discard(packet.packet_id)
+            self._events.append(SubscribeAcknowledged(packet.packet_id, packet.reason_codes, packet.properties))
+        elif t is UnsubAck:
+            if self._pending_unsubscribe.pop(packet.packet_id, None) is None:
+                self._protocol_error(0x82, f"the broker sent UNSUBACK for unknown packet identifier {packet.packet_id}")
+                return
+            self._flows.reserved.discard(packet.packet_id)
+            self._events.append(UnsubscribeAcknowledged(packet.packet_id, packet.reason_codes, packet.properties))
+        elif t is PingResp:
+            self._ping_sent = None
+            self._events.append(PongReceived())
+        elif t is Disconnect:
+            reason = reason_name(packet.reason_code, 14, self.version)
+            if packet.properties.reason_string:
+                reason = f"{reason}: {packet.properties.reason_string}"
+            self._close(
+                packet.reason_code, f"the broker disconnected: {reason}", by_peer=True, properties=packet.properties
+            )
+        elif t is Auth:
+            self._protocol_error(0x82, "the broker sent AUTH, but no authentication method was asked for")
+        else:
+            self._protocol_error(0x82, f"the broker sent {t.__name__.upper()}, which only clients send")
+
+    def _on_connack(self, p: ConnAck) -> None:
+        self.connack = p
+        if p.reason_code:
+            if self.version == 5:
+                self._refuse(p.reason_code, p.reason_code, p.properties)
+            else:
+                self._refuse(_V3_TO_V5_CONNACK.get(p.reason_code, 0x80), p.reason_code)
+            return
+        props = p.properties
+        self.state = ClientState.CONNECTED
+        # 3.1 has no session present flag: a broker keeps a session we asked it to keep.
+        present = p.session_present if self.version != 3 else not self.clean_start
+        self.session_present = present
+        receive_max = props.receive_maximum or 65535
+        self.server_receive_maximum = receive_max
+        cap = self.max_inflight
+        self._flows.receive_maximum = min(receive_max, cap) if cap else receive_max
+        self.server_maximum_packet_size = props.maximum_packet_size
+        self.server_topic_alias_maximum = props.topic_alias_maximum or 0
+        self.server_maximum_qos = 2 if props.maximum_qos is None else props.maximum_qos
+        self.server_retain_available = props.retain_available != 0
+        if props.server_keep_alive is not None:
+            self.keepalive = props.server_keep_alive
+        if props.assigned_client_identifier:
+            # Kept for the next connection: the session is found again by this identifier.
+            self.client_id = props.assigned_client_identifier
+        unacknowledged: list[tuple[Publish, Any]] = []
+        if present:
+            for packet in self._flows.resend():
+                if type(packet) is Publish:
+                    self._out.append(encode(self._on_wire(packet), self.version))
+                else:
+                    self._out.append(encode(packet, self.version))
+        else:
+            self._incoming.clear()
+            for entry in self._flows.clear():
+                p0 = entry.publish
+                if entry.state is FlowState.AWAIT_PUBCOMP:
+                    # PUBREC said the broker owns the message (4.3.3): it was delivered, only the release is lost.
+                    self._events.append(PublishAcknowledged(p0.packet_id or 0, 0, entry.context))
+                else:
+                    fresh = Publish(p0.topic, p0.payload, p0.qos, p0.retain, False, None, p0.properties)
+                    unacknowledged.append((fresh, entry.context))
+        self._events.append(ConnectionAccepted(present, p, tuple(unacknowledged)))
+
+    def _on_publish(self, p: Publish) -> None:
+        if self.version == 5 and p.properties:
+            alias = p.properties.topic_alias
+            if alias is not None:
+                if alias > self.topic_alias_maximum:
+                    self._protocol_error(
+                        0x94, f"the broker used topic alias {alias}; ours go up to {self.topic_alias_maximum}"
+                    )
+                    return
+                if p.topic:
+                    self._aliases_in[alias] = p.topic
+                    topic = p.topic
+                else:
+                    known = self._aliases_in.get(alias)
+                    if known is None:
+                        self._protocol_error(0x82, f"the broker used topic alias {alias} before setting it")
+                        return
+                    topic = known
+                p = Publish(
+                    topic, p.payload, p.qos, p.retain, p.dup, p.packet_id, p.properties.replace(topic_alias=None)
+                )
+        elif not p.topic:
+            self._protocol_error(0x82, "the broker sent a PUBLISH without a topic")
+            return
+        qos = p.qos
+        if qos == 0:
+            self._events.append(MessageReceived(p))
+        elif qos == 1:
+            self._out.append(encode(PubAck(p.packet_id), self.version))  # type: ignore[arg-type]
+            self._events.append(MessageReceived(p))
+        else:
+            new = self._incoming.publish_received(p)
+            if len(self._incoming) > self.receive_maximum:
+                self._protocol_error(0x93, f"the broker sent more than {self.receive_maximum} unacknowledged messages")
+                return
+            self._out.append(encode(PubRec(p.packet_id), self.version))  # type: ignore[arg-type]
+            if new:
+                self._events.append(MessageReceived(p))

@@ -1,0 +1,117 @@
+"""What a `ClientConnection` reports to its owner: one small frozen dataclass per kind of event.
+
+The net layer (or a test) reads them from `ClientConnection.events()` after feeding bytes or time in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .packets import ConnAck, Publish
+from .properties import EMPTY_PROPERTIES, Properties
+
+__all__ = [
+    "ConnectionAccepted",
+    "ConnectionRefused",
+    "Disconnected",
+    "Event",
+    "MessageReceived",
+    "PongReceived",
+    "PublishAcknowledged",
+    "SubscribeAcknowledged",
+    "UnsubscribeAcknowledged",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionAccepted:
+    """CONNACK with success. `unacknowledged` holds the QoS 1/2 messages of a session the broker no longer has
+    (session present unset although we had messages in flight): the owner publishes them again, if it wants."""
+
+    session_present: bool
+    connack: ConnAck
+    unacknowledged: tuple[tuple[Publish, Any], ...] = ()
+
+    @property
+    def properties(self) -> Properties:
+        return self.connack.properties
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionRefused:
+    """CONNACK with a failure: the 5.0 reason code (3.x return codes are mapped to it) and what the broker said.
+
+    `return_code` is the code as received (a 3.x return code on a 3.x connection)."""
+
+    reason_code: int
+    reason: str
+    return_code: int
+    properties: Properties = EMPTY_PROPERTIES
+
+
+@dataclass(frozen=True, slots=True)
+class MessageReceived:
+    """An application message from the broker (a QoS 2 message is reported once, however often it is re-sent).
+
+    The topic is resolved when the broker used a topic alias; `publish.properties` no longer holds the alias."""
+
+    publish: Publish
+
+    @property
+    def topic(self) -> str:
+        return self.publish.topic
+
+    @property
+    def payload(self) -> bytes:
+        return self.publish.payload
+
+
+@dataclass(frozen=True, slots=True)
+class PublishAcknowledged:
+    """The end of a QoS 1/2 flow: PUBACK, PUBCOMP, or a PUBREC with a failure code (>= 0x80)."""
+
+    packet_id: int
+    reason_code: int
+    context: Any = None  # what the owner passed to publish()
+    properties: Properties = EMPTY_PROPERTIES
+
+    @property
+    def ok(self) -> bool:
+        return self.reason_code < 0x80
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeAcknowledged:
+    packet_id: int
+    reason_codes: tuple[int, ...]  # granted QoS (0-2) or a failure (>= 0x80), one per filter
+    properties: Properties = EMPTY_PROPERTIES
+
+
+@dataclass(frozen=True, slots=True)
+class UnsubscribeAcknowledged:
+    packet_id: int
+    reason_codes: tuple[int, ...] = ()  # 5.0 only
+    properties: Properties = EMPTY_PROPERTIES
+
+
+@dataclass(frozen=True, slots=True)
+class PongReceived:
+    """PINGRESP: the answer to a PINGREQ (a broker sends it after what it queued before, e.g. retained messages)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnected:
+    """The connection is over. `by_peer`: the broker sent DISCONNECT or closed; otherwise we decided (a protocol
+    error of the broker's, keepalive expired, our own disconnect()). The transport should be closed now."""
+
+    reason_code: int
+    reason: str
+    by_peer: bool
+    properties: Properties = field(default=EMPTY_PROPERTIES)
+
+
+Event = (
+    ConnectionAccepted | ConnectionRefused | MessageReceived | PublishAcknowledged | SubscribeAcknowledged
+    | UnsubscribeAcknowledged | PongReceived | Disconnected
+)  # fmt: skip

@@ -1,0 +1,67 @@
+"""The broker's view of one network connection: its reader, its state in the protocol, its outgoing bytes.
+
+`BrokerCore` (broker.py) drives it; the network layer only moves bytes: it feeds what it reads to
+`BrokerCore.receive`, writes out what accumulates in `out`, and closes the socket once `close_requested` is set
+and `out` is empty.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .codec import PacketReader
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["ServerConnection"]
+
+
+class ServerConnection:
+    __slots__ = (
+        "aliases_in",
+        "client_id",
+        "client_max_packet_size",
+        "close_requested",
+        "closed",
+        "connected",
+        "context",
+        "keepalive",
+        "last_received",
+        "normal_disconnect",
+        "out",
+        "peer",
+        "reader",
+        "session",
+        "topic_alias_maximum",
+        "version",
+        "wants_drain",
+    )
+
+    def __init__(self, peer: str, now: float, max_packet_size: int | None) -> None:
+        self.peer = peer  # "host:port", for logs
+        self.reader = PacketReader(None, max_packet_size=max_packet_size)
+        self.version = 4  # until the CONNECT says otherwise
+        self.client_id: str | None = None
+        self.session: Session | None = None
+        self.connected = False  # CONNECT accepted
+        self.closed = False  # no more input is processed
+        self.close_requested = False  # the network layer closes once `out` is written
+        self.normal_disconnect = False
+        self.keepalive = 0  # seconds, as granted
+        self.last_received = now
+        self.out = bytearray()  # bytes waiting for the writer
+        self.wants_drain = False  # deliveries wait for `out` to drain below the broker's limit
+        self.aliases_in: dict[int, str] = {}  # 5.0 topic aliases set by the client
+        self.topic_alias_maximum = 0  # ours, as announced in CONNACK
+        self.client_max_packet_size: int | None = None  # 5.0: the client's Maximum Packet Size
+        self.context: Any = None  # the network layer's own bookkeeping
+
+    def keepalive_deadline(self) -> float | None:
+        """When the connection is to be closed for silence (1.5 times the keep alive, 3.1.2.10)."""
+        if not self.keepalive or self.closed:
+            return None
+        return self.last_received + 1.5 * self.keepalive
+
+    def __repr__(self) -> str:
+        return f"<ServerConnection {self.client_id!r} from {self.peer}>"

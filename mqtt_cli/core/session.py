@@ -1,0 +1,167 @@
+"""What the broker keeps for a client beyond one connection: subscriptions, QoS 1/2 flows, the offline queue.
+
+A `Message` is one application message inside the broker. It is built once per PUBLISH received and shared by
+every subscriber it goes to; its wire form is encoded once per variant (protocol family, QoS, retain flag, extra
+properties) and reused, only the packet identifier differing between QoS 1/2 deliveries.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from .codec import encode
+from .flows import IncomingFlows, OutgoingFlows
+from .packets import Publish, Will
+from .properties import EMPTY_PROPERTIES, Properties
+
+__all__ = ["Delivery", "Message", "QueueLimits", "Session", "SubscriptionOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionOptions:
+    """What a client asked for with one topic filter."""
+
+    qos: int = 0
+    no_local: bool = False
+    retain_as_published: bool = False
+    retain_handling: int = 0
+    subscription_identifier: int | None = None
+
+
+class Message:
+    """An application message held by the broker, with its encodings cached per variant."""
+
+    __slots__ = ("_wire", "expires_at", "origin", "payload", "properties", "qos", "received_at", "retain", "topic")
+
+    def __init__(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        properties: Properties,
+        origin: str | None,
+        received_at: float,
+    ) -> None:
+        self.topic = topic
+        self.payload = payload
+        self.qos = qos
+        self.retain = retain
+        self.properties = properties  # as received, minus the topic alias (a per-connection matter)
+        self.origin = origin  # client id of the publisher (None: the broker itself, e.g. $SYS)
+        self.received_at = received_at
+        expiry = properties.message_expiry_interval if properties.items else None
+        self.expires_at = received_at + expiry if expiry is not None else None
+        self._wire: dict[Any, tuple[bytes, bytes]] = {}
+
+    @property
+    def size(self) -> int:
+        return len(self.payload) + len(self.topic)
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
+    def delivery_properties(self, now: float, subscription_ids: tuple[int, ...]) -> Properties:
+        """The properties of this message as sent to one subscriber (5.0 3.3.2.3.3, 3.3.4)."""
+        props = self.properties
+        if self.expires_at is not None:
+            remaining = max(0, int(self.expires_at - now + 0.999999))
+            if remaining != props.message_expiry_interval:
+                props = props.replace(message_expiry_interval=remaining)
+        if subscription_ids:
+            props = props.replace(subscription_identifiers=subscription_ids)
+        return props
+
+    def wire(self, version: int, qos: int, retain: bool, packet_id: int | None, props: Properties | None) -> bytes:
+        """The PUBLISH bytes for one delivery. Encoded once per variant; QoS 1/2 splice in the packet id."""
+        v5 = version == 5
+        if not v5:
+            props = EMPTY_PROPERTIES
+        elif props is None:
+            props = self.properties
+        key = (v5, qos, retain, props.items if props.items else None)
+        parts = self._wire.get(key)
+        if parts is None:
+            # Encode with packet id 0xFFFF and cut around it: the id sits right after the topic.
+            raw = encode(Publish(self.topic, self.payload, qos, retain, False, 0xFFFF if qos else None, props), version)
+            if qos:
+                cut = _topic_end(raw)
+                parts = (raw[:cut], raw[cut + 2 :])
+            else:
+                parts = (raw, b"")
+            if len(self._wire) < 8:  # a handful of variants; more would be one per subscriber
+                self._wire[key] = parts
+        if qos:
+            return b"".join((parts[0], packet_id.to_bytes(2, "big"), parts[1]))  # type: ignore[union-attr]
+        return parts[0]
+
+
+def _topic_end(raw: bytes) -> int:
+    """Offset of the byte after the topic name in an encoded PUBLISH."""
+    pos = 1
+    while raw[pos] & 0x80:
+        pos += 1
+    pos += 1
+    return pos + 2 + ((raw[pos] << 8) | raw[pos + 1])
+
+
+@dataclass(slots=True)
+class Delivery:
+    """A message waiting in a session's queue for one client, with what it is to be sent as."""
+
+    message: Message
+    qos: int
+    retain: bool
+    subscription_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """mosquitto's meaning: 0 is unlimited. `drop_oldest` makes room instead of refusing the new message."""
+
+    max_messages: int = 1000
+    max_bytes: int = 0
+    drop_oldest: bool = False
+
+
+@dataclass(slots=True)
+class Session:
+    client_id: str
+    version: int = 4
+    subscriptions: dict[str, SubscriptionOptions] = field(default_factory=dict)
+    outgoing: OutgoingFlows = field(default_factory=OutgoingFlows)
+    incoming: IncomingFlows = field(default_factory=IncomingFlows)
+    queue: deque[Delivery] = field(default_factory=deque)
+    queued_bytes: int = 0
+    dropped: int = 0  # messages this session lost to its limits (also counted broker-wide)
+    expiry_interval: int = 0  # seconds the session outlives its connection; 0xFFFFFFFF: never expires
+    expires_at: float | None = None  # set while disconnected
+    will: Will | None = None
+    will_at: float | None = None  # a delayed will pending since the connection closed
+    connection: Any = None  # the ServerConnection while connected
+
+    def enqueue(self, delivery: Delivery, limits: QueueLimits) -> Delivery | None:
+        """Queues a delivery within the limits; returns the delivery dropped to respect them, if any."""
+        size = delivery.message.size
+        over_count = limits.max_messages and len(self.queue) >= limits.max_messages
+        over_bytes = limits.max_bytes and self.queued_bytes + size > limits.max_bytes
+        if over_count or over_bytes:
+            if not limits.drop_oldest or not self.queue:
+                self.dropped += 1
+                return delivery
+            oldest = self.queue.popleft()
+            self.queued_bytes -= oldest.message.size
+            self.dropped += 1
+            self.queue.append(delivery)
+            self.queued_bytes += size
+            return oldest
+        self.queue.append(delivery)
+        self.queued_bytes += size
+        return None
+
+    def dequeue(self) -> Delivery:
+        delivery = self.queue.popleft()
+        self.queued_bytes -= delivery.message.size
+        return delivery
