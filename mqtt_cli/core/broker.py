@@ -180,14 +180,17 @@ class BrokerCore:
         return min(deadlines) if deadlines else None
 
     def shutdown(self, now: float) -> None:
-        """Server shutting down: 5.0 clients get DISCONNECT 0x8B; wills are published (the close is not normal)."""
+        """Server shutting down: wills are published (the close is not normal), then 5.0 clients get 0x8B.
+
+        Wills go first, while every subscriber is still connected to receive them; sessions end with the server,
+        so will delays do not apply.
+        """
+        for session in list(self.sessions.values()):
+            if session.will is not None:
+                self._publish_will(session, now)
         for conn in list(self.connections):
             if not conn.closed:
                 self._close(conn, now, reason=0x8B, detail="server shutting down")
-        # Delayed wills are due now: the sessions end with the server.
-        for session in list(self.sessions.values()):
-            if session.will is not None and session.connection is None:
-                self._publish_will(session, now)
 
     def take_dirty(self) -> set[ServerConnection]:
         dirty = self.dirty
