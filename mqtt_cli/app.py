@@ -11,7 +11,7 @@ import typer
 import typer.completion
 
 from mqtt_cli import COMPLETE_VAR, PROG_NAME, version_text
-from mqtt_cli.commands import completions
+from mqtt_cli.commands import completions, serve
 
 HELP = """\
 One command for everything around MQTT.
@@ -53,6 +53,7 @@ def root(
 
 # The command table: one line per command, implemented in mqtt_cli/commands/<name>.py.
 app.command("completions", no_args_is_help=True)(completions.completions)
+app.command("serve")(serve.serve)
 
 
 def run(args: list[str]) -> NoReturn:
