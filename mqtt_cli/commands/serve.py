@@ -154,7 +154,10 @@ def serve(
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 20, 20)
+    error = None
     try:
         trio.run(main)
-    except ServerError as exc:
-        fail(str(exc))
+    except* ServerError as group:  # raised inside the nursery, hence grouped
+        error = str(group.exceptions[0])
+    if error is not None:
+        fail(error)

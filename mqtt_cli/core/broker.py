@@ -150,6 +150,12 @@ class BrokerCore:
         self.connections.discard(conn)
         self.dirty.discard(conn)
 
+    def internal_error(self, conn: ServerConnection, now: float, detail: str) -> None:
+        """Handling this connection's input failed unexpectedly: close it (5.0: 0x83), keep everything else."""
+        if not conn.closed:
+            self._close(conn, now, reason=0x83, detail=f"internal error: {detail}")
+        self.connection_lost(conn, now)
+
     def keepalive_expired(self, conn: ServerConnection, now: float) -> None:
         if not conn.closed:
             self._close(conn, now, reason=0x8D, detail="keep alive timeout")
@@ -323,7 +329,7 @@ class BrokerCore:
             if not c.retain_available:
                 named["retain_available"] = 0
             ack_props = Properties(**named)
-        self._send(conn, ConnAck(session_present, 0, ack_props))
+        self._send(conn, ConnAck(session_present and version > 3, 0, ack_props))  # 3.1 has no such flag
         connected = sum(1 for s in self.sessions.values() if s.connection is not None)
         self.stats.clients_maximum = max(self.stats.clients_maximum, connected)
         self.notices.append(Notice("connected", client_id, conn.peer, f"MQTT level {version}"))

@@ -197,6 +197,9 @@ class BrokerServer:
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     core.connection_lost(conn, trio.current_time())
                     self._flush()
+                except Exception as exc:  # a bug must cost one connection, never the broker
+                    core.internal_error(conn, trio.current_time(), f"{type(exc).__name__}: {exc}")
+                    self._flush()
                 # The reader is done: the writer sends what is left (a DISCONNECT, a CONNACK), then stops.
                 net.wake()
                 with trio.move_on_after(DRAIN_ON_SHUTDOWN):

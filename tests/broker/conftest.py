@@ -1,0 +1,97 @@
+"""Our broker as a real process (`mqtt serve`), started like the mosquitto fixtures of tests/brokers.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.brokers import HOST, Broker, free_port, start_mosquitto, wait_for_port
+
+
+def start_ours(workdir: Path, *args: str, tls: bool = False) -> Broker:
+    """`mqtt serve` on a free port in `workdir`; `restart()` brings it back on the same port."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    ca_path = None
+    listen = ["--port", str(port)]
+    extra: dict[str, Any] = {}
+    if tls:
+        from tests.brokers import _make_certs
+
+        ca_path = _make_certs(workdir)
+        tls_port = free_port()
+        extra["tls_port"] = tls_port
+        listen = [
+            "--listen",
+            f"mqtt://{HOST}:{port}",
+            "--listen",
+            f"mqtts://{HOST}:{tls_port}",
+            "--tls-cert",
+            str(workdir / "server.pem"),
+            "--tls-key",
+            str(workdir / "server.key"),
+        ]
+    ready = workdir / "ready.json"
+
+    def launch() -> subprocess.Popen[Any]:
+        ready.unlink(missing_ok=True)
+        log = (workdir / "serve.log").open("ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mqtt_cli", "serve", *listen, "--ready-file", str(ready), "-v", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"mqtt serve did not start: {(workdir / 'serve.log').read_text()[-2000:]}")
+            time.sleep(0.02)
+        assert json.loads(ready.read_text())["listeners"][0]["port"] == port
+        wait_for_port(port, proc, 5)
+        return proc
+
+    return Broker("ours", HOST, port, workdir, launch, launch(), ca_path=ca_path, extra=extra)
+
+
+@pytest.fixture(scope="module")
+def ours(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    broker = start_ours(tmp_path_factory.mktemp("ours"), "--sys-interval", "1")
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="module")
+def mosq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """A mosquitto of this module's own (sessions and retained messages do not leak between modules)."""
+    broker = start_mosquitto(tmp_path_factory.mktemp("mosq"))
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(params=["ours", "mosquitto"])
+def any_broker(request: pytest.FixtureRequest, ours: Broker, mosq: Broker) -> Broker:
+    """Each test runs against our broker and against mosquitto: the same scenario, the same result."""
+    return ours if request.param == "ours" else mosq
+
+
+@pytest.fixture
+def our_factory(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
+    started: list[Broker] = []
+
+    def factory(*args: str, **kw: Any) -> Broker:
+        broker = start_ours(tmp_path / f"ours{len(started)}", *args, **kw)
+        started.append(broker)
+        return broker
+
+    yield factory
+    for broker in started:
+        broker.stop()
