@@ -107,6 +107,7 @@ class BrokerCore:
         self.retained: RetainedStore[Message] = RetainedStore()
         self.stats = BrokerStats(started=now)
         self.connections: set[ServerConnection] = set()
+        self.connected = 0  # sessions with a connection
         self.dirty: set[ServerConnection] = set()
         self.notices: deque[Notice] = deque(maxlen=10_000)
         self.limits = QueueLimits(c.max_queued_messages, c.max_queued_bytes, c.queue_drop_oldest)
@@ -305,6 +306,7 @@ class BrokerCore:
         session.expiry_interval = expiry
         session.will = p.will
         session.connection = conn
+        self.connected += 1
         conn.session = session
         receive_maximum = props.receive_maximum if version == 5 else None
         session.outgoing.receive_maximum = receive_maximum or c.max_inflight or None
@@ -330,8 +332,7 @@ class BrokerCore:
                 named["retain_available"] = 0
             ack_props = Properties(**named)
         self._send(conn, ConnAck(session_present and version > 3, 0, ack_props))  # 3.1 has no such flag
-        connected = sum(1 for s in self.sessions.values() if s.connection is not None)
-        self.stats.clients_maximum = max(self.stats.clients_maximum, connected)
+        self.stats.clients_maximum = max(self.stats.clients_maximum, self.connected)
         self.notices.append(Notice("connected", client_id, conn.peer, f"MQTT level {version}"))
         if session_present:
             for packet in session.outgoing.resend():
@@ -643,6 +644,7 @@ class BrokerCore:
         if session is None or session.connection is not conn:
             return
         session.connection = None
+        self.connected -= 1
         if session.will is not None:
             delay = (session.will.properties.will_delay_interval or 0) if conn.version == 5 else 0
             if delay and session.expiry_interval:
@@ -694,7 +696,7 @@ class BrokerCore:
 
     def sys_figures(self, now: float) -> dict[str, str]:
         s = self.stats
-        connected = sum(1 for x in self.sessions.values() if x.connection is not None)
+        connected = self.connected
         return {
             "$SYS/broker/version": self.config.version,
             "$SYS/broker/uptime": f"{int(now - s.started)} seconds",

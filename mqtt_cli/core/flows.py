@@ -157,29 +157,33 @@ class IncomingFlows:
     __slots__ = ("_awaiting_pubrel",)
 
     def __init__(self) -> None:
-        self._awaiting_pubrel: set[int] = set()
+        self._awaiting_pubrel: set[int] | None = None  # created on first use: most clients never send QoS 2
 
     def __len__(self) -> int:
-        return len(self._awaiting_pubrel)
+        return len(self._awaiting_pubrel) if self._awaiting_pubrel else 0
 
     def __contains__(self, packet_id: int) -> bool:
-        return packet_id in self._awaiting_pubrel
+        return bool(self._awaiting_pubrel) and packet_id in self._awaiting_pubrel  # type: ignore[operator]
 
     def publish_received(self, publish: Publish) -> bool:
         """Records a QoS 2 PUBLISH; True when it is new (deliver it), False for a re-send (acknowledge only)."""
-        pid = publish.packet_id
-        if pid in self._awaiting_pubrel:
+        pid: int = publish.packet_id  # type: ignore[assignment]
+        awaiting = self._awaiting_pubrel
+        if awaiting is None:
+            awaiting = self._awaiting_pubrel = set()
+        elif pid in awaiting:
             return False
-        self._awaiting_pubrel.add(pid)  # type: ignore[arg-type]
+        awaiting.add(pid)
         return True
 
     def release(self, pubrel: PubRel, version: int = 5) -> PubComp:
         """Applies PUBREL; returns the PUBCOMP to send (5.0: 0x92 when the identifier was unknown)."""
         pid = pubrel.packet_id
-        if pid in self._awaiting_pubrel:
-            self._awaiting_pubrel.discard(pid)
+        awaiting = self._awaiting_pubrel
+        if awaiting and pid in awaiting:
+            awaiting.discard(pid)
             return PubComp(pid)
         return PubComp(pid, 0x92 if version == 5 else 0)
 
     def clear(self) -> None:
-        self._awaiting_pubrel.clear()
+        self._awaiting_pubrel = None

@@ -133,7 +133,9 @@ class Session:
     subscriptions: dict[str, SubscriptionOptions] = field(default_factory=dict)
     outgoing: OutgoingFlows = field(default_factory=OutgoingFlows)
     incoming: IncomingFlows = field(default_factory=IncomingFlows)
-    queue: deque[Delivery] = field(default_factory=deque)
+    # Empty most of the time: a shared empty tuple until something is queued (an empty deque is 600 bytes,
+    # and a broker holds a session per connected client).
+    queue: deque[Delivery] | tuple[()] = ()
     queued_bytes: int = 0
     dropped: int = 0  # messages this session lost to its limits (also counted broker-wide)
     expiry_interval: int = 0  # seconds the session outlives its connection; 0xFFFFFFFF: never expires
@@ -145,23 +147,29 @@ class Session:
     def enqueue(self, delivery: Delivery, limits: QueueLimits) -> Delivery | None:
         """Queues a delivery within the limits; returns the delivery dropped to respect them, if any."""
         size = delivery.message.size
+        if not self.queue:
+            self.queue = deque()
+        queue: deque[Delivery] = self.queue  # type: ignore[assignment]
         over_count = limits.max_messages and len(self.queue) >= limits.max_messages
         over_bytes = limits.max_bytes and self.queued_bytes + size > limits.max_bytes
         if over_count or over_bytes:
-            if not limits.drop_oldest or not self.queue:
+            if not limits.drop_oldest or not queue:
                 self.dropped += 1
                 return delivery
-            oldest = self.queue.popleft()
+            oldest = queue.popleft()
             self.queued_bytes -= oldest.message.size
             self.dropped += 1
-            self.queue.append(delivery)
+            queue.append(delivery)
             self.queued_bytes += size
             return oldest
-        self.queue.append(delivery)
+        queue.append(delivery)
         self.queued_bytes += size
         return None
 
     def dequeue(self) -> Delivery:
-        delivery = self.queue.popleft()
+        queue: deque[Delivery] = self.queue  # type: ignore[assignment]
+        delivery = queue.popleft()
         self.queued_bytes -= delivery.message.size
+        if not queue:
+            self.queue = ()
         return delivery

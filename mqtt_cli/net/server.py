@@ -28,6 +28,8 @@ __all__ = ["Listener", "ServeOptions", "ServerError", "parse_listen_url", "serve
 READ_SIZE = 65536
 CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send its CONNECT
 DRAIN_ON_SHUTDOWN = 2.0  # seconds writers get to send the last DISCONNECTs and wills
+WRITER_LINGER = 1.0  # seconds a writer waits for more output before it ends
+SWEEP_INTERVAL = 0.5  # seconds between keep-alive checks (a late close by half a second is within the spec)
 
 
 class ServerError(Exception):
@@ -98,17 +100,19 @@ def tls_context(options: ServeOptions) -> ssl.SSLContext:
 
 
 class _Conn:
-    """The network side of one connection: its stream, the writer's wake-up, and its end."""
+    """The network side of one connection: its stream, and its writer while one runs.
 
-    __slots__ = ("done", "event", "stream")
+    An idle connection costs one task (its reader): a writer task is started when output appears and stays
+    a moment after its buffer empties (so a busy subscriber keeps one), then ends.
+    """
+
+    __slots__ = ("closing", "stream", "wake", "writing")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
-        self.event = trio.Event()
-        self.done = trio.Event()  # the writer has sent everything and stopped
-
-    def wake(self) -> None:
-        self.event.set()
+        self.writing = False
+        self.wake: trio.Event | None = None  # set to hand a lingering writer more output
+        self.closing: trio.Event | None = None  # the reader waits on it for the writer's last bytes
 
 
 class BrokerServer:
@@ -118,65 +122,62 @@ class BrokerServer:
         self.active = 0
         self.bound: list[Listener] = []
         self._ticker_wake = trio.Event()
+        self._nursery: trio.Nursery | None = None  # where writers run; set by run() (or a test)
 
     # --- plumbing ------------------------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        """Wakes the writers of connections with output, and reports what the core noticed."""
+        """Starts or wakes the writers of connections with output, and reports what the core noticed."""
         core = self.core
         if core.dirty:
+            nursery = self._nursery
+            assert nursery is not None
             for conn in core.take_dirty():
-                if conn.context is not None:
-                    conn.context.wake()
-        if core.notices and self.options.on_notice is not None:
+                net = conn.context
+                if net is None:
+                    continue
+                if not net.writing:
+                    net.writing = True
+                    nursery.start_soon(self._writer, conn, net)
+                elif net.wake is not None:
+                    net.wake.set()
+        if core.notices:
+            report = self.options.on_notice
             while core.notices:
-                self.options.on_notice(core.notices.popleft())
-        elif core.notices:
-            core.notices.clear()
-
-    async def _reader(self, conn: ServerConnection, stream: trio.abc.Stream, opened: float) -> None:
-        core = self.core
-        while not conn.closed:
-            if conn.connected:
-                deadline = conn.keepalive_deadline() or math.inf
-            else:
-                deadline = opened + CONNECT_TIMEOUT
-            with trio.move_on_at(deadline):
-                try:
-                    data = await stream.receive_some(READ_SIZE)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    data = b""
-                if not data:
-                    core.connection_lost(conn, trio.current_time())
-                    self._flush()
-                    return
-                core.receive(conn, data, trio.current_time())
-                self._flush()
-                self._ticker_wake.set()  # a will delay or session expiry may now be the next deadline
-                continue
-            # The deadline passed with nothing read.
-            if conn.connected:
-                core.keepalive_expired(conn, trio.current_time())
-            else:
-                core.connection_lost(conn, trio.current_time())
-            self._flush()
-            return
+                notice = core.notices.popleft()
+                if report is not None:
+                    report(notice)
 
     async def _writer(self, conn: ServerConnection, net: _Conn) -> None:
         core = self.core
         stream = net.stream
-        while True:
-            await net.event.wait()
-            net.event = trio.Event()
-            while conn.out:
-                data = bytes(conn.out)
-                conn.out.clear()
-                await stream.send_all(data)
-                if conn.wants_drain:
-                    core.drained(conn, trio.current_time())
-                    self._flush()
-            if conn.close_requested:
-                return
+        try:
+            while True:
+                while conn.out:
+                    data = bytes(conn.out)
+                    conn.out.clear()
+                    await stream.send_all(data)
+                    if conn.wants_drain:
+                        core.drained(conn, trio.current_time())
+                        self._flush()
+                if conn.close_requested:
+                    await stream.aclose()  # the reader sees the stream closed and ends
+                    return
+                net.wake = trio.Event()
+                with trio.move_on_after(WRITER_LINGER):
+                    await net.wake.wait()
+                net.wake = None
+                if not conn.out and not conn.close_requested:
+                    return
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            core.connection_lost(conn, trio.current_time())
+            self._flush()
+            with contextlib.suppress(Exception):
+                await trio.aclose_forcefully(stream)
+        finally:
+            net.writing = False
+            if net.closing is not None:
+                net.closing.set()
 
     async def _handle(self, stream: trio.abc.Stream) -> None:
         core = self.core
@@ -185,50 +186,59 @@ class BrokerServer:
             await trio.aclose_forcefully(stream)
             return
         self.active += 1
-        now = trio.current_time()
-        conn = core.open(_peer(stream), now)
+        conn = core.open(_peer(stream), trio.current_time())
         net = _Conn(stream)
         conn.context = net
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._writer_task, conn, net)
+            while not conn.closed:
                 try:
-                    await self._reader(conn, stream, now)
+                    data = await stream.receive_some(READ_SIZE)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    core.connection_lost(conn, trio.current_time())
-                    self._flush()
-                except Exception as exc:  # a bug must cost one connection, never the broker
-                    core.internal_error(conn, trio.current_time(), f"{type(exc).__name__}: {exc}")
-                    self._flush()
-                # The reader is done: the writer sends what is left (a DISCONNECT, a CONNACK), then stops.
-                net.wake()
-                with trio.move_on_after(DRAIN_ON_SHUTDOWN):
-                    await net.done.wait()
-                nursery.cancel_scope.cancel()
+                    data = b""
+                if not data:
+                    break
+                core.receive(conn, data, trio.current_time())
+                self._flush()
+                self._ticker_wake.set()  # a will delay or session expiry may now be the next deadline
+        except Exception as exc:  # a bug must cost one connection, never the broker
+            core.internal_error(conn, trio.current_time(), f"{type(exc).__name__}: {exc}")
         finally:
             self.active -= 1
-            conn.context = None
             core.connection_lost(conn, trio.current_time())
             self._flush()
+            if net.writing:  # it sends what is left (a DISCONNECT, a refusing CONNACK), then closes
+                net.closing = trio.Event()
+                with trio.move_on_after(DRAIN_ON_SHUTDOWN):
+                    await net.closing.wait()
+            conn.context = None
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await trio.aclose_forcefully(stream)
 
-    async def _writer_task(self, conn: ServerConnection, net: _Conn) -> None:
-        try:
-            await self._writer(conn, net)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            # The peer is gone: the reader learns it from its next receive, or from this.
-            self.core.connection_lost(conn, trio.current_time())
-            self._flush()
-        finally:
-            net.done.set()
+    def _sweep(self, now: float) -> None:
+        """Closes connections silent past their keep alive (1.5x), or without a CONNECT after CONNECT_TIMEOUT."""
+        core = self.core
+        for conn in list(core.connections):
+            if conn.closed:
+                continue
+            if conn.connected:
+                if conn.keepalive and now >= conn.last_received + 1.5 * conn.keepalive:
+                    core.keepalive_expired(conn, now)
+            elif now >= conn.last_received + CONNECT_TIMEOUT:
+                core.connection_lost(conn, now)
+                conn.close_requested = True
+                core.dirty.add(conn)
 
     async def _ticker(self) -> None:
         core = self.core
+        next_sweep = trio.current_time() + SWEEP_INTERVAL
         while True:
-            deadline = core.tick(trio.current_time())
+            now = trio.current_time()
+            deadline = core.tick(now)
+            if now >= next_sweep:
+                self._sweep(now)
+                next_sweep = now + SWEEP_INTERVAL
             self._flush()
-            with trio.move_on_at(min(deadline or math.inf, trio.current_time() + 1.0)):
+            with trio.move_on_at(min(deadline or math.inf, next_sweep)):
                 await self._ticker_wake.wait()
             self._ticker_wake = trio.Event()
 
@@ -261,6 +271,7 @@ class BrokerServer:
         if opts.on_listening is not None:
             opts.on_listening(self.bound)
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self._ticker)
             for lst in listeners:
                 nursery.start_soon(trio.serve_listeners, self._handle_quietly, [lst])
@@ -279,10 +290,8 @@ class BrokerServer:
         self.core.shutdown(trio.current_time())
         self._flush()
         with trio.move_on_after(DRAIN_ON_SHUTDOWN):
-            for conn in list(self.core.connections):
-                net = conn.context
-                if net is not None:
-                    await net.done.wait()
+            while any(c.context is not None and c.context.writing for c in self.core.connections):
+                await trio.sleep(0.01)
 
 
 def _peer(stream: trio.abc.Stream) -> str:

@@ -54,6 +54,7 @@ def run(test: Callable[[BrokerServer, Callable[..., Awaitable[MemClient]]], Awai
         server = BrokerServer(ServeOptions(listeners=[], broker=BrokerConfig(sys_interval=0, **config)))
         with trio.fail_after(3600):  # mock time: an hour of it at most
             async with trio.open_nursery() as nursery:
+                server._nursery = nursery  # where the server starts its writers
                 nursery.start_soon(server._ticker)
 
                 async def connect(version: int = 4, lockstep: bool = False, **kw: Any) -> MemClient:

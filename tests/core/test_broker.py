@@ -452,3 +452,15 @@ def test_shutdown_publishes_wills_and_disconnects_v5(broker: BrokerCore) -> None
     (d,) = a.received()
     assert d.reason_code == 0x8B
     assert [p.payload for p in w.received()] == [b"bye"]
+
+
+def test_connected_count(broker: BrokerCore) -> None:
+    a = client(broker, "a")
+    b = client(broker, "b", clean_start=False)
+    assert broker.connected == 2
+    Client(broker).connect("a")  # take-over: still two
+    assert broker.connected == 2
+    b.lose()
+    a.send(Disconnect())
+    assert broker.connected == 1
+    assert broker.sys_figures(0)["$SYS/broker/clients/connected"] == "1"

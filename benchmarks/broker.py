@@ -1,0 +1,116 @@
+"""Our broker against Debian's mosquitto, in the same run, with the neutral C load generator of ../shared/bench.
+
+    .venv/bin/python benchmarks/broker.py [--reps 3] [--count 200000] [--conns 10000] [--only fanin,fanout,lat,conns]
+
+Both brokers run pinned to CPU 0 (mosquitto with ../shared/bench/mosquitto.conf, our `mqtt serve` with the same
+limits: --max-queued-messages 0 --max-inflight 0), the generator on CPU 1; `matrix.sh` interleaves the runs so
+both see the same machine. Prints, for each test, the medians and our figure as a ratio of mosquitto's, with the
+issue's target; writes the raw JSON lines to benchmarks/results/broker-DATE.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT.parent / "shared" / "bench"
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+
+# (test key) -> (figure, target ratio ours/mosquitto, higher is better)
+TARGETS = {
+    ("fanin", 0, 64): ("delivered_per_s", 0.5, True),
+    ("fanin", 1, 64): ("delivered_per_s", 0.75, True),
+    ("fanin", 2, 64): ("delivered_per_s", 0.75, True),
+    ("fanout", 0, 64): ("delivered_per_s", 0.5, True),
+    ("fanout", 1, 64): ("delivered_per_s", 0.5, True),
+    ("lat", 1, 64): ("p99_us", 2.0, False),
+}
+
+
+def key(row: dict[str, object]) -> tuple[object, ...]:
+    if row.get("mode") == "thru":
+        return (row["pattern"], row["qos"], row["size"])
+    if row.get("mode") == "lat":
+        return ("lat", row["qos"], row["size"])
+    return ("conns", row.get("count"), None)
+
+
+def median(rows: list[dict[str, object]], field: str) -> float:
+    values = [float(r[field]) for r in rows if isinstance(r.get(field), int | float)]  # type: ignore[arg-type]
+    return statistics.median(values) if values else float("nan")
+
+
+def kb_per_conn(rows: list[dict[str, object]]) -> float:
+    values = []
+    for r in rows:
+        held, before, n = r.get("rss_held_kb"), r.get("rss_before_kb"), r.get("connected")
+        if isinstance(held, int | float) and isinstance(before, int | float) and n:
+            values.append((held - before) / float(n))  # type: ignore[arg-type]
+    return statistics.median(values) if values else float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--count", type=int, default=200_000)
+    parser.add_argument("--conns", type=int, default=10_000)
+    parser.add_argument("--only", default="fanin,fanout,lat,conns")
+    args = parser.parse_args()
+    if not (BENCH / "matrix.sh").exists():
+        print(f"benchmarks/broker.py: {BENCH} is missing (the shared load generator)", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="mqtt-bench-"))
+    shutil.copytree(BENCH, work / "bench")
+    subprocess.run(["make", "-s", "-C", str(work / "bench"), "mqttload"], check=True)
+    conf = work / "mosquitto.conf"
+    conf.write_text((BENCH / "mosquitto.conf").read_text().replace("listener 1883", "listener 18860"))
+    ours = (
+        f"taskset -c 0 {sys.executable} -m mqtt_cli serve --port 18861 "
+        "--max-queued-messages 0 --max-inflight 0 --sys-interval 0"
+    )
+    out = ROOT / "benchmarks" / "results" / f"broker-{time.strftime('%Y-%m-%d')}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    raw = work / "results.jsonl"
+    cmd = [
+        "bash", str(work / "bench" / "matrix.sh"),
+        "--target", f"mosquitto:18860:taskset -c 0 {MOSQUITTO} -c {conf}",
+        "--target", f"ours:18861:{ours}",
+        "--reps", str(args.reps), "--only", args.only, "--count", str(args.count), "--conns", str(args.conns),
+        "--out", str(raw),
+    ]  # fmt: skip
+    subprocess.run(cmd, check=False, cwd=ROOT, stdout=subprocess.DEVNULL)
+    rows = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()]
+    with out.open("a") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    groups: dict[tuple[object, ...], dict[str, list[dict[str, object]]]] = {}
+    for row in rows:
+        groups.setdefault(key(row), {}).setdefault(str(row["label"]), []).append(row)
+    print(f"{'test':<24}{'mosquitto':>14}{'ours':>14}{'ratio':>8}{'target':>9}  lost")
+    for k, by in groups.items():
+        m, o = by.get("mosquitto", []), by.get("ours", [])
+        if k[0] == "conns":
+            mk, ok = kb_per_conn(m), kb_per_conn(o)
+            print(f"{'conns ' + str(k[1]):<24}{mk:>11.2f} kB{ok:>11.2f} kB{ok / mk:>8.2f}{'<=10 kB':>9}")
+            continue
+        field, target, higher = TARGETS.get(k, ("delivered_per_s" if k[0] != "lat" else "p99_us", None, k[0] != "lat"))
+        mv, ov = median(m, field), median(o, field)
+        ratio = ov / mv if mv else float("nan")
+        lost = max([int(r.get("lost", 0)) for r in o] or [0])  # type: ignore[call-overload]
+        goal = "" if target is None else (f">={target}" if higher else f"<={target}")
+        label = f"{k[0]} QoS{k[1]} {k[2]}B" + (" p99" if k[0] == "lat" else "")
+        print(f"{label:<24}{mv:>14,.0f}{ov:>14,.0f}{ratio:>8.2f}{goal:>9}  {lost}")
+    print(f"raw results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
