@@ -93,10 +93,24 @@ def serve(
     except ServerError as exc:
         fail(str(exc), 2)
 
+    console = None
+    if verbose and log_format is LogFormat.text:
+        from rich.console import Console
+
+        console = Console(stderr=True, highlight=False)  # colour only on a terminal
+    styles = {"connected": "green", "disconnected": "dim", "refused": "yellow", "error": "red"}
+
     def log_text(n: Notice) -> None:
-        who = n.client_id if n.client_id is not None else "-"
-        code = f" (0x{n.reason_code:02X})" if n.reason_code is not None else ""
-        print(f"{time.strftime('%H:%M:%S')} {n.kind} {who} {n.peer} {n.detail}{code}", file=sys.stderr, flush=True)
+        from rich.text import Text
+
+        assert console is not None
+        line = Text(time.strftime("%H:%M:%S "), style="dim")
+        line.append(f"{n.kind:<12}", style=styles.get(n.kind, ""))
+        line.append(f" {n.client_id if n.client_id is not None else '-'}", style="bold")
+        line.append(f" {n.peer} {n.detail}")
+        if n.reason_code is not None:
+            line.append(f" (0x{n.reason_code:02X})", style=styles.get(n.kind, ""))
+        console.print(line, soft_wrap=True)
 
     def log_json(n: Notice) -> None:
         record = {"ts": round(time.time(), 6), "event": n.kind, "client_id": n.client_id, "peer": n.peer}

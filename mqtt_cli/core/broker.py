@@ -59,6 +59,7 @@ class BrokerConfig:
     max_packet_size: int = 0  # the largest packet we accept (0: the protocol's maximum)
     max_buffered_bytes: int = 1 << 20  # bytes waiting for a slow socket before QoS 0 is dropped for it
     retain_available: bool = True
+    response_information_prefix: str = "response/"  # 5.0 Response Information: prefix + client id + "/"
     sys_interval: float = 10.0  # seconds between $SYS updates (0: none)
     instance: str = "0"  # makes assigned client identifiers unique across broker runs
     version: str = "mqtt-cli"
@@ -330,6 +331,9 @@ class BrokerCore:
                 named["maximum_packet_size"] = c.max_packet_size
             if not c.retain_available:
                 named["retain_available"] = 0
+            if props.request_response_information == 1 and c.response_information_prefix:
+                # 4.10: a topic tree of the client's own for its response topics.
+                named["response_information"] = f"{c.response_information_prefix}{client_id}/"
             ack_props = Properties(**named)
         self._send(conn, ConnAck(session_present and version > 3, 0, ack_props))  # 3.1 has no such flag
         self.stats.clients_maximum = max(self.stats.clients_maximum, self.connected)

@@ -438,9 +438,9 @@ class ClientConnection:
                 return p
             alias = self._auto_alias.get(p.topic)
             if alias is None:
-                if len(self._auto_alias) >= self.server_topic_alias_maximum:
-                    return p
-                alias = len(self._auto_alias) + 1
+                if len(self._aliases_out) >= self.server_topic_alias_maximum:
+                    return p  # every alias is taken: the topic goes in full
+                alias = next(a for a in range(1, self.server_topic_alias_maximum + 1) if a not in self._aliases_out)
                 self._auto_alias[p.topic] = alias
                 self._aliases_out[alias] = p.topic
                 return Publish(

@@ -464,3 +464,9 @@ def test_connected_count(broker: BrokerCore) -> None:
     a.send(Disconnect())
     assert broker.connected == 1
     assert broker.sys_figures(0)["$SYS/broker/clients/connected"] == "1"
+
+
+def test_response_information(broker: BrokerCore) -> None:
+    ack = Client(broker, 5).connect("req", properties=Properties(request_response_information=1))
+    assert ack.properties.response_information == "response/req/"
+    assert Client(broker, 5).connect("plain").properties.response_information is None
