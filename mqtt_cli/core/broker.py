@@ -109,6 +109,7 @@ class BrokerCore:
         self.stats = BrokerStats(started=now)
         self.connections: set[ServerConnection] = set()
         self.connected = 0  # sessions with a connection
+        self.timers_changed = False  # set when the earliest timer moved earlier; the caller resets it
         self.dirty: set[ServerConnection] = set()
         self.notices: deque[Notice] = deque(maxlen=10_000)
         self.limits = QueueLimits(c.max_queued_messages, c.max_queued_bytes, c.queue_drop_oldest)
@@ -156,7 +157,6 @@ class BrokerCore:
         """Handling this connection's input failed unexpectedly: close it (5.0: 0x83), keep everything else."""
         if not conn.closed:
             self._close(conn, now, reason=0x83, detail=f"internal error: {detail}")
-        self.connection_lost(conn, now)
 
     def keepalive_expired(self, conn: ServerConnection, now: float) -> None:
         if not conn.closed:
@@ -683,7 +683,10 @@ class BrokerCore:
 
     def _schedule(self, when: float, kind: str, client_id: str) -> None:
         self._seq += 1
-        heapq.heappush(self._timers, _Timer(when, self._seq, kind, client_id))
+        timers = self._timers
+        if not timers or when < timers[0].when:
+            self.timers_changed = True  # the network layer's timer must wake earlier
+        heapq.heappush(timers, _Timer(when, self._seq, kind, client_id))
 
     # --- output ---------------------------------------------------------------------------------------------
 

@@ -189,6 +189,7 @@ class BrokerServer:
         conn = core.open(_peer(stream), trio.current_time())
         net = _Conn(stream)
         conn.context = net
+        dirty = core.dirty
         try:
             while not conn.closed:
                 try:
@@ -198,12 +199,36 @@ class BrokerServer:
                 if not data:
                     break
                 core.receive(conn, data, trio.current_time())
-                self._flush()
-                self._ticker_wake.set()  # a will delay or session expiry may now be the next deadline
+                # Answers to this connection (PUBACK, SUBACK, PINGRESP...) go out from here, saving a writer
+                # wake-up per request; a writer already busy with this connection keeps the job.
+                inline = not net.writing and conn in core.dirty and not conn.close_requested
+                if inline:
+                    core.dirty.discard(conn)
+                if core.dirty or core.notices:
+                    self._flush()
+                if core.timers_changed:
+                    core.timers_changed = False
+                    self._ticker_wake.set()  # a will delay or session expiry may now come first
+                if inline and conn.out:
+                    net.writing = True
+                    try:
+                        while conn.out:
+                            out = bytes(conn.out)
+                            conn.out.clear()
+                            await stream.send_all(out)
+                            if conn.wants_drain:
+                                core.drained(conn, trio.current_time())
+                                dirty.discard(conn)
+                                self._flush()
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                        break
+                    finally:
+                        net.writing = False
         except Exception as exc:  # a bug must cost one connection, never the broker
             core.internal_error(conn, trio.current_time(), f"{type(exc).__name__}: {exc}")
         finally:
             self.active -= 1
+            self._flush()  # a closing connection's last bytes (DISCONNECT, refusing CONNACK) get their writer
             core.connection_lost(conn, trio.current_time())
             self._flush()
             if net.writing:  # it sends what is left (a DISCONNECT, a refusing CONNACK), then closes

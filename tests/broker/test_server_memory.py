@@ -190,7 +190,7 @@ def test_a_bug_costs_one_connection_not_the_broker() -> None:
         server.core._HANDLERS = {**server.core._HANDLERS, PingReq: lambda core, c, p, n: broken(c, p, n)}
         await victim.send(PingReq())
         got = await victim.next()
-        assert isinstance(got, Disconnect) and got.reason_code == 0x83
+        assert isinstance(got, Disconnect) and got.reason_code == 0x83, got
         assert await victim.next() is None
         await other.send(PingReq())
         assert await other.next() == PingResp()
