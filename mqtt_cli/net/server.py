@@ -106,10 +106,13 @@ class _Conn:
     a moment after its buffer empties (so a busy subscriber keeps one), then ends.
     """
 
-    __slots__ = ("closing", "stream", "wake", "writing")
+    __slots__ = ("closing", "raw", "stream", "wake", "writing")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
+        # The plain socket under a TCP stream, for non-blocking sends outside any task (None for TLS).
+        sock = getattr(stream, "socket", None)
+        self.raw: Any = getattr(sock, "_sock", None) if isinstance(stream, trio.SocketStream) else None
         self.writing = False
         self.wake: trio.Event | None = None  # set to hand a lingering writer more output
         self.closing: trio.Event | None = None  # the reader waits on it for the writer's last bytes
@@ -127,20 +130,42 @@ class BrokerServer:
     # --- plumbing ------------------------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        """Starts or wakes the writers of connections with output, and reports what the core noticed."""
+        """Sends what the core produced: straight to the socket when it takes it, else through a writer task.
+
+        Most of the time the kernel's socket buffer has room, so a delivery or an answer leaves with one
+        non-blocking send() from the task that produced it, without waking any other task. Only what the socket
+        does not take at once (a slow or busy subscriber) goes to a writer task, which exists while it has work.
+        """
         core = self.core
-        if core.dirty:
+        while core.dirty:
             nursery = self._nursery
             assert nursery is not None
             for conn in core.take_dirty():
                 net = conn.context
                 if net is None:
                     continue
-                if not net.writing:
+                if net.writing:
+                    if net.wake is not None:
+                        net.wake.set()
+                    continue
+                out = conn.out
+                raw = net.raw
+                if out and raw is not None:
+                    try:
+                        sent = raw.send(out)
+                    except OSError:  # would block, or the peer is gone: the writer finds out which
+                        sent = 0
+                    if sent == len(out):
+                        out.clear()
+                        if conn.wants_drain:
+                            core.drained(conn, trio.current_time())  # may make `conn` dirty again
+                        if not conn.close_requested:
+                            continue
+                    elif sent:
+                        del out[:sent]
+                if out or conn.close_requested:
                     net.writing = True
                     nursery.start_soon(self._writer, conn, net)
-                elif net.wake is not None:
-                    net.wake.set()
         if core.notices:
             report = self.options.on_notice
             while core.notices:
@@ -189,7 +214,6 @@ class BrokerServer:
         conn = core.open(_peer(stream), trio.current_time())
         net = _Conn(stream)
         conn.context = net
-        dirty = core.dirty
         try:
             while not conn.closed:
                 try:
@@ -199,31 +223,10 @@ class BrokerServer:
                 if not data:
                     break
                 core.receive(conn, data, trio.current_time())
-                # Answers to this connection (PUBACK, SUBACK, PINGRESP...) go out from here, saving a writer
-                # wake-up per request; a writer already busy with this connection keeps the job.
-                inline = not net.writing and conn in core.dirty and not conn.close_requested
-                if inline:
-                    core.dirty.discard(conn)
-                if core.dirty or core.notices:
-                    self._flush()
+                self._flush()
                 if core.timers_changed:
                     core.timers_changed = False
                     self._ticker_wake.set()  # a will delay or session expiry may now come first
-                if inline and conn.out:
-                    net.writing = True
-                    try:
-                        while conn.out:
-                            out = bytes(conn.out)
-                            conn.out.clear()
-                            await stream.send_all(out)
-                            if conn.wants_drain:
-                                core.drained(conn, trio.current_time())
-                                dirty.discard(conn)
-                                self._flush()
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                        break
-                    finally:
-                        net.writing = False
         except Exception as exc:  # a bug must cost one connection, never the broker
             core.internal_error(conn, trio.current_time(), f"{type(exc).__name__}: {exc}")
         finally:
