@@ -387,12 +387,13 @@ class BrokerCore:
                 return
         message = Message(topic, p.payload, qos, p.retain, props, conn.client_id, now)
         matched = self._route(message, now)
-        if qos == 1:
-            code = 0x10 if not matched and conn.version == 5 else 0
-            self._write(conn, encode(PubAck(p.packet_id, code), conn.version))  # type: ignore[arg-type]
-        elif qos == 2:
-            code = 0x10 if not matched and conn.version == 5 else 0
-            self._write(conn, encode(PubRec(p.packet_id, code), conn.version))  # type: ignore[arg-type]
+        if qos:
+            # PUBACK / PUBREC written directly: the short form is the same in every version.
+            pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
+            if matched or conn.version < 5:
+                self._write(conn, (b"\x40\x02" if qos == 1 else b"\x50\x02") + pid)
+            else:
+                self._write(conn, (b"\x40\x03" if qos == 1 else b"\x50\x03") + pid + b"\x10")  # no subscribers
 
     def _on_puback(self, conn: ServerConnection, p: PubAck | PubRec | PubComp, now: float) -> None:
         session = conn.session
@@ -429,6 +430,15 @@ class BrokerCore:
         if not entries:
             return False
         origin = message.origin
+        if len(entries) == 1 and entries[0][0][:7] != "$share/":
+            # The common case: one subscription matches, nothing to merge.
+            _, client_id, opts = entries[0]
+            session = self.sessions.get(client_id)  # type: ignore[call-overload]
+            if session is not None and not (opts.no_local and client_id == origin):
+                sid = (opts.subscription_identifier,) if opts.subscription_identifier else ()
+                qos = message.qos if message.qos < opts.qos else opts.qos
+                self._deliver(session, message, qos, message.retain and opts.retain_as_published, sid, now)
+            return True
         targets: dict[str, tuple[int, bool, tuple[int, ...]]] = {}
         groups: dict[tuple[str, str], list[Any]] = {}
         for flt, client_id, opts in entries:
