@@ -11,7 +11,7 @@ import typer
 import typer.completion
 
 from mqtt_cli import COMPLETE_VAR, PROG_NAME, version_text
-from mqtt_cli.commands import completions, serve
+from mqtt_cli.commands import _options, completions, config, dump, pub, rr, serve, sub
 
 HELP = """\
 One command for everything around MQTT.
@@ -53,7 +53,14 @@ def root(
 
 # The command table: one line per command, implemented in mqtt_cli/commands/<name>.py.
 app.command("completions", no_args_is_help=True)(completions.completions)
+app.command("dump", no_args_is_help=True)(dump.dump)
 app.command("serve")(serve.serve)
+# Client commands: -h is --host there (as in mosquitto_pub/sub), so their help is --help only.
+_CLIENT = {"help_option_names": ["--help"]}
+app.command("pub", context_settings=_CLIENT)(pub.pub)
+app.command("sub", context_settings=_CLIENT)(sub.sub)
+app.command("rr", context_settings=_CLIENT)(rr.rr)
+app.add_typer(config.app, name="config")
 
 
 def run(args: list[str]) -> NoReturn:
@@ -63,5 +70,5 @@ def run(args: list[str]) -> NoReturn:
     typer.completion.completion_init()
     # Through app() rather than its click command: typer then shows an unexpected exception as a short
     # rich traceback (without locals) before exiting with 1.
-    app(args=args, prog_name=PROG_NAME, complete_var=COMPLETE_VAR)
+    app(args=_options.rewrite_optional_values(args), prog_name=PROG_NAME, complete_var=COMPLETE_VAR)
     raise SystemExit(0)  # not reached: standalone mode exits

@@ -1,0 +1,127 @@
+"""The JSON form of a message, one object per line: what `sub --json` writes and `pub --json-lines` reads.
+
+    {"topic": "a/b", "qos": 1, "retain": false, "dup": false, "payload": "hi", "encoding": "utf-8",
+     "properties": {"content_type": "text/plain", "user_properties": [["k", "v"]]},
+     "received": "2026-11-22T13:07:03.123456Z"}
+
+Lossless: the payload is text when it is valid UTF-8 ("encoding": "utf-8"), else base64 ("encoding":
+"base64"); every 5.0 property is kept under its spec name in snake_case, binary ones (correlation_data) as
+lowercase hex, repeated ones (user_properties, subscription_identifiers) as lists in wire order.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import json
+from typing import Any
+
+from mqtt_cli.core.packets import Publish
+from mqtt_cli.core.properties import PROPERTY_BY_NAME, PROPERTY_TABLE, Properties, WireType
+
+__all__ = ["MessageFormatError", "message_from_json", "message_to_json"]
+
+# Properties a client may not send in PUBLISH, or that belong to one connection: dropped when publishing.
+_NOT_REPUBLISHED = ("topic_alias", "subscription_identifiers")
+
+
+class MessageFormatError(ValueError):
+    pass
+
+
+def properties_to_json(props: Properties) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pid, value in props.items:
+        spec = PROPERTY_TABLE[pid]
+        if spec.name == "user_property":
+            out.setdefault("user_properties", []).append(list(value))
+        elif spec.name == "subscription_identifier":
+            out.setdefault("subscription_identifiers", []).append(value)
+        elif isinstance(value, bytes):
+            out[spec.name] = value.hex()
+        else:
+            out[spec.name] = value
+    return out
+
+
+def message_to_json(p: Publish, received: float) -> str:
+    try:
+        payload, encoding = p.payload.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        payload, encoding = base64.b64encode(p.payload).decode("ascii"), "base64"
+    when = datetime.datetime.fromtimestamp(received, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    obj = {
+        "topic": p.topic,
+        "qos": p.qos,
+        "retain": p.retain,
+        "dup": p.dup,
+        "payload": payload,
+        "encoding": encoding,
+        "properties": properties_to_json(p.properties),
+        "received": when,
+    }
+    return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
+
+
+def properties_from_json(obj: Any) -> Properties:
+    if not isinstance(obj, dict):
+        raise MessageFormatError('"properties" must be an object')
+    named: dict[str, Any] = {}
+    for name, value in obj.items():
+        if name in _NOT_REPUBLISHED:
+            continue
+        if name == "user_properties":
+            if not isinstance(value, list) or not all(
+                isinstance(kv, list) and len(kv) == 2 and all(isinstance(x, str) for x in kv) for kv in value
+            ):
+                raise MessageFormatError('"user_properties" must be a list of [name, value] string pairs')
+            named[name] = [tuple(kv) for kv in value]
+            continue
+        spec = PROPERTY_BY_NAME.get(name)
+        if spec is None or 3 not in spec.packets:
+            raise MessageFormatError(f"property {name!r} cannot be published")
+        if spec.wire_type is WireType.BINARY:
+            try:
+                value = bytes.fromhex(value)
+            except (TypeError, ValueError):
+                raise MessageFormatError(f"property {name!r} must be hex") from None
+        named[name] = value
+    try:
+        return Properties(**named)
+    except (TypeError, ValueError) as err:
+        raise MessageFormatError(str(err)) from None
+
+
+def message_from_json(line: str | bytes) -> dict[str, Any]:
+    """topic (or None), payload, qos, retain (None when absent) and properties of one line."""
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise MessageFormatError(f"not valid JSON: {err}") from None
+    if not isinstance(obj, dict):
+        raise MessageFormatError("expected a JSON object")
+    topic = obj.get("topic")
+    if topic is not None and not isinstance(topic, str):
+        raise MessageFormatError('"topic" must be a string')
+    payload = obj.get("payload", "")
+    encoding = obj.get("encoding", "utf-8")
+    if not isinstance(payload, str):
+        raise MessageFormatError('"payload" must be a string')
+    if encoding == "utf-8":
+        data = payload.encode("utf-8", "surrogatepass")
+    elif encoding == "base64":
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise MessageFormatError('"payload" is not valid base64') from None
+    else:
+        raise MessageFormatError(f'"encoding" must be "utf-8" or "base64", not {encoding!r}')
+    qos = obj.get("qos")
+    if qos is not None and qos not in (0, 1, 2):
+        raise MessageFormatError('"qos" must be 0, 1 or 2')
+    retain = obj.get("retain")
+    if retain is not None and not isinstance(retain, bool):
+        raise MessageFormatError('"retain" must be true or false')
+    props = properties_from_json(obj.get("properties", {}))
+    return {"topic": topic, "payload": data, "qos": qos, "retain": retain, "properties": props}

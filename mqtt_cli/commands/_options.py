@@ -1,0 +1,384 @@
+"""The connection options every client command shares (pub, sub, rr): same names, same meaning.
+
+A command lists them in its signature with the `Annotated` aliases below and hands the values to
+`client_settings()`, which applies the precedence: flags > environment (MQTT_HOST, MQTT_PORT, ...) >
+profile (``--profile``, config.toml) > built-in defaults. Only typer and the standard library are imported
+here at module level (mqtt_cli.app imports the command modules at start-up).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from . import fail
+
+if TYPE_CHECKING:
+    from mqtt_cli.net.client import ClientSettings
+
+EXIT_USAGE = 2
+CONN = "Connection"
+CRED = "Credentials"
+TLS = "TLS"
+WILL = "Will"
+
+Host = Annotated[
+    str | None,
+    typer.Option("-h", "--host", envvar="MQTT_HOST", help="Broker host (default: localhost).", rich_help_panel=CONN),
+]
+Port = Annotated[
+    int | None,
+    typer.Option(
+        "-p", "--port", envvar="MQTT_PORT", min=1, max=65535, help="Broker port (default: 1883, 8883 with TLS).",
+        rich_help_panel=CONN,
+    ),
+]  # fmt: skip
+Url = Annotated[
+    str | None,
+    typer.Option(
+        "-L", "--url", envvar="MQTT_URL", rich_help_panel=CONN,
+        help=r"mqtt\[s]://\[user\[:pass]@]host\[:port]\[/topic], ws\[s]://host\[:port]\[/path] or unix:///path.",
+    ),
+]  # fmt: skip
+Unix = Annotated[
+    str | None, typer.Option("--unix", envvar="MQTT_UNIX", help="Connect to this Unix socket.", rich_help_panel=CONN)
+]
+ClientId = Annotated[
+    str | None,
+    typer.Option(
+        "-i", "--id", envvar="MQTT_CLIENT_ID", help="Client identifier (default: random).", rich_help_panel=CONN
+    ),
+]
+IdPrefix = Annotated[
+    str | None,
+    typer.Option("-I", "--id-prefix", help="Random client identifier with this prefix.", rich_help_panel=CONN),
+]
+Keepalive = Annotated[
+    int | None,
+    typer.Option(
+        "-k", "--keepalive", min=0, max=65535, help="Keepalive in seconds (default: 60).", rich_help_panel=CONN
+    ),
+]
+ProtocolVersion = Annotated[
+    str | None,
+    typer.Option(
+        "-V", "--protocol-version", envvar="MQTT_PROTOCOL_VERSION", rich_help_panel=CONN,
+        help="31, 311, 5 or auto (5, falling back to 3.1.1 when the broker refuses 5.0) (default: auto).",
+    ),
+]  # fmt: skip
+NoClean = Annotated[
+    bool | None,
+    typer.Option(
+        "-c", "--disable-clean-session", rich_help_panel=CONN,
+        help="Keep the session (subscriptions, queued messages) when disconnected.",
+    ),
+]  # fmt: skip
+SessionExpiry = Annotated[
+    int | None,
+    typer.Option(
+        "-x", "--session-expiry", min=0, max=0xFFFFFFFF, rich_help_panel=CONN,
+        help="5.0 session expiry interval in seconds.",
+    ),
+]  # fmt: skip
+ConnectTimeout = Annotated[
+    float | None,
+    typer.Option("--connect-timeout", min=0.1, help="Seconds to connect (default: 10).", rich_help_panel=CONN),
+]
+Reconnect = Annotated[
+    bool,
+    typer.Option(
+        "--reconnect", rich_help_panel=CONN,
+        help="Reconnect (with backoff, on the same session) when the connection is lost; no loss at QoS 1/2.",
+    ),
+]  # fmt: skip
+Profile = Annotated[
+    str | None,
+    typer.Option(
+        "--profile", envvar="MQTT_PROFILE", help="Defaults from this profile (mqtt config).", rich_help_panel=CONN
+    ),
+]
+Username = Annotated[
+    str | None, typer.Option("-u", "--username", envvar="MQTT_USERNAME", help="User name.", rich_help_panel=CRED)
+]
+Password = Annotated[
+    str | None,
+    typer.Option(
+        "-P", "--password", envvar="MQTT_PASSWORD", show_envvar=True, rich_help_panel=CRED,
+        help="Password; without a value, asked for on the terminal. Prefer MQTT_PASSWORD or --password-file.",
+    ),
+]  # fmt: skip
+PasswordPrompt = Annotated[bool, typer.Option("--password-prompt", hidden=True)]
+PasswordFile = Annotated[
+    str | None,
+    typer.Option(
+        "--password-file", envvar="MQTT_PASSWORD_FILE", rich_help_panel=CRED,
+        help="Read the password from this file (its first line).",
+    ),
+]  # fmt: skip
+CaFile = Annotated[
+    str | None, typer.Option("--cafile", help="CA certificates to trust (PEM); implies TLS.", rich_help_panel=TLS)
+]
+CaPath = Annotated[
+    str | None, typer.Option("--capath", help="Directory of CA certificates; implies TLS.", rich_help_panel=TLS)
+]
+Cert = Annotated[str | None, typer.Option("--cert", help="Client certificate (PEM).", rich_help_panel=TLS)]
+Key = Annotated[str | None, typer.Option("--key", help="Client private key (PEM).", rich_help_panel=TLS)]
+Insecure = Annotated[
+    bool | None,
+    typer.Option("--insecure", help="TLS without checking the broker's certificate or name.", rich_help_panel=TLS),
+]
+TlsVersion = Annotated[
+    str | None, typer.Option("--tls-version", help="Minimum TLS version: tlsv1.2 or tlsv1.3.", rich_help_panel=TLS)
+]
+Alpn = Annotated[list[str] | None, typer.Option("--alpn", help="ALPN protocol (repeatable).", rich_help_panel=TLS)]
+WillTopic = Annotated[str | None, typer.Option("--will-topic", help="Will message topic.", rich_help_panel=WILL)]
+WillPayload = Annotated[str | None, typer.Option("--will-payload", help="Will message payload.", rich_help_panel=WILL)]
+WillQos = Annotated[int, typer.Option("--will-qos", min=0, max=2, help="Will QoS.", rich_help_panel=WILL)]
+WillRetain = Annotated[bool, typer.Option("--will-retain", help="Retain the will message.", rich_help_panel=WILL)]
+WillDelay = Annotated[
+    int | None, typer.Option("--will-delay", min=0, help="5.0 will delay interval (s).", rich_help_panel=WILL)
+]
+WillExpiry = Annotated[
+    int | None, typer.Option("--will-message-expiry", min=0, help="5.0 will message expiry (s).", rich_help_panel=WILL)
+]
+WillContentType = Annotated[
+    str | None, typer.Option("--will-content-type", help="5.0 will content type.", rich_help_panel=WILL)
+]
+WillUserProperty = Annotated[
+    list[str] | None,
+    typer.Option("--will-user-property", help="5.0 will user property k=v (repeatable).", rich_help_panel=WILL),
+]
+
+#: The parameter names of the options above, as they appear in a command's signature.
+CONNECTION_PARAMS = (
+    "host", "port", "url", "unix", "client_id", "id_prefix", "keepalive", "protocol_version", "no_clean",
+    "session_expiry", "connect_timeout", "reconnect", "profile", "username", "password", "password_prompt",
+    "password_file", "cafile", "capath", "cert", "key", "insecure", "tls_version", "alpn", "will_topic",
+    "will_payload", "will_qos", "will_retain", "will_delay", "will_expiry", "will_content_type",
+    "will_user_property",
+)  # fmt: skip
+
+_VERSIONS = {"31": 3, "3.1": 3, "311": 4, "3.1.1": 4, "5": 5, "5.0": 5, "auto": None, "mqttv31": 3, "mqttv311": 4,
+             "mqttv5": 5}  # fmt: skip
+_PROMPT_FLAGS = ("-P", "--password")
+CLIENT_COMMANDS = ("pub", "sub", "rr")
+
+
+def rewrite_optional_values(args: list[str]) -> list[str]:
+    """`-P`/`--password` without a value (last, or followed by another option) asks for the password: click
+    options cannot take an optional value, so that spelling becomes the hidden flag --password-prompt."""
+    if not args or args[0] not in CLIENT_COMMANDS:
+        return args
+    out = list(args)
+    for i, arg in enumerate(out):
+        if arg == "--":
+            break
+        if arg in _PROMPT_FLAGS:
+            nxt = out[i + 1] if i + 1 < len(out) else None
+            if nxt is None or (nxt.startswith("-") and len(nxt) > 1):
+                out[i] = "--password-prompt"
+    return out
+
+
+@dataclass
+class Resolved:
+    """What the options resolve to, beyond the settings: the topic of an mqtt:// URL, the profile's QoS."""
+
+    settings: ClientSettings
+    url_topic: str | None
+    profile: dict[str, Any]
+
+
+def parse_user_properties(values: list[str] | None, flag: str) -> list[tuple[str, str]]:
+    pairs = []
+    for value in values or ():
+        key, sep, val = value.partition("=")
+        if not sep or not key:
+            fail(f"{flag} {value!r}: expected KEY=VALUE", EXIT_USAGE)
+        pairs.append((key, val))
+    return pairs
+
+
+def client_settings(
+    params: dict[str, Any], ctx: typer.Context | None = None, *, reconnect_session_expiry: int = 3600
+) -> Resolved:
+    """ClientSettings from a command's connection options (its `locals()`); exits 2 on bad values.
+
+    `ctx` tells where each value came from (command line or environment), for the password's precedence."""
+    from mqtt_cli.core.packets import Will
+    from mqtt_cli.core.properties import Properties
+    from mqtt_cli.net.client import ClientSettings, _random_id
+    from mqtt_cli.net.transports import Endpoint, TLSOptions, make_ssl_context, parse_url
+    from mqtt_cli.profiles import ProfileError, load_profile
+
+    p = dict(params)
+    sources = {name: _source(ctx, name) for name in ("password", "password_file")}
+    try:
+        profile = load_profile(p["profile"])
+    except ProfileError as err:
+        fail(str(err), EXIT_USAGE)
+
+    def pick(name: str, key: str | None = None, default: Any = None) -> Any:
+        value = p.get(name)
+        if value is not None and value != []:
+            return value
+        return profile.get(key or name, default)
+
+    url_topic = None
+    url_user = url_pass = None
+    url = pick("url")
+    unix = pick("unix")
+    if url and unix:
+        fail("--url and --unix both say where the broker is: give one", EXIT_USAGE)
+    tls_files = any(pick(k) for k in ("cafile", "capath", "cert")) or bool(pick("insecure"))
+    if url:
+        try:
+            parsed = parse_url(url)
+        except ValueError as err:
+            fail(f"--url: {err}", EXIT_USAGE)
+        endpoint = parsed.endpoint
+        url_topic, url_user, url_pass = parsed.topic, parsed.username, parsed.password
+        if p.get("host") is not None or p.get("port") is not None:
+            fail("--url already names the host and port: drop -h/-p or --url", EXIT_USAGE)
+        if tls_files and endpoint.scheme in ("mqtt", "ws"):
+            endpoint = Endpoint("mqtts" if endpoint.scheme == "mqtt" else "wss", endpoint.host, endpoint.port,
+                                endpoint.path, True)  # fmt: skip
+    elif unix:
+        endpoint = Endpoint("unix", "", 0, unix)
+    else:
+        tls = tls_files
+        port = pick("port", default=8883 if tls else 1883)
+        endpoint = Endpoint("mqtts" if tls else "mqtt", pick("host", default="localhost"), port, "/mqtt", tls)
+
+    ssl_context = None
+    if endpoint.tls:
+        try:
+            ssl_context = make_ssl_context(
+                TLSOptions(
+                    cafile=_expand(pick("cafile")),
+                    capath=_expand(pick("capath")),
+                    cert=_expand(pick("cert")),
+                    key=_expand(pick("key")),
+                    insecure=bool(pick("insecure", default=False)),
+                    version=pick("tls_version"),
+                    alpn=tuple(p.get("alpn") or ([profile["alpn"]] if "alpn" in profile else [])),
+                )
+            )
+        except ValueError as err:
+            fail(str(err), EXIT_USAGE)
+
+    raw_version = str(pick("protocol_version", default="auto")).lower()
+    if raw_version not in _VERSIONS:
+        fail(f"-V/--protocol-version {raw_version!r}: use 31, 311, 5 or auto", EXIT_USAGE)
+    version = _VERSIONS[raw_version]
+
+    username = pick("username") or url_user
+    password = _password(p, sources, profile, url_pass)
+    if password is not None and username is None and version in (3, 4):
+        fail("a password needs a user name (-u) before MQTT 5.0", EXIT_USAGE)
+
+    client_id = pick("client_id", "id")
+    if client_id is None:
+        client_id = _random_id(pick("id_prefix", default="mqtt-cli-"))
+    if len(client_id.encode()) > 23 and version == 3:
+        fail(f"-i {client_id!r}: MQTT 3.1 client identifiers have at most 23 characters", EXIT_USAGE)
+
+    will = None
+    will_topic = p.get("will_topic")
+    if will_topic is not None:
+        from mqtt_cli.core.topics import topic_name_error
+
+        if err := topic_name_error(will_topic):
+            fail(f"--will-topic {will_topic!r}: {err}", EXIT_USAGE)
+        will_props = Properties(
+            will_delay_interval=p.get("will_delay"),
+            message_expiry_interval=p.get("will_expiry"),
+            content_type=p.get("will_content_type"),
+            user_properties=parse_user_properties(p.get("will_user_property"), "--will-user-property"),
+        )
+        will = Will(will_topic, (p.get("will_payload") or "").encode(), p.get("will_qos") or 0,
+                    bool(p.get("will_retain")), will_props)  # fmt: skip
+    elif any(p.get(k) for k in ("will_payload", "will_retain", "will_delay", "will_expiry", "will_content_type")):
+        fail("will options need --will-topic", EXIT_USAGE)
+
+    reconnect = bool(p.get("reconnect"))
+    session_expiry = pick("session_expiry")
+    if session_expiry is None and p.get("no_clean"):
+        session_expiry = 0xFFFFFFFF  # -c on 5.0: a session that outlives the connection (as mosquitto_sub -c)
+    if reconnect and session_expiry is None:
+        session_expiry = reconnect_session_expiry  # the session must outlive a lost connection
+    settings = ClientSettings(
+        endpoint=endpoint,
+        ssl_context=ssl_context,
+        client_id=client_id,
+        version=version,
+        keepalive=pick("keepalive", default=60),
+        clean_start=not bool(p.get("no_clean")),
+        session_expiry=session_expiry,
+        username=username,
+        password=password,
+        will=will,
+        connect_timeout=float(pick("connect_timeout", default=10.0)),
+        reconnect=reconnect,
+    )
+    return Resolved(settings, url_topic, profile)
+
+
+def _expand(path: str | None) -> str | None:
+    return os.path.expanduser(path) if path else path
+
+
+def _source(ctx: typer.Context | None, name: str) -> str | None:
+    """ "cmd", "env" or None (default) for parameter `name`."""
+    if ctx is None:
+        return None
+    source = ctx.get_parameter_source(name)
+    if source is None:
+        return None
+    return {"COMMANDLINE": "cmd", "ENVIRONMENT": "env"}.get(source.name)
+
+
+def _password(
+    p: dict[str, Any], sources: dict[str, str | None], profile: dict[str, Any], url_pass: str | None
+) -> bytes | None:
+    """The password by precedence: prompt, flags (--password, --password-file, the URL's), environment
+    (MQTT_PASSWORD, MQTT_PASSWORD_FILE), profile (password_file, password)."""
+    if p.get("password_prompt"):
+        if not sys.stdin.isatty():
+            fail("-P/--password needs a value: there is no terminal to ask on (or use MQTT_PASSWORD)", EXIT_USAGE)
+        import getpass
+
+        return getpass.getpass("Password: ").encode()
+    for level in ("cmd", "env"):
+        if p.get("password") is not None and sources["password"] == level:
+            if p.get("password_file") is not None and sources["password_file"] == level:
+                fail("--password and --password-file both give the password: use one", EXIT_USAGE)
+            return str(p["password"]).encode()
+        if p.get("password_file") is not None and sources["password_file"] == level:
+            return _read_password_file(p["password_file"])
+        if level == "cmd" and url_pass is not None:
+            return url_pass.encode()
+    if p.get("password") is not None:  # no context: a value is a value
+        return str(p["password"]).encode()
+    if p.get("password_file") is not None:
+        return _read_password_file(p["password_file"])
+    if url_pass is not None:
+        return url_pass.encode()
+    if "password_file" in profile:
+        return _read_password_file(profile["password_file"])
+    if "password" in profile:
+        return str(profile["password"]).encode()
+    return None
+
+
+def _read_password_file(file: str) -> bytes:
+    path = os.path.expanduser(file)
+    try:
+        with open(path, "rb") as f:
+            return f.readline().rstrip(b"\r\n")
+    except OSError as err:
+        fail(f"--password-file {file}: {err.strerror}", EXIT_USAGE)

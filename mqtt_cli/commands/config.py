@@ -1,0 +1,97 @@
+"""``mqtt config``: connection profiles in $XDG_CONFIG_HOME/mqtt-cli/config.toml (see mqtt_cli/profiles.py)."""
+
+from typing import Annotated, Any
+
+import typer
+
+from . import fail
+
+app = typer.Typer(
+    name="config",
+    help="Connection profiles: defaults for pub, sub and rr (--profile NAME; 'default' when none is given).",
+    no_args_is_help=True,
+)
+EXIT_USAGE = 2
+_SECRET = ("password",)
+
+
+def _parse(key: str, raw: str) -> Any:
+    from mqtt_cli.profiles import PROFILE_KEYS
+
+    kind = PROFILE_KEYS.get(key)
+    if kind is None:
+        fail(f"unknown key {key!r}; known: {', '.join(PROFILE_KEYS)}", EXIT_USAGE)
+    if kind is bool:
+        if raw.lower() in ("true", "yes", "1", "on"):
+            return True
+        if raw.lower() in ("false", "no", "0", "off"):
+            return False
+        fail(f"{key} must be true or false, not {raw!r}", EXIT_USAGE)
+    if kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            fail(f"{key} must be a number, not {raw!r}", EXIT_USAGE)
+    return raw
+
+
+@app.command("set")
+def set_(
+    key: Annotated[str, typer.Argument(help="host, port, username, password_file, cafile, ... (see `config list`).")],
+    value: Annotated[str | None, typer.Argument(help="The value; leave out with --unset.")] = None,
+    profile: Annotated[str, typer.Option("--profile", help="Profile to edit.")] = "default",
+    unset: Annotated[bool, typer.Option("--unset", help="Remove the key.")] = False,
+) -> None:
+    """Set (or --unset) one key of a profile."""
+    from mqtt_cli.profiles import ProfileError, load_config, save_config
+
+    if (value is None) != unset:
+        fail("give a VALUE, or --unset without one", EXIT_USAGE)
+    try:
+        data = load_config()
+    except ProfileError as err:
+        fail(str(err))
+    profiles = data.setdefault("profiles", {})
+    section = profiles.setdefault(profile, {})
+    if unset:
+        if key not in section:
+            fail(f"profile {profile!r} has no key {key!r}", EXIT_USAGE)
+        del section[key]
+    else:
+        assert value is not None
+        section[key] = _parse(key, value)
+    path = save_config(data)
+    typer.echo(f"{path}: profile {profile!r}: {key} {'removed' if unset else 'set'}")
+
+
+@app.command("show")
+def show(
+    profile: Annotated[str, typer.Argument(help="Profile to show.")] = "default",
+    reveal: Annotated[bool, typer.Option("--reveal", help="Show passwords instead of ****.")] = False,
+) -> None:
+    """Print a profile's keys and values."""
+    from mqtt_cli.profiles import ProfileError, load_profile
+
+    try:
+        values = load_profile(profile)
+    except ProfileError as err:
+        fail(str(err))
+    for key, value in values.items():
+        shown = "****" if key in _SECRET and not reveal else value
+        typer.echo(f"{key} = {shown!r}" if isinstance(shown, str) else f"{key} = {str(shown).lower()}")
+
+
+@app.command("list")
+def list_() -> None:
+    """List the profiles, and where the file is."""
+    from mqtt_cli.profiles import PROFILE_KEYS, ProfileError, config_path, load_config
+
+    try:
+        profiles = load_config().get("profiles", {})
+    except ProfileError as err:
+        fail(str(err))
+    typer.echo(f"# {config_path()}")
+    for name in sorted(profiles):
+        typer.echo(name)
+    if not profiles:
+        typer.echo(f"# no profiles yet; keys: {', '.join(PROFILE_KEYS)}")

@@ -1,0 +1,334 @@
+"""``mqtt pub``: publish one message, a file, standard input, or one message per line, and say whether every
+message was acknowledged (exit 0 only then).
+
+No `from __future__ import annotations` in command modules: typer would evaluate every string annotation
+at start-up (about 1 ms per option).
+"""
+
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from . import _options as o
+from . import fail
+
+if TYPE_CHECKING:
+    from mqtt_cli.core.properties import Properties
+    from mqtt_cli.net.client import Client
+
+MSG = "Message"
+V5 = "MQTT 5.0 message properties"
+
+
+def pub(
+    ctx: typer.Context,
+    topic: Annotated[
+        str | None, typer.Option("-t", "--topic", help="Topic to publish to.", rich_help_panel=MSG)
+    ] = None,
+    message: Annotated[str | None, typer.Option("-m", "--message", help="The message.", rich_help_panel=MSG)] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option("-f", "--file", help="Send this file as one message (bytes as they are).", rich_help_panel=MSG),
+    ] = None,
+    stdin_file: Annotated[
+        bool, typer.Option("-s", "--stdin-file", help="Send all of standard input as one message.", rich_help_panel=MSG)
+    ] = False,
+    stdin_line: Annotated[
+        bool,
+        typer.Option(
+            "-l",
+            "--stdin-line",
+            rich_help_panel=MSG,
+            help="One message per line of standard input, on one connection; waits for every acknowledgement.",
+        ),
+    ] = False,
+    null_message: Annotated[
+        bool, typer.Option("-n", "--null-message", help="An empty message.", rich_help_panel=MSG)
+    ] = False,
+    json_lines: Annotated[
+        bool,
+        typer.Option(
+            "--json-lines",
+            rich_help_panel=MSG,
+            help="Each line of standard input is a message in the JSON form `mqtt sub --json` writes.",
+        ),
+    ] = False,
+    qos: Annotated[
+        int | None, typer.Option("-q", "--qos", min=0, max=2, help="QoS (default: 0).", rich_help_panel=MSG)
+    ] = None,
+    retain: Annotated[bool, typer.Option("-r", "--retain", help="Retain the message.", rich_help_panel=MSG)] = False,
+    repeat: Annotated[
+        int, typer.Option("--repeat", min=1, help="Publish the message N times.", rich_help_panel=MSG)
+    ] = 1,
+    repeat_delay: Annotated[
+        float, typer.Option("--repeat-delay", min=0, help="Seconds between repeats.", rich_help_panel=MSG)
+    ] = 0.0,
+    user_property: Annotated[
+        list[str] | None, typer.Option("--user-property", help="KEY=VALUE (repeatable).", rich_help_panel=V5)
+    ] = None,
+    content_type: Annotated[str | None, typer.Option("--content-type", rich_help_panel=V5)] = None,
+    response_topic: Annotated[str | None, typer.Option("--response-topic", rich_help_panel=V5)] = None,
+    correlation_data: Annotated[str | None, typer.Option("--correlation-data", rich_help_panel=V5)] = None,
+    message_expiry: Annotated[
+        int | None, typer.Option("--message-expiry", min=0, max=0xFFFFFFFF, help="Seconds.", rich_help_panel=V5)
+    ] = None,
+    payload_format: Annotated[
+        int | None, typer.Option("--payload-format", min=0, max=1, help="0 bytes, 1 UTF-8 text.", rich_help_panel=V5)
+    ] = None,
+    topic_alias: Annotated[
+        int | None, typer.Option("--topic-alias", min=1, max=65535, help="Topic alias to use.", rich_help_panel=V5)
+    ] = None,
+    host: o.Host = None,
+    port: o.Port = None,
+    url: o.Url = None,
+    unix: o.Unix = None,
+    client_id: o.ClientId = None,
+    id_prefix: o.IdPrefix = None,
+    keepalive: o.Keepalive = None,
+    protocol_version: o.ProtocolVersion = None,
+    no_clean: o.NoClean = None,
+    session_expiry: o.SessionExpiry = None,
+    connect_timeout: o.ConnectTimeout = None,
+    reconnect: o.Reconnect = False,
+    profile: o.Profile = None,
+    username: o.Username = None,
+    password: o.Password = None,
+    password_prompt: o.PasswordPrompt = False,
+    password_file: o.PasswordFile = None,
+    cafile: o.CaFile = None,
+    capath: o.CaPath = None,
+    cert: o.Cert = None,
+    key: o.Key = None,
+    insecure: o.Insecure = None,
+    tls_version: o.TlsVersion = None,
+    alpn: o.Alpn = None,
+    will_topic: o.WillTopic = None,
+    will_payload: o.WillPayload = None,
+    will_qos: o.WillQos = 0,
+    will_retain: o.WillRetain = False,
+    will_delay: o.WillDelay = None,
+    will_expiry: o.WillExpiry = None,
+    will_content_type: o.WillContentType = None,
+    will_user_property: o.WillUserProperty = None,
+) -> None:
+    """Publish messages; exit 0 only when every one was acknowledged at its QoS (QoS 0: written).
+
+    Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 7 a message was
+    refused or not acknowledged, 8 connection lost, 130 interrupted (docs/exit-codes.md).
+    """
+    params = {k: v for k, v in locals().items() if k in o.CONNECTION_PARAMS}
+    sources = [
+        name
+        for name, given in (
+            ("-m", message is not None), ("-f", file is not None), ("-s", stdin_file), ("-l", stdin_line),
+            ("-n", null_message), ("--json-lines", json_lines),
+        )
+        if given
+    ]  # fmt: skip
+    if len(sources) != 1:
+        what = "no message given" if not sources else f"{' and '.join(sources)} both give the message"
+        fail(f"{what}: use one of -m, -f, -s, -l, -n or --json-lines", o.EXIT_USAGE)
+    if repeat > 1 and (stdin_line or json_lines):
+        fail("--repeat works with -m, -f, -s and -n, not with -l or --json-lines", o.EXIT_USAGE)
+    resolved = o.client_settings(params, ctx)
+    settings = resolved.settings
+    topic = topic or resolved.url_topic
+    if topic is None and not json_lines:
+        fail("no topic: give -t TOPIC (or a topic in the --url)", o.EXIT_USAGE)
+    if topic is not None:
+        from mqtt_cli.core.topics import topic_name_error
+
+        if err := topic_name_error(topic):
+            fail(f"-t {topic!r}: {err}", o.EXIT_USAGE)
+    qos_value = qos if qos is not None else int(resolved.profile.get("qos", 0))
+    props = _message_properties(
+        user_property, content_type, response_topic, correlation_data, message_expiry, payload_format, topic_alias
+    )
+    if props and settings.version in (3, 4):
+        fail("message properties (--content-type, --user-property, ...) need MQTT 5.0 (-V 5)", o.EXIT_USAGE)
+
+    payload = b""
+    if message is not None:
+        payload = message.encode()
+    elif file is not None:
+        try:
+            payload = file.read_bytes()
+        except OSError as err:
+            fail(f"-f {file}: {err.strerror}", o.EXIT_USAGE)
+    elif stdin_file:
+        import sys
+
+        payload = sys.stdin.buffer.read()
+
+    settings.auto_topic_aliases = stdin_line or json_lines
+    from ._runner import run_client
+
+    async def main() -> int:
+        from mqtt_cli.net.client import open_client
+
+        async with open_client(settings) as client:
+            if props and client.version != 5:
+                fail(f"the broker speaks MQTT {_name(client.version)}: message properties need 5.0", o.EXIT_USAGE)
+            state = _Progress()
+            try:
+                if stdin_line:
+                    await _publish_lines(client, topic or "", qos_value, retain, props, state)
+                elif json_lines:
+                    await _publish_json_lines(ctx, client, topic, qos_value, retain, props, state)
+                else:
+                    import trio
+
+                    for i in range(repeat):
+                        if i and repeat_delay:
+                            await trio.sleep(repeat_delay)
+                        await client.publish(topic or "", payload, qos_value, retain, props)
+                await client.wait_acknowledged()
+            except _BadLine as err:
+                await _settle(client)
+                fail(f"{err} ({_counts(client)})", o.EXIT_USAGE)
+            except Exception as err:
+                from mqtt_cli.net.errors import ClientError
+
+                if not isinstance(err, ClientError):
+                    raise
+                if client.refused:  # the refusal is the cause; mosquitto, for one, then drops the connection
+                    _refused(client, f"; then: {err}")
+                err.args = (f"{err} ({_counts(client)})",)
+                raise
+            if client.refused:
+                _refused(client)
+        return 0
+
+    run_client(main)
+
+
+class _BadLine(ValueError):
+    pass
+
+
+class _Progress:
+    line = 0
+
+
+def _refused(client: "Client", then: str = "") -> None:
+    from mqtt_cli.core.reasons import reason_name
+
+    reason = reason_name(client.refused[0].reason_code, 4)
+    fail(f"the broker refused {len(client.refused)} message(s): {reason} ({_counts(client)}){then}", 7)
+
+
+def _name(version: int) -> str:
+    return {3: "3.1", 4: "3.1.1", 5: "5.0"}.get(version, str(version))
+
+
+def _counts(client: "Client") -> str:
+    done = client.acknowledged + client.written
+    return f"{client.published} sent, {done} acknowledged" + (
+        f", {len(client.refused)} refused" if client.refused else ""
+    )
+
+
+async def _settle(client: "Client") -> None:
+    """Before failing on bad input: let what was already handed over be acknowledged (nothing lost)."""
+    from mqtt_cli.net.errors import ClientError
+
+    with contextlib.suppress(ClientError):
+        await client.wait_acknowledged()
+
+
+def _message_properties(
+    user_property: list[str] | None,
+    content_type: str | None,
+    response_topic: str | None,
+    correlation_data: str | None,
+    message_expiry: int | None,
+    payload_format: int | None,
+    topic_alias: int | None,
+) -> "Properties":
+    from mqtt_cli.core.errors import LocalProtocolError
+    from mqtt_cli.core.properties import Properties
+
+    try:
+        return Properties(
+            user_properties=o.parse_user_properties(user_property, "--user-property"),
+            content_type=content_type,
+            response_topic=response_topic,
+            correlation_data=correlation_data.encode() if correlation_data is not None else None,
+            message_expiry_interval=message_expiry,
+            payload_format_indicator=payload_format,
+            topic_alias=topic_alias,
+        )
+    except LocalProtocolError as err:
+        fail(str(err), o.EXIT_USAGE)
+
+
+async def _stdin_chunks() -> Any:
+    """Standard input in large chunks, read in a worker thread (a pipe, a file or a terminal alike)."""
+    import sys
+
+    import trio
+
+    read = sys.stdin.buffer.raw.read if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer.read
+    while True:
+        # abandon_on_cancel: Ctrl-C must not wait for a terminal read that may never return
+        chunk = await trio.to_thread.run_sync(read, 1 << 18, abandon_on_cancel=True)
+        if not chunk:
+            return
+        yield chunk
+
+
+async def _lines() -> Any:
+    rest = b""
+    async for chunk in _stdin_chunks():
+        data = rest + chunk if rest else chunk
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            yield line
+    if rest:
+        yield rest
+
+
+async def _publish_lines(
+    client: "Client", topic: str, qos: int, retain: bool, props: "Properties", state: "_Progress"
+) -> None:
+    publish = client.publish
+    async for line in _lines():
+        state.line += 1
+        await publish(topic, line, qos, retain, props)
+
+
+async def _publish_json_lines(
+    ctx: typer.Context,
+    client: "Client",
+    topic: str | None,
+    qos: int,
+    retain: bool,
+    props: "Properties",
+    state: "_Progress",
+) -> None:
+    from ._json import MessageFormatError, message_from_json
+
+    source = ctx.get_parameter_source("qos")
+    qos_given = source is not None and source.name == "COMMANDLINE"
+    async for line in _lines():
+        state.line += 1
+        if not line.strip():
+            continue
+        try:
+            msg = message_from_json(line)
+        except MessageFormatError as err:
+            raise _BadLine(f"standard input line {state.line}: {err}") from None
+        msg_topic = msg["topic"] or topic
+        if not msg_topic:
+            raise _BadLine(f'standard input line {state.line}: no "topic" and no -t')
+        msg_qos = qos if qos_given or msg["qos"] is None else msg["qos"]
+        msg_retain = retain or bool(msg["retain"])
+        msg_props = msg["properties"] if msg["properties"] else props
+        if msg_props and client.version != 5:
+            from mqtt_cli.core.properties import EMPTY_PROPERTIES
+
+            msg_props = EMPTY_PROPERTIES  # 3.x carries no properties: the topic, payload and flags still go
+        await client.publish(msg_topic, msg["payload"], msg_qos, msg_retain, msg_props)

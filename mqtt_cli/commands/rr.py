@@ -1,0 +1,185 @@
+"""``mqtt rr``: request/response. Publish a request with a response topic and correlation data, wait (bounded)
+for the matching response, print it, exit 0.
+
+With MQTT 3.1.1 (no properties) the request carries neither: the first message on the response topic is
+taken as the answer, so the responder must know where to answer by convention.
+"""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import _options as o
+from . import fail
+
+RR = "Request"
+OUT = "Output"
+EXIT_TIMEOUT = 27
+
+
+def rr(
+    ctx: typer.Context,
+    topic: Annotated[
+        str | None, typer.Option("-t", "--topic", help="Topic of the request.", rich_help_panel=RR)
+    ] = None,
+    response_topic: Annotated[
+        str | None,
+        typer.Option("-e", "--response-topic", help="Topic to wait for the response on.", rich_help_panel=RR),
+    ] = None,
+    message: Annotated[str | None, typer.Option("-m", "--message", help="The request.", rich_help_panel=RR)] = None,
+    file: Annotated[
+        Path | None, typer.Option("-f", "--file", help="Send this file as the request.", rich_help_panel=RR)
+    ] = None,
+    stdin_file: Annotated[
+        bool, typer.Option("-s", "--stdin-file", help="Request from standard input.", rich_help_panel=RR)
+    ] = False,
+    null_message: Annotated[
+        bool, typer.Option("-n", "--null-message", help="An empty request.", rich_help_panel=RR)
+    ] = False,
+    qos: Annotated[
+        int | None, typer.Option("-q", "--qos", min=0, max=2, help="QoS (default: 0).", rich_help_panel=RR)
+    ] = None,
+    correlation_data: Annotated[
+        str | None,
+        typer.Option("--correlation-data", help="5.0: correlation data (default: random).", rich_help_panel=RR),
+    ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "-W", "--timeout", min=0.001, help="Seconds to wait for the response; then exit 27.", rich_help_panel=RR
+        ),
+    ] = 30.0,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Print the topic too.", rich_help_panel=OUT)] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="The response as one JSON object.", rich_help_panel=OUT)
+    ] = False,
+    hex_out: Annotated[bool, typer.Option("--hex", help="Payload as hexadecimal.", rich_help_panel=OUT)] = False,
+    no_newline: Annotated[
+        bool, typer.Option("-N", "--no-newline", help="No newline after the response.", rich_help_panel=OUT)
+    ] = False,
+    host: o.Host = None,
+    port: o.Port = None,
+    url: o.Url = None,
+    unix: o.Unix = None,
+    client_id: o.ClientId = None,
+    id_prefix: o.IdPrefix = None,
+    keepalive: o.Keepalive = None,
+    protocol_version: o.ProtocolVersion = None,
+    no_clean: o.NoClean = None,
+    session_expiry: o.SessionExpiry = None,
+    connect_timeout: o.ConnectTimeout = None,
+    reconnect: o.Reconnect = False,
+    profile: o.Profile = None,
+    username: o.Username = None,
+    password: o.Password = None,
+    password_prompt: o.PasswordPrompt = False,
+    password_file: o.PasswordFile = None,
+    cafile: o.CaFile = None,
+    capath: o.CaPath = None,
+    cert: o.Cert = None,
+    key: o.Key = None,
+    insecure: o.Insecure = None,
+    tls_version: o.TlsVersion = None,
+    alpn: o.Alpn = None,
+    will_topic: o.WillTopic = None,
+    will_payload: o.WillPayload = None,
+    will_qos: o.WillQos = 0,
+    will_retain: o.WillRetain = False,
+    will_delay: o.WillDelay = None,
+    will_expiry: o.WillExpiry = None,
+    will_content_type: o.WillContentType = None,
+    will_user_property: o.WillUserProperty = None,
+) -> None:
+    """Send a request and print the matching response (MQTT 5.0 response topic and correlation data).
+
+    Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 6 subscription
+    refused, 7 request refused, 8 connection lost, 27 no response within -W, 130 interrupted.
+    """
+    params = {k: v for k, v in locals().items() if k in o.CONNECTION_PARAMS}
+    given = [n for n, g in (("-m", message is not None), ("-f", file is not None), ("-s", stdin_file),
+                            ("-n", null_message)) if g]  # fmt: skip
+    if len(given) != 1:
+        what = "no request given" if not given else f"{' and '.join(given)} both give the request"
+        fail(f"{what}: use one of -m, -f, -s or -n", o.EXIT_USAGE)
+    if json_out and hex_out:
+        fail("--json and --hex are different output forms: use one", o.EXIT_USAGE)
+    resolved = o.client_settings(params, ctx)
+    settings = resolved.settings
+    topic = topic or resolved.url_topic
+    if not topic or not response_topic:
+        fail("give the request topic (-t) and the response topic (-e)", o.EXIT_USAGE)
+    from mqtt_cli.core.topics import topic_filter_error, topic_name_error
+
+    if err := topic_name_error(topic):
+        fail(f"-t {topic!r}: {err}", o.EXIT_USAGE)
+    if err := topic_name_error(response_topic) or topic_filter_error(response_topic):
+        fail(f"-e {response_topic!r}: {err}", o.EXIT_USAGE)
+    if message is not None:
+        payload = message.encode()
+    elif file is not None:
+        try:
+            payload = file.read_bytes()
+        except OSError as err:
+            fail(f"-f {file}: {err.strerror}", o.EXIT_USAGE)
+    elif stdin_file:
+        import sys
+
+        payload = sys.stdin.buffer.read()
+    else:
+        payload = b""
+    qos_value = qos if qos is not None else int(resolved.profile.get("qos", 0))
+    mode = "json" if json_out else "hex" if hex_out else "payload"
+    if verbose and mode != "json":
+        mode = "verbose" if mode == "payload" else "verbose-hex"
+
+    from ._runner import run_client
+
+    async def main() -> int:
+        import os
+        import sys
+        import time
+
+        import trio
+
+        from mqtt_cli.core.packets import Subscription
+        from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
+        from mqtt_cli.core.reasons import reason_name
+        from mqtt_cli.net.client import open_client
+        from mqtt_cli.net.errors import ConnectionLost, PublishFailed, SubscribeRefused
+
+        from ._output import Printer
+
+        printer = Printer(mode, None, not no_newline)
+        correlation = correlation_data.encode() if correlation_data is not None else os.urandom(16)
+        with trio.move_on_after(timeout) as waited:
+            async with open_client(settings) as client:
+                v5 = client.version == 5
+                codes = await client.subscribe([Subscription(response_topic, qos_value)])
+                if codes[0] >= 0x80:
+                    why = reason_name(codes[0], 9, client.version)
+                    raise SubscribeRefused(f"the broker refused the subscription to {response_topic!r}: {why}")
+                props = (
+                    Properties(response_topic=response_topic, correlation_data=correlation) if v5 else EMPTY_PROPERTIES
+                )
+                await client.publish(topic, payload, qos_value, False, props)
+                await client.wait_acknowledged()
+                if client.refused:
+                    raise PublishFailed(
+                        f"the broker refused the request: {reason_name(client.refused[0].reason_code, 4)}"
+                    )
+                async for item in client.messages:
+                    if not hasattr(item, "topic"):
+                        continue
+                    if v5 and item.properties.correlation_data != correlation:
+                        continue  # someone else's response
+                    printer(item, time.time())
+                    return 0
+                if client.failure is not None:
+                    raise client.failure
+                raise ConnectionLost("the connection ended before the response")
+        if waited.cancelled_caught:
+            print(f"mqtt: no response within {timeout:g} s", file=sys.stderr, flush=True)
+        return EXIT_TIMEOUT
+
+    run_client(main)

@@ -1,0 +1,264 @@
+"""``mqtt sub``: subscribe and print messages, with bounded waits (-C, -W, -E, --retained-only)."""
+
+from typing import Annotated
+
+import typer
+
+from . import _options as o
+from . import fail
+
+SUB = "Subscription"
+OUT = "Output"
+STOP = "When to stop"
+EXIT_SUBSCRIBE_REFUSED = 6
+EXIT_TIMEOUT = 27
+
+
+def sub(
+    ctx: typer.Context,
+    topic: Annotated[
+        list[str] | None, typer.Option("-t", "--topic", help="Topic filter (repeatable).", rich_help_panel=SUB)
+    ] = None,
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-T", "--filter-out", help="Do not print topics matching this filter (repeatable).", rich_help_panel=SUB
+        ),
+    ] = None,
+    qos: Annotated[
+        int | None, typer.Option("-q", "--qos", min=0, max=2, help="QoS (default: 0).", rich_help_panel=SUB)
+    ] = None,
+    no_local: Annotated[
+        bool, typer.Option("--no-local", help="5.0: not our own messages.", rich_help_panel=SUB)
+    ] = False,
+    retain_as_published: Annotated[
+        bool, typer.Option("--retain-as-published", help="5.0: keep the retain flag as published.", rich_help_panel=SUB)
+    ] = False,
+    retain_handling: Annotated[
+        int,
+        typer.Option(
+            "--retain-handling",
+            min=0,
+            max=2,
+            rich_help_panel=SUB,
+            help="5.0: retained messages on subscribing: 0 always, 1 for a new subscription only, 2 never.",
+        ),
+    ] = 0,
+    subscription_identifier: Annotated[
+        int | None,
+        typer.Option(
+            "--subscription-identifier", min=1, max=268435455, help="5.0 subscription identifier.", rich_help_panel=SUB
+        ),
+    ] = None,
+    unsubscribe: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-U", "--unsubscribe", help="Unsubscribe from this filter first (repeatable).", rich_help_panel=SUB
+        ),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Print the topic, then the payload.", rich_help_panel=OUT)
+    ] = False,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "-F",
+            "--format",
+            rich_help_panel=OUT,
+            help="mosquitto_sub format: %t topic, %p payload, %q %r %m %l %x %X %I %U %j %J %C %D %E %F %P %R %S, @H.",
+        ),
+    ] = None,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            rich_help_panel=OUT,
+            help="One JSON object per line, lossless (payload as text or base64, every 5.0 property, receive time).",
+        ),
+    ] = False,
+    hex_out: Annotated[bool, typer.Option("--hex", help="Payload as hexadecimal.", rich_help_panel=OUT)] = False,
+    no_newline: Annotated[
+        bool, typer.Option("-N", "--no-newline", help="No newline after each message.", rich_help_panel=OUT)
+    ] = False,
+    count: Annotated[
+        int | None, typer.Option("-C", "--count", min=1, help="Exit 0 after N messages.", rich_help_panel=STOP)
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "-W", "--timeout", min=0.001, help="Exit 27 after S seconds (unless done before).", rich_help_panel=STOP
+        ),
+    ] = None,
+    exit_on_suback: Annotated[
+        bool, typer.Option("-E", "--exit-on-subscribe", help="Exit once subscribed.", rich_help_panel=STOP)
+    ] = False,
+    no_retained: Annotated[
+        bool, typer.Option("-R", "--no-retained", help="Do not print retained messages.", rich_help_panel=STOP)
+    ] = False,
+    retained_only: Annotated[
+        bool,
+        typer.Option(
+            "--retained-only",
+            rich_help_panel=STOP,
+            help="Print the retained messages and exit 0 once all have arrived (subscribes at QoS 0).",
+        ),
+    ] = False,
+    remove_retained: Annotated[
+        bool, typer.Option("--remove-retained", help="Clear each retained message received.", rich_help_panel=STOP)
+    ] = False,
+    host: o.Host = None,
+    port: o.Port = None,
+    url: o.Url = None,
+    unix: o.Unix = None,
+    client_id: o.ClientId = None,
+    id_prefix: o.IdPrefix = None,
+    keepalive: o.Keepalive = None,
+    protocol_version: o.ProtocolVersion = None,
+    no_clean: o.NoClean = None,
+    session_expiry: o.SessionExpiry = None,
+    connect_timeout: o.ConnectTimeout = None,
+    reconnect: o.Reconnect = False,
+    profile: o.Profile = None,
+    username: o.Username = None,
+    password: o.Password = None,
+    password_prompt: o.PasswordPrompt = False,
+    password_file: o.PasswordFile = None,
+    cafile: o.CaFile = None,
+    capath: o.CaPath = None,
+    cert: o.Cert = None,
+    key: o.Key = None,
+    insecure: o.Insecure = None,
+    tls_version: o.TlsVersion = None,
+    alpn: o.Alpn = None,
+    will_topic: o.WillTopic = None,
+    will_payload: o.WillPayload = None,
+    will_qos: o.WillQos = 0,
+    will_retain: o.WillRetain = False,
+    will_delay: o.WillDelay = None,
+    will_expiry: o.WillExpiry = None,
+    will_content_type: o.WillContentType = None,
+    will_user_property: o.WillUserProperty = None,
+) -> None:
+    """Subscribe and print the messages received.
+
+    Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 6 subscription
+    refused, 8 connection lost, 27 -W timeout, 130 interrupted (docs/exit-codes.md).
+    """
+    params = {k: v for k, v in locals().items() if k in o.CONNECTION_PARAMS}
+    outputs = [n for n, given in (("-F", fmt is not None), ("--json", json_out), ("--hex", hex_out)) if given]
+    if len(outputs) > 1:
+        fail(f"{' and '.join(outputs)} are different output forms: use one", o.EXIT_USAGE)
+    if no_retained and retained_only:
+        fail("-R skips retained messages and --retained-only prints only them: use one", o.EXIT_USAGE)
+    resolved = o.client_settings(params, ctx, reconnect_session_expiry=3600)
+    settings = resolved.settings
+    filters = list(topic or [])
+    if not filters and resolved.url_topic:
+        filters = [resolved.url_topic]
+    if not filters and not unsubscribe:
+        fail("no topic: give -t FILTER (or a topic in the --url)", o.EXIT_USAGE)
+    from mqtt_cli.core.topics import topic_filter_error
+
+    for flt in [*filters, *(exclude or []), *(unsubscribe or [])]:
+        if err := topic_filter_error(flt):
+            fail(f"topic filter {flt!r}: {err}", o.EXIT_USAGE)
+    v5_only = [n for n, given in (("--no-local", no_local), ("--retain-as-published", retain_as_published),
+               ("--retain-handling", retain_handling != 0),
+               ("--subscription-identifier", subscription_identifier is not None)) if given]  # fmt: skip
+    if v5_only and settings.version in (3, 4):
+        fail(f"{', '.join(v5_only)} need MQTT 5.0 (-V 5)", o.EXIT_USAGE)
+    if fmt is not None:
+        from ._output import FormatError, check_format
+
+        try:
+            check_format(fmt)
+        except FormatError as err:
+            fail(str(err), o.EXIT_USAGE)
+    qos_value = qos if qos is not None else int(resolved.profile.get("qos", 0))
+    if retained_only:
+        # The end of the retained burst is found by a PINGREQ sent after SUBSCRIBE: the broker answers it after
+        # what it queued before. QoS 1/2 messages beyond its in-flight window would be sent after the PINGRESP.
+        qos_value = 0
+    mode = "json" if json_out else "format" if fmt is not None else "hex" if hex_out else "payload"
+    if verbose and mode in ("payload", "hex"):
+        mode = "verbose" if mode == "payload" else "verbose-hex"
+
+    from ._runner import run_client
+
+    async def main() -> int:
+        import sys
+        import time
+
+        import trio
+
+        from mqtt_cli.core.events import PongReceived
+        from mqtt_cli.core.packets import Subscription
+        from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
+        from mqtt_cli.core.topics import matches
+        from mqtt_cli.net.client import open_client
+        from mqtt_cli.net.errors import ConnectionLost, SubscribeRefused
+
+        from ._output import FormatError, Printer
+
+        printer = Printer(mode, fmt, not no_newline)
+        excluded = list(exclude or [])
+        code = 0
+        with trio.move_on_after(timeout if timeout is not None else float("inf")) as waited:
+            async with open_client(settings) as client:
+                if v5_only and client.version != 5:
+                    fail(f"the broker speaks MQTT 3.1.1: {', '.join(v5_only)} need 5.0", o.EXIT_USAGE)
+                if unsubscribe:
+                    await client.unsubscribe(unsubscribe)
+                if not filters:
+                    return 0
+                subs = [
+                    Subscription(f, qos_value, no_local and client.version == 5, retain_as_published, retain_handling)
+                    for f in filters
+                ]
+                props = (
+                    Properties(subscription_identifiers=[subscription_identifier])
+                    if subscription_identifier is not None
+                    else EMPTY_PROPERTIES
+                )
+                codes = await client.subscribe(subs, props, marker=retained_only)
+                refused = [(f, c) for f, c in zip(filters, codes, strict=False) if c >= 0x80]
+                if refused:
+                    from mqtt_cli.core.reasons import reason_name
+
+                    what = ", ".join(f"{f!r}: {reason_name(c, 9, client.version)}" for f, c in refused)
+                    raise SubscribeRefused(f"the broker refused the subscription ({what})")
+                if exit_on_suback:
+                    return 0
+                received = 0
+                async for item in client.messages:
+                    if type(item) is PongReceived:
+                        if retained_only:
+                            await client.wait_acknowledged()
+                            return 0
+                        continue
+                    p = item
+                    if no_retained and p.retain:
+                        continue
+                    if retained_only and not p.retain:
+                        continue
+                    if excluded and any(matches(f, p.topic) for f in excluded):
+                        continue
+                    try:
+                        printer(p, time.time())
+                    except FormatError as err:
+                        print(f"mqtt: warning: {err}", flush=True, file=sys.stderr)
+                    if remove_retained and p.retain and p.payload:
+                        await client.publish(p.topic, b"", 1, True)
+                    received += 1
+                    if count is not None and received >= count:
+                        await client.wait_acknowledged()
+                        return 0
+                if client.failure is not None:
+                    raise client.failure
+                raise ConnectionLost("the connection ended")
+        if waited.cancelled_caught:
+            print(f"mqtt: timed out after {timeout:g} s", file=sys.stderr, flush=True)
+            code = EXIT_TIMEOUT
+        return code
+
+    run_client(main)

@@ -1,0 +1,580 @@
+"""The trio MQTT client: `ClientConnection` (mqtt_cli.core) driven over a transport.
+
+    async with open_client(ClientSettings(endpoint=Endpoint(host="localhost"))) as client:
+        await client.subscribe([Subscription("a/#", qos=1)])
+        await client.publish("a/b", b"hi", qos=1)
+        await client.wait_acknowledged()
+        async for item in client.messages: ...          # Publish (or PongReceived markers, see ping_marker)
+
+One connection at a time, three tasks while it lasts (reader, writer, keepalive timer) in a nursery; a
+supervisor task reconnects with backoff when `reconnect` is set, on the same session (QoS 1/2 messages in
+flight are re-sent with DUP, or published again when the broker lost the session). Every wait is bounded:
+connecting by `connect_timeout`, acknowledgements by `ack_timeout` without progress, reconnecting by
+`reconnect_timeout`. Errors are `mqtt_cli.net.errors` classes, each with the exit code of a client command.
+"""
+
+from __future__ import annotations
+
+import random
+import ssl
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from mqtt_cli.core.client import ClientConnection
+from mqtt_cli.core.errors import LocalProtocolError
+from mqtt_cli.core.events import (
+    ConnectionAccepted,
+    ConnectionRefused,
+    Disconnected,
+    MessageReceived,
+    PongReceived,
+    PublishAcknowledged,
+    SubscribeAcknowledged,
+    UnsubscribeAcknowledged,
+)
+from mqtt_cli.core.packets import Publish, Subscription, Will
+from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
+
+from .errors import BrokerRefused, ClientError, ConnectFailed, ConnectionLost, PublishFailed, TLSFailed
+from .transports import Endpoint, open_transport
+
+__all__ = ["Client", "ClientSettings", "open_client"]
+
+_READ_SIZE = 65536
+_QOS0_BACKLOG = 4096  # QoS 0 messages queued but not yet written before publish() waits for the writer
+_BACKLOG = 1024  # messages waiting for the window before publish() waits
+
+
+@dataclass
+class ClientSettings:
+    endpoint: Endpoint = field(default_factory=Endpoint)
+    ssl_context: ssl.SSLContext | None = None
+    client_id: str = ""
+    version: int | None = None  # 3, 4 or 5; None: 5, falling back to 3.1.1 when the broker refuses 5.0
+    keepalive: int = 60
+    clean_start: bool = True
+    session_expiry: int | None = None  # 5.0; None: not sent (the session ends with the connection)
+    username: str | None = None
+    password: bytes | None = None
+    will: Will | None = None
+    properties: Properties = EMPTY_PROPERTIES  # further CONNECT properties (5.0): user properties, ...
+    connect_timeout: float = 10.0
+    reconnect: bool = False
+    reconnect_delay: float = 0.25  # first backoff; doubles up to reconnect_max_delay, with jitter
+    reconnect_max_delay: float = 5.0
+    reconnect_timeout: float = 300.0  # give up after this long without a connection
+    ack_timeout: float = 60.0  # no acknowledgement for this long while waiting for one: give up
+    receive_maximum: int = 65535
+    max_inflight: int = 1024  # our cap on unacknowledged QoS 1/2 messages (3.x brokers state none)
+    topic_alias_maximum: int = 64
+    auto_topic_aliases: bool = False
+    message_buffer: int = 1024
+
+
+class Client:
+    """Use through `open_client()`. Counters: `published` (handed to the connection), `written` (QoS 0 on the
+    wire), `acknowledged` (QoS 1/2 acknowledged with success), `refused` (PublishAcknowledged with a failure)."""
+
+    def __init__(self, settings: ClientSettings) -> None:
+        self.settings = settings
+        s = settings
+        props = s.properties
+        if s.session_expiry is not None:
+            props = props.replace(session_expiry_interval=s.session_expiry)
+        # With reconnect on 3.x the session must outlive each connection: clean session 0 from the start.
+        self.conn = ClientConnection(
+            s.client_id,
+            version=s.version or 5,
+            keepalive=s.keepalive,
+            clean_start=s.clean_start,
+            username=s.username,
+            password=s.password,
+            will=s.will,
+            properties=props,
+            receive_maximum=s.receive_maximum,
+            topic_alias_maximum=s.topic_alias_maximum,
+            max_inflight=s.max_inflight,
+            auto_topic_aliases=s.auto_topic_aliases,
+        )
+        self._send_channel, self.messages = trio.open_memory_channel[Publish | PongReceived](s.message_buffer)
+        self.failure: ClientError | None = None
+        self.version = 0  # the protocol version in use, once connected
+        self.connack: ConnectionAccepted | None = None
+        self.published = 0
+        self.written = 0
+        self.acknowledged = 0
+        self.refused: list[PublishAcknowledged] = []
+        self.reconnects = 0
+        self._changed = trio.Event()
+        self._wake = trio.Event()
+        self._qos0_pending = 0  # QoS 0 messages queued or being written
+        self._qos0_queued = 0  # of which not yet handed to the writer
+        # Messages not yet handed to the connection (window closed, reconnecting, or a lost session's).
+        self._backlog: deque[tuple[str, bytes, int, bool, Properties, Any]] = deque()
+        self._results: dict[int, SubscribeAcknowledged | UnsubscribeAcknowledged] = {}
+        self._subscriptions: dict[int, tuple[tuple[Subscription, ...], Properties]] = {}
+        self._generation = 0  # connections made so far
+        self._pongs = 0
+        self._markers: deque[int] = deque()  # pings_sent values whose PINGRESP goes into `messages`
+        self._ending = False
+        self._closing = False
+        self._lost_reason = ""
+        self._conn_scope: trio.CancelScope | None = None
+        self._conn_done = trio.Event()
+        self._progress = 0.0
+
+    # --- public API ---------------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self.conn.connected and not self._ending
+
+    async def publish(
+        self,
+        topic: str,
+        payload: bytes = b"",
+        qos: int = 0,
+        retain: bool = False,
+        properties: Properties = EMPTY_PROPERTIES,
+        *,
+        context: Any = None,
+    ) -> None:
+        """Hands a message to the connection, waiting (bounded) for room: the broker's receive maximum for QoS
+        1/2, the writer for QoS 0, a connection while reconnecting. Returns before the acknowledgement: see
+        wait_acknowledged(). Raises PublishFailed for a message the broker's limits forbid."""
+        conn = self.conn
+        backlog = self._backlog
+        while True:
+            if self.failure is not None:
+                raise self.failure
+            if (
+                not backlog
+                and conn.connected
+                and not self._ending
+                and (conn.window_open if qos else self._qos0_queued < _QOS0_BACKLOG)
+            ):
+                self._hand_over(topic, payload, qos, retain, properties, context)
+                self._wake.set()
+                return
+            if len(backlog) < _BACKLOG:
+                # Queued here, handed over by the reader as acknowledgements open the window: one task switch
+                # per round trip instead of one per message.
+                backlog.append((topic, payload, qos, retain, properties, context))
+                return
+            await self._wait_changed()
+
+    def _hand_over(
+        self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties, context: Any
+    ) -> None:
+        try:
+            self.conn.publish(topic, payload, qos, retain, properties, context=context)
+        except LocalProtocolError as err:
+            raise PublishFailed(f"cannot publish to {topic!r}: {err}") from None
+        self.published += 1
+        if not qos:
+            self._qos0_pending += 1
+            self._qos0_queued += 1
+
+    async def wait_acknowledged(self) -> None:
+        """Waits until every message handed over is acknowledged (QoS 1/2) or written (QoS 0)."""
+        conn = self.conn
+        while conn.inflight or self._backlog or self._qos0_pending:
+            if self.failure is not None:
+                raise self.failure
+            await self._wait_changed()
+
+    async def subscribe(
+        self, subscriptions: Iterable[Subscription], properties: Properties = EMPTY_PROPERTIES, *, marker: bool = False
+    ) -> tuple[int, ...]:
+        """Subscribes and waits for SUBACK; returns its codes (granted QoS, or >= 0x80 for a refused filter).
+
+        The subscription is remembered and made again after a reconnect to a broker that lost the session.
+        `marker`: a PINGREQ follows the SUBSCRIBE at once; its PINGRESP comes into `messages` as PongReceived
+        after the retained messages the broker sent for this subscription (see ping_marker)."""
+        subs = tuple(subscriptions)
+        pid = await self._request(lambda: self.conn.subscribe(subs, properties))
+        if marker:
+            self._mark()
+        self._subscriptions[pid] = (subs, properties)
+        result = await self._await_result(pid, lambda: self.conn.subscribe(subs, properties))
+        return result.reason_codes
+
+    async def unsubscribe(
+        self, topic_filters: Iterable[str], properties: Properties = EMPTY_PROPERTIES
+    ) -> tuple[int, ...]:
+        filters = tuple(topic_filters)
+        pid = await self._request(lambda: self.conn.unsubscribe(filters, properties))
+        for key, (subs, _) in list(self._subscriptions.items()):
+            if {s.topic_filter for s in subs} <= set(filters):
+                del self._subscriptions[key]
+        result = await self._await_result(pid, lambda: self.conn.unsubscribe(filters, properties))
+        return result.reason_codes
+
+    async def ping_marker(self) -> None:
+        """Sends PINGREQ; its PINGRESP is put into `messages` as a PongReceived, after every message the broker
+        sent before answering it (the end of a retained burst after SUBACK, for instance)."""
+        await self._wait_connected()
+        self._mark()
+
+    def _mark(self) -> None:
+        self.conn.ping(trio.current_time())
+        self._markers.append(self.conn.pings_sent)
+        self._wake.set()
+
+    async def disconnect(self) -> None:
+        """Sends DISCONNECT (bounded wait for it to be written) and ends the connection; no reconnecting."""
+        self._closing = True
+        if self.conn.connected and self._conn_scope is not None and not self._ending:
+            self.conn.disconnect()
+            await self._dispatch(self.conn.events())
+            with trio.move_on_after(2):
+                await self._conn_done.wait()
+
+    # --- waiting ------------------------------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def _wait_changed(self) -> None:
+        """Waits for anything to happen; gives up when acknowledgements make no progress for ack_timeout."""
+        event = self._changed
+        timeout = self.settings.ack_timeout
+        with trio.move_on_after(timeout) as scope:
+            await event.wait()
+        if scope.cancelled_caught and self.conn.connected and (self.conn.inflight or self.conn.pending_requests):
+            raise PublishFailed(f"the broker acknowledged nothing for {timeout:g} s")
+
+    async def _wait_connected(self) -> None:
+        while not (self.conn.connected and not self._ending):
+            if self.failure is not None:
+                raise self.failure
+            await self._wait_changed()
+
+    async def _request(self, send: Any) -> int:
+        await self._wait_connected()
+        try:
+            pid: int = send()
+        except LocalProtocolError as err:
+            raise ClientError(str(err)) from None
+        self._wake.set()
+        return pid
+
+    async def _await_result(self, pid: int, resend: Any) -> Any:
+        generation = self._generation
+        deadline = trio.current_time() + self.settings.ack_timeout
+        while pid not in self._results:
+            if self.failure is not None:
+                raise self.failure
+            if self._generation != generation and self.conn.connected:
+                # The connection broke before the answer: ask again on the new one.
+                new_pid = await self._request(resend)
+                if pid in self._subscriptions:
+                    self._subscriptions[new_pid] = self._subscriptions.pop(pid)
+                pid, generation = new_pid, self._generation
+                deadline = trio.current_time() + self.settings.ack_timeout
+            with trio.move_on_at(deadline) as scope:
+                await self._changed.wait()
+            if scope.cancelled_caught:
+                raise ConnectionLost(f"no answer from the broker for {self.settings.ack_timeout:g} s")
+        return self._results.pop(pid)
+
+    # --- the connection's life ----------------------------------------------------------------------------
+
+    async def _run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        s = self.settings
+        stream, accepted, pending = await self._connect(first=True)
+        task_status.started()
+        while True:
+            await self._serve(stream, accepted, pending)
+            if self._closing:
+                break
+            if not s.reconnect:
+                self._fail(ConnectionLost(f"connection to {s.endpoint} lost: {self._lost_reason}"))
+                break
+            found = await self._reconnect()
+            if found is None:
+                break
+            stream, accepted, pending = found
+        await self._send_channel.aclose()
+
+    async def _connect(self, first: bool) -> tuple[trio.abc.Stream, ConnectionAccepted, list[Any]]:
+        s = self.settings
+        versions = (s.version,) if s.version else (5, 4)
+        for version in versions:
+            # Reconnects continue the session. On 3.x, "clean session" ends the session with the connection, so
+            # a client that means to reconnect asks for a persistent one from the start.
+            clean = s.clean_start and first and not (s.reconnect and version < 5)
+            try:
+                return await self._handshake(version, clean)
+            except BrokerRefused as err:
+                if version == 5 and len(versions) > 1 and err.reason_code in (0x84, -1):
+                    continue  # auto: the broker does not speak 5.0; try 3.1.1
+                raise
+        raise AssertionError("not reached")
+
+    async def _handshake(
+        self, version: int, clean_start: bool
+    ) -> tuple[trio.abc.Stream, ConnectionAccepted, list[Any]]:
+        s = self.settings
+        conn = self.conn
+        stream: trio.abc.Stream | None = None
+        try:
+            with trio.fail_after(s.connect_timeout):
+                stream = await open_transport(s.endpoint, s.ssl_context)
+                if version == 3 and not conn.client_id:
+                    conn.client_id = _random_id("mqtt-")  # 3.1 has no empty client identifiers
+                conn.connect(clean_start=clean_start, version=version)
+                await stream.send_all(conn.data_to_send(trio.current_time()))
+                while True:
+                    try:
+                        data = await stream.receive_some(_READ_SIZE)
+                    except (trio.BrokenResourceError, OSError):
+                        data = b""  # a reset in answer to CONNECT: the same as closing
+                    conn.receive_data(data, trio.current_time())
+                    events = conn.events()
+                    for i, event in enumerate(events):
+                        if isinstance(event, ConnectionAccepted):
+                            return stream, event, events[i + 1 :]
+                        if isinstance(event, ConnectionRefused):
+                            raise BrokerRefused(
+                                f"{s.endpoint} refused the connection (MQTT {_version_name(version)}): {event.reason}",
+                                event.reason_code,
+                            )
+                        if isinstance(event, Disconnected):
+                            raise BrokerRefused(
+                                f"{s.endpoint} closed the connection in answer to CONNECT "
+                                f"(MQTT {_version_name(version)}): {event.reason}",
+                                -1,
+                            )
+        except trio.TooSlowError:
+            if stream is not None:
+                await trio.aclose_forcefully(stream)
+            raise ConnectFailed(f"no answer from {s.endpoint} within {s.connect_timeout:g} s") from None
+        except BaseException:
+            if stream is not None:
+                await trio.aclose_forcefully(stream)
+            raise
+        raise AssertionError("not reached")
+
+    async def _reconnect(self) -> tuple[trio.abc.Stream, ConnectionAccepted, list[Any]] | None:
+        s = self.settings
+        give_up = trio.current_time() + s.reconnect_timeout
+        delay = s.reconnect_delay
+        last = self._lost_reason
+        while not self._closing:
+            now = trio.current_time()
+            if now >= give_up:
+                break
+            await trio.sleep(min(delay * random.uniform(0.8, 1.2), give_up - now))
+            try:
+                found = await self._connect(first=False)
+            except (ConnectFailed, TLSFailed) as err:
+                last = str(err)
+                delay = min(delay * 2, s.reconnect_max_delay)
+                continue
+            except BrokerRefused as err:
+                if err.reason_code in (0x88, 0x89, 0x8B, 0x9F, -1):  # busy, unavailable, shutting down: retry
+                    last = str(err)
+                    delay = min(delay * 2, s.reconnect_max_delay)
+                    continue
+                self._fail(err)
+                return None
+            self.reconnects += 1
+            return found
+        self._fail(ConnectionLost(f"connection to {s.endpoint} lost and not regained: {last}"))
+        return None
+
+    def _fail(self, error: ClientError) -> None:
+        if self.failure is None:
+            self.failure = error
+        self._notify()
+
+    async def _serve(self, stream: trio.abc.Stream, accepted: ConnectionAccepted, pending: list[Any]) -> None:
+        conn = self.conn
+        self._generation += 1
+        self.version = conn.version
+        self.connack = accepted
+        self._ending = False
+        self._lost_reason = ""
+        self._pongs = 0
+        self._markers.clear()
+        self._qos0_queued = self._qos0_pending = 0  # unwritten QoS 0 messages went with the old connection
+        self._conn_done = trio.Event()
+        self._progress = trio.current_time()
+        if accepted.unacknowledged:
+            self._backlog.extendleft(
+                (p.topic, p.payload, p.qos, p.retain, p.properties, ctx) for p, ctx in reversed(accepted.unacknowledged)
+            )
+        if not accepted.session_present and self._generation > 1:
+            for subs, props in self._subscriptions.values():
+                conn.subscribe(subs, props)  # answered SUBACKs are not waited for: nobody waits
+        self._drain_backlog()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._conn_scope = nursery.cancel_scope
+                await self._dispatch(pending)
+                self._notify()
+                nursery.start_soon(self._writer, stream)
+                nursery.start_soon(self._reader, stream)
+                nursery.start_soon(self._keepalive)
+        finally:
+            self._conn_scope = None
+            self._ending = True
+            self._conn_done.set()
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(stream)
+            self._notify()
+
+    def _drain_backlog(self) -> None:
+        conn = self.conn
+        backlog = self._backlog
+        before = len(backlog)
+        while backlog and conn.connected and not self._ending:
+            topic, payload, qos, retain, props, context = backlog[0]
+            if not (conn.window_open if qos else self._qos0_queued < _QOS0_BACKLOG):
+                break
+            backlog.popleft()
+            try:
+                self._hand_over(topic, payload, qos, retain, props, context)
+            except PublishFailed as err:
+                backlog.clear()
+                self._fail(err)
+                break
+        if len(backlog) != before:
+            self._wake.set()
+            self._notify()
+
+    def _end_connection(self, reason: str) -> None:
+        if not self._lost_reason:
+            self._lost_reason = reason
+        self._ending = True
+        self._wake.set()
+        self._notify()
+
+    async def _reader(self, stream: trio.abc.Stream) -> None:
+        conn = self.conn
+        while not self._ending:
+            try:
+                data = await stream.receive_some(_READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
+                self._end_connection(f"reading failed: {err}")
+                data = b""
+            conn.receive_data(data, trio.current_time())
+            await self._dispatch(conn.events())
+            if not data:
+                self._end_connection("the broker closed the connection")
+                return
+            self._wake.set()
+
+    async def _writer(self, stream: trio.abc.Stream) -> None:
+        conn = self.conn
+        while True:
+            data = conn.data_to_send(trio.current_time())
+            if data:
+                qos0 = self._qos0_queued
+                self._qos0_queued = 0
+                try:
+                    if self._ending:
+                        with trio.move_on_after(1):
+                            await stream.send_all(data)
+                    else:
+                        await stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
+                    self._end_connection(f"writing failed: {err}")
+                    break
+                self._qos0_pending -= qos0
+                self.written += qos0
+                if qos0:
+                    if self._backlog:
+                        self._drain_backlog()
+                    self._notify()
+                continue
+            if self._ending:
+                break
+            self._wake = trio.Event()
+            await self._wake.wait()
+        if self._conn_scope is not None:
+            self._conn_scope.cancel()
+
+    async def _keepalive(self) -> None:
+        conn = self.conn
+        while not self._ending:
+            now = trio.current_time()
+            deadline = conn.next_deadline()
+            await trio.sleep_until(min(deadline, now + 1) if deadline is not None else now + 1)
+            conn.handle_timeout(trio.current_time())
+            await self._dispatch(conn.events())
+            self._wake.set()
+
+    async def _dispatch(self, events: list[Any]) -> None:
+        changed = False
+        for event in events:
+            t = type(event)
+            if t is MessageReceived:
+                await self._send_channel.send(event.publish)
+            elif t is PublishAcknowledged:
+                if event.reason_code < 0x80:
+                    self.acknowledged += 1
+                else:
+                    self.refused.append(event)
+                changed = True
+            elif t is SubscribeAcknowledged or t is UnsubscribeAcknowledged:
+                self._results[event.packet_id] = event
+                changed = True
+            elif t is PongReceived:
+                self._pongs += 1
+                while self._markers and self._markers[0] <= self._pongs:
+                    self._markers.popleft()
+                    await self._send_channel.send(event)
+            elif t is Disconnected:
+                self._end_connection(event.reason)
+            elif t is ConnectionAccepted:  # pragma: no cover - handled by _handshake
+                pass
+        if changed:
+            if self._backlog:
+                self._drain_backlog()
+            self._notify()
+
+
+def _version_name(version: int) -> str:
+    return {3: "3.1", 4: "3.1.1", 5: "5.0"}[version]
+
+
+def _random_id(prefix: str = "mqtt-cli-") -> str:
+    return prefix + "".join(random.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=10))
+
+
+@asynccontextmanager
+async def open_client(settings: ClientSettings) -> AsyncIterator[Client]:
+    """Connects (raising a ClientError when it cannot) and yields the client; on exit sends DISCONNECT.
+
+    A single error from inside (the caller's block or the connection's tasks) comes out as itself, not wrapped
+    in an exception group, so that callers can catch ClientError."""
+    client = Client(settings)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(client._run)
+            try:
+                yield client
+            finally:
+                with trio.CancelScope(shield=True):
+                    await client.disconnect()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if len(leaves) == 1:
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return out

@@ -1,0 +1,265 @@
+"""Byte streams to a broker: TCP, TLS, Unix sockets and WebSockets (wsproto), and broker URLs.
+
+    endpoint = parse_url("mqtts://user:pw@broker:8883/site/#")
+    stream = await open_transport(endpoint, ssl_context)      # a trio.abc.Stream, whatever the transport
+
+URLs: mqtt[s]://[user[:pass]@]host[:port][/topic], ws[s]://[user[:pass]@]host[:port][/path] (the MQTT
+subprotocol over WebSocket, path /mqtt by default) and unix:///path/to/socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import trio
+
+from .errors import ConnectFailed, TLSFailed
+
+__all__ = [
+    "DEFAULT_PORTS",
+    "Endpoint",
+    "ParsedURL",
+    "TLSOptions",
+    "WebSocketStream",
+    "make_ssl_context",
+    "open_transport",
+    "parse_url",
+]
+
+DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883, "ws": 80, "wss": 443}
+_TLS_VERSIONS = {
+    "tlsv1.2": ssl.TLSVersion.TLSv1_2,
+    "tlsv1.3": ssl.TLSVersion.TLSv1_3,
+    "1.2": ssl.TLSVersion.TLSv1_2,
+    "1.3": ssl.TLSVersion.TLSv1_3,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where a broker listens. `scheme`: mqtt, mqtts, ws, wss or unix."""
+
+    scheme: str = "mqtt"
+    host: str = "localhost"
+    port: int = 1883
+    path: str = "/mqtt"  # WebSocket resource, or the Unix socket's path for unix
+    tls: bool = False
+
+    def __str__(self) -> str:
+        if self.scheme == "unix":
+            return f"unix:{self.path}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        where = f"{self.scheme}://{host}:{self.port}"
+        return where + self.path if self.scheme in ("ws", "wss") else where
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedURL:
+    endpoint: Endpoint
+    username: str | None = None
+    password: str | None = None
+    topic: str | None = None  # mqtt[s]:// URLs: the path without its leading slash
+
+
+def parse_url(url: str) -> ParsedURL:
+    """Parses a broker URL; raises ValueError saying what is wrong."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "unix":
+        path = unquote(parts.path or parts.netloc)
+        if not path:
+            raise ValueError(f"{url!r}: a unix URL needs a socket path (unix:///run/mqtt.sock)")
+        return ParsedURL(Endpoint("unix", "", 0, path))
+    if scheme not in DEFAULT_PORTS:
+        raise ValueError(f"{url!r}: the scheme must be mqtt, mqtts, ws, wss or unix")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{url!r}: the port is not a number in 1..65535") from None
+    host = parts.hostname
+    if not host:
+        raise ValueError(f"{url!r}: no host name")
+    tls = scheme in ("mqtts", "wss")
+    path = unquote(parts.path)
+    topic = None
+    ws_path = "/mqtt"
+    if scheme in ("ws", "wss"):
+        ws_path = (parts.path or "/mqtt") + (f"?{parts.query}" if parts.query else "")
+    elif path not in ("", "/"):
+        topic = path[1:]
+    endpoint = Endpoint(scheme, host, port or DEFAULT_PORTS[scheme], ws_path, tls)
+    username = unquote(parts.username) if parts.username is not None else None
+    password = unquote(parts.password) if parts.password is not None else None
+    return ParsedURL(endpoint, username, password, topic)
+
+
+@dataclass(frozen=True, slots=True)
+class TLSOptions:
+    cafile: str | None = None
+    capath: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    insecure: bool = False  # no certificate or host name check
+    version: str | None = None  # minimum version: tlsv1.2 or tlsv1.3
+    alpn: tuple[str, ...] = ()
+
+
+def make_ssl_context(options: TLSOptions) -> ssl.SSLContext:
+    """A client context; raises ValueError for options that cannot work (a missing file, an unknown version)."""
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    for name, value in (("--cafile", options.cafile), ("--cert", options.cert), ("--key", options.key)):
+        if value is not None and not Path(value).is_file():
+            raise ValueError(f"{name} {value}: no such file")
+    if options.capath is not None and not Path(options.capath).is_dir():
+        raise ValueError(f"--capath {options.capath}: no such directory")
+    try:
+        if options.cafile or options.capath:
+            ctx.load_verify_locations(cafile=options.cafile, capath=options.capath)
+        if options.cert:
+            ctx.load_cert_chain(options.cert, options.key)
+        elif options.key:
+            raise ValueError("--key needs --cert")
+    except ssl.SSLError as err:
+        raise ValueError(f"cannot load the TLS certificates: {err.reason or err}") from None
+    if options.insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if options.version:
+        version = _TLS_VERSIONS.get(options.version.lower())
+        if version is None:
+            raise ValueError(f"--tls-version {options.version}: use tlsv1.2 or tlsv1.3")
+        ctx.minimum_version = version
+    if options.alpn:
+        ctx.set_alpn_protocols(list(options.alpn))
+    return ctx
+
+
+async def open_transport(endpoint: Endpoint, ssl_context: ssl.SSLContext | None = None) -> trio.abc.Stream:
+    """Opens the stream (TLS handshake and WebSocket upgrade included); the caller bounds it with a timeout.
+
+    Raises ConnectFailed (nothing listens, unreachable, DNS) or TLSFailed (handshake).
+    """
+    stream: trio.abc.Stream
+    try:
+        if endpoint.scheme == "unix":
+            stream = await trio.open_unix_socket(endpoint.path)
+        else:
+            stream = await trio.open_tcp_stream(endpoint.host, endpoint.port)
+    except OSError as err:
+        raise ConnectFailed(f"cannot connect to {endpoint}: {_os_reason(err)}") from None
+    try:
+        if endpoint.tls:
+            ctx = ssl_context or ssl.create_default_context()
+            hostname = endpoint.host if ctx.check_hostname else None
+            tls = trio.SSLStream(stream, ctx, server_hostname=hostname, https_compatible=endpoint.scheme == "wss")
+            try:
+                await tls.do_handshake()
+            except trio.BrokenResourceError as err:
+                cause = err.__cause__
+                what = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or cause or err
+                raise TLSFailed(f"TLS handshake with {endpoint} failed: {what}") from None
+            stream = tls
+        if endpoint.scheme in ("ws", "wss"):
+            stream = await WebSocketStream.connect(stream, endpoint)
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+    return stream
+
+
+def _os_reason(err: OSError) -> str:
+    """The reason people need ("Connection refused"), also when trio tried several addresses."""
+    cause = err.__cause__
+    while isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+        cause = cause.exceptions[0]
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror
+    return err.strerror or str(err)
+
+
+class WebSocketStream(trio.abc.Stream):
+    """MQTT over WebSocket (subprotocol "mqtt", binary frames) as a byte stream, on wsproto."""
+
+    def __init__(self, stream: trio.abc.Stream, ws: object) -> None:
+        from wsproto import WSConnection
+
+        assert isinstance(ws, WSConnection)
+        self._stream = stream
+        self._ws = ws
+        self._closed = False
+
+    @classmethod
+    async def connect(cls, stream: trio.abc.Stream, endpoint: Endpoint) -> WebSocketStream:
+        from wsproto import ConnectionType, WSConnection
+        from wsproto.events import AcceptConnection, RejectConnection, RejectData, Request
+
+        ws = WSConnection(ConnectionType.CLIENT)
+        host = endpoint.host if endpoint.port == DEFAULT_PORTS[endpoint.scheme] else f"{endpoint.host}:{endpoint.port}"
+        await stream.send_all(ws.send(Request(host=host, target=endpoint.path, subprotocols=["mqtt"])))
+        while True:
+            try:
+                data = await stream.receive_some(65536)
+            except trio.BrokenResourceError as err:
+                raise ConnectFailed(f"WebSocket upgrade with {endpoint} failed: {err}") from None
+            if not data:
+                raise ConnectFailed(f"{endpoint} closed the connection during the WebSocket upgrade")
+            ws.receive_data(data)
+            for event in ws.events():
+                if isinstance(event, AcceptConnection):
+                    return cls(stream, ws)
+                if isinstance(event, RejectConnection | RejectData):
+                    status = getattr(event, "status_code", "")
+                    raise ConnectFailed(f"{endpoint} refused the WebSocket upgrade (HTTP {status})")
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        from wsproto.events import Message
+
+        if self._closed:
+            raise trio.ClosedResourceError("the WebSocket is closed")
+        await self._stream.send_all(self._ws.send(Message(data=bytes(data))))
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
+
+        while True:
+            if self._closed:
+                return b""
+            data = await self._stream.receive_some(65536)
+            if not data:
+                self._closed = True
+                return b""
+            self._ws.receive_data(data)
+            out = bytearray()
+            for event in self._ws.events():
+                if isinstance(event, BytesMessage):
+                    out += event.data
+                elif isinstance(event, TextMessage):
+                    out += event.data.encode()  # MQTT over WebSocket is binary; be lenient
+                elif isinstance(event, Ping):
+                    await self._stream.send_all(self._ws.send(event.response()))
+                elif isinstance(event, CloseConnection):
+                    self._closed = True
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                        await self._stream.send_all(self._ws.send(event.response()))
+            if out:
+                return bytes(out)
+            if self._closed:
+                return b""
+
+    async def aclose(self) -> None:
+        from wsproto.connection import ConnectionState
+        from wsproto.events import CloseConnection
+
+        if not self._closed and self._ws.state is ConnectionState.OPEN:
+            self._closed = True
+            with trio.move_on_after(1):
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await self._stream.send_all(self._ws.send(CloseConnection(code=1000)))
+        await self._stream.aclose()

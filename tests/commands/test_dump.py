@@ -1,0 +1,319 @@
+"""`mqtt dump` from the command line: inputs, outputs, filters, --stats, errors and exit codes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import select
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mqtt_cli.core import ConnAck, Connect, PubAck, Publish, PubRec, encode
+from tests.capture.helpers import session
+from tests.capture.pcapwriter import Conversation, pcap
+
+from ..conftest import REPO_ROOT, Run, cli_env
+
+SESSION_TYPES = ["CONNECT", "CONNACK", "SUBSCRIBE", "SUBACK", "PUBLISH", "PUBACK", "PUBLISH", "PUBACK", "PUBLISH",
+                 "PUBACK", "PINGREQ", "DISCONNECT"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two sessions (3.1.1 and 5.0) and one with QoS flows left open."""
+    frames = session(Conversation(cport=40001), client_id="sensor-1").frames()
+    frames += session(Conversation(cport=40002, ts=frames[-1][0] + 10**6), version=5, client_id="sensor-2").frames()
+    open_flows = Conversation(cport=40003, ts=frames[-1][0] + 10**6).handshake()
+    open_flows.send(encode(Connect("stuck")))
+    open_flows.send(encode(ConnAck()), False)
+    open_flows.send(encode(Publish("alarm/1", b"\x00\xff binary", 1, packet_id=7)))  # never acknowledged
+    open_flows.send(encode(Publish("alarm/2", b"two", 2, packet_id=8)))
+    open_flows.send(encode(PubRec(8)), False)  # no PUBREL follows
+    open_flows.send(encode(Publish("alarm/3", b"three", 1, packet_id=9)))
+    open_flows.send(encode(PubAck(9)), False)
+    path = tmp_path_factory.mktemp("dump") / "traffic.pcap"
+    path.write_bytes(pcap(frames + open_flows.frames()))
+    return path
+
+
+def dump(*args: Any, stdin: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [str(REPO_ROOT / ".venv" / "bin" / "mqtt"), "dump", *map(str, args)],
+        input=stdin, capture_output=True, timeout=timeout, env=cli_env(), cwd=REPO_ROOT,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def json_records(result: subprocess.CompletedProcess[bytes]) -> list[dict[str, Any]]:
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.decode().splitlines()]
+
+
+def test_help(run: Run, mqtt_exe: Path) -> None:
+    result = run([mqtt_exe, "dump", "--help"])
+    assert result.returncode == 0
+    for option in (
+        "--port",
+        "--detect",
+        "--hex",
+        "--raw",
+        "--json",
+        "--verbose",
+        "--stats",
+        "--type",
+        "--topic",
+        "--client",
+        "--protocol-version",
+    ):
+        assert option in result.stdout
+
+
+def test_json_lines(capture: Path) -> None:
+    records = json_records(dump("--json", capture))
+    assert [r["type"] for r in records if r["client"] == "sensor-1"] == SESSION_TYPES
+    assert [r["type"] for r in records if r["client"] == "sensor-2"] == SESSION_TYPES
+    v5 = [r for r in records if r["client"] == "sensor-2" and r["type"] != "PINGREQ"]
+    assert all("properties" in r for r in v5)
+    publish = next(r for r in records if r["type"] == "PUBLISH")
+    for key in (
+        "ts",
+        "frame",
+        "src",
+        "dst",
+        "flags",
+        "remaining_length",
+        "qos",
+        "retain",
+        "dup",
+        "packet_id",
+        "topic",
+        "payload_len",
+        "payload_sha256",
+    ):
+        assert key in publish
+
+
+def test_default_lines_for_people(capture: Path) -> None:
+    result = dump(capture)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().splitlines()
+    assert len(lines) == 31
+    assert "sensor-1 →  CONNECT" in lines[0]
+    assert "sensor-1 ←  CONNACK" in lines[1]
+    publish = next(line for line in lines if "PUBLISH" in line)
+    assert 't/0 q1 id=2 9 B "payload 0"' in publish
+    assert "\x1b[" not in result.stdout.decode()  # piped: no colour
+    binary = next(line for line in lines if "alarm/1" in line)
+    assert "0x 00 ff" in binary
+
+
+def test_verbose_tree(capture: Path) -> None:
+    result = dump("-v", "--client", "sensor-2", "--type", "PUBLISH", capture)
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.decode()
+    assert text.count("PUBLISH") == 3
+    for expected in (
+        "fixed header: flags 0x2",
+        "topic: 't/0'",
+        "properties: none",
+        "payload (9 bytes)",
+        "00000000  70 61 79 6c 6f 61 64 20 30",
+        "|payload 0|",
+    ):
+        assert expected in text
+
+
+def test_stdin_plain_and_gzip(capture: Path) -> None:
+    data = capture.read_bytes()
+    expected = json_records(dump("--json", capture))
+    assert json_records(dump("--json", "-", stdin=data)) == expected
+    assert json_records(dump("--json", "-", stdin=gzip.compress(data))) == expected
+
+
+def test_gzip_file_detected_by_content(capture: Path, tmp_path: Path) -> None:
+    packed = tmp_path / "traffic.dat"
+    packed.write_bytes(gzip.compress(capture.read_bytes()))
+    assert json_records(dump("--json", packed)) == json_records(dump("--json", capture))
+
+
+def test_hex_input() -> None:
+    hexed = (encode(Connect("hexy")) + encode(Publish("a/b", b"hi", 1, packet_id=3))).hex(" ")
+    records = json_records(dump("--json", "--hex", hexed))
+    assert [(r["type"], r["offset"], r["ts"], r["src"]) for r in records] == [
+        ("CONNECT", 0, None, None), ("PUBLISH", 18, None, None)
+    ]  # fmt: skip
+    assert records[1]["client"] == "hexy"
+    lines = dump("--hex", hexed).stdout.decode().splitlines()
+    assert lines[1].startswith("@18 PUBLISH")
+
+
+def test_raw_stream_from_file_and_stdin(tmp_path: Path) -> None:
+    server_side = encode(ConnAck(), 5) + encode(PubAck(1, 0x10), 5)
+    path = tmp_path / "server.bin"
+    path.write_bytes(server_side)
+    as_311 = json_records(dump("--json", "--raw", path))
+    assert "error" in as_311[1]  # read as 3.1.1, the 5.0 PUBACK has bytes too many
+    as_5 = json_records(dump("--json", "--raw", "-", "--protocol-version", "5", stdin=server_side))
+    assert as_5[1]["reason_code"] == 0x10 and "error" not in as_5[1]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--type", "publish"], {"PUBLISH"}),
+        (["-t", "PUBACK,PUBREC"], {"PUBACK", "PUBREC"}),
+        (["--topic", "alarm/+"], {"PUBLISH"}),
+        (["--topic", "t/#", "--type", "SUBSCRIBE"], {"SUBSCRIBE"}),
+    ],
+)
+def test_type_and_topic_filters(capture: Path, args: list[str], expected: set[str]) -> None:
+    records = json_records(dump("--json", *args, capture))
+    assert records and {r["type"] for r in records} == expected
+    if "alarm/+" in args:
+        assert [r["topic"] for r in records] == ["alarm/1", "alarm/2", "alarm/3"]
+
+
+def test_client_filter_with_globs(capture: Path) -> None:
+    records = json_records(dump("--json", "--client", "sensor-*", capture))
+    assert {r["client"] for r in records} == {"sensor-1", "sensor-2"}
+    assert {r["client"] for r in json_records(dump("--json", "-c", "stuck", capture))} == {"stuck"}
+
+
+def test_stats(capture: Path) -> None:
+    result = dump("--stats", "--quiet", capture)
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.decode()
+    for expected in (
+        "Packets by type",
+        "PUBLISH",
+        "sensor-1",
+        "alarm/1",
+        "QoS flows left unacknowledged: 2",
+        "PUBACK",
+        "PUBREL",
+        "MQTT connections",
+    ):
+        assert expected in text
+    assert "→" not in text  # --quiet: no packet lines
+
+
+def test_stats_with_json_go_to_standard_error(capture: Path) -> None:
+    result = dump("--json", "--stats", capture)
+    assert len(json_records(result)) == 31
+    assert "Packets by type" in result.stderr.decode()
+
+
+def test_ports_and_detection(tmp_path: Path) -> None:
+    path = tmp_path / "odd-port.pcap"
+    path.write_bytes(pcap(session(Conversation(sport=9999)).frames()))
+    assert len(json_records(dump("--json", path))) == 12  # found by its CONNECT
+    assert json_records(dump("--json", "--no-detect", path)) == []
+    assert len(json_records(dump("--json", "--no-detect", "--port", "9999", path))) == 12
+
+
+def test_tls_connection_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "tls.pcap"
+    path.write_bytes(pcap(Conversation(sport=8883).handshake().send(b"\x16\x03\x01\x00\x01\x01").frames()))
+    result = dump(path)
+    assert "TLS-encrypted connection: not decoded" in result.stdout.decode()
+
+
+# --- errors ------------------------------------------------------------------------------------------------
+
+
+def one_line_error(result: subprocess.CompletedProcess[bytes]) -> str:
+    err = result.stderr.decode()
+    assert err.startswith("mqtt: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err
+
+
+def test_not_a_capture_exits_3(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\n")
+    result = dump(path)
+    assert result.returncode == 3
+    assert "is not a capture file" in one_line_error(result) and "--raw" in result.stderr.decode()
+
+
+def test_missing_file_exits_1(tmp_path: Path) -> None:
+    result = dump(tmp_path / "nope.pcap")
+    assert result.returncode == 1
+    assert "No such file or directory" in one_line_error(result)
+
+
+def test_truncated_capture_decodes_what_it_can_then_exits_1(capture: Path, tmp_path: Path) -> None:
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(capture.read_bytes()[:-30])
+    result = dump("--json", cut)
+    assert result.returncode == 1
+    assert "is truncated" in one_line_error(result)
+    records = [json.loads(line) for line in result.stdout.decode().splitlines()]
+    assert records == json_records(dump("--json", capture))[:30]  # all but the PUBACK in the last, cut frame
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "no input"),
+        (["x.pcap", "--hex", "00"], "FILE and --hex together"),
+        (["--hex", "zz"], "--hex: 'z' is not a hex digit"),
+        (["--hex", "0"], "odd number of hex digits"),
+        (["--hex", "00", "--topic", "a/#/b"], "--topic 'a/#/b'"),
+        (["--hex", "00", "--type", "PUBLSH"], "'PUBLSH' is not a packet type"),
+        (["--hex", "00", "--protocol-version", "6"], "--protocol-version '6'"),
+        (["--hex", "00", "--port", "70000"], "port 70000 is outside 1..65535"),
+    ],
+)
+def test_usage_errors_exit_2(args: list[str], message: str) -> None:
+    result = dump(*args) if args else dump("--json")
+    assert result.returncode == 2
+    assert message in one_line_error(result)
+
+
+def test_closed_output_is_not_an_error(capture: Path) -> None:
+    big = capture.parent / "big.pcap"
+    frames = []
+    for n in range(60):
+        frames += session(Conversation(cport=41000 + n, ts=1_700_000_000_000_000_000 + n * 10**9)).frames()
+    big.write_bytes(pcap(frames))
+    proc = subprocess.Popen(
+        [str(REPO_ROOT / ".venv" / "bin" / "mqtt"), "dump", str(big)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(), stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # like `| head -1`
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0
+    assert b"Traceback" not in err and b"Broken pipe" not in err
+
+
+@pytest.mark.parametrize("json_output", [False, True], ids=["lines", "json"])
+def test_live_pipe_shows_packets_as_they_come(json_output: bool) -> None:
+    """`tcpdump -U -w - | mqtt dump -`: each packet is shown before the capture ends."""
+    conv = session(Conversation())
+    data = pcap(conv.frames())
+    first_packet_end = len(pcap(conv.frames()[:4]))  # the pcap header and the frames up to the CONNECT
+    proc = subprocess.Popen(
+        [str(REPO_ROOT / ".venv" / "bin" / "mqtt"), "dump", *(["--json"] if json_output else []), "-"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(),
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(data[:first_packet_end])
+        proc.stdin.flush()
+        # Without read1 and per-record flushes, nothing would come before the end: wait, but not for ever.
+        ready, _, _ = select.select([proc.stdout], [], [], 20)
+        assert ready, "no output while the capture is still open"
+        assert b"CONNECT" in proc.stdout.readline()
+        proc.stdin.write(data[first_packet_end:])
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        assert rest.count(b"\n") == 11
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()

@@ -1,0 +1,249 @@
+"""Every documented exit code of the client commands (docs/exit-codes.md), each produced for real."""
+
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ..brokers import AUTH_USERS, Broker, free_port
+from .conftest import Mqtt, ScriptedBroker, popen_mqtt
+
+
+def at(broker: Broker) -> list[str]:
+    return ["-h", broker.host, "-p", str(broker.port)]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["pub", "-t", "a"], "no message given"),
+        (["pub", "-t", "a", "-m", "x", "-n"], "-m and -n both give the message"),
+        (["pub", "-m", "x"], "no topic"),
+        (["pub", "-t", "a/#", "-m", "x"], "wildcard"),
+        (["pub", "-t", "a", "-m", "x", "-V", "4"], "use 31, 311, 5 or auto"),
+        (["pub", "-t", "a", "-m", "x", "-L", "http://x"], "scheme"),
+        (["pub", "-t", "a", "-m", "x", "-V", "311", "--content-type", "t"], "need MQTT 5.0"),
+        (["pub", "-t", "a", "-m", "x", "--user-property", "novalue"], "KEY=VALUE"),
+        (["pub", "-t", "a", "-f", "/no/such/file"], "No such file"),
+        (["pub", "-t", "a", "-l", "--repeat", "2"], "--repeat"),
+        (["pub", "-t", "a", "-m", "x", "-P"], "no terminal"),
+        (["pub", "-t", "a", "-m", "x", "-V", "311", "-P", "pw"], "needs a user name"),
+        (["pub", "-t", "a", "-m", "x", "--cafile", "/no/ca.pem"], "no such file"),
+        (["pub", "-t", "a", "-m", "x", "--will-payload", "w"], "need --will-topic"),
+        (["sub"], "no topic"),
+        (["sub", "-t", "a/#/b"], "topic filter"),
+        (["sub", "-t", "a", "-F", "%z"], "unknown field %z"),
+        (["sub", "-t", "a", "--json", "--hex"], "use one"),
+        (["sub", "-t", "a", "-R", "--retained-only"], "use one"),
+        (["sub", "-t", "a", "-V", "311", "--no-local"], "need MQTT 5.0"),
+        (["rr", "-t", "a", "-m", "x"], "-e"),
+        (["pub", "-t", "a", "-m", "x", "--profile", "missing"], "no profile 'missing'"),
+    ],
+)
+def test_bad_usage_exits_2_before_connecting(mqtt: Mqtt, args: list[str], message: str) -> None:
+    # Port 1 has no broker: a usage error must be found before any connection is tried.
+    result = mqtt(*args, "-p", "1")
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # one line: what, where, what to do
+
+
+@pytest.mark.parametrize("args", [["pub", "-q", "3", "-t", "a", "-m", "x"], ["sub", "--no-such-flag"]])
+def test_click_usage_errors_exit_2(mqtt: Mqtt, args: list[str]) -> None:
+    assert mqtt(*args).returncode == 2
+
+
+def test_cannot_connect_exits_3(mqtt: Mqtt, scripted_broker: Callable[..., ScriptedBroker]) -> None:
+    refused = mqtt("pub", "-p", free_port(), "-t", "a", "-m", "x")
+    assert refused.returncode == 3 and "Connection refused" in refused.stderr
+    dns = mqtt("sub", "-h", "no-such-host.invalid", "-t", "a")
+    assert dns.returncode == 3 and "no-such-host.invalid" in dns.stderr
+    silent = scripted_broker(silent=True)
+    start = time.monotonic()
+    timeout = mqtt("pub", "-p", silent.port, "-t", "a", "-m", "x", "--connect-timeout", "0.5")
+    assert timeout.returncode == 3 and "no answer" in timeout.stderr
+    assert time.monotonic() - start < 5
+
+
+def test_tls_failure_exits_4(mqtt: Mqtt, mosquitto_tls: Broker) -> None:
+    workdir = mosquitto_tls.workdir
+    bad_ca = mqtt(
+        "pub", "-h", "localhost", "-p", mosquitto_tls.port, "--cafile", workdir / "other-ca.pem", "-t", "a", "-m", "x"
+    )
+    assert bad_ca.returncode == 4 and "TLS" in bad_ca.stderr
+    good = mqtt(
+        "pub", "-h", "localhost", "-p", mosquitto_tls.port, "--cafile", workdir / "ca.pem", "-t", "a", "-m", "x"
+    )
+    assert good.returncode == 0, good.stderr
+    url = mqtt("pub", "-L", f"mqtts://127.0.0.1:{mosquitto_tls.port}", "--insecure", "-t", "a", "-m", "x", "-V", "311")
+    assert url.returncode == 0, url.stderr
+    client_cert = mqtt("pub", "-h", "localhost", "-p", mosquitto_tls.port, "--cafile", workdir / "ca.pem",
+                       "--cert", workdir / "client.pem", "--key", workdir / "client.key", "--tls-version", "tlsv1.2",
+                       "-t", "a", "-m", "x")  # fmt: skip
+    assert client_cert.returncode == 0, client_cert.stderr
+    capath = workdir / "capath"
+    capath.mkdir(exist_ok=True)
+    (capath / "ca.pem").write_bytes((workdir / "ca.pem").read_bytes())
+    subprocess.run(["openssl", "rehash", str(capath)], check=True)
+    by_dir = mqtt("pub", "-h", "localhost", "-p", mosquitto_tls.port, "--capath", capath, "--alpn", "mqtt",
+                  "-t", "a", "-m", "x")  # fmt: skip
+    assert by_dir.returncode == 0, by_dir.stderr
+
+
+def test_refused_connection_exits_5_and_never_shows_the_password(mqtt: Mqtt, mosquitto_auth: Broker) -> None:
+    secret = "not-the-password-42"
+    for version in ("5", "311", "31"):
+        result = mqtt("pub", *at(mosquitto_auth), "-V", version, "-u", "admin", "-P", secret, "-t", "a", "-m", "x")
+        assert result.returncode == 5, result.stderr
+        assert "refused the connection" in result.stderr
+        assert secret not in result.stderr + result.stdout.decode()
+    anonymous = mqtt("sub", *at(mosquitto_auth), "-t", "a")
+    assert anonymous.returncode == 5
+
+
+def test_password_sources(mqtt: Mqtt, mosquitto_auth: Broker, tmp_path: Path) -> None:
+    good = AUTH_USERS["admin"]
+    base = ["pub", *at(mosquitto_auth), "-u", "admin", "-t", "a", "-m", "x"]
+    assert mqtt(*base, env_extra={"MQTT_PASSWORD": good}).returncode == 0
+    pwfile = tmp_path / "pw"
+    pwfile.write_text(good + "\n")
+    assert mqtt(*base, "--password-file", pwfile).returncode == 0
+    # Precedence: a flag beats the environment.
+    assert mqtt(*base, "--password-file", pwfile, env_extra={"MQTT_PASSWORD": "wrong"}).returncode == 0
+    assert mqtt(*base, "-P", "wrong", env_extra={"MQTT_PASSWORD": good}).returncode == 5
+    url = f"mqtt://admin:{good}@{mosquitto_auth.host}:{mosquitto_auth.port}"
+    assert mqtt("pub", "-L", url, "-t", "a", "-m", "x").returncode == 0
+
+
+def test_password_prompt_on_a_terminal(mqtt: Mqtt, mosquitto_auth: Broker) -> None:
+    import os
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: mqtt with the pty as its terminal
+        os.execve(
+            str(Path(__import__("sys").executable).parent / "mqtt"),
+            ["mqtt", "pub", *at(mosquitto_auth), "-u", "admin", "-P", "-t", "a", "-m", "x"],
+            mqtt.env,  # type: ignore[attr-defined]
+        )
+    output = b""
+    deadline = time.monotonic() + 20
+    while b"Password" not in output and time.monotonic() < deadline:
+        output += os.read(fd, 1024)
+    os.write(fd, AUTH_USERS["admin"].encode() + b"\n")
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(fd, 1024)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, output
+    assert AUTH_USERS["admin"].encode() not in output  # not echoed
+
+
+def test_refused_subscription_exits_6(mqtt: Mqtt, scripted_broker: Callable[..., ScriptedBroker]) -> None:
+    broker = scripted_broker(suback_code=0x80)
+    for version in ("5", "311"):
+        result = mqtt("sub", "-p", broker.port, "-t", "a/#", "-V", version)
+        assert result.returncode == 6, result.stderr
+        assert "refused the subscription" in result.stderr and "'a/#'" in result.stderr
+
+
+def test_refused_publish_exits_7_with_counts(mqtt: Mqtt, mosquitto_auth: Broker) -> None:
+    writer = ["pub", *at(mosquitto_auth), "-u", "writer", "-P", AUTH_USERS["writer"], "-q", "1"]
+    result = mqtt(*writer, "-t", "readonly/x", "-m", "x")
+    assert result.returncode == 7
+    assert "refused 1 message(s): Not authorized (1 sent, 0 acknowledged, 1 refused)" in result.stderr
+    # mosquitto drops the connection at the second refusal: still 7, the refusal being the cause.
+    result = mqtt(*writer, "-t", "readonly/x", "-m", "x", "--repeat", "3")
+    assert result.returncode == 7 and "refused" in result.stderr
+    assert mqtt(*writer, "-t", "data/x", "-m", "x").returncode == 0
+
+
+def test_broker_killed_during_lines_exits_8_with_counts(mqtt: Mqtt, broker_factory: Callable[..., Broker]) -> None:
+    broker = broker_factory()
+    proc = popen_mqtt("pub", *at(broker), "-t", "x", "-l", "-q", "1", env=mqtt.env, stdin=subprocess.PIPE)  # type: ignore[attr-defined]
+    total = 2_000_000
+
+    def feed() -> None:
+        assert proc.stdin is not None
+        try:
+            for start in range(0, total, 10_000):
+                proc.stdin.write(b"".join(b"%d\n" % i for i in range(start, start + 10_000)))
+            proc.stdin.close()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    time.sleep(1.5)
+    broker.kill()
+    _, err = proc.communicate(timeout=30)
+    feeder.join(5)
+    assert proc.returncode == 8, err
+    found = re.search(rb"\((\d+) sent, (\d+) acknowledged\)", err)
+    assert found, err
+    sent, acked = int(found[1]), int(found[2])
+    assert 0 < acked <= sent < total
+
+
+def test_reconnect_resumes_lines_without_loss(mqtt: Mqtt, broker_factory: Callable[..., Broker]) -> None:
+    broker = broker_factory(persistence=True)
+    n = 20_000
+    assert mqtt("sub", *at(broker), "-t", "rc/#", "-q", "1", "-c", "-i", "counter", "-E").returncode == 0
+    proc = popen_mqtt("pub", *at(broker), "-t", "rc/x", "-l", "-q", "1", "--reconnect", "-V", "311",
+                      env=mqtt.env, stdin=subprocess.PIPE)  # type: ignore[attr-defined]  # fmt: skip
+    assert proc.stdin is not None
+    proc.stdin.write(b"".join(b"%d\n" % i for i in range(n // 2)))
+    proc.stdin.flush()
+    time.sleep(1.0)  # connected (the first connection is not retried) and publishing
+    broker.restart()  # SIGTERM: mosquitto saves its sessions; then it starts again on the same port
+    proc.stdin.write(b"".join(b"%d\n" % i for i in range(n // 2, n)))
+    proc.stdin.close()
+    proc.wait(timeout=60)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    assert proc.returncode == 0, err
+    out = mqtt("sub", *at(broker), "-t", "rc/#", "-q", "1", "-c", "-i", "counter", "-C", n, "-W", "30", timeout=60)
+    got = set(out.text.splitlines())
+    assert got == {str(i) for i in range(n)}, (out.returncode, n - len(got))
+
+
+def test_connection_lost_while_subscribed_exits_8(mqtt: Mqtt, broker_factory: Callable[..., Broker]) -> None:
+    broker = broker_factory()
+    proc = popen_mqtt("sub", *at(broker), "-t", "a", env=mqtt.env)  # type: ignore[attr-defined]
+    time.sleep(1.0)
+    broker.kill()
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 8 and b"lost" in err
+
+
+def test_timeout_exits_27(mqtt: Mqtt, mosquitto: Broker) -> None:
+    start = time.monotonic()
+    result = mqtt("sub", *at(mosquitto), "-t", "nothing/here", "-W", "0.5")
+    assert result.returncode == 27 and "timed out" in result.stderr
+    assert time.monotonic() - start < 5
+
+
+def test_interrupt_exits_130(mqtt: Mqtt, mosquitto: Broker) -> None:
+    proc = popen_mqtt("sub", *at(mosquitto), "-t", "nothing/here", env=mqtt.env)  # type: ignore[attr-defined]
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+
+
+def test_unexpected_failure_exits_1(mqtt: Mqtt, tmp_path: Path) -> None:
+    config = Path(mqtt.env["XDG_CONFIG_HOME"]) / "mqtt-cli"  # type: ignore[attr-defined]
+    config.mkdir(parents=True)
+    (config / "config.toml").write_text("this is [not toml")
+    result = mqtt("config", "list")
+    assert result.returncode == 1 and "cannot read" in result.stderr

@@ -1,0 +1,272 @@
+"""`mqtt pub` and `mqtt sub` as processes against Debian's mosquitto: messages, flags, output forms, versions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ..brokers import Broker
+from .conftest import Mqtt
+
+BINARY = bytes(range(256)) + b"\n\r\n\x00end"
+
+
+def at(broker: Broker) -> list[str]:
+    return ["-h", broker.host, "-p", str(broker.port)]
+
+
+def persistent_sub(mqtt: Mqtt, broker: Broker, topic: str, name: str, *extra: str) -> None:
+    """Registers a persistent QoS 1 session (`sub -E -c`): messages published next wait in it for `-c -i name`."""
+    result = mqtt("sub", *at(broker), "-t", f"{topic}/#", "-q", "1", "-c", "-i", name, "-E", *extra)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("version", ["31", "311", "5"])
+def test_pub_then_sub_every_version_and_qos(mqtt: Mqtt, mosquitto: Broker, topic: str, version: str) -> None:
+    name = f"{topic}-{version}"
+    persistent_sub(mqtt, mosquitto, topic, name, "-V", version)
+    for qos in ("1", "2"):  # QoS 0 messages are not kept for an offline session: retained below
+        result = mqtt("pub", *at(mosquitto), "-V", version, "-t", f"{topic}/q{qos}", "-q", qos, "-m", f"hello {qos}")
+        assert (result.returncode, result.stderr) == (0, "")
+    out = mqtt("sub", *at(mosquitto), "-V", version, "-t", f"{topic}/#", "-q", "1", "-c", "-i", name, "-C", "2", "-v",
+               "-W", "20")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.text.splitlines() == [f"{topic}/q1 hello 1", f"{topic}/q2 hello 2"]
+    assert mqtt("pub", *at(mosquitto), "-V", version, "-t", f"{topic}/q0", "-m", "hello 0", "-r").returncode == 0
+    out = mqtt("sub", *at(mosquitto), "-V", version, "-t", f"{topic}/q0", "--retained-only", "-v")
+    assert out.text == f"{topic}/q0 hello 0\n"
+
+
+def test_binary_payloads_are_byte_exact(mqtt: Mqtt, mosquitto: Broker, topic: str, tmp_path: Path) -> None:
+    path = tmp_path / "blob"
+    path.write_bytes(BINARY)
+    assert mqtt("pub", *at(mosquitto), "-t", f"{topic}/f", "-f", path, "-r", "-q", "1").returncode == 0
+    assert mqtt("pub", *at(mosquitto), "-t", f"{topic}/s", "-s", "-r", input=BINARY[::-1]).returncode == 0
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/f", "--retained-only", "-N")
+    assert out.stdout == BINARY
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/s", "--retained-only", "-N")
+    assert out.stdout == BINARY[::-1]
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/f", "--retained-only", "--hex")
+    assert out.text == BINARY.hex() + "\n"
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/f", "--retained-only", "--json")
+    (obj,) = map(json.loads, out.text.splitlines())
+    assert obj["encoding"] == "base64" and obj["retain"] is True and obj["topic"] == f"{topic}/f"
+
+
+def test_json_round_trip_through_a_pipe(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    sent = [
+        ("a", b"text \xc3\xa9", ["--content-type", "text/plain", "--user-property", "k=v", "--user-property", "k=w"]),
+        ("b", BINARY, ["--correlation-data", "c0rr", "--response-topic", "reply/here", "--payload-format", "0"]),
+        ("c", b"x", ["--message-expiry", "3600"]),
+    ]
+    for name, payload, props in sent:
+        r = mqtt(
+            "pub", *at(mosquitto), "-V", "5", "-t", f"{topic}/src/{name}", "-s", "-r", "-q", "1", *props, input=payload
+        )
+        assert r.returncode == 0, r.stderr
+    first = mqtt("sub", *at(mosquitto), "-t", f"{topic}/src/#", "--retained-only", "--json")
+    lines = [json.loads(line) for line in first.text.splitlines()]
+    # What a jq filter would do: move the messages elsewhere.
+    moved = "".join(json.dumps({**o, "topic": o["topic"].replace("/src/", "/dst/")}) + "\n" for o in lines)
+    r = mqtt("pub", *at(mosquitto), "--json-lines", "-q", "1", input=moved.encode())
+    assert r.returncode == 0, r.stderr
+    second = mqtt("sub", *at(mosquitto), "-t", f"{topic}/dst/#", "--retained-only", "--json")
+    again = [json.loads(line) for line in second.text.splitlines()]
+    strip = [
+        {k: v for k, v in o.items() if k not in ("received", "topic")}
+        | {"properties": {k: v for k, v in o["properties"].items() if k != "message_expiry_interval"}}
+        for o in lines
+    ]
+    assert [
+        {k: v for k, v in o.items() if k not in ("received", "topic")}
+        | {"properties": {k: v for k, v in o["properties"].items() if k != "message_expiry_interval"}}
+        for o in again
+    ] == strip
+    assert lines[0]["properties"]["user_properties"] == [["k", "v"], ["k", "w"]]
+    assert lines[1]["properties"]["correlation_data"] == b"c0rr".hex()
+    assert 3500 < lines[2]["properties"]["message_expiry_interval"] <= 3600
+
+
+@pytest.mark.parametrize("count", [0, 1, 10_000])
+def test_retained_only_ends_when_all_arrived(mqtt: Mqtt, mosquitto: Broker, topic: str, count: int) -> None:
+    lines = "".join(
+        json.dumps({"topic": f"{topic}/{i}", "payload": str(i), "retain": True}) + "\n" for i in range(count)
+    )
+    if count:
+        assert mqtt("pub", *at(mosquitto), "--json-lines", "-q", "1", input=lines.encode()).returncode == 0
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/#", "--retained-only", "-v", timeout=60)
+    assert out.returncode == 0, out.stderr
+    got = out.text.splitlines()
+    assert len(got) == count
+    assert sorted(got) == sorted(f"{topic}/{i} {i}" for i in range(count))
+
+
+def test_stdin_lines_100000_all_delivered(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    n = 100_000
+    persistent_sub(mqtt, mosquitto, topic, f"{topic}-counter")
+    lines = "".join(f"{i}\n" for i in range(n)).encode()
+    result = mqtt("pub", *at(mosquitto), "-t", f"{topic}/lines", "-l", "-q", "1", input=lines, timeout=120)
+    assert (result.returncode, result.stderr) == (0, "")
+    out = mqtt(
+        "sub", *at(mosquitto), "-t", f"{topic}/#", "-q", "1", "-c", "-i", f"{topic}-counter", "-C", n, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    got = out.text.splitlines()
+    assert len(got) == n and set(got) == {str(i) for i in range(n)}
+
+
+def test_lines_keep_empty_lines_and_a_last_line_without_newline(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    persistent_sub(mqtt, mosquitto, topic, f"{topic}-l")
+    assert mqtt("pub", *at(mosquitto), "-t", f"{topic}/l", "-l", "-q", "1", input=b"one\n\nthree").returncode == 0
+    out = mqtt(
+        "sub",
+        *at(mosquitto),
+        "-t",
+        f"{topic}/#",
+        "-q",
+        "1",
+        "-c",
+        "-i",
+        f"{topic}-l",
+        "-C",
+        "3",
+        "-F",
+        "[%p]",
+        "-W",
+        "20",
+    )
+    assert out.text.splitlines() == ["[one]", "[]", "[three]"]
+
+
+def test_null_message_repeat_and_retain(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    persistent_sub(mqtt, mosquitto, topic, f"{topic}-r")
+    assert (
+        mqtt(
+            "pub", *at(mosquitto), "-t", f"{topic}/r", "-m", "x", "--repeat", "3", "--repeat-delay", "0.01", "-q", "1"
+        ).returncode
+        == 0
+    )
+    assert mqtt("pub", *at(mosquitto), "-t", f"{topic}/n", "-n", "-q", "2").returncode == 0
+    out = mqtt(
+        "sub",
+        *at(mosquitto),
+        "-t",
+        f"{topic}/#",
+        "-q",
+        "1",
+        "-c",
+        "-i",
+        f"{topic}-r",
+        "-C",
+        "4",
+        "-F",
+        "%t:%l",
+        "-W",
+        "20",
+    )
+    assert out.text.splitlines() == [f"{topic}/r:1"] * 3 + [f"{topic}/n:0"]
+
+
+def test_sub_filters_exclude_skip_retained_and_unsubscribe(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    for sub_topic in ("keep", "drop/x"):
+        assert mqtt("pub", *at(mosquitto), "-t", f"{topic}/{sub_topic}", "-m", sub_topic, "-r").returncode == 0
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/#", "-T", f"{topic}/drop/#", "--retained-only")
+    assert out.text.splitlines() == ["keep"]
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/#", "-R", "-W", "0.3")
+    assert (out.returncode, out.stdout) == (27, b"")
+    # -U: unsubscribe a persistent session, which then gets nothing more.
+    persistent_sub(mqtt, mosquitto, topic, f"{topic}-u")
+    assert mqtt("sub", *at(mosquitto), "-c", "-i", f"{topic}-u", "-U", f"{topic}/#").returncode == 0
+    mqtt("pub", *at(mosquitto), "-t", f"{topic}/after", "-m", "late", "-q", "1")
+    out = mqtt("sub", *at(mosquitto), "-c", "-i", f"{topic}-u", "-t", f"{topic}/none", "-W", "0.3")
+    assert out.stdout == b""
+
+
+def test_remove_retained(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    for i in range(3):
+        assert mqtt("pub", *at(mosquitto), "-t", f"{topic}/{i}", "-m", str(i), "-r").returncode == 0
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/#", "--retained-only", "--remove-retained")
+    assert sorted(out.text.splitlines()) == ["0", "1", "2"]
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/#", "--retained-only")
+    assert (out.returncode, out.stdout) == (0, b"")
+
+
+def test_format_strings(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    r = mqtt("pub", *at(mosquitto), "-V", "5", "-t", f"{topic}/f", "-m", "hi", "-r", "-q", "1",
+             "--content-type", "ct", "--user-property", "a=b")  # fmt: skip
+    assert r.returncode == 0
+    out = mqtt(
+        "sub", *at(mosquitto), "-t", f"{topic}/f", "--retained-only", "-F", r"%t|%p|%q|%r|%l|%x|%X|%C|%P|%%|\t|%5l|@@"
+    )
+    assert out.text == f"{topic}/f|hi|0|1|2|6869|6869|ct|a:b|%|\t|    2|@\n"
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/f", "--retained-only", "-F", "%j")
+    obj = json.loads(out.text)
+    assert (obj["topic"], obj["payload"], obj["retain"]) == (f"{topic}/f", "hi", 1)
+
+
+def test_exit_on_subscribe_and_count(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/#", "-E")
+    assert (out.returncode, out.stdout) == (0, b"")
+
+
+def test_message_properties_reach_a_5_subscriber(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    props = ["--content-type", "application/json", "--response-topic", "r/t", "--correlation-data", "id-1",
+             "--payload-format", "1", "--topic-alias", "1"]  # fmt: skip
+    r = mqtt("pub", *at(mosquitto), "-t", f"{topic}/p", "-m", "{}", "-r", *props)
+    assert r.returncode == 0, r.stderr
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/p", "--retained-only", "--json", "--subscription-identifier", "9")
+    props = json.loads(out.text)["properties"]
+    assert props["content_type"] == "application/json" and props["response_topic"] == "r/t"
+    assert props["correlation_data"] == b"id-1".hex() and props["payload_format_indicator"] == 1
+    assert props["subscription_identifiers"] == [9]
+
+
+def test_url_websocket_and_unix_socket(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    assert mqtt("pub", "-L", f"mqtt://{mosquitto.host}:{mosquitto.port}/{topic}/url", "-m", "u", "-r").returncode == 0
+    out = mqtt("sub", "-L", f"ws://{mosquitto.host}:{mosquitto.ws_port}/mqtt", "-t", f"{topic}/#", "--retained-only")
+    assert out.text == "u\n"
+    out = mqtt("sub", "--unix", str(mosquitto.unix_path), "-t", f"{topic}/url", "--retained-only", "-V", "311")
+    assert out.text == "u\n"
+
+
+def test_will_is_published_when_the_client_dies(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    import signal
+    import subprocess
+    import time
+
+    from .conftest import popen_mqtt
+
+    proc = popen_mqtt("sub", *at(mosquitto), "-t", f"{topic}/x", "--will-topic", f"{topic}/will",
+                      "--will-payload", "gone", "--will-retain", "--will-qos", "1", env=mqtt.env)  # type: ignore[attr-defined]  # fmt: skip
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=5)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/will", "--retained-only")
+        if out.stdout:
+            break
+        time.sleep(0.1)
+    assert out.text == "gone\n"
+    assert proc.returncode == -signal.SIGKILL
+    del subprocess
+
+
+def test_subscription_options(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    assert mqtt("pub", *at(mosquitto), "-t", f"{topic}/r", "-m", "kept", "-r", "-q", "1").returncode == 0
+    # Retain handling 2: no retained messages on subscribing.
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/#", "--retain-handling", "2", "-W", "0.5")
+    assert (out.returncode, out.stdout) == (27, b"")
+    # Retain as published: a retained message queued for a session keeps its retain flag. (mosquitto 2.0.11 keeps
+    # it for queued messages without the option too, so only the option's side is checked here.)
+    session = ["-t", f"{topic}/live/#", "-q", "1", "-c", "-i", f"{topic}-rap", "--retain-as-published"]
+    assert mqtt("sub", *at(mosquitto), *session, "-E").returncode == 0
+    assert mqtt("pub", *at(mosquitto), "-t", f"{topic}/live/x", "-m", "m", "-r", "-q", "1").returncode == 0
+    # (retain handling 2 on the way back: subscribing again must not send the retained message anew)
+    out = mqtt("sub", *at(mosquitto), *session, "--retain-handling", "2", "-C", "1", "-F", "%r %p", "-W", "20")
+    assert out.text == "1 m\n"
+    # No local: our own --remove-retained clear does not come back to us.
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/r", "--no-local", "--retained-only", "--remove-retained")
+    assert (out.returncode, out.text) == (0, "kept\n")
