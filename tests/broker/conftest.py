@@ -15,7 +15,7 @@ import pytest
 from tests.brokers import HOST, Broker, free_port, start_mosquitto, wait_for_port
 
 
-def start_ours(workdir: Path, *args: str, tls: bool = False) -> Broker:
+def start_ours(workdir: Path, *args: str, tls: bool = False, require_certificate: bool = False) -> Broker:
     """`mqtt serve` on a free port in `workdir`; `restart()` brings it back on the same port."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -38,6 +38,8 @@ def start_ours(workdir: Path, *args: str, tls: bool = False) -> Broker:
             "--tls-key",
             str(workdir / "server.key"),
         ]
+        if require_certificate:
+            listen += ["--tls-cafile", str(ca_path), "--require-certificate"]
     ready = workdir / "ready.json"
 
     def launch() -> subprocess.Popen[Any]:

@@ -340,3 +340,94 @@ def test_sigterm_publishes_wills_and_exits_0(our_factory: Any) -> None:
     assert m.payload == b"server gone"
     dying.kill()  # mosquitto_sub would try to reconnect for ever
     watcher.client.loop_stop()
+
+
+def test_client_certificates_required(our_factory: Any) -> None:
+    broker = our_factory(tls=True, require_certificate=True)
+    tls_port = broker.extra["tls_port"]
+    ca, work = str(broker.ca_path), broker.workdir
+    topic = uid("cert")
+    with_cert = ["--cafile", ca, "--cert", str(work / "client.pem"), "--key", str(work / "client.key")]
+    sub = Sub(broker, "-t", topic, "-C", "1", "-F", "%p", *with_cert, port=tls_port)
+    pub(broker, "-t", topic, "-m", "signed", *with_cert, port=tls_port)
+    assert sub.result() == ["signed"]
+    without = subprocess.run(
+        ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(tls_port), "-t", "x", "-m", "y", "--cafile", ca],
+        capture_output=True, text=True, timeout=DEADLINE,
+    )  # fmt: skip
+    assert without.returncode != 0
+
+
+def test_json_logs(our_factory: Any) -> None:
+    import json
+
+    broker = our_factory("--log-format", "json")
+    pub(broker, "-t", "x", "-m", "y", "-i", "logged-client")
+    broker.stop()
+    lines = (broker.workdir / "serve.log").read_text().splitlines()
+    events = [json.loads(line) for line in lines if line.startswith("{")]
+    kinds = [(e["event"], e["client_id"]) for e in events]
+    assert ("connected", "logged-client") in kinds and ("disconnected", "logged-client") in kinds
+    assert all({"ts", "event", "client_id", "peer"} <= e.keys() for e in events)
+
+
+def _stuck_subscriber(broker: Broker) -> Any:
+    """A subscriber that never reads, and enough traffic to it that the broker's writer blocks on its socket."""
+    import socket
+
+    sub = socket.create_connection((broker.host, broker.port))
+    sub.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sub.sendall(bytes.fromhex("10 0d 00 04 4d 51 54 54 04 02 00 00 00 01 7a"))  # CONNECT "z", no keep alive
+    sub.sendall(bytes.fromhex("82 08 00 01 00 03 62 69 67 00"))  # SUBSCRIBE "big" QoS 0
+    time.sleep(0.3)
+    publisher = socket.create_connection((broker.host, broker.port))
+    publisher.sendall(bytes.fromhex("10 0d 00 04 4d 51 54 54 04 02 00 00 00 01 70"))  # CONNECT "p"
+    from mqtt_cli.core.codec import encode
+    from mqtt_cli.core.packets import Publish
+
+    packet = encode(Publish("big", b"x" * 60000), 4)
+    for _ in range(100):
+        publisher.sendall(packet)
+    time.sleep(0.5)
+    return sub, publisher
+
+
+def test_graceful_shutdown_waits_for_writers_but_a_second_signal_does_not(our_factory: Any) -> None:
+    for signals, at_least, at_most in ((1, 1.5, 6.0), (2, 0.0, 1.2)):
+        broker = our_factory()
+        sockets = _stuck_subscriber(broker)
+        assert broker.proc is not None
+        start = time.monotonic()
+        for _ in range(signals):
+            broker.proc.send_signal(signal.SIGINT)
+            time.sleep(0.05)
+        assert broker.proc.wait(timeout=DEADLINE) == 0
+        assert at_least <= time.monotonic() - start <= at_most
+        for sock in sockets:
+            sock.close()
+
+
+def test_unreadable_certificate_is_a_one_line_error(tmp_path: Any) -> None:
+    import sys
+
+    missing = tmp_path / "nope.pem"
+    done = subprocess.run(
+        [sys.executable, "-m", "mqtt_cli", "serve", "--listen", "mqtts://127.0.0.1:0",
+         "--tls-cert", str(missing), "--tls-key", str(missing)],
+        capture_output=True, text=True, timeout=DEADLINE,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "cannot load TLS certificate" in done.stderr
+
+
+def test_max_connections(our_factory: Any) -> None:
+    broker = our_factory("--max-connections", "1")
+    first = PahoClient(broker, paho.MQTTv311, uid("first"))
+    try:
+        done = subprocess.run(
+            ["mosquitto_pub", "-h", broker.host, "-p", str(broker.port), "-t", "x", "-m", "y"],
+            capture_output=True, text=True, timeout=DEADLINE,
+        )  # fmt: skip
+        assert done.returncode != 0  # the second connection is closed at once
+    finally:
+        first.close()
