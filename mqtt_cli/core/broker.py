@@ -448,13 +448,7 @@ class BrokerCore:
                 continue
             if opts.no_local and client_id == origin:
                 continue
-            sid = (opts.subscription_identifier,) if opts.subscription_identifier else ()
-            prev = targets.get(client_id)  # type: ignore[arg-type]
-            if prev is None:
-                targets[client_id] = (opts.qos, opts.retain_as_published, sid)  # type: ignore[index]
-            else:
-                # Overlapping subscriptions: once, at the highest QoS, with every subscription identifier.
-                targets[client_id] = (max(prev[0], opts.qos), prev[1] or opts.retain_as_published, prev[2] + sid)  # type: ignore[index]
+            _merge(targets, client_id, opts)  # type: ignore[arg-type]
         for key, members in groups.items():
             # Shared subscriptions: one member per group, taking turns among those connected.
             members.sort(key=_first)
@@ -470,13 +464,7 @@ class BrokerCore:
             if chosen is None:
                 chosen = members[turn % len(members)]
                 self._shared_turn[key] = (turn + 1) % len(members)
-            client_id, opts = chosen
-            sid = (opts.subscription_identifier,) if opts.subscription_identifier else ()
-            prev = targets.get(client_id)
-            if prev is None:
-                targets[client_id] = (opts.qos, opts.retain_as_published, sid)
-            else:
-                targets[client_id] = (max(prev[0], opts.qos), prev[1] or opts.retain_as_published, prev[2] + sid)
+            _merge(targets, *chosen)
         sessions = self.sessions
         mqos = message.qos
         mretain = message.retain
@@ -739,6 +727,17 @@ class BrokerCore:
             if old is not None and old.payload == value.encode():
                 continue  # unchanged: no traffic, as mosquitto
             self._route(Message(topic, value.encode(), 0, True, EMPTY_PROPERTIES, None, now), now)
+
+
+def _merge(targets: dict[str, tuple[int, bool, tuple[int, ...]]], client_id: str, opts: SubscriptionOptions) -> None:
+    """Adds one matching subscription to a client's delivery: overlapping subscriptions deliver once, at the
+    highest QoS, with every subscription identifier (3.3.4)."""
+    sid = (opts.subscription_identifier,) if opts.subscription_identifier else ()
+    prev = targets.get(client_id)
+    if prev is None:
+        targets[client_id] = (opts.qos, opts.retain_as_published, sid)
+    else:
+        targets[client_id] = (max(prev[0], opts.qos), prev[1] or opts.retain_as_published, prev[2] + sid)
 
 
 def _first(item: tuple[Any, ...]) -> Any:
