@@ -369,6 +369,24 @@ def encode(packet: Packet, version: int = 4) -> bytes:
 _Errs = list[RemoteProtocolError]
 
 
+class _Lenient(list):  # type: ignore[type-arg]
+    """The violations list of a tolerant re-decode: texts that are not valid UTF-8 (or hold U+0000) are read with
+    U+FFFD replacements and reported, instead of ending the decode (what tshark shows, and what dump wants)."""
+
+
+def _str(data: bytes, pos: int, end: int, what: str, errs: _Errs) -> tuple[str, int]:
+    try:
+        return read_string(data, pos, end, what)
+    except MalformedPacket as exc:
+        if type(errs) is not _Lenient or pos + 2 > end:
+            raise
+        stop = pos + 2 + ((data[pos] << 8) | data[pos + 1])
+        if stop > end:
+            raise
+        errs.append(exc)
+        return str(data[pos + 2 : stop], "utf-8", "replace"), stop
+
+
 def _check_pid(pid: int, name: str, errs: _Errs) -> None:
     if pid == 0:
         errs.append(ProtocolError(f"{name} has packet identifier 0 (it must be 1..65535)"))
@@ -385,7 +403,7 @@ def _check_reason_code(code: int, ptype: int, errs: _Errs) -> None:
 
 
 def _decode_connect(first: int, data: bytes, pos: int, end: int, version: int, errs: _Errs) -> Connect:
-    name, pos = read_string(data, pos, end, "protocol name")
+    name, pos = _str(data, pos, end, "protocol name", errs)
     if pos >= end:
         raise MalformedPacket("CONNECT ends before its protocol level")
     raw_level = data[pos]
@@ -421,20 +439,20 @@ def _decode_connect(first: int, data: bytes, pos: int, end: int, version: int, e
         props, pos = decode_properties(data, pos, end, 1, errs)
         if props.authentication_data is not None and props.authentication_method is None:
             errs.append(ProtocolError("CONNECT has authentication data without an authentication method"))
-    client_id, pos = read_string(data, pos, end, "client identifier")
+    client_id, pos = _str(data, pos, end, "client identifier", errs)
     will = None
     if will_flag:
         will_props = EMPTY_PROPERTIES
         if level == 5:
             will_props, pos = decode_properties(data, pos, end, WILL, errs)
-        will_topic, pos = read_string(data, pos, end, "will topic")
+        will_topic, pos = _str(data, pos, end, "will topic", errs)
         if err := topic_name_error(will_topic):
             errs.append(TopicNameInvalid(f"CONNECT will {err}"))
         will_payload, pos = read_binary(data, pos, end, "will payload")
         will = Will(will_topic, will_payload, will_qos, will_retain, will_props)
     username = password = None
     if has_username:
-        username, pos = read_string(data, pos, end, "user name")
+        username, pos = _str(data, pos, end, "user name", errs)
     if has_password:
         password, pos = read_binary(data, pos, end, "password")
     _check_end(pos, end, "CONNECT", errs)
@@ -474,7 +492,7 @@ def _decode_connack(first: int, data: bytes, pos: int, end: int, version: int, e
 
 def _decode_publish(first: int, data: bytes, pos: int, end: int, version: int, errs: _Errs) -> Publish:
     qos = (first >> 1) & 3
-    topic, pos = read_string(data, pos, end, "topic name")
+    topic, pos = _str(data, pos, end, "topic name", errs)
     pid = None
     if qos:
         pid, pos = read_u16(data, pos, end, "packet identifier")
@@ -529,7 +547,7 @@ def _decode_subscribe(first: int, data: bytes, pos: int, end: int, version: int,
         props, pos = decode_properties(data, pos, end, 8, errs)
     subs = []
     while pos < end:
-        flt, pos = read_string(data, pos, end, "topic filter")
+        flt, pos = _str(data, pos, end, "topic filter", errs)
         if pos >= end:
             raise MalformedPacket(f"SUBSCRIBE ends before the options of {flt!r}")
         options = data[pos]
@@ -583,7 +601,7 @@ def _decode_unsubscribe(first: int, data: bytes, pos: int, end: int, version: in
         props, pos = decode_properties(data, pos, end, 10, errs)
     filters = []
     while pos < end:
-        flt, pos = read_string(data, pos, end, "topic filter")
+        flt, pos = _str(data, pos, end, "topic filter", errs)
         if err := topic_filter_error(flt):
             errs.append(RemoteProtocolError(f"UNSUBSCRIBE {err}", reason_code=0x8F))
         filters.append(flt)
@@ -686,13 +704,17 @@ _SEEN_PUBLISH_PROPERTIES = SEEN_PROPERTIES[3]
 _EMPTY = EMPTY_PROPERTIES
 
 
-def _decode_body(first: int, data: bytes, pos: int, end: int, version: int) -> Any:
-    """Decodes one framed packet; raises the first broken rule with the decoded packet attached."""
+def _decode_body(first: int, data: bytes, pos: int, end: int, version: int, lenient: bool = False) -> Any:
+    """Decodes one framed packet; raises the first broken rule with the decoded packet attached.
+
+    `lenient` (the tolerant reader's second try at a packet it could not read) replaces invalid UTF-8 and keeps
+    an unknown 5.0 property with the rest of its block, so that more of such a packet can be shown.
+    """
     ptype = first >> 4
     decoder = _DECODERS[ptype]
     if decoder is None:
         raise MalformedPacket("packet type 0 is reserved", packet_type=0)
-    errs: _Errs = []
+    errs: _Errs = _Lenient() if lenient else []
     required = _REQUIRED_FLAGS[ptype]
     if required >= 0 and first & 0x0F != required:
         errs.append(
@@ -866,6 +888,13 @@ class PacketReader:
                         "remaining length is not minimally encoded", packet=packet, packet_type=first >> 4
                     )
             except RemoteProtocolError as err:
+                if not self.strict and err.packet is None and first >> 4:
+                    # Tolerant: try again, reading bad texts with replacements; keep whichever says more.
+                    try:
+                        _decode_body(first, data[pos:end], body - pos, end - pos, version, lenient=True)
+                    except RemoteProtocolError as again:
+                        if again.packet is not None:
+                            err = again
                 pos = end
                 if self.strict:
                     self._need = 0  # what is left may hold whole packets: look at it on the next feed

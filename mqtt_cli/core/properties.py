@@ -249,7 +249,7 @@ class Properties:
         return hash(self._canonical())
 
     def __repr__(self) -> str:
-        parts = [f"{PROPERTY_TABLE[pid].name}={value!r}" for pid, value in self.items]
+        parts = [f"{_name(pid)}={value!r}" for pid, value in self.items]
         return f"Properties({', '.join(parts)})"
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -288,7 +288,7 @@ class Properties:
                 value = value.hex()
             elif isinstance(value, tuple):
                 value = list(value)
-            out.append([PROPERTY_TABLE[pid].name, value])
+            out.append([_name(pid), value])
         return out
 
     # Attribute access to named properties is generated below.
@@ -320,6 +320,11 @@ class Properties:
     wildcard_subscription_available: int | None
     subscription_identifier_available: int | None
     shared_subscription_available: int | None
+
+
+def _name(pid: int) -> str:
+    spec = PROPERTY_TABLE.get(pid)
+    return spec.name if spec is not None else f"unknown_0x{pid:02x}"  # kept by tolerant decoding only
 
 
 def _first(item: tuple[int, Any]) -> int:
@@ -395,7 +400,9 @@ def _encode_properties(props: Properties, packet_type: int) -> bytes:
     seen: set[int] = set()
     where = _PACKET_NAMES.get(packet_type, str(packet_type))
     for pid, value in props.items:
-        spec = PROPERTY_TABLE[pid]
+        spec = PROPERTY_TABLE.get(pid)
+        if spec is None:
+            raise LocalProtocolError(f"unknown property identifier 0x{pid:02X}")
         if packet_type not in spec.packets:
             raise LocalProtocolError(f"property {spec.name} is not allowed in {where}")
         if pid in seen and packet_type not in spec.repeatable:
@@ -420,6 +427,20 @@ def _encode_properties(props: Properties, packet_type: int) -> bytes:
             out += encode_string(value[0], f"{spec.name} name")
             out += encode_string(value[1], f"{spec.name} value")
     return encode_vbi(len(out)) + out
+
+
+def _text(data: bytes, pos: int, end: int, what: str, errors: list[RemoteProtocolError]) -> tuple[str, int]:
+    """A UTF-8 string; in a tolerant re-decode, invalid text is read with replacements and reported."""
+    try:
+        return read_string(data, pos, end, what)
+    except MalformedPacket as exc:
+        if type(errors).__name__ != "_Lenient" or pos + 2 > end:
+            raise
+        stop = pos + 2 + ((data[pos] << 8) | data[pos + 1])
+        if stop > end:
+            raise
+        errors.append(exc)
+        return str(data[pos + 2 : stop], "utf-8", "replace"), stop
 
 
 def decode_properties(
@@ -455,9 +476,16 @@ def decode_properties(
         spec = PROPERTY_TABLE.get(pid)
         if spec is None:
             # An unknown identifier leaves the rest of the block unreadable.
-            raise MalformedPacket(
+            err = MalformedPacket(
                 f"unknown property identifier 0x{pid:02X} in {where} (at byte {at})", unknown_property=pid
             )
+            if type(errors).__name__ != "_Lenient":
+                raise err
+            # Tolerant decoding keeps the identifier with the rest of the block, as `unknown_0xNN` in dumps.
+            errors.append(err)
+            items.append((pid, bytes(data[pos:stop])))
+            pos = stop
+            break
         name = spec.name
         wt = spec.wire_type
         value: Any
@@ -475,12 +503,12 @@ def decode_properties(
             if not minimal:
                 errors.append(MalformedPacket(f"property {name} at byte {at} is not minimally encoded"))
         elif wt is _W.UTF8_STRING:
-            value, pos = read_string(data, pos, stop, f"property {name}")
+            value, pos = _text(data, pos, stop, f"property {name}", errors)
         elif wt is _W.BINARY:
             value, pos = read_binary(data, pos, stop, f"property {name}")
         else:
-            key, pos = read_string(data, pos, stop, f"property {name} name")
-            val, pos = read_string(data, pos, stop, f"property {name} value")
+            key, pos = _text(data, pos, stop, f"property {name} name", errors)
+            val, pos = _text(data, pos, stop, f"property {name} value", errors)
             value = (key, val)
         if pid == _RESPONSE_TOPIC and (err := topic_name_error(value)):
             errors.append(ProtocolError(f"property {name} in {where}: {err} (at byte {at})"))

@@ -220,9 +220,9 @@ def raw_session(*chunks: bytes, version: int = 4) -> list[dict[str, Any]]:
         (b"\x80\x08\x00\x01\x00\x03a/b\x00", 4, "SUBSCRIBE", "flags"),
         (b"\x82\x08\x00\x01\x00\x03a#b\x00", 4, "SUBSCRIBE", "#"),
         (b"\x40\x03\x00\x01\x00", 4, "PUBACK", "unexpected bytes"),
-        (b"\x30\x06\x00\x02\xc3\x28hi", 4, "MALFORMED", "not valid UTF-8"),
+        (b"\x30\x06\x00\x02\xc3\x28hi", 4, "PUBLISH", "not valid UTF-8"),  # topic shown with U+FFFD, as tshark
         (b"\x30\x06\x00\x09abcd", 4, "MALFORMED", "runs past the end"),
-        (b"\x30\x06\x00\x01a\x02\xff\x01", 5, "MALFORMED", "unknown property identifier 0xFF"),
+        (b"\x30\x06\x00\x01a\x02\xff\x01", 5, "PUBLISH", "unknown property identifier 0xFF"),
         (b"\xe0\x02\x02\x00", 5, "DISCONNECT", "reason code 0x02 is not allowed"),
     ],
     ids=["reserved-type", "qos-3", "wildcard-topic", "wildcard-topic-v5", "dup-on-qos0", "auth-in-311",
@@ -235,6 +235,13 @@ def test_malformed_packets(data: bytes, version: int, kind: str, error: str) -> 
     assert error in records[0]["error"]
     assert records[0]["flags"] == data[0] & 15 and records[0]["remaining_length"] == data[1]
     assert records[1]["type"] == "PUBLISH" and records[1]["topic"] == "next"  # decoding goes on
+
+
+def test_unreadable_text_and_unknown_properties_are_shown_as_tshark_does() -> None:
+    (bad_text,) = raw_session(b"\x30\x06\x00\x02\xc3\x28hi", version=4)
+    assert bad_text["type"] == "PUBLISH" and bad_text["topic"] == "\ufffd(" and bad_text["payload_len"] == 2
+    (unknown,) = raw_session(b"\x30\x07\x00\x01a\x02\xff\x01z", version=5)
+    assert unknown["properties"] == [["unknown_0xff", "01"]] and unknown["payload_len"] == 1
 
 
 def test_malformed_packet_keeps_its_fields() -> None:

@@ -71,6 +71,7 @@ class ErrorFixture:
     message: str  # a fragment the error's message must contain
     packet: Any = None  # the packet the error carries (None: not decodable)
     fatal: bool = False
+    tolerant: Any = "same"  # what a tolerant reader recovers (texts with U+FFFD, unknown properties kept)
 
     def __str__(self) -> str:
         return self.name
@@ -504,10 +505,42 @@ ERROR_FIXTURES: list[ErrorFixture] = [
         "topic alias",
         packet=Publish(""),
     ),
-    E("publish topic not UTF-8", 4, h("30 04 00 02 c3 28"), MalformedPacket, 0x81, "UTF-8"),
-    E("publish topic with U+0000", 4, h("30 05 00 03 61 00 62"), MalformedPacket, 0x81, "U+0000"),
-    E("publish topic with a UTF-16 surrogate", 4, h("30 05 00 03 ed a0 80"), MalformedPacket, 0x81, "UTF-8"),
-    E("publish topic with an overlong encoding", 4, h("30 04 00 02 c0 af"), MalformedPacket, 0x81, "UTF-8"),
+    E(
+        "publish topic not UTF-8",
+        4,
+        h("30 04 00 02 c3 28"),
+        MalformedPacket,
+        0x81,
+        "UTF-8",
+        tolerant=Publish("\ufffd("),
+    ),
+    E(
+        "publish topic with U+0000",
+        4,
+        h("30 05 00 03 61 00 62"),
+        MalformedPacket,
+        0x81,
+        "U+0000",
+        tolerant=Publish("a\x00b"),
+    ),
+    E(
+        "publish topic with a UTF-16 surrogate",
+        4,
+        h("30 05 00 03 ed a0 80"),
+        MalformedPacket,
+        0x81,
+        "UTF-8",
+        tolerant=Publish("\ufffd\ufffd\ufffd"),
+    ),
+    E(
+        "publish topic with an overlong encoding",
+        4,
+        h("30 04 00 02 c0 af"),
+        MalformedPacket,
+        0x81,
+        "UTF-8",
+        tolerant=Publish("\ufffd\ufffd"),
+    ),
     E("publish topic longer than the packet", 4, h("30 03 00 05 61"), MalformedPacket, 0x81, "past the end"),
     E(
         "publish QoS 1 without room for a packet id",
@@ -569,6 +602,7 @@ ERROR_FIXTURES: list[ErrorFixture] = [
         MalformedPacket,
         0x81,
         "unknown property",
+        tolerant=Publish("t", properties=unchecked([(0x05, b"\x00")])),
     ),
     E(
         "publish 5.0 property length past the end",

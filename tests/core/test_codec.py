@@ -129,7 +129,7 @@ def test_tolerant_reader_reports_and_goes_on(fx: ErrorFixture) -> None:
     assert len(got) == 2, got
     err, nxt = got
     assert isinstance(err, fx.error)
-    assert err.packet == fx.packet
+    assert err.packet == (fx.packet if fx.tolerant == "same" else fx.tolerant)
     assert nxt == PingReq()
 
 
@@ -366,3 +366,9 @@ def test_a_reused_input_buffer_does_not_change_buffered_bytes() -> None:
     assert reader.feed(buf) == []
     buf[:] = b"\xff" * 4  # the caller reuses its buffer
     assert reader.feed(raw[4:]) == [Publish("a", b"xyz")]
+
+
+def test_tolerant_properties_show_unknown_identifiers() -> None:
+    (err,) = PacketReader(5, strict=False).feed(h("30 0a 00 01 74 06 03 00 01 61 7f 01"))
+    assert err.packet.properties.as_list() == [["content_type", "a"], ["unknown_0x7f", "01"]]
+    assert "unknown property identifier 0x7F" in str(err)

@@ -356,7 +356,14 @@ def test_garbage_raises_only_protocol_errors(case: tuple[int | None, bytes, list
     tolerant, tolerant_fatal = run_reader(PacketReader(version, strict=False), chunks)
     strict, strict_fatal = run_reader(PacketReader(version, strict=True), chunks)
     whole, whole_fatal = run_reader(PacketReader(version, strict=False), [raw])
-    assert [outcome(x) for x in strict] == [outcome(x) for x in tolerant]
+    # The tolerant reader may recover a packet the strict one could not read (texts with U+FFFD, unknown
+    # properties kept); it never loses one the strict reader had.
+    assert len(strict) == len(tolerant)
+    for s_item, t_item in zip(strict, tolerant, strict=True):
+        if isinstance(s_item, RemoteProtocolError) and s_item.packet is None:
+            assert isinstance(t_item, RemoteProtocolError)  # perhaps with more of the packet recovered
+            continue
+        assert outcome(s_item) == outcome(t_item)
     assert [outcome(x) for x in whole] == [outcome(x) for x in tolerant]
     assert outcome(tolerant_fatal) == outcome(strict_fatal) == outcome(whole_fatal)
 
