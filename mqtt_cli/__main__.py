@@ -3,6 +3,10 @@
 ``mqtt --version`` is answered here, before typer (about 80 ms of imports) is loaded, so that it costs
 little more than starting Python. Everything else goes to the typer app in :mod:`mqtt_cli.app`, where
 ``--version`` is also a real, documented option giving the same answer.
+
+When the process is done, it ends without tearing the interpreter down (see :func:`_exit_now`): once typer,
+trio and the core are loaded, that teardown (freeing every module, then garbage collection) took about
+40 ms of a one-shot ``mqtt pub``'s 250.
 """
 
 import sys
@@ -24,7 +28,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mqtt_cli.app import run
     except KeyboardInterrupt:  # Ctrl-C while importing
         return 130
-    return run(args)
+    if argv is not None:  # called from Python: leave the interpreter alone
+        return run(args)
+    try:
+        return run(args)
+    except SystemExit as done:
+        _exit_now(done)  # returns when Python must end the process itself
+        raise
+
+
+def _exit_now(done: SystemExit) -> None:
+    """End the process with ``done``'s exit code as Python would, less the interpreter's teardown.
+
+    What the teardown would still do for us is done here: flushing standard output and error, and the
+    atexit functions (logging's flush). When that is not enough (a thread other than a daemon one still
+    runs, an exit code that is not a number, an output that fails to flush), this returns and Python ends
+    the process the usual way. (No typing import here: it would cost ``mqtt --version`` 6 ms.)
+    """
+    import atexit
+    import os
+
+    code = 0 if done.code is None else done.code
+    if not isinstance(code, int) or not 0 <= code <= 255:
+        return
+    threading = sys.modules.get("threading")
+    if threading is not None and not all(t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        return
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):  # e.g. a closed pipe: Python reports it as it always did
+        return
+    atexit._run_exitfuncs()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,22 @@
 """The typer application: global options and the table of commands.
 
-Start-up time matters, so this module and the command modules it imports load only typer and the
-standard library at import time. A command imports what it needs (trio, rich, mqtt_cli.net, ...)
-inside its function. ``tests/test_cli.py`` checks that importing this module loads none of them.
+Start-up time matters, so this module loads only typer and the standard library at import time, and a
+command's module is imported (and its click command built) only when that command is run or listed: `mqtt pub`
+builds pub alone. A command imports what it needs (trio, rich, mqtt_cli.net, ...) inside its function.
+``tests/test_cli.py`` checks that importing this module loads none of them.
 """
 
-from typing import Annotated, NoReturn
+import importlib
+from collections.abc import Iterator, MutableMapping
+from typing import Annotated, Any, NoReturn
 
 import typer
 import typer.completion
+import typer.main
+import typer.models
 
 from mqtt_cli import COMPLETE_VAR, PROG_NAME, version_text
-from mqtt_cli.commands import _options, completions, config, dump, pub, rr, serve, sub
+from mqtt_cli.commands import _coerce, _options
 
 HELP = """\
 One command for everything around MQTT.
@@ -19,8 +24,81 @@ One command for everything around MQTT.
 Exit codes: 0 success, 1 runtime error, 2 usage error, 130 interrupted.
 """
 
+# The command table, in the order `mqtt --help` lists them: name, function in mqtt_cli/commands/<module>.py,
+# options of typer's app.command(). A command's module is imported and its click command (with its click
+# parameters) built only when the command is looked up: `mqtt pub` builds pub only, `mqtt --help` all of them.
+# Client commands: -h is --host there (as in mosquitto_pub/sub), so their help is --help only.
+_CLIENT = {"help_option_names": ["--help"]}
+COMMANDS: dict[str, tuple[str, dict[str, Any]]] = {
+    "completions": ("completions:completions", {"no_args_is_help": True}),
+    "dump": ("dump:dump", {"no_args_is_help": True}),
+    "serve": ("serve:serve", {}),
+    "pub": ("pub:pub", {"context_settings": _CLIENT}),
+    "sub": ("sub:sub", {"context_settings": _CLIENT}),
+    "rr": ("rr:rr", {"context_settings": _CLIENT}),
+    "config": ("config:app", {}),  # a typer app of its own: config set/show/list
+}
+
+
+def _load(name: str) -> Any:
+    module, attr = COMMANDS[name][0].split(":")
+    return getattr(importlib.import_module(f"mqtt_cli.commands.{module}"), attr)
+
+
+def _build(name: str) -> Any:
+    """The click command for ``name``, as typer builds it for app.command()/app.add_typer()."""
+    target, options = _load(name), COMMANDS[name][1]
+    if isinstance(target, typer.Typer):
+        return typer.main.get_group_from_info(
+            typer.models.TyperInfo(target, name=name),
+            pretty_exceptions_short=app.pretty_exceptions_short,
+            rich_markup_mode=app.rich_markup_mode,
+            suggest_commands=app.suggest_commands,
+        )
+    # _coerce.Command converts option values without pydantic (most of a one-shot `mqtt pub` otherwise).
+    info = typer.models.CommandInfo(name=name, cls=_coerce.Command, callback=target, **options)
+    return typer.main.get_command_from_info(
+        info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode
+    )
+
+
+class _LazyCommands(MutableMapping[str, Any]):
+    """The group's ``commands``: every name of COMMANDS, each built on first access, then any command registered
+    the usual way (app.command(), as tests do)."""
+
+    def __init__(self, built: MutableMapping[str, Any]) -> None:
+        self._built = dict(built)
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            self._built[name] = _build(name)
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        raise TypeError("commands cannot be removed")
+
+    def __iter__(self) -> Iterator[str]:
+        yield from COMMANDS
+        yield from (name for name in self._built if name not in COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS) + sum(name not in COMMANDS for name in self._built)
+
+
+class _Group(_coerce.Group):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.commands = _LazyCommands(self.commands)
+
+
 app = typer.Typer(
     name=PROG_NAME,
+    cls=_Group,
     help=HELP,
     no_args_is_help=True,
     add_completion=False,  # `mqtt completions SHELL` instead of typer's --install/--show-completion
@@ -49,18 +127,6 @@ def root(
     ] = False,
 ) -> None:
     """One command for everything around MQTT."""
-
-
-# The command table: one line per command, implemented in mqtt_cli/commands/<name>.py.
-app.command("completions", no_args_is_help=True)(completions.completions)
-app.command("dump", no_args_is_help=True)(dump.dump)
-app.command("serve")(serve.serve)
-# Client commands: -h is --host there (as in mosquitto_pub/sub), so their help is --help only.
-_CLIENT = {"help_option_names": ["--help"]}
-app.command("pub", context_settings=_CLIENT)(pub.pub)
-app.command("sub", context_settings=_CLIENT)(sub.sub)
-app.command("rr", context_settings=_CLIENT)(rr.rr)
-app.add_typer(config.app, name="config")
 
 
 def run(args: list[str]) -> NoReturn:

@@ -8,13 +8,13 @@
     cafile = "/etc/ssl/certs/ca.pem"
 
 A client command uses ``--profile NAME`` (or ``MQTT_PROFILE``), else the profile named ``default`` when there
-is one. Read with tomllib, written with tomli-w (imported only when writing).
+is one. Read with tomllib (imported only when the file exists), written with tomli-w (imported only when
+writing).
 """
 
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +58,16 @@ def config_path() -> Path:
 def load_config(path: Path | None = None) -> dict[str, Any]:
     path = path or config_path()
     try:
-        with path.open("rb") as f:
-            data = tomllib.load(f)
+        f = path.open("rb")
     except FileNotFoundError:
         return {}
+    except OSError as err:
+        raise ProfileError(f"cannot read {path}: {err}") from None
+    import tomllib  # only when there is a file: a one-shot `mqtt pub` without profiles skips it
+
+    try:
+        with f:
+            data = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise ProfileError(f"cannot read {path}: {err}") from None
     profiles = data.get("profiles", {})

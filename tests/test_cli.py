@@ -169,3 +169,27 @@ def test_importing_the_app_stays_light() -> None:
     assert not heavy & {m.split(".")[0] for m in modules}
     deferred = ("mqtt_cli.net", "mqtt_cli.capture", "mqtt_cli.pipeline", "mqtt_cli.render")
     assert not [m for m in modules if m.startswith(deferred)]
+
+
+@pytest.mark.parametrize(
+    ("code", "returncode", "stdout"),
+    [
+        ("print('out', end=''); _exit_now(SystemExit(4)); print('not reached')", 4, "out"),
+        ("import atexit; atexit.register(print, 'atexit ran'); _exit_now(SystemExit(None))", 0, "atexit ran\n"),
+        ("_exit_now(SystemExit('text')); print('returned')", 0, "returned\n"),
+        ("_exit_now(SystemExit(300)); print('returned')", 0, "returned\n"),
+        (
+            "import threading; e = threading.Event(); threading.Thread(target=e.wait).start()\n"
+            "_exit_now(SystemExit(3)); print('returned'); e.set()",
+            0,
+            "returned\n",
+        ),
+    ],
+    ids=["exits-with-code", "runs-atexit", "text-code", "code-out-of-range", "non-daemon-thread"],
+)
+def test_fast_exit_only_when_nothing_is_lost(code: str, returncode: int, stdout: str) -> None:
+    # mqtt_cli.__main__ skips the interpreter's teardown only when that loses nothing.
+    result = subprocess.run(
+        [sys.executable, "-c", "from mqtt_cli.__main__ import _exit_now\n" + code], capture_output=True, text=True
+    )
+    assert (result.returncode, result.stdout) == (returncode, stdout)

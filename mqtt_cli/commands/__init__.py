@@ -1,7 +1,7 @@
 """One module per command: parse flags, call into net/ capture/ pipeline/ core, render the result.
 
-A command module imports only typer and the standard library at module level (mqtt_cli/app.py imports
-every one of them at start-up); anything heavier is imported inside the command function.
+A command module imports only typer and the standard library at module level (mqtt_cli/app.py imports it
+when the command is run or listed); anything heavier is imported inside the command function.
 """
 
 import sys

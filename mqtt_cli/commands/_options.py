@@ -3,7 +3,7 @@
 A command lists them in its signature with the `Annotated` aliases below and hands the values to
 `client_settings()`, which applies the precedence: flags > environment (MQTT_HOST, MQTT_PORT, ...) >
 profile (``--profile``, config.toml) > built-in defaults. Only typer and the standard library are imported
-here at module level (mqtt_cli.app imports the command modules at start-up).
+here at module level (the client commands import this module before they run).
 """
 
 from __future__ import annotations

@@ -1,0 +1,107 @@
+"""Option values without pydantic: the command classes the app's commands are built with.
+
+typer 0.29 converts every parameter value, given or not, through a pydantic ``TypeAdapter`` built on first
+use: for a client command (about 50 options) that is importing pydantic (about 45 ms) and building 45
+adapters (about 1 ms each) before the command starts, most of a one-shot ``mqtt pub``'s run time.
+
+:class:`Command` (and :class:`Group`, for the app's own options) gives each parameter a
+:class:`PlainRuntimeParam` instead. It converts the values it can convert exactly as typer's adapter would
+(absent values; ``str``; ``bool``; ``int`` and ``float`` written plainly and inside the option's
+``min``/``max``; lists of those) and hands everything else (a value out of range or badly written, a path, a
+choice, ...) to typer's own adapter, built then: results and error messages stay typer's.
+``tests/commands/test_coerce.py`` checks that the two agree.
+
+This uses typer's private ``_coercion`` module and ``_TyperParameter._runtime_param``; typer is pinned to
+0.29.x in pyproject.toml, and the tests notice if a new typer moves them.
+"""
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import typer.core
+from typer._coercion import RuntimeParam, TypeDescriptor, build_runtime_param
+
+_INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
+_FLOAT = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?")
+_MISS = object()
+
+
+def _number(kind: type, value: Any, lo: Any, hi: Any) -> Any:
+    """``value`` as ``kind`` (int or float), or _MISS when typer's adapter must decide."""
+    if type(value) is str:
+        if kind is int and _INT.fullmatch(value):
+            number: Any = int(value)
+        elif kind is float and _FLOAT.fullmatch(value):
+            number = float(value)
+        else:
+            return _MISS
+    elif type(value) is kind:
+        number = value
+    else:
+        return _MISS
+    if (lo is not None and number < lo) or (hi is not None and number > hi):
+        return _MISS
+    return number
+
+
+def _leaf(kind: Any, value: Any, lo: Any, hi: Any) -> Any:
+    if kind is str or kind is bool:
+        return value if type(value) is kind else _MISS
+    if kind is int or kind is float:
+        return _number(kind, value, lo, hi)
+    return _MISS
+
+
+@dataclass(frozen=True)
+class PlainRuntimeParam(RuntimeParam):
+    """Converts plain values itself; anything else goes to typer's runtime parameter (pydantic)."""
+
+    descriptor: TypeDescriptor
+    _typer: list[RuntimeParam] = field(default_factory=list, compare=False, repr=False)
+
+    def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+        info = self.parameter_info
+        if info.parser is None and not info.clamp and self.descriptor.file_annotation is None:
+            annotation = self.annotation
+            if self.descriptor.is_list:
+                (kind,) = getattr(annotation, "__args__", (None,))
+                if isinstance(value, (list, tuple)):
+                    items = [_leaf(kind, item, info.min, info.max) for item in value]
+                    if _MISS not in items:
+                        return items
+            else:
+                result = _leaf(annotation, value, info.min, info.max)
+                if result is not _MISS:
+                    return result
+        if not self._typer:
+            self._typer.append(build_runtime_param(self.descriptor))
+        return self._typer[0]._coerce_value(value, param=param, ctx=ctx)
+
+
+def plain_runtime_param(descriptor: TypeDescriptor) -> PlainRuntimeParam:
+    return PlainRuntimeParam(
+        parameter_info=descriptor.parameter_info, annotation=descriptor.annotation, descriptor=descriptor
+    )
+
+
+def _use_plain(params: list[Any]) -> None:
+    for param in params:
+        if isinstance(param, typer.core._TyperParameter) and param._runtime_param is None:
+            param._runtime_param = plain_runtime_param(param.type_descriptor)
+
+
+class Command(typer.core.TyperCommand):
+    """typer's command, converting plain option values without pydantic (see the module's docstring)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        _use_plain(self.get_params(ctx))  # with --help, which typer adds here
+        return super().parse_args(ctx, args)
+
+
+class Group(typer.core.TyperGroup):
+    """typer's group (the app's global options), converting option values as :class:`Command` does."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        _use_plain(self.get_params(ctx))
+        return super().parse_args(ctx, args)
