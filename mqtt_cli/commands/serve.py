@@ -62,7 +62,6 @@ def serve(
 
     Exit codes: 0 stopped by a signal, 1 could not start (port in use, certificate unreadable), 2 bad usage.
     """  # noqa: E501 - typer keeps a docstring's line breaks in --help
-    import gc
     import json
     import os
     import signal
@@ -163,11 +162,6 @@ def serve(
             await run_server(options, stop)
             nursery.cancel_scope.cancel()
 
-    # The broker keeps few long-lived objects per message; a young generation collected less often spends
-    # less time walking them (measured in benchmarks/broker.py). Everything from start-up is frozen out of it.
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
     error = None
     try:
         trio.run(main)
