@@ -1,0 +1,107 @@
+"""Bridge topic rules in mosquitto's grammar, and the remapping they imply (sans-IO: strings in, strings out).
+
+    topic PATTERN [[[ out | in | both ] QOS] LOCAL_PREFIX REMOTE_PREFIX]
+
+Direction `out` and QoS 0 by default. `""` stands for an empty field. With prefixes, the bridge subscribes on
+the source side to PREFIX + PATTERN and replaces the source prefix by the other side's prefix when forwarding.
+An empty PATTERN with both prefixes given is mosquitto's single-topic remap: LOCAL_PREFIX and REMOTE_PREFIX
+are then whole topic names, mapped to each other.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Literal
+
+from .topics import matches, topic_filter_error
+
+__all__ = ["BridgeRule", "BridgeRuleError", "parse_rule"]
+
+Direction = Literal["out", "in", "both"]
+
+
+class BridgeRuleError(ValueError):
+    """A rule that cannot be used; the message names the part that is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeRule:
+    pattern: str
+    direction: Direction = "out"
+    qos: int = 0
+    local_prefix: str = ""
+    remote_prefix: str = ""
+
+    @property
+    def local_filter(self) -> str:
+        """What the bridge subscribes to on the local broker (for `out` and `both`)."""
+        return self.local_prefix + self.pattern
+
+    @property
+    def remote_filter(self) -> str:
+        """What the bridge subscribes to on the remote broker (for `in` and `both`)."""
+        return self.remote_prefix + self.pattern
+
+    @property
+    def outgoing(self) -> bool:
+        return self.direction in ("out", "both")
+
+    @property
+    def incoming(self) -> bool:
+        return self.direction in ("in", "both")
+
+    def to_remote(self, topic: str) -> str | None:
+        """The remote topic for a local message on `topic`, or None when this rule does not forward it."""
+        if not self.outgoing or not matches(self.local_filter, topic):
+            return None
+        return self.remote_prefix + topic[len(self.local_prefix) :]
+
+    def to_local(self, topic: str) -> str | None:
+        """The local topic for a remote message on `topic`, or None when this rule does not forward it."""
+        if not self.incoming or not matches(self.remote_filter, topic):
+            return None
+        return self.local_prefix + topic[len(self.remote_prefix) :]
+
+    def __str__(self) -> str:
+        def q(text: str) -> str:
+            return shlex.quote(text) if text else '""'
+
+        parts = [q(self.pattern), self.direction, str(self.qos)]
+        if self.local_prefix or self.remote_prefix:
+            parts += [q(self.local_prefix), q(self.remote_prefix)]
+        return " ".join(parts)
+
+
+def parse_rule(text: str) -> BridgeRule:
+    """Parses the arguments of one mosquitto `topic` line: `'a/# both 1 local/ remote/'`."""
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise BridgeRuleError(f"bridge topic {text!r}: {exc}") from None
+    if not 1 <= len(words) <= 5 or len(words) == 4:
+        raise BridgeRuleError(
+            f"bridge topic {text!r}: expected PATTERN [in|out|both [QOS [LOCAL_PREFIX REMOTE_PREFIX]]]"
+        )
+    pattern = words[0]
+    direction = words[1] if len(words) > 1 else "out"
+    if direction not in ("out", "in", "both"):
+        raise BridgeRuleError(f"bridge topic {text!r}: direction {direction!r} is not in, out or both")
+    qos = 0
+    if len(words) > 2:
+        if words[2] not in ("0", "1", "2"):
+            raise BridgeRuleError(f"bridge topic {text!r}: QoS {words[2]!r} is not 0, 1 or 2")
+        qos = int(words[2])
+    local_prefix, remote_prefix = (words[3], words[4]) if len(words) == 5 else ("", "")
+    for name, prefix in (("local prefix", local_prefix), ("remote prefix", remote_prefix)):
+        if "+" in prefix or "#" in prefix:
+            raise BridgeRuleError(f"bridge topic {text!r}: the {name} {prefix!r} may not hold wildcards")
+    if not pattern:
+        # The single-topic remap form: both prefixes are whole topic names.
+        if not local_prefix or not remote_prefix:
+            raise BridgeRuleError(f"bridge topic {text!r}: an empty pattern needs both a local and a remote topic")
+    else:
+        for name, flt in (("pattern", pattern), ("local topic", local_prefix + pattern)):
+            if err := topic_filter_error(flt):
+                raise BridgeRuleError(f"bridge topic {text!r}: the {name} is not a valid filter: {err}")
+    return BridgeRule(pattern, direction, qos, local_prefix, remote_prefix)  # type: ignore[arg-type]

@@ -1,0 +1,70 @@
+"""Bridge topic rules: mosquitto's `topic` grammar and the remapping it implies."""
+
+from __future__ import annotations
+
+import pytest
+
+from mqtt_cli.core.bridge import BridgeRule, BridgeRuleError, parse_rule
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ("sensors/#", BridgeRule("sensors/#", "out", 0)),
+        ("sensors/# in", BridgeRule("sensors/#", "in", 0)),
+        ("sensors/# both 2", BridgeRule("sensors/#", "both", 2)),
+        ("# out 1 site/ cloud/site1/", BridgeRule("#", "out", 1, "site/", "cloud/site1/")),
+        ('# in 1 "" remote/', BridgeRule("#", "in", 1, "", "remote/")),
+        ('"" out 0 local/one remote/other', BridgeRule("", "out", 0, "local/one", "remote/other")),
+    ],
+)
+def test_parse(text: str, rule: BridgeRule) -> None:
+    assert parse_rule(text) == rule
+    assert parse_rule(str(rule)) == rule  # printed back in the same grammar
+
+
+def test_out_remap() -> None:
+    rule = parse_rule("# out 1 site/ cloud/site1/")
+    assert rule.local_filter == "site/#"
+    assert rule.to_remote("site/a/b") == "cloud/site1/a/b"
+    assert rule.to_remote("other/a") is None
+    assert rule.to_local("cloud/site1/a") is None  # out only
+
+
+def test_in_remap_with_empty_local_prefix() -> None:
+    rule = parse_rule('# in 0 "" remote/')
+    assert rule.remote_filter == "remote/#"
+    assert rule.to_local("remote/x/y") == "x/y"
+
+
+def test_both_without_prefixes() -> None:
+    rule = parse_rule("a/+ both 2")
+    assert rule.to_remote("a/b") == "a/b" and rule.to_local("a/b") == "a/b"
+    assert rule.to_remote("a/b/c") is None
+
+
+def test_single_topic_remap() -> None:
+    rule = parse_rule('"" both 1 local/one remote/other')
+    assert rule.local_filter == "local/one" and rule.remote_filter == "remote/other"
+    assert rule.to_remote("local/one") == "remote/other"
+    assert rule.to_local("remote/other") == "local/one"
+    assert rule.to_remote("local/one/x") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        ("", "expected PATTERN"),
+        ("a sideways", "direction"),
+        ("a out 3", "QoS"),
+        ("a out 1 only-local", "expected PATTERN"),
+        ("a out 1 lo/+/ remote/", "wildcards"),
+        ('"" out 1 "" remote', "empty pattern"),
+        ("a/#/b", "not a valid filter"),
+        ("'unclosed", "No closing quotation"),
+    ],
+)
+def test_bad_rules_name_the_bad_part(text: str, what: str) -> None:
+    with pytest.raises(BridgeRuleError) as info:
+        parse_rule(text)
+    assert what in str(info.value)
