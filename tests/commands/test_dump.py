@@ -317,3 +317,49 @@ def test_live_pipe_shows_packets_as_they_come(json_output: bool) -> None:
         assert proc.wait(timeout=30) == 0
     finally:
         proc.kill()
+
+
+def test_progress_bar_on_a_terminal_for_a_large_capture(tmp_path: Path) -> None:
+    """stderr on a terminal, stdout piped, a capture of 8 MiB or more: a progress bar on stderr only."""
+    import os
+    import pty
+
+    conv = Conversation(cport=40010).handshake()
+    conv.send(encode(Connect("big")))
+    for i in range(160):
+        conv.send(encode(Publish("bulk", bytes(60_000), 0)) if i else encode(Publish("bulk", b"first")))
+    path = tmp_path / "big.pcap"
+    path.write_bytes(pcap(conv.frames()))
+    assert path.stat().st_size >= 8 << 20
+    leader, follower = pty.openpty()
+    try:
+        env = {**cli_env(), "TERM": "xterm", "COLUMNS": "100"}
+        env.pop("NO_COLOR", None)
+        done = subprocess.run(
+            [str(REPO_ROOT / ".venv" / "bin" / "mqtt"), "dump", "--json", str(path)],
+            stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL, timeout=60, env=env, cwd=REPO_ROOT,
+        )  # fmt: skip
+        os.close(follower)
+        follower = -1
+        shown = b""
+        while select.select([leader], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        if follower != -1:
+            os.close(follower)
+        os.close(leader)
+    assert done.returncode == 0
+    assert len(done.stdout.splitlines()) == 161  # CONNECT + 160 PUBLISH: the records go to stdout untouched
+    text = shown.decode(errors="replace")
+    assert "big.pcap" in text and "MB" in text  # rich's bar: the file's name and bytes read
+
+
+def test_no_progress_bar_when_stderr_is_not_a_terminal(capture: Path) -> None:
+    result = dump("--json", capture)
+    assert result.returncode == 0 and result.stderr == b""
