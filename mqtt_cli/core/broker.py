@@ -512,8 +512,8 @@ class BrokerCore:
             props = message.delivery_properties(now, sids)
         pid = None
         if qos:
-            publish = Publish(message.topic, message.payload, qos, retain, False, None, props or message.properties)
-            pid = session.outgoing.send(publish if version == 5 else _strip(publish), message).packet_id
+            kept = (props or message.properties) if version == 5 else EMPTY_PROPERTIES  # 3.x has no properties
+            pid = session.outgoing.send_fields(message.topic, message.payload, qos, retain, kept, message).packet_id
         data = message.wire(version, qos, retain, pid, props)
         limit = conn.client_max_packet_size
         if limit is not None and len(data) > limit:

@@ -18,6 +18,7 @@ from typing import Any
 
 from .errors import LocalProtocolError, ProtocolError
 from .packets import PubAck, PubComp, Publish, PubRec, PubRel
+from .properties import Properties
 
 __all__ = ["FlowState", "IncomingFlows", "Inflight", "OutgoingFlows"]
 
@@ -90,14 +91,20 @@ class OutgoingFlows:
         Callers check `window_open` first (the spec forbids exceeding the peer's Receive Maximum); this raises
         LocalProtocolError when it is closed.
         """
-        if publish.qos not in (1, 2):
-            raise LocalProtocolError(f"only QoS 1 and 2 messages have flows, not QoS {publish.qos}")
+        p = publish
+        return self.send_fields(p.topic, p.payload, p.qos, p.retain, p.properties, context)
+
+    def send_fields(
+        self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties, context: Any = None
+    ) -> Publish:
+        """`send` for a message not yet built as a Publish (the broker's fan-out): one Publish, the one kept."""
+        if qos not in (1, 2):
+            raise LocalProtocolError(f"only QoS 1 and 2 messages have flows, not QoS {qos}")
         if not self.window_open:
             raise LocalProtocolError(f"the peer's receive maximum ({self.receive_maximum}) is reached")
         pid = self._allocate()
-        packet = Publish(publish.topic, publish.payload, publish.qos, publish.retain, False, pid, publish.properties)
-        state = FlowState.AWAIT_PUBACK if publish.qos == 1 else FlowState.AWAIT_PUBREC
-        self._inflight[pid] = Inflight(packet, state, context)
+        packet = Publish(topic, payload, qos, retain, False, pid, properties)
+        self._inflight[pid] = Inflight(packet, FlowState.AWAIT_PUBACK if qos == 1 else FlowState.AWAIT_PUBREC, context)
         return packet
 
     def acknowledge(self, ack: PubAck | PubRec | PubComp) -> tuple[Inflight, PubRel | None]:

@@ -570,28 +570,16 @@ def test_paho_reads_our_acknowledgements(case: tuple[int, int, PubAck, PubRec, P
 # --- us -> paho: SUBACK, UNSUBACK, DISCONNECT ----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(("acks", "callback"), [(S.subacks, "subscribe"), (S.unsubacks, "unsubscribe")])
 @settings(PAHO, max_examples=examples(100), suppress_health_check=SLOW_DATA)
-@given(S.versions.flatmap(lambda v: st.tuples(st.just(v), S.subacks(v, forbid=PAHO_FORBID))))
-def test_paho_reads_our_suback(vp: tuple[int, SubAck]) -> None:
-    version, ack = vp
+@given(data=st.data())
+def test_paho_reads_our_suback_and_unsuback(acks: Any, callback: str, data: st.DataObject) -> None:
+    version = data.draw(S.versions)
+    ack: SubAck | UnsubAck = data.draw(acks(version, forbid=PAHO_FORBID))
     with paho_peer(version) as peer:
         peer.connected()
         peer.receive(encode(ack, version))
-        [(mid, codes, props)] = peer.take("subscribe")
-        assert mid == ack.packet_id
-        assert [c.value for c in codes] == list(ack.reason_codes)
-        assert from_paho(props) == ack.properties
-        assert not peer.read_errors, peer.log
-
-
-@settings(PAHO, max_examples=examples(100), suppress_health_check=SLOW_DATA)
-@given(S.versions.flatmap(lambda v: st.tuples(st.just(v), S.unsubacks(v, forbid=PAHO_FORBID))))
-def test_paho_reads_our_unsuback(vp: tuple[int, UnsubAck]) -> None:
-    version, ack = vp
-    with paho_peer(version) as peer:
-        peer.connected()
-        peer.receive(encode(ack, version))
-        [(mid, codes, props)] = peer.take("unsubscribe")
+        [(mid, codes, props)] = peer.take(callback)
         assert mid == ack.packet_id
         assert [c.value for c in codes] == list(ack.reason_codes)
         assert from_paho(props) == ack.properties
