@@ -258,6 +258,7 @@ class BrokerCore:
             return
         c = self.config
         conn.version = version = p.protocol_version
+        conn.bridge = p.bridge and version != 5
         props = p.properties
         client_id = p.client_id
         assigned = None
@@ -562,7 +563,11 @@ class BrokerCore:
             if topic_filter_error(flt) is not None:
                 codes.append(0x8F if version == 5 else 0x80)
                 continue
-            opts = SubscriptionOptions(sub.qos, sub.no_local, sub.retain_as_published, sub.retain_handling, sid)
+            if conn.bridge:
+                # A 3.x bridge has no subscription options: the flag asks for what 5.0 bridges ask for (mosquitto).
+                opts = SubscriptionOptions(sub.qos, True, True, sub.retain_handling, sid)
+            else:
+                opts = SubscriptionOptions(sub.qos, sub.no_local, sub.retain_as_published, sub.retain_handling, sid)
             is_new = self.subscriptions.add(flt, session.client_id, opts)
             session.subscriptions[flt] = opts
             codes.append(sub.qos)

@@ -29,6 +29,8 @@ from .events import (
     MessageReceived,
     PongReceived,
     PublishAcknowledged,
+    PublishReceived,
+    ReleaseReceived,
     SubscribeAcknowledged,
     UnsubscribeAcknowledged,
 )
@@ -97,6 +99,11 @@ class ClientConnection:
     this side's limits, announced in CONNECT (5.0) and enforced on what the broker sends. `max_inflight` caps
     our unacknowledged QoS 1/2 messages when the broker states no (or a larger) receive maximum, as 3.x brokers
     never do. `auto_topic_aliases` lets publish() use the broker's topic aliases for repeated topics by itself.
+
+    `manual_ack` (the bridge): QoS 1/2 messages received are acknowledged only when the owner calls
+    `acknowledge()`, and a re-send of one not yet acknowledged is not delivered again; PUBREC and PUBREL are
+    reported (PublishReceived, ReleaseReceived) so that an owner can journal the QoS 2 flows. `bridge` sets
+    mosquitto's bridge flag in a 3.x CONNECT (protocol level | 0x80: the broker does not echo our own messages).
     """
 
     def __init__(
@@ -115,6 +122,8 @@ class ClientConnection:
         topic_alias_maximum: int = 0,
         max_inflight: int | None = None,
         auto_topic_aliases: bool = False,
+        manual_ack: bool = False,
+        bridge: bool = False,
     ) -> None:
         if version not in (3, 4, 5):
             raise ValueError(f"version must be 3, 4 or 5, not {version!r}")
@@ -136,6 +145,8 @@ class ClientConnection:
         self.topic_alias_maximum = topic_alias_maximum
         self.max_inflight = max_inflight
         self.auto_topic_aliases = auto_topic_aliases
+        self.manual_ack = manual_ack
+        self.bridge = bridge
 
         self.state = ClientState.IDLE
         self.session_present = False
@@ -149,6 +160,10 @@ class ClientConnection:
 
         self._flows = _Flows(max_inflight)
         self._incoming = IncomingFlows()
+        # manual_ack: messages delivered and not yet acknowledged by the owner (packet id -> QoS), and those the
+        # owner acknowledged while disconnected (packet id -> (QoS, reason code)), sent after the next CONNACK.
+        self._held: dict[int, int] = {}
+        self._owed: dict[int, tuple[int, int]] = {}
         self._pending_subscribe: dict[int, Subscribe] = {}
         self._pending_unsubscribe: dict[int, Unsubscribe] = {}
         self._reader = PacketReader(version, max_packet_size=maximum_packet_size)
@@ -230,6 +245,7 @@ class ClientConnection:
             will,
             props,
             v,
+            bridge=self.bridge and v != 5,
         )
         data = encode(packet, v)  # raises before any state changes
         self._reader = PacketReader(v, max_packet_size=self.maximum_packet_size)
@@ -297,6 +313,48 @@ class ClientConnection:
         sent = self._flows.send(_new_publish(topic, payload, qos, retain, False, None, properties), context)
         self._out.append(encode(self._on_wire(sent), self.version))
         return sent.packet_id
+
+    def acknowledge(self, packet_id: int, reason_code: int = 0) -> bool:
+        """With `manual_ack`: acknowledges a QoS 1/2 message received (PUBACK or PUBREC, with `reason_code` on
+        5.0). False when the broker no longer expects it (its session ended); while disconnected the
+        acknowledgement is kept and sent after the next CONNACK that finds the session."""
+        qos = self._held.pop(packet_id, None)
+        if qos is None:
+            return False
+        if self.state is not ClientState.CONNECTED:
+            self._owed[packet_id] = (qos, reason_code)
+            return True
+        self._send_ack(packet_id, qos, reason_code)
+        return True
+
+    def _send_ack(self, packet_id: int, qos: int, reason_code: int) -> None:
+        rc = reason_code if self.version == 5 else 0
+        if qos == 1:
+            self._out.append(encode(PubAck(packet_id, rc), self.version))
+        else:
+            if rc < 0x80:
+                self._incoming.accept(packet_id)
+            self._out.append(encode(PubRec(packet_id, rc), self.version))
+
+    @property
+    def held(self) -> int:
+        """manual_ack: messages delivered and not yet acknowledged."""
+        return len(self._held)
+
+    def restore_incoming(self, packet_id: int, qos: int, *, acknowledged: bool) -> None:
+        """Before connect(), from the owner's journal: a message received in an earlier process that is still
+        the owner's (not acknowledged: a re-send is not delivered again) or, QoS 2 acknowledged, awaiting
+        PUBREL."""
+        if acknowledged:
+            if qos == 2:
+                self._incoming.accept(packet_id)
+        else:
+            self._held[packet_id] = qos
+
+    def restore_outgoing(self, publish: Publish, *, released: bool, context: Any = None) -> None:
+        """Before connect(), from the owner's journal: one of our QoS 1/2 messages in flight in an earlier
+        process (`released`: PUBREC came, PUBREL is what to re-send). The broker's session decides the rest."""
+        self._flows.restore(publish, released, context)
 
     def subscribe(self, subscriptions: Iterable[Subscription], properties: Properties = EMPTY_PROPERTIES) -> int:
         """Queues a SUBSCRIBE; returns its packet identifier (answered by SubscribeAcknowledged)."""
@@ -534,12 +592,17 @@ class ClientConnection:
                 return
             if pubrel is not None:
                 self._out.append(encode(pubrel, self.version))
+                if self.manual_ack:
+                    self._events.append(PublishReceived(packet.packet_id, entry.context))
             else:
                 self._events.append(
                     PublishAcknowledged(packet.packet_id, packet.reason_code, entry.context, packet.properties)
                 )
         elif t is PubRel:
+            known = packet.packet_id in self._incoming
             self._out.append(encode(self._incoming.release(packet, self.version), self.version))
+            if known and self.manual_ack:
+                self._events.append(ReleaseReceived(packet.packet_id))
         elif t is SubAck:
             if self._pending_subscribe.pop(packet.packet_id, None) is None:
                 self._protocol_error(0x82, f"the broker sent SUBACK for unknown packet identifier {packet.packet_id}")
@@ -595,6 +658,10 @@ class ClientConnection:
             self.client_id = props.assigned_client_identifier
         unacknowledged: list[tuple[Publish, Any]] = []
         if present:
+            if self._owed:
+                for pid, (qos, rc) in self._owed.items():
+                    self._send_ack(pid, qos, rc)
+                self._owed.clear()
             for packet in self._flows.resend():
                 if type(packet) is Publish:
                     self._out.append(encode(self._on_wire(packet), self.version))
@@ -602,6 +669,8 @@ class ClientConnection:
                     self._out.append(encode(packet, self.version))
         else:
             self._incoming.clear()
+            self._held.clear()  # the broker forgot these: nothing to acknowledge, no re-send to hold back
+            self._owed.clear()
             for entry in self._flows.clear():
                 p0 = entry.publish
                 if entry.state is FlowState.AWAIT_PUBCOMP:
@@ -639,6 +708,8 @@ class ClientConnection:
         qos = p.qos
         if qos == 0:
             self._events.append(MessageReceived(p))
+        elif self.manual_ack:
+            self._on_held_publish(p)
         elif qos == 1:
             self._out.append(encode(PubAck(p.packet_id), self.version))  # type: ignore[arg-type]
             self._events.append(MessageReceived(p))
@@ -650,3 +721,20 @@ class ClientConnection:
             self._out.append(encode(PubRec(p.packet_id), self.version))  # type: ignore[arg-type]
             if new:
                 self._events.append(MessageReceived(p))
+
+    def _on_held_publish(self, p: Publish) -> None:
+        """manual_ack: deliver once, acknowledge when the owner says so."""
+        pid: int = p.packet_id  # type: ignore[assignment]
+        held = self._held
+        if pid in held:
+            return  # a re-send of a message the owner has not finished with
+        if p.qos == 2 and pid in self._incoming:
+            self._out.append(encode(PubRec(pid), self.version))  # already ours: acknowledge again only
+            return
+        if pid in self._owed:
+            return  # acknowledged while disconnected; the acknowledgement goes out after CONNACK
+        held[pid] = p.qos
+        if len(held) + len(self._incoming) > self.receive_maximum:
+            self._protocol_error(0x93, f"the broker sent more than {self.receive_maximum} unacknowledged messages")
+            return
+        self._events.append(MessageReceived(p))

@@ -19,6 +19,8 @@ __all__ = [
     "MessageReceived",
     "PongReceived",
     "PublishAcknowledged",
+    "PublishReceived",
+    "ReleaseReceived",
     "SubscribeAcknowledged",
     "UnsubscribeAcknowledged",
 ]
@@ -82,6 +84,23 @@ class PublishAcknowledged:
 
 
 @dataclass(frozen=True, slots=True)
+class PublishReceived:
+    """PUBREC with success for our QoS 2 message: the broker owns it now (4.3.3); PUBREL is queued and the flow
+    ends with PublishAcknowledged at PUBCOMP. Reported only with `manual_ack` (the bridge journals it)."""
+
+    packet_id: int
+    context: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseReceived:
+    """PUBREL for a QoS 2 message we received and acknowledged: PUBCOMP is queued and the broker will not send
+    that message again. Reported only with `manual_ack`."""
+
+    packet_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class SubscribeAcknowledged:
     packet_id: int
     reason_codes: tuple[int, ...]  # granted QoS (0-2) or a failure (>= 0x80), one per filter
@@ -112,6 +131,6 @@ class Disconnected:
 
 
 Event = (
-    ConnectionAccepted | ConnectionRefused | MessageReceived | PublishAcknowledged | SubscribeAcknowledged
-    | UnsubscribeAcknowledged | PongReceived | Disconnected
+    ConnectionAccepted | ConnectionRefused | MessageReceived | PublishAcknowledged | PublishReceived
+    | ReleaseReceived | SubscribeAcknowledged | UnsubscribeAcknowledged | PongReceived | Disconnected
 )  # fmt: skip

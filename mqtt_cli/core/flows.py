@@ -131,6 +131,19 @@ class OutgoingFlows:
         entry.state = nxt
         return entry, PubRel(pid)
 
+    def restore(self, publish: Publish, released: bool, context: Any = None) -> None:
+        """Records a flow carried over from an earlier process (a journal): the PUBLISH as sent, with its packet
+        identifier, and whether PUBREC came already. Re-sent after the next CONNACK like any other."""
+        pid = publish.packet_id
+        if not pid or publish.qos not in (1, 2):
+            raise LocalProtocolError("only QoS 1/2 messages with a packet identifier have flows")
+        if released and publish.qos != 2:
+            raise LocalProtocolError("only QoS 2 flows are released")
+        state = FlowState.AWAIT_PUBCOMP if released else (
+            FlowState.AWAIT_PUBACK if publish.qos == 1 else FlowState.AWAIT_PUBREC
+        )
+        self._inflight[pid] = Inflight(publish, state, context)
+
     def discard(self, packet_id: int) -> Inflight | None:
         """Ends a flow without an acknowledgement (a message that turned out not to be sendable)."""
         return self._inflight.pop(packet_id, None)
@@ -182,6 +195,12 @@ class IncomingFlows:
             return False
         awaiting.add(pid)
         return True
+
+    def accept(self, packet_id: int) -> None:
+        """Records a QoS 2 identifier as received and acknowledged (PUBREC sent), awaiting PUBREL."""
+        if self._awaiting_pubrel is None:
+            self._awaiting_pubrel = set()
+        self._awaiting_pubrel.add(packet_id)
 
     def release(self, pubrel: PubRel, version: int = 5) -> PubComp:
         """Applies PUBREL; returns the PUBCOMP to send (5.0: 0x92 when the identifier was unknown)."""

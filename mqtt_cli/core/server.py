@@ -20,6 +20,7 @@ __all__ = ["ServerConnection"]
 class ServerConnection:
     __slots__ = (
         "aliases_in",
+        "bridge",
         "client_id",
         "client_max_packet_size",
         "close_requested",
@@ -43,6 +44,7 @@ class ServerConnection:
         self.reader = PacketReader(None, max_packet_size=max_packet_size)
         self.version = 4  # until the CONNECT says otherwise
         self.client_id: str | None = None
+        self.bridge = False  # mosquitto's bridge flag in a 3.x CONNECT: no echo, retain as published
         self.session: Session | None = None
         self.connected = False  # CONNECT accepted
         self.closed = False  # no more input is processed

@@ -166,6 +166,26 @@ def test_no_local(broker: BrokerCore) -> None:
     assert [p.payload for p in me.received()] == [b"y"]
 
 
+def test_bridge_flag_means_no_local_and_retain_as_published(broker: BrokerCore) -> None:
+    # mosquitto's bridge flag (3.1.1 protocol level | 0x80): a bridge's own messages are not echoed to it and
+    # retained flags reach it as published.
+    bridge = Client(broker, 4)
+    bridge.connect("bridge", bridge=True)
+    bridge.subscribe(Subscription("t/#", 0))
+    bridge.send(Publish("t/a", b"mine", retain=True))
+    assert bridge.received() == []
+    other = client(broker, "other")
+    other.send(Publish("t/b", b"theirs", retain=True))
+    (p,) = bridge.received()
+    assert (p.payload, p.retain) == (b"theirs", True)
+    plain = client(broker, "plain")
+    plain.subscribe(Subscription("t/#", 0))
+    plain.received()
+    other.send(Publish("t/c", b"live", retain=True))
+    (q,) = plain.received()
+    assert q.retain is False
+
+
 def watcher(broker: BrokerCore, topic: str = "will/#") -> Client:
     w = client(broker, f"watch-{topic}")
     w.subscribe(Subscription(topic, 1))
