@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, dict[str, Any]]] = {
     "pub": ("pub:pub", {"context_settings": _CLIENT}),
     "sub": ("sub:sub", {"context_settings": _CLIENT}),
     "rr": ("rr:rr", {"context_settings": _CLIENT}),
+    "bridge": ("bridge:bridge", {"context_settings": _CLIENT}),
     "config": ("config:app", {}),  # a typer app of its own: config set/show/list
 }
 

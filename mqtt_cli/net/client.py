@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +74,17 @@ class ClientSettings:
     topic_alias_maximum: int = 64
     auto_topic_aliases: bool = False
     message_buffer: int = 1024
+    # For the bridge:
+    alternates: tuple[Endpoint, ...] = ()  # further addresses, tried in turn when the current one fails
+    retry_first: bool = False  # with reconnect: keep trying the first connection too (open_client returns at once)
+    manual_ack: bool = False  # QoS 1/2 messages received are acknowledged by Client.acknowledge()
+    bridge_flag: bool = False  # 3.x: mosquitto's bridge flag in CONNECT
+    # Called synchronously with every batch of events, before anything else sees them (no await in between, so
+    # nothing is written to the network first); when set, messages go to it instead of `messages`.
+    observer: Callable[[list[Any]], None] | None = None
+    # Called synchronously when a QoS 1/2 message gets its packet identifier, before its bytes can be written:
+    # (packet id, topic, payload, qos, retain, properties, context).
+    on_hand_over: Callable[[int, str, bytes, int, bool, Properties, Any], None] | None = None
 
 
 class Client:
@@ -100,7 +111,14 @@ class Client:
             topic_alias_maximum=s.topic_alias_maximum,
             max_inflight=s.max_inflight,
             auto_topic_aliases=s.auto_topic_aliases,
+            manual_ack=s.manual_ack,
+            bridge=s.bridge_flag,
         )
+        self.endpoints = (s.endpoint, *s.alternates)
+        self.endpoint = s.endpoint  # the one in use, or tried last
+        self._endpoint_index = 0
+        self._observer = s.observer
+        self._on_hand_over = s.on_hand_over
         self._send_channel, self.messages = trio.open_memory_channel[Publish | PongReceived](s.message_buffer)
         self.failure: ClientError | None = None
         self.version = 0  # the protocol version in use, once connected
@@ -168,13 +186,51 @@ class Client:
                 return
             await self._wait_changed()
 
+    def publish_nowait(
+        self,
+        topic: str,
+        payload: bytes = b"",
+        qos: int = 0,
+        retain: bool = False,
+        properties: Properties = EMPTY_PROPERTIES,
+        *,
+        context: Any = None,
+    ) -> None:
+        """publish() without waiting: the message is handed over now or queued (without bound: the caller
+        bounds what it queues, see `queued`). Raises PublishFailed like publish()."""
+        if self.failure is not None:
+            raise self.failure
+        conn = self.conn
+        if (
+            not self._backlog
+            and conn.connected
+            and not self._ending
+            and (conn.window_open if qos else self._qos0_queued < _QOS0_BACKLOG)
+        ):
+            self._hand_over(topic, payload, qos, retain, properties, context)
+            self._wake.set()
+        else:
+            self._backlog.append((topic, payload, qos, retain, properties, context))
+
+    @property
+    def queued(self) -> int:
+        """Messages waiting to be handed to the connection (window closed, or not connected)."""
+        return len(self._backlog)
+
+    def acknowledge(self, packet_id: int, reason_code: int = 0) -> None:
+        """With manual_ack: acknowledges a QoS 1/2 message received (see ClientConnection.acknowledge)."""
+        if self.conn.acknowledge(packet_id, reason_code):
+            self._wake.set()
+
     def _hand_over(
         self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties, context: Any
     ) -> None:
         try:
-            self.conn.publish(topic, payload, qos, retain, properties, context=context)
+            pid = self.conn.publish(topic, payload, qos, retain, properties, context=context)
         except LocalProtocolError as err:
             raise PublishFailed(f"cannot publish to {topic!r}: {err}") from None
+        if pid is not None and self._on_hand_over is not None:
+            self._on_hand_over(pid, topic, payload, qos, retain, properties, context)
         self.published += 1
         if not qos:
             self._qos0_pending += 1
@@ -288,20 +344,37 @@ class Client:
 
     async def _run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         s = self.settings
-        stream, accepted, pending = await self._connect(first=True)
-        task_status.started()
+        if s.retry_first and s.reconnect:
+            task_status.started()
+            try:
+                stream, accepted, pending = await self._connect(first=True)
+            except (ConnectFailed, TLSFailed) as err:
+                self._lost_reason = str(err)
+                self._next_endpoint()
+                found = await self._reconnect(first=True)
+                if found is None:
+                    await self._send_channel.aclose()
+                    return
+                stream, accepted, pending = found
+        else:
+            stream, accepted, pending = await self._connect(first=True)
+            task_status.started()
         while True:
             await self._serve(stream, accepted, pending)
             if self._closing:
                 break
             if not s.reconnect:
-                self._fail(ConnectionLost(f"connection to {s.endpoint} lost: {self._lost_reason}"))
+                self._fail(ConnectionLost(f"connection to {self.endpoint} lost: {self._lost_reason}"))
                 break
             found = await self._reconnect()
             if found is None:
                 break
             stream, accepted, pending = found
         await self._send_channel.aclose()
+
+    def _next_endpoint(self) -> None:
+        self._endpoint_index = (self._endpoint_index + 1) % len(self.endpoints)
+        self.endpoint = self.endpoints[self._endpoint_index]
 
     async def _connect(self, first: bool) -> tuple[trio.abc.Stream, ConnectionAccepted, list[Any]]:
         s = self.settings
@@ -326,7 +399,7 @@ class Client:
         stream: trio.abc.Stream | None = None
         try:
             with trio.fail_after(s.connect_timeout):
-                stream = await open_transport(s.endpoint, s.ssl_context)
+                stream = await open_transport(self.endpoint, s.ssl_context)
                 if version == 3 and not conn.client_id:
                     conn.client_id = _random_id("mqtt-")  # 3.1 has no empty client identifiers
                 conn.connect(clean_start=clean_start, version=version)
@@ -343,26 +416,27 @@ class Client:
                             return stream, event, events[i + 1 :]
                         if isinstance(event, ConnectionRefused):
                             raise BrokerRefused(
-                                f"{s.endpoint} refused the connection (MQTT {_version_name(version)}): {event.reason}",
+                                f"{self.endpoint} refused the connection (MQTT {_version_name(version)}): "
+                                f"{event.reason}",
                                 event.reason_code,
                             )
                         if isinstance(event, Disconnected):
                             raise BrokerRefused(
-                                f"{s.endpoint} closed the connection in answer to CONNECT "
+                                f"{self.endpoint} closed the connection in answer to CONNECT "
                                 f"(MQTT {_version_name(version)}): {event.reason}",
                                 -1,
                             )
         except trio.TooSlowError:
             if stream is not None:
                 await trio.aclose_forcefully(stream)
-            raise ConnectFailed(f"no answer from {s.endpoint} within {s.connect_timeout:g} s") from None
+            raise ConnectFailed(f"no answer from {self.endpoint} within {s.connect_timeout:g} s") from None
         except BaseException:
             if stream is not None:
                 await trio.aclose_forcefully(stream)
             raise
         raise AssertionError("not reached")
 
-    async def _reconnect(self) -> tuple[trio.abc.Stream, ConnectionAccepted, list[Any]] | None:
+    async def _reconnect(self, first: bool = False) -> tuple[trio.abc.Stream, ConnectionAccepted, list[Any]] | None:
         s = self.settings
         give_up = trio.current_time() + s.reconnect_timeout
         delay = s.reconnect_delay
@@ -373,21 +447,23 @@ class Client:
                 break
             await trio.sleep(min(delay * random.uniform(0.8, 1.2), give_up - now))
             try:
-                found = await self._connect(first=False)
+                found = await self._connect(first=first)
             except (ConnectFailed, TLSFailed) as err:
                 last = str(err)
                 delay = min(delay * 2, s.reconnect_max_delay)
+                self._next_endpoint()
                 continue
             except BrokerRefused as err:
                 if err.reason_code in (0x88, 0x89, 0x8B, 0x9F, -1):  # busy, unavailable, shutting down: retry
                     last = str(err)
                     delay = min(delay * 2, s.reconnect_max_delay)
+                    self._next_endpoint()
                     continue
                 self._fail(err)
                 return None
             self.reconnects += 1
             return found
-        self._fail(ConnectionLost(f"connection to {s.endpoint} lost and not regained: {last}"))
+        self._fail(ConnectionLost(f"connection to {self.endpoint} lost and not regained: {last}"))
         return None
 
     def _fail(self, error: ClientError) -> None:
@@ -407,6 +483,8 @@ class Client:
         self._qos0_queued = self._qos0_pending = 0  # unwritten QoS 0 messages went with the old connection
         self._conn_done = trio.Event()
         self._progress = trio.current_time()
+        if self._observer is not None:
+            self._observer([accepted])
         if accepted.unacknowledged:
             self._backlog.extendleft(
                 (p.topic, p.payload, p.qos, p.retain, p.properties, ctx) for p, ctx in reversed(accepted.unacknowledged)
@@ -514,10 +592,14 @@ class Client:
 
     async def _dispatch(self, events: list[Any]) -> None:
         changed = False
+        observer = self._observer
+        if observer is not None and events:
+            observer(events)
         for event in events:
             t = type(event)
             if t is MessageReceived:
-                await self._send_channel.send(event.publish)
+                if observer is None:
+                    await self._send_channel.send(event.publish)
             elif t is PublishAcknowledged:
                 if event.reason_code < 0x80:
                     self.acknowledged += 1

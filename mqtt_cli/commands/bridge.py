@@ -1,0 +1,416 @@
+"""``mqtt bridge``: link two brokers with mosquitto's topic rules; lose nothing at QoS 1/2.
+
+Flags describe one bridge; ``--config FILE`` (TOML) describes one or more, in the same terms: every flag
+``--local-X`` / ``--remote-X`` is key ``X`` of the ``[bridge.local]`` / ``[bridge.remote]`` table (dashes as
+underscores), the others are keys of ``[[bridge]]``. ``--print-config`` writes what the flags say as that TOML.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from . import fail
+
+EXIT_USAGE = 2
+BRIDGE = "Bridge"
+LOCAL = "Local broker"
+REMOTE = "Remote broker"
+OUT = "Output"
+
+SIDE_KEYS = (
+    "url",
+    "client_id",
+    "username",
+    "password",
+    "password_file",
+    "protocol_version",
+    "keepalive",
+    "session_expiry",
+    "cafile",
+    "capath",
+    "cert",
+    "key",
+    "insecure",
+    "tls_version",
+    "alpn",
+)
+BRIDGE_KEYS = ("name", "topics", "restart_timeout", "notification_topic", "journal", "state_dir", "local", "remote")
+
+
+def bridge(
+    ctx: typer.Context,
+    local: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--local",
+            help="Local broker URL (mqtt[s]://[user[:pass]@]host[:port], ws[s]://, unix://); repeat for addresses "
+            "tried in turn.",
+            rich_help_panel=LOCAL,
+        ),
+    ] = None,
+    remote: Annotated[
+        list[str] | None,
+        typer.Option("--remote", help="Remote broker URL; repeat for addresses tried in turn.", rich_help_panel=REMOTE),
+    ] = None,
+    topic: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-t",
+            "--topic",
+            help="A rule in mosquitto's grammar: 'PATTERN [in|out|both [QOS [LOCAL_PREFIX REMOTE_PREFIX]]]' "
+            '(out and QoS 0 by default; "" for an empty field). Repeatable.',
+            rich_help_panel=BRIDGE,
+        ),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="The bridge's name: default client ids and journal file (default: bridge).",
+                     rich_help_panel=BRIDGE),
+    ] = None,
+    restart_timeout: Annotated[
+        tuple[float, float] | None,
+        typer.Option(
+            "--restart-timeout",
+            help="Reconnect backoff: first delay and cap, seconds (jittered, doubling; default 0.5 30).",
+            rich_help_panel=BRIDGE,
+        ),
+    ] = None,
+    notification_topic: Annotated[
+        str | None,
+        typer.Option(
+            "--notification-topic",
+            help="Retained 1 on both brokers while the bridge links them, 0 otherwise (a will when it vanishes).",
+            rich_help_panel=BRIDGE,
+        ),
+    ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            help="Where the QoS 2 journal lives (default: $XDG_STATE_HOME/mqtt-cli/bridges).",
+            rich_help_panel=BRIDGE,
+        ),
+    ] = None,
+    no_journal: Annotated[
+        bool,
+        typer.Option(
+            "--no-journal",
+            help="No QoS 2 journal: a bridge killed mid-flow may then deliver a QoS 2 message twice.",
+            rich_help_panel=BRIDGE,
+        ),
+    ] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="Bridges described in a TOML file (see --print-config).", rich_help_panel=BRIDGE),
+    ] = None,
+    print_config: Annotated[
+        bool,
+        typer.Option("--print-config", help="Write the TOML equivalent of the flags and exit.", rich_help_panel=BRIDGE),
+    ] = False,
+    json_status: Annotated[
+        bool,
+        typer.Option("--json-status", help="One JSON status object per interval on standard output.",
+                     rich_help_panel=OUT),
+    ] = False,
+    status_interval: Annotated[
+        float, typer.Option("--status-interval", min=0.05, help="Seconds between status updates.", rich_help_panel=OUT)
+    ] = 1.0,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", help="No log lines on standard error (errors still are).", rich_help_panel=OUT)
+    ] = False,
+    local_id: Annotated[
+        str | None, typer.Option("--local-id", help="Client id (default: local.HOSTNAME.NAME).", rich_help_panel=LOCAL)
+    ] = None,
+    local_username: Annotated[str | None, typer.Option("--local-username", rich_help_panel=LOCAL)] = None,
+    local_password: Annotated[
+        str | None, typer.Option("--local-password", help="Better: --local-password-file.", rich_help_panel=LOCAL)
+    ] = None,
+    local_password_file: Annotated[str | None, typer.Option("--local-password-file", rich_help_panel=LOCAL)] = None,
+    local_protocol_version: Annotated[
+        str | None, typer.Option("--local-protocol-version", help="31, 311, 5 or auto.", rich_help_panel=LOCAL)
+    ] = None,
+    local_keepalive: Annotated[int | None, typer.Option("--local-keepalive", min=0, max=65535,
+                                                        rich_help_panel=LOCAL)] = None,
+    local_session_expiry: Annotated[
+        int | None, typer.Option("--local-session-expiry", min=0, max=0xFFFFFFFF,
+                                 help="5.0, seconds (default: never).", rich_help_panel=LOCAL)
+    ] = None,
+    local_cafile: Annotated[str | None, typer.Option("--local-cafile", rich_help_panel=LOCAL)] = None,
+    local_capath: Annotated[str | None, typer.Option("--local-capath", rich_help_panel=LOCAL)] = None,
+    local_cert: Annotated[str | None, typer.Option("--local-cert", rich_help_panel=LOCAL)] = None,
+    local_key: Annotated[str | None, typer.Option("--local-key", rich_help_panel=LOCAL)] = None,
+    local_insecure: Annotated[bool, typer.Option("--local-insecure", rich_help_panel=LOCAL)] = False,
+    local_tls_version: Annotated[str | None, typer.Option("--local-tls-version", rich_help_panel=LOCAL)] = None,
+    local_alpn: Annotated[list[str] | None, typer.Option("--local-alpn", rich_help_panel=LOCAL)] = None,
+    remote_id: Annotated[
+        str | None, typer.Option("--remote-id", help="Client id (default: HOSTNAME.NAME).", rich_help_panel=REMOTE)
+    ] = None,
+    remote_username: Annotated[str | None, typer.Option("--remote-username", rich_help_panel=REMOTE)] = None,
+    remote_password: Annotated[
+        str | None, typer.Option("--remote-password", help="Better: --remote-password-file.", rich_help_panel=REMOTE)
+    ] = None,
+    remote_password_file: Annotated[str | None, typer.Option("--remote-password-file", rich_help_panel=REMOTE)] = None,
+    remote_protocol_version: Annotated[
+        str | None, typer.Option("--remote-protocol-version", help="31, 311, 5 or auto.", rich_help_panel=REMOTE)
+    ] = None,
+    remote_keepalive: Annotated[int | None, typer.Option("--remote-keepalive", min=0, max=65535,
+                                                         rich_help_panel=REMOTE)] = None,
+    remote_session_expiry: Annotated[
+        int | None, typer.Option("--remote-session-expiry", min=0, max=0xFFFFFFFF,
+                                 help="5.0, seconds (default: never).", rich_help_panel=REMOTE)
+    ] = None,
+    remote_cafile: Annotated[str | None, typer.Option("--remote-cafile", rich_help_panel=REMOTE)] = None,
+    remote_capath: Annotated[str | None, typer.Option("--remote-capath", rich_help_panel=REMOTE)] = None,
+    remote_cert: Annotated[str | None, typer.Option("--remote-cert", rich_help_panel=REMOTE)] = None,
+    remote_key: Annotated[str | None, typer.Option("--remote-key", rich_help_panel=REMOTE)] = None,
+    remote_insecure: Annotated[bool, typer.Option("--remote-insecure", rich_help_panel=REMOTE)] = False,
+    remote_tls_version: Annotated[str | None, typer.Option("--remote-tls-version", rich_help_panel=REMOTE)] = None,
+    remote_alpn: Annotated[list[str] | None, typer.Option("--remote-alpn", rich_help_panel=REMOTE)] = None,
+) -> None:
+    """Link two brokers: copy messages between them by topic rules, losing nothing at QoS 1/2.
+
+    mqtt bridge --local mqtt://localhost --remote mqtts://cloud.example:8883 -t 'sensors/# out 1' -t 'cmd/# in 2'
+    """
+    params = ctx.params
+    flags: dict[str, Any] = {"local": {}, "remote": {}}
+    for key, value in params.items():
+        if value in (None, False, [], ()) or key in ("config", "print_config", "json_status", "status_interval",
+                                                       "quiet", "local", "remote", "topic", "no_journal"):
+            continue
+        for side in ("local", "remote"):
+            if key.startswith(side + "_"):
+                sub = key[len(side) + 1 :]
+                flags[side]["client_id" if sub == "id" else sub] = list(value) if isinstance(value, list) else value
+                break
+        else:
+            flags[key] = list(value) if isinstance(value, tuple | list) else value
+    if local:
+        flags["local"]["url"] = list(local)
+    if remote:
+        flags["remote"]["url"] = list(remote)
+    if topic:
+        flags["topics"] = list(topic)
+    if no_journal:
+        flags["journal"] = False
+    if state_dir is not None:
+        flags["state_dir"] = str(state_dir)
+
+    if config is not None:
+        if any(k not in ("local", "remote") for k in flags) or flags["local"] or flags["remote"]:
+            fail("--config describes the bridges: give either --config or bridge flags, not both", EXIT_USAGE)
+        bridges = _read_config(config)
+    else:
+        if not flags["local"].get("url") or not flags["remote"].get("url") or not flags.get("topics"):
+            fail("a bridge needs --local URL, --remote URL and at least one -t RULE (or --config FILE)", EXIT_USAGE)
+        bridges = [flags]
+
+    if print_config:
+        _print_config(bridges)
+        return
+
+    from mqtt_cli.net.bridge import BridgeConfig
+
+    configs: list[BridgeConfig] = []
+    names: set[str] = set()
+    for i, b in enumerate(bridges):
+        where = f"{config}: bridge {i + 1}" if config is not None else "bridge"
+        cfg = _build(b, where)
+        if cfg.name in names:
+            fail(f"{where}: two bridges named {cfg.name!r}: give each its own name", EXIT_USAGE)
+        names.add(cfg.name)
+        configs.append(cfg)
+
+    from ._bridge_run import run
+
+    run(configs, json_status=json_status, interval=status_interval, quiet=quiet)
+
+
+# --- configuration -------------------------------------------------------------------------------------------
+
+
+def _read_config(path: Path) -> list[dict[str, Any]]:
+    import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as err:
+        fail(f"--config {path}: {err.strerror}", EXIT_USAGE)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        fail(f"--config {path}: not valid TOML: {err}", EXIT_USAGE)
+    bridges = data.get("bridge")
+    unknown = sorted(set(data) - {"bridge"})
+    if unknown:
+        fail(f"--config {path}: unknown top-level key {unknown[0]!r} (bridges go in [[bridge]] tables)", EXIT_USAGE)
+    if not isinstance(bridges, list) or not bridges or not all(isinstance(b, dict) for b in bridges):
+        fail(f"--config {path}: no [[bridge]] table", EXIT_USAGE)
+    for i, b in enumerate(bridges):
+        where = f"--config {path}: bridge {i + 1}"
+        for key in b:
+            if key not in BRIDGE_KEYS:
+                fail(f"{where}: unknown key {key!r} (known: {', '.join(BRIDGE_KEYS)})", EXIT_USAGE)
+        for side in ("local", "remote"):
+            table = b.get(side)
+            if not isinstance(table, dict):
+                fail(f"{where}: no [bridge.{side}] table", EXIT_USAGE)
+            for key in table:
+                if key not in SIDE_KEYS:
+                    fail(f"{where}: [bridge.{side}]: unknown key {key!r} (known: {', '.join(SIDE_KEYS)})", EXIT_USAGE)
+    return bridges
+
+
+def _print_config(bridges: list[dict[str, Any]]) -> None:
+    import tomli_w
+
+    out = []
+    for b in bridges:
+        b = {k: v for k, v in b.items() if k not in ("local", "remote")} | {"local": b["local"], "remote": b["remote"]}
+        for side in ("local", "remote"):
+            if "password" in b[side]:
+                b[side] = {k: v for k, v in b[side].items() if k != "password"}
+                print(
+                    f"mqtt: note: the {side} password is not written out; put it in a file and set password_file",
+                    file=sys.stderr,
+                )
+        out.append(b)
+    sys.stdout.write(tomli_w.dumps({"bridge": out}))
+
+
+def _state_home() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "mqtt-cli" / "bridges"
+
+
+_VERSIONS = {"31": 3, "3.1": 3, "311": 4, "3.1.1": 4, "5": 5, "5.0": 5, "auto": None}
+
+
+def _build(b: dict[str, Any], where: str) -> Any:
+    """A BridgeConfig from one [[bridge]] table (flags come as one too); one-line errors, exit 2."""
+    from mqtt_cli.core.bridge import BridgeRuleError, parse_rule
+    from mqtt_cli.net.bridge import BridgeConfig
+
+    name = str(b.get("name") or "bridge")
+    if not name or any(c in name for c in "/\\\0") or name.startswith("."):
+        fail(f"{where}: name {name!r} cannot be a file name: use letters, digits, - _ .", EXIT_USAGE)
+    topics = b.get("topics")
+    if isinstance(topics, str):
+        topics = [topics]
+    if not topics or not isinstance(topics, list):
+        fail(f"{where}: no topic rules (-t 'PATTERN [in|out|both [QOS [LOCAL_PREFIX REMOTE_PREFIX]]]')", EXIT_USAGE)
+    rules = []
+    for text in topics:
+        try:
+            rules.append(parse_rule(str(text)))
+        except BridgeRuleError as err:
+            fail(f"{where}: topic rule {text!r}: {err}", EXIT_USAGE)
+    restart = b.get("restart_timeout", [0.5, 30.0])
+    if isinstance(restart, int | float):
+        restart = [restart, max(float(restart), 30.0)]
+    try:
+        base, cap = (float(x) for x in restart)
+    except (TypeError, ValueError):
+        fail(f"{where}: restart_timeout must be two numbers, BASE and CAP seconds", EXIT_USAGE)
+    if not 0 < base <= cap:
+        fail(f"{where}: restart timeout BASE {base:g} and CAP {cap:g}: need 0 < BASE <= CAP", EXIT_USAGE)
+    notification = b.get("notification_topic")
+    if notification is not None:
+        from mqtt_cli.core.topics import topic_name_error
+
+        if err := topic_name_error(str(notification)):
+            fail(f"{where}: notification topic {notification!r}: {err}", EXIT_USAGE)
+    host = socket.gethostname().split(".")[0] or "localhost"
+    sides = {}
+    for side in ("local", "remote"):
+        default_id = f"local.{host}.{name}" if side == "local" else f"{host}.{name}"
+        sides[side] = _side(b.get(side) or {}, f"{where}: {side}", default_id)
+    journal = None
+    if b.get("journal", True):
+        journal = (Path(os.path.expanduser(str(b["state_dir"]))) if b.get("state_dir") else _state_home()) / (
+            f"{name}.journal"
+        )
+    return BridgeConfig(
+        name=name,
+        local=sides["local"],
+        remote=sides["remote"],
+        rules=rules,
+        restart_base=base,
+        restart_cap=cap,
+        notification_topic=notification,
+        journal=journal,
+    )
+
+
+def _side(t: dict[str, Any], where: str, default_id: str) -> Any:
+    from mqtt_cli.net.bridge import SideConfig
+    from mqtt_cli.net.transports import TLSOptions, make_ssl_context, parse_url
+
+    urls = t.get("url")
+    if isinstance(urls, str):
+        urls = [urls]
+    if not urls:
+        fail(f"{where}: no broker URL", EXIT_USAGE)
+    endpoints = []
+    user = t.get("username")
+    password: bytes | None = None
+    for url in urls:
+        try:
+            parsed = parse_url(str(url))
+        except ValueError as err:
+            fail(f"{where}: {err}", EXIT_USAGE)
+        endpoints.append(parsed.endpoint)
+        user = user if user is not None else parsed.username
+        if parsed.password is not None and password is None:
+            password = parsed.password.encode()
+    if t.get("password") is not None:
+        password = str(t["password"]).encode()
+    if t.get("password_file") is not None:
+        file = os.path.expanduser(str(t["password_file"]))
+        try:
+            with open(file, "rb") as f:
+                password = f.readline().rstrip(b"\r\n")
+        except OSError as err:
+            fail(f"{where}: password file {file}: {err.strerror}", EXIT_USAGE)
+    version_text = str(t.get("protocol_version", "auto")).lower()
+    if version_text not in _VERSIONS:
+        fail(f"{where}: protocol version {version_text!r}: use 31, 311, 5 or auto", EXIT_USAGE)
+    version = _VERSIONS[version_text]
+    client_id = str(t.get("client_id") or default_id)
+    if version == 3 and len(client_id) > 23:
+        fail(f"{where}: MQTT 3.1 client ids have 23 characters at most; {client_id!r} has {len(client_id)}",
+             EXIT_USAGE)
+    ssl_context = None
+    tls_keys = ("cafile", "capath", "cert", "key", "insecure", "tls_version", "alpn")
+    if any(e.tls for e in endpoints) or any(t.get(k) for k in tls_keys):
+        alpn = t.get("alpn") or ()
+        options = TLSOptions(
+            cafile=t.get("cafile"),
+            capath=t.get("capath"),
+            cert=t.get("cert"),
+            key=t.get("key"),
+            insecure=bool(t.get("insecure")),
+            version=t.get("tls_version"),
+            alpn=tuple([alpn] if isinstance(alpn, str) else alpn),
+        )
+        try:
+            ssl_context = make_ssl_context(options)
+        except ValueError as err:
+            fail(f"{where}: {err}", EXIT_USAGE)
+    keepalive = int(t.get("keepalive", 60))
+    expiry = int(t.get("session_expiry", 0xFFFFFFFF))
+    if not 0 <= keepalive <= 65535 or not 0 <= expiry <= 0xFFFFFFFF:
+        fail(f"{where}: keepalive 0..65535 and session_expiry 0..4294967295 seconds", EXIT_USAGE)
+    return SideConfig(
+        endpoints=tuple(endpoints),
+        client_id=client_id,
+        ssl_context=ssl_context,
+        username=user,
+        password=password,
+        version=version,
+        keepalive=keepalive,
+        session_expiry=expiry,
+    )

@@ -1,0 +1,498 @@
+"""`mqtt bridge`'s engine: two trio clients (local, remote) and the rules between them.
+
+    bridge = Bridge(BridgeConfig(name="site", local=SideConfig(...), remote=SideConfig(...), rules=[...]))
+    await bridge.run(stop)          # until `stop` is set; then drains what is in flight (bounded) and leaves
+
+End to end: a QoS 1/2 message is acknowledged to the broker it came from (manual acknowledgement in the core)
+only when the broker it goes to has acknowledged it (PUBACK, or PUBREC for QoS 2). Both sessions persist, so
+what either broker holds while the other side or the bridge is away is delivered when all are back. QoS 2
+forwards are journalled (mqtt_cli.core.journal) so that a bridge killed mid-flow neither loses nor repeats
+them: on start, the journal says what to re-send to each destination and which of the source's re-sends are
+already forwarded. Everything here runs on trio's thread and synchronously from the clients' event batches: a
+forward is handed to the other client before any byte of its acknowledgement can be written.
+
+Loops: 5.0 sides subscribe with no-local (and retain-as-published); 3.x sides connect with the bridge flag,
+which mosquitto and our broker read as the same. QoS 0 messages for a side that is down wait in a bounded
+queue and beyond it are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import ssl
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from mqtt_cli.core.bridge import BridgeRule
+from mqtt_cli.core.events import (
+    ConnectionAccepted,
+    Disconnected,
+    MessageReceived,
+    PublishAcknowledged,
+    PublishReceived,
+    ReleaseReceived,
+)
+from mqtt_cli.core.journal import JournalCorrupt, JournalState, record
+from mqtt_cli.core.packets import Publish, Subscription, Will
+from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
+
+from .client import Client, ClientSettings
+from .transports import Endpoint
+
+__all__ = ["Bridge", "BridgeConfig", "BridgeError", "SideConfig", "SideStats"]
+
+LOCAL, REMOTE = 0, 1
+SIDE_NAMES = ("local", "remote")
+_COMPACT_AT = 8 << 20  # journal bytes appended before it is rewritten with only the live entries
+NEVER_EXPIRES = 0xFFFFFFFF
+
+
+class BridgeError(Exception):
+    """The bridge cannot start or go on (journal locked or unwritable, a side refused the bridge)."""
+
+
+@dataclass
+class SideConfig:
+    endpoints: tuple[Endpoint, ...]
+    client_id: str
+    ssl_context: ssl.SSLContext | None = None
+    username: str | None = None
+    password: bytes | None = None
+    version: int | None = None  # None: 5.0, falling back to 3.1.1
+    keepalive: int = 60
+    session_expiry: int = NEVER_EXPIRES  # 5.0; 3.x sessions (clean session 0) never expire
+    connect_timeout: float = 10.0
+
+
+@dataclass
+class BridgeConfig:
+    name: str
+    local: SideConfig
+    remote: SideConfig
+    rules: list[BridgeRule]
+    restart_base: float = 0.5
+    restart_cap: float = 30.0
+    notification_topic: str | None = None
+    journal: Path | None = None  # None: no journal (QoS 2 at least once across a killed bridge)
+    qos0_queue: int = 10_000  # QoS 0 messages held for a side that is down (or slow), beyond which they drop
+    receive_maximum: int = 1000  # unacknowledged messages each broker may send us (5.0)
+    drain_timeout: float = 10.0
+
+
+@dataclass
+class SideStats:
+    connected: bool = False
+    session_present: bool = False
+    reconnects: int = 0
+    version: int = 0
+    endpoint: str = ""
+    error: str = ""
+
+
+@dataclass
+class Forward:
+    """A QoS 1/2 message on its way: where it came from (to acknowledge it) and its journal number."""
+
+    src_side: int
+    src_pid: int
+    src_qos: int
+    seq: int = 0
+    acked: bool = False  # acknowledged to the source already (QoS 2: at the destination's PUBREC)
+
+
+@dataclass
+class Counters:
+    forwarded: list[int] = field(default_factory=lambda: [0, 0])  # by source side: local->remote, remote->local
+    acknowledged: list[int] = field(default_factory=lambda: [0, 0])  # QoS 1/2 forwards acknowledged end to end
+    dropped: list[int] = field(default_factory=lambda: [0, 0])  # QoS 0, destination down or queue full
+    refused: list[int] = field(default_factory=lambda: [0, 0])  # the destination refused the message
+    resent: list[int] = field(default_factory=lambda: [0, 0])  # re-sent to the destination after a reconnect
+    duplicates: list[int] = field(default_factory=lambda: [0, 0])  # received with DUP set
+    unmatched: list[int] = field(default_factory=lambda: [0, 0])  # matched no rule (overlapping session state)
+
+
+class Journal:
+    """The QoS 2 journal file: replayed at start, appended (unbuffered: a killed process loses nothing it wrote)
+    before each packet it describes is written, compacted now and then, locked against a second bridge."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.state = JournalState()
+        self.note = ""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise BridgeError(f"{path}: another bridge with this name is running (its journal is locked)") from None
+        data = path.read_bytes() if path.exists() else b""
+        if data:
+            try:
+                self.state.load(data)
+            except JournalCorrupt as err:
+                aside = path.with_name(f"{path.name}.corrupt-{os.getpid()}")
+                path.rename(aside)
+                self.state = JournalState()
+                self.note = (
+                    f"journal {path} is damaged ({err}); moved aside to {aside}: QoS 2 messages that were in "
+                    "flight when the bridge stopped may arrive twice"
+                )
+        self._fd = -1
+        self._size = 0
+        self._rewrite()
+
+    def _rewrite(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_bytes(self.state.snapshot())
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._size = 0
+
+    def append(self, kind: str, *args: Any) -> None:
+        data = record(kind, *args)
+        os.write(self._fd, data)
+        self.state.apply((kind, *args))
+        self._size += len(data)
+        if self._size > _COMPACT_AT:
+            self._rewrite()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        os.close(self._lock_fd)
+
+
+class Bridge:
+    def __init__(self, config: BridgeConfig, log: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.counters = Counters()
+        self.stats = [SideStats(), SideStats()]
+        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.journal: Journal | None = None
+        self.clients: list[Client] = []
+        self._seq = 0
+        self._link_up = False
+        self._stopping = False
+        self.failure: BaseException | None = None
+        self.changed = trio.Event()
+
+    # --- set-up -------------------------------------------------------------------------------------------
+
+    def _settings(self, side: int) -> ClientSettings:
+        c = self.config
+        s = c.local if side == LOCAL else c.remote
+        will = Will(c.notification_topic, b"0", 1, True) if c.notification_topic else None
+        return ClientSettings(
+            endpoint=s.endpoints[0],
+            alternates=s.endpoints[1:],
+            ssl_context=s.ssl_context,
+            client_id=s.client_id,
+            version=s.version,
+            keepalive=s.keepalive,
+            clean_start=False,
+            session_expiry=s.session_expiry,
+            username=s.username,
+            password=s.password,
+            will=will,
+            connect_timeout=s.connect_timeout,
+            reconnect=True,
+            retry_first=True,
+            reconnect_delay=c.restart_base,
+            reconnect_max_delay=c.restart_cap,
+            reconnect_timeout=float("inf"),
+            ack_timeout=float("inf"),
+            receive_maximum=c.receive_maximum,
+            max_inflight=c.receive_maximum,
+            topic_alias_maximum=0,
+            manual_ack=True,
+            bridge_flag=True,
+            observer=lambda events: self._observe(side, events),
+            on_hand_over=lambda *args: self._handed_over(side, *args),
+        )
+
+    def _subscriptions(self, side: int) -> list[Subscription]:
+        """The source filters of one side, each once at the highest QoS its rules ask for."""
+        best: dict[str, int] = {}
+        for rule in self.config.rules:
+            if side == LOCAL and rule.outgoing:
+                flt = rule.local_filter
+            elif side == REMOTE and rule.incoming:
+                flt = rule.remote_filter
+            else:
+                continue
+            best[flt] = max(best.get(flt, 0), rule.qos)
+        return [Subscription(f, q, no_local=True, retain_as_published=True) for f, q in best.items()]
+
+    def _restore(self) -> None:
+        assert self.journal is not None
+        state = self.journal.state
+        self._seq = state.max_seq
+        for e in state.entries.values():
+            ctx = Forward(e.src_side, e.src_pid, 2, e.seq, acked=e.released)
+            if not e.completed:
+                self.clients[e.dst_side].conn.restore_outgoing(e.publish, released=e.released, context=ctx)
+            if not e.src_done:
+                self.clients[e.src_side].conn.restore_incoming(e.src_pid, 2, acknowledged=e.released)
+        if state.entries:
+            self.log(f"bridge {self.config.name}: {len(state.entries)} QoS 2 flows resumed from the journal")
+
+    # --- running ------------------------------------------------------------------------------------------
+
+    async def run(self, stop: trio.Event) -> None:
+        c = self.config
+        if c.journal is not None:
+            self.journal = Journal(c.journal)
+            if self.journal.note:
+                self.log(f"bridge {c.name}: warning: {self.journal.note}")
+        self.clients = [Client(self._settings(LOCAL)), Client(self._settings(REMOTE))]
+        if self.journal is not None:
+            self._restore()
+        try:
+            async with trio.open_nursery() as nursery:
+                for side in (LOCAL, REMOTE):
+                    await nursery.start(self.clients[side]._run)
+                    nursery.start_soon(self._subscribe, side)
+                nursery.start_soon(self._watch, nursery.cancel_scope)
+                await stop.wait()
+                await self._drain()
+                nursery.cancel_scope.cancel()
+        finally:
+            if self.journal is not None:
+                self.journal.close()
+        if self.failure is not None:
+            raise self.failure
+
+    async def _subscribe(self, side: int) -> None:
+        subs = self._subscriptions(side)
+        if not subs:
+            return
+        client = self.clients[side]
+        # 3.x brokers take no subscription options; 5.0 ones get no-local and retain-as-published.
+        codes = await client.subscribe(subs)
+        for sub, code in zip(subs, codes, strict=False):
+            if code >= 0x80:
+                self.log(
+                    f"bridge {self.config.name}: the {SIDE_NAMES[side]} broker refused the subscription to "
+                    f"{sub.topic_filter!r} (reason 0x{code:02X}); nothing is forwarded from it"
+                )
+
+    async def _watch(self, scope: trio.CancelScope) -> None:
+        """Ends the bridge when a side fails for good (refused credentials, say)."""
+        while True:
+            for side, client in enumerate(self.clients):
+                failure = client.failure
+                if failure is not None:
+                    failure.args = (f"bridge {self.config.name}, {SIDE_NAMES[side]} side: {failure}",)
+                    self.failure = failure
+                    scope.cancel()
+                    return
+            await trio.sleep(0.2)
+
+    async def _drain(self) -> None:
+        """SIGINT/SIGTERM: stop taking messages (those not taken stay with their broker, unacknowledged), let
+        what is in flight finish (bounded), then leave."""
+        self._stopping = True
+        with trio.move_on_after(self.config.drain_timeout):
+            while any(c.conn.inflight or c.queued for c in self.clients if c.connected):
+                await trio.sleep(0.02)
+        if self.config.notification_topic:
+            for client in self.clients:
+                if client.connected:
+                    client.publish_nowait(self.config.notification_topic, b"0", 1, True)
+            with trio.move_on_after(2):
+                while any(c.conn.inflight for c in self.clients if c.connected):
+                    await trio.sleep(0.02)
+        with trio.CancelScope(shield=True):
+            for client in self.clients:
+                await client.disconnect()
+
+    # --- the hot path: synchronous, from the clients' event batches ---------------------------------------
+
+    def _observe(self, side: int, events: list[Any]) -> None:
+        for event in events:
+            t = type(event)
+            if t is MessageReceived:
+                self._forward(side, event.publish)
+            elif t is PublishAcknowledged:
+                self._acknowledged(side, event)
+            elif t is PublishReceived:
+                ctx = event.context
+                if type(ctx) is Forward:
+                    if ctx.seq and self.journal is not None:
+                        self.journal.append("R", ctx.seq)
+                    if not ctx.acked:
+                        ctx.acked = True
+                        self.clients[ctx.src_side].acknowledge(ctx.src_pid)
+                        self.counters.acknowledged[ctx.src_side] += 1
+            elif t is ReleaseReceived:
+                if self.journal is not None and (side, event.packet_id) in self.journal.state.by_src:
+                    self.journal.append("S", side, event.packet_id)
+            elif t is ConnectionAccepted:
+                self._connected(side, event)
+            elif t is Disconnected:
+                self._disconnected(side, event.reason)
+
+    def _forward(self, side: int, p: Publish) -> None:
+        if self._stopping:
+            return  # not acknowledged: the source broker keeps it for the next session
+        c = self.counters
+        dst = REMOTE if side == LOCAL else LOCAL
+        topic = None
+        rule = None
+        for rule in self.config.rules:
+            topic = rule.to_remote(p.topic) if side == LOCAL else rule.to_local(p.topic)
+            if topic is not None:
+                break
+        src_qos = p.qos
+        if p.dup:
+            c.duplicates[side] += 1
+        if topic is None or rule is None:
+            # A subscription left in the persistent session by an earlier rule set, say: not ours to forward.
+            c.unmatched[side] += 1
+            if src_qos:
+                self.clients[side].acknowledge(p.packet_id)  # type: ignore[arg-type]
+            return
+        qos = min(rule.qos, src_qos)
+        props = p.properties
+        if props and (props.subscription_identifiers or props.topic_alias is not None):
+            props = props.replace(subscription_identifiers=(), topic_alias=None)
+        client = self.clients[dst]
+        if client.conn.version != 5 and props:
+            props = EMPTY_PROPERTIES
+        c.forwarded[side] += 1
+        if qos == 0:
+            # Like mosquitto's bridge: QoS 0 is not kept for a side that is down, and is bounded for a slow one.
+            if client.connected and client.queued < self.config.qos0_queue:
+                client.publish_nowait(topic, p.payload, 0, p.retain, props)
+            else:
+                c.dropped[side] += 1
+            if src_qos:
+                self.clients[side].acknowledge(p.packet_id)  # type: ignore[arg-type]
+            return
+        ctx = Forward(side, p.packet_id, src_qos)  # type: ignore[arg-type]
+        client.publish_nowait(topic, p.payload, qos, p.retain, props, context=ctx)
+
+    def _handed_over(
+        self, dst: int, pid: int, topic: str, payload: bytes, qos: int, retain: bool, props: Properties, ctx: Any
+    ) -> None:
+        if qos != 2 or self.journal is None or type(ctx) is not Forward:
+            return
+        if not ctx.seq:
+            self._seq += 1
+            ctx.seq = self._seq
+        publish = Publish(topic, payload, 2, retain, False, pid, props)
+        self.journal.append("F", ctx.seq, dst, pid, ctx.src_side, ctx.src_pid, publish)
+
+    def _acknowledged(self, side: int, event: PublishAcknowledged) -> None:
+        ctx = event.context
+        if type(ctx) is not Forward:
+            return  # a notification message
+        c = self.counters
+        if not event.ok:
+            c.refused[ctx.src_side] += 1
+            self.log(
+                f"bridge {self.config.name}: the {SIDE_NAMES[side]} broker refused a message (reason "
+                f"0x{event.reason_code:02X}); it is acknowledged to the {SIDE_NAMES[ctx.src_side]} broker and dropped"
+            )
+        if ctx.seq and self.journal is not None:
+            self.journal.append("C", ctx.seq)
+        # QoS 2 forwards were acknowledged to their source at PUBREC already; QoS 1 ones (and refusals) now.
+        if not ctx.acked:
+            ctx.acked = True
+            self.clients[ctx.src_side].acknowledge(ctx.src_pid)
+            if event.ok:
+                c.acknowledged[ctx.src_side] += 1
+
+    def _connected(self, side: int, event: ConnectionAccepted) -> None:
+        st = self.stats[side]
+        client = self.clients[side]
+        if st.version:
+            st.reconnects += 1
+        st.connected = True
+        st.session_present = event.session_present
+        st.version = client.conn.version
+        st.endpoint = str(client.endpoint)
+        st.error = ""
+        if event.session_present:
+            self.counters.resent[REMOTE if side == LOCAL else LOCAL] += client.conn.inflight
+        elif self.journal is not None and any(e.src_side == side for e in self.journal.state.entries.values()):
+            self.journal.append("L", side)
+        self.log(
+            f"bridge {self.config.name}: {SIDE_NAMES[side]} connected to {st.endpoint} "
+            f"(MQTT {_version_name(st.version)}, session {'resumed' if event.session_present else 'new'})"
+        )
+        self._notify_link()
+        self._changed()
+
+    def _disconnected(self, side: int, reason: str) -> None:
+        st = self.stats[side]
+        if st.connected:
+            self.log(f"bridge {self.config.name}: {SIDE_NAMES[side]} connection lost: {reason}")
+        st.connected = False
+        st.error = reason
+        self._notify_link()
+        self._changed()
+
+    def _notify_link(self) -> None:
+        """The notification topic on each side: 1 while the bridge links both brokers, 0 otherwise (a will says
+        0 for a bridge that vanishes), retained, like mosquitto's bridge notifications."""
+        topic = self.config.notification_topic
+        up = self.stats[LOCAL].connected and self.stats[REMOTE].connected
+        if topic is None or (up == self._link_up and not up):
+            return
+        self._link_up = up
+        for side, client in enumerate(self.clients):
+            if self.stats[side].connected:
+                client.publish_nowait(topic, b"1" if up else b"0", 1, True)
+
+    def _changed(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    # --- status -------------------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        c = self.counters
+        out: dict[str, Any] = {"bridge": self.config.name}
+        for side, name in enumerate(SIDE_NAMES):
+            st = self.stats[side]
+            client = self.clients[side] if self.clients else None
+            out[name] = {
+                "connected": st.connected,
+                "endpoint": st.endpoint,
+                "protocol": _version_name(st.version) if st.version else None,
+                "reconnects": st.reconnects,
+                "in_flight": client.conn.inflight if client else 0,
+                "queued": client.queued if client else 0,
+                "error": st.error or None,
+            }
+        for src, name in ((LOCAL, "out"), (REMOTE, "in")):
+            out[name] = {
+                "forwarded": c.forwarded[src],
+                "acknowledged": c.acknowledged[src],
+                "resent": c.resent[src],
+                "duplicates_received": c.duplicates[src],
+                "dropped_qos0": c.dropped[src],
+                "refused": c.refused[src],
+                "unmatched": c.unmatched[src],
+            }
+        return out
+
+
+def _version_name(version: int) -> str:
+    return {3: "3.1", 4: "3.1.1", 5: "5.0"}.get(version, "?")
