@@ -43,6 +43,7 @@ from mqtt_cli.core.packets import Publish, Subscription, Will
 from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
 
 from .client import Client, ClientSettings
+from .errors import ClientError
 from .transports import Endpoint
 
 __all__ = ["Bridge", "BridgeConfig", "BridgeError", "SideConfig", "SideStats"]
@@ -225,8 +226,9 @@ class Bridge:
             on_hand_over=lambda *args: self._handed_over(side, *args),
         )
 
-    def _subscriptions(self, side: int) -> list[Subscription]:
-        """The source filters of one side, each once at the highest QoS its rules ask for."""
+    def _subscriptions(self, side: int, version: int) -> list[Subscription]:
+        """The source filters of one side, each once at the highest QoS its rules ask for; on 5.0 with no-local
+        and retain-as-published (3.x: the bridge flag asks for the same)."""
         best: dict[str, int] = {}
         for rule in self.config.rules:
             if side == LOCAL and rule.outgoing:
@@ -236,7 +238,8 @@ class Bridge:
             else:
                 continue
             best[flt] = max(best.get(flt, 0), rule.qos)
-        return [Subscription(f, q, no_local=True, retain_as_published=True) for f, q in best.items()]
+        v5 = version == 5
+        return [Subscription(f, q, no_local=v5, retain_as_published=v5) for f, q in best.items()]
 
     def _restore(self) -> None:
         assert self.journal is not None
@@ -278,12 +281,15 @@ class Bridge:
             raise self.failure
 
     async def _subscribe(self, side: int) -> None:
-        subs = self._subscriptions(side)
-        if not subs:
-            return
         client = self.clients[side]
-        # 3.x brokers take no subscription options; 5.0 ones get no-local and retain-as-published.
-        codes = await client.subscribe(subs)
+        try:
+            await client._wait_connected()
+            subs = self._subscriptions(side, client.conn.version)
+            if not subs:
+                return
+            codes = await client.subscribe(subs)
+        except ClientError:
+            return  # the side failed for good: _watch reports it
         for sub, code in zip(subs, codes, strict=False):
             if code >= 0x80:
                 self.log(

@@ -48,6 +48,8 @@ __all__ = ["Client", "ClientSettings", "open_client"]
 _READ_SIZE = 65536
 _QOS0_BACKLOG = 4096  # QoS 0 messages queued but not yet written before publish() waits for the writer
 _BACKLOG = 1024  # messages waiting for the window before publish() waits
+# CONNACK refusals worth retrying: unavailable, busy, shutting down, connection rate, closed in answer (-1).
+_TRANSIENT_REFUSALS = (0x88, 0x89, 0x8B, 0x9F, -1)
 
 
 @dataclass
@@ -348,7 +350,11 @@ class Client:
             task_status.started()
             try:
                 stream, accepted, pending = await self._connect(first=True)
-            except (ConnectFailed, TLSFailed) as err:
+            except (ConnectFailed, TLSFailed, BrokerRefused) as err:
+                if isinstance(err, BrokerRefused) and err.reason_code not in _TRANSIENT_REFUSALS:
+                    self._fail(err)
+                    await self._send_channel.aclose()
+                    return
                 self._lost_reason = str(err)
                 self._next_endpoint()
                 found = await self._reconnect(first=True)
@@ -454,7 +460,7 @@ class Client:
                 self._next_endpoint()
                 continue
             except BrokerRefused as err:
-                if err.reason_code in (0x88, 0x89, 0x8B, 0x9F, -1):  # busy, unavailable, shutting down: retry
+                if err.reason_code in _TRANSIENT_REFUSALS:
                     last = str(err)
                     delay = min(delay * 2, s.reconnect_max_delay)
                     self._next_endpoint()
