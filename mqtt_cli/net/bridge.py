@@ -19,6 +19,7 @@ queue and beyond it are dropped and counted.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import ssl
 import sys
@@ -224,6 +225,7 @@ class Bridge:
             bridge_flag=True,
             observer=lambda events: self._observe(side, events),
             on_hand_over=lambda *args: self._handed_over(side, *args),
+            on_retry=lambda error, pause: self._retrying(side, error, pause),
         )
 
     def _subscriptions(self, side: int, version: int) -> list[Subscription]:
@@ -288,6 +290,7 @@ class Bridge:
             if not subs:
                 return
             codes = await client.subscribe(subs)
+            await self._forget_old_filters(side, [sub.topic_filter for sub in subs])
         except ClientError:
             return  # the side failed for good: _watch reports it
         for sub, code in zip(subs, codes, strict=False):
@@ -296,6 +299,32 @@ class Bridge:
                     f"bridge {self.config.name}: the {SIDE_NAMES[side]} broker refused the subscription to "
                     f"{sub.topic_filter!r} (reason 0x{code:02X}); nothing is forwarded from it"
                 )
+
+    async def _forget_old_filters(self, side: int, filters: list[str]) -> None:
+        """Unsubscribes what an earlier rule set of this bridge subscribed to: the persistent session would keep
+        it, and its messages would keep coming (the state file next to the journal remembers the filters)."""
+        journal = self.config.journal
+        if journal is None:
+            return
+        path = journal.with_name(journal.stem + ".filters.json")
+
+        def read() -> dict[str, list[str]]:
+            try:
+                found = json.loads(path.read_text())
+            except (OSError, ValueError):
+                return {}
+            return found if isinstance(found, dict) else {}
+
+        name = SIDE_NAMES[side]
+        old = [f for f in read().get(name, []) if f not in filters]
+        if old:
+            await self.clients[side].unsubscribe(old)
+            self.log(f"bridge {self.config.name}: {name}: unsubscribed from {', '.join(old)} (no longer in the rules)")
+        known = read()  # again: the other side may have written it meanwhile
+        known[name] = filters
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(known))
+        os.replace(tmp, path)
 
     async def _watch(self, scope: trio.CancelScope) -> None:
         """Ends the bridge when a side fails for good (refused credentials, say)."""
@@ -453,6 +482,13 @@ class Bridge:
         st.error = reason
         self._notify_link()
         self._changed()
+
+    def _retrying(self, side: int, error: str, pause: float) -> None:
+        st = self.stats[side]
+        if error != st.error:  # say each new reason once, not every attempt
+            self.log(f"bridge {self.config.name}: {SIDE_NAMES[side]}: {error}; trying again (backoff up to "
+                     f"{self.config.restart_cap:g} s)")
+        st.error = error
 
     def _notify_link(self) -> None:
         """The notification topic on each side: 1 while the bridge links both brokers, 0 otherwise (a will says

@@ -87,6 +87,8 @@ class ClientSettings:
     # Called synchronously when a QoS 1/2 message gets its packet identifier, before its bytes can be written:
     # (packet id, topic, payload, qos, retain, properties, context).
     on_hand_over: Callable[[int, str, bytes, int, bool, Properties, Any], None] | None = None
+    # Called when a reconnect attempt failed: (what went wrong, seconds until the next attempt).
+    on_retry: Callable[[str, float], None] | None = None
 
 
 class Client:
@@ -451,7 +453,10 @@ class Client:
             now = trio.current_time()
             if now >= give_up:
                 break
-            await trio.sleep(min(delay * random.uniform(0.8, 1.2), give_up - now))
+            pause = min(delay * random.uniform(0.8, 1.2), give_up - now)
+            if s.on_retry is not None and last:
+                s.on_retry(last, pause)
+            await trio.sleep(pause)
             try:
                 found = await self._connect(first=first)
             except (ConnectFailed, TLSFailed) as err:

@@ -395,3 +395,32 @@ def test_counts_in_json_status(tmp_path: Path) -> None:
         local.stop()
 
 
+
+
+def test_rules_removed_between_runs_are_unsubscribed(tmp_path: Path) -> None:
+    """The persistent session would keep an old rule's subscription (and its messages coming) after the rules
+    change; the bridge unsubscribes what it subscribed to last time and no longer needs."""
+    local = start_ours(tmp_path / "local")
+    remote = start_ours(tmp_path / "remote")
+    bridge = None
+    try:
+        bridge = BridgeProcess(tmp_path / "bridge", local, remote, "-t", "old/# out 1", "-t", "kept/# out 1")
+        bridge.wait_connected()
+        assert bridge.stop() == 0
+        bridge.args[bridge.args.index("old/# out 1")] = "new/# out 1"
+        bridge.start()
+        bridge.wait_connected()
+        bridge.wait_for("local: unsubscribed from old/# (no longer in the rules)")
+        time.sleep(0.2)
+        watch = Watcher(remote, "#")
+        publish(local, [("old/x", b"stale", 1, False), ("new/x", b"fresh", 1, False), ("kept/x", b"k", 1, False)])
+        watch.wait_count(2)
+        time.sleep(0.3)
+        watch.close()
+        assert sorted(m[1] for m in watch.messages) == [b"fresh", b"k"]
+        assert bridge.stop() == 0
+    finally:
+        if bridge is not None and bridge.proc is not None and bridge.proc.poll() is None:
+            bridge.proc.kill()
+        remote.stop()
+        local.stop()
