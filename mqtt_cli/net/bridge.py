@@ -261,7 +261,11 @@ class Bridge:
     async def run(self, stop: trio.Event) -> None:
         c = self.config
         if c.journal is not None:
-            self.journal = Journal(c.journal)
+            try:
+                self.journal = Journal(c.journal)
+            except OSError as err:
+                raise BridgeError(f"{err.filename or c.journal}: {err.strerror} (the bridge's state directory, "
+                                  "--state-dir)") from None
             if self.journal.note:
                 self.log(f"bridge {c.name}: warning: {self.journal.note}")
         self.clients = [Client(self._settings(LOCAL)), Client(self._settings(REMOTE))]
