@@ -173,6 +173,7 @@ class ClientConnection:
         self._aliases_out: dict[int, str] = {}  # ours, this connection: alias -> topic
         self._auto_alias: dict[str, int] = {}  # topic -> alias, for auto_topic_aliases
         self._with_alias: dict[tuple[Properties, int], Properties] = {}  # properties + alias, built once
+        self._last_aliased: tuple[Properties, int, Properties] | None = None
         self._topic_ok: str | None = None  # the last topic found valid
         self._last_sent: float | None = None
         self._last_received: float | None = None
@@ -310,7 +311,7 @@ class ClientConnection:
             raise LocalProtocolError(f"{len(self._flows)} messages are in flight: the window is closed")
         if self.server_maximum_packet_size is not None:
             self._check_size(encode(Publish(topic, payload, qos, retain, False, 1, properties), self.version))
-        sent = self._flows.send(_new_publish(topic, payload, qos, retain, False, None, properties), context)
+        sent = self._flows.send_fields(topic, payload, qos, retain, properties, context)
         self._out.append(encode(self._on_wire(sent), self.version))
         return sent.packet_id
 
@@ -544,6 +545,14 @@ class ClientConnection:
         return p
 
     def _aliased(self, props: Properties, alias: int) -> Properties:
+        last = self._last_aliased
+        if last is not None and last[0] is props and last[1] == alias:
+            return last[2]  # `pub -l`: the same properties object every time; skip hashing it
+        found = self._aliased_lookup(props, alias)
+        self._last_aliased = (props, alias, found)
+        return found
+
+    def _aliased_lookup(self, props: Properties, alias: int) -> Properties:
         key = (props, alias)
         found = self._with_alias.get(key)
         if found is None:

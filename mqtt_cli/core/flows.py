@@ -17,7 +17,7 @@ from enum import Enum
 from typing import Any
 
 from .errors import LocalProtocolError, ProtocolError
-from .packets import PubAck, PubComp, Publish, PubRec, PubRel
+from .packets import PubAck, PubComp, Publish, PubRec, PubRel, fast_constructor
 from .properties import Properties
 
 __all__ = ["FlowState", "IncomingFlows", "Inflight", "OutgoingFlows"]
@@ -35,6 +35,11 @@ _TRANSITIONS: dict[tuple[FlowState, type], FlowState | None] = {
     (FlowState.AWAIT_PUBREC, PubRec): FlowState.AWAIT_PUBCOMP,
     (FlowState.AWAIT_PUBCOMP, PubComp): None,
 }
+
+
+_AWAIT_PUBACK = FlowState.AWAIT_PUBACK
+_AWAIT_PUBREC = FlowState.AWAIT_PUBREC
+_new_publish = fast_constructor(Publish)  # no __init__ checks: the fields come from a checked publish()
 
 
 @dataclass(slots=True)
@@ -103,8 +108,8 @@ class OutgoingFlows:
         if not self.window_open:
             raise LocalProtocolError(f"the peer's receive maximum ({self.receive_maximum}) is reached")
         pid = self._allocate()
-        packet = Publish(topic, payload, qos, retain, False, pid, properties)
-        self._inflight[pid] = Inflight(packet, FlowState.AWAIT_PUBACK if qos == 1 else FlowState.AWAIT_PUBREC, context)
+        packet = _new_publish(topic, payload, qos, retain, False, pid, properties)
+        self._inflight[pid] = Inflight(packet, _AWAIT_PUBACK if qos == 1 else _AWAIT_PUBREC, context)
         return packet
 
     def acknowledge(self, ack: PubAck | PubRec | PubComp) -> tuple[Inflight, PubRel | None]:
