@@ -55,13 +55,13 @@ class BridgeRule:
         """The remote topic for a local message on `topic`, or None when this rule does not forward it."""
         if not self.outgoing or not matches(self.local_filter, topic):
             return None
-        return self.remote_prefix + topic[len(self.local_prefix) :]
+        return self.remote_prefix + _strip(topic, self.local_prefix)
 
     def to_local(self, topic: str) -> str | None:
         """The local topic for a remote message on `topic`, or None when this rule does not forward it."""
         if not self.incoming or not matches(self.remote_filter, topic):
             return None
-        return self.local_prefix + topic[len(self.remote_prefix) :]
+        return self.local_prefix + _strip(topic, self.remote_prefix)
 
     def __str__(self) -> str:
         def q(text: str) -> str:
@@ -71,6 +71,12 @@ class BridgeRule:
         if self.local_prefix or self.remote_prefix:
             parts += [q(self.local_prefix), q(self.remote_prefix)]
         return " ".join(parts)
+
+
+def _strip(topic: str, prefix: str) -> str:
+    """mosquitto removes a prefix only from a topic that starts with it: `k/#` with prefix `k/` also matches
+    `k` itself, which keeps its whole name (and gets the other side's prefix in front)."""
+    return topic[len(prefix) :] if topic.startswith(prefix) else topic
 
 
 def parse_rule(text: str) -> BridgeRule:

@@ -53,6 +53,8 @@ LOCAL, REMOTE = 0, 1
 SIDE_NAMES = ("local", "remote")
 _COMPACT_AT = 8 << 20  # journal bytes appended before it is rewritten with only the live entries
 NEVER_EXPIRES = 0xFFFFFFFF
+_QOS0_HIGH = 2000  # QoS 0 messages waiting for the other side's writer before the source is read no more
+_ROUTES_MAX = 10_000  # topics remembered per side with their routes
 
 
 class BridgeError(Exception):
@@ -117,6 +119,7 @@ class Counters:
     resent: list[int] = field(default_factory=lambda: [0, 0])  # re-sent to the destination after a reconnect
     duplicates: list[int] = field(default_factory=lambda: [0, 0])  # received with DUP set
     unmatched: list[int] = field(default_factory=lambda: [0, 0])  # matched no rule (overlapping session state)
+    overlap_copies: list[int] = field(default_factory=lambda: [0, 0])  # extra copies for overlapping filters
 
 
 class Journal:
@@ -190,6 +193,10 @@ class Bridge:
         self._seq = 0
         self._link_up = False
         self._stopping = False
+        # Per side: topic -> (topic on the other side, QoS cap, subscription identifier of the copy to forward)
+        # or None; bounded. And the subscription identifier of each filter, where the broker has them.
+        self._routes: list[dict[str, tuple[str, int, int] | None]] = [{}, {}]
+        self._sids: list[dict[str, int]] = [{}, {}]
         self.failure: BaseException | None = None
         self.changed = trio.Event()
 
@@ -226,7 +233,16 @@ class Bridge:
             observer=lambda events: self._observe(side, events),
             on_hand_over=lambda *args: self._handed_over(side, *args),
             on_retry=lambda error, pause: self._retrying(side, error, pause),
+            read_gate=lambda: self._other_keeps_up(side),
         )
+
+    def _other_keeps_up(self, side: int) -> bool:
+        """QoS 0 has no acknowledgements to pace it: while the other side's writer has this many messages not yet
+        written, the source is not read (TCP pushes back on its broker) instead of dropping them. QoS 1/2 are
+        paced by the brokers' windows; only the writer is waited for, which depends on no reader (no deadlock
+        between the two directions of `both` rules)."""
+        client = self.clients[REMOTE if side == LOCAL else LOCAL]
+        return client._qos0_pending < _QOS0_HIGH or not client.connected
 
     def _subscriptions(self, side: int, version: int) -> list[Subscription]:
         """The source filters of one side, each once at the highest QoS its rules ask for; on 5.0 with no-local
@@ -293,7 +309,23 @@ class Bridge:
             subs = self._subscriptions(side, client.conn.version)
             if not subs:
                 return
-            codes = await client.subscribe(subs)
+            connack = client.connack
+            props = connack.properties if connack is not None else EMPTY_PROPERTIES
+            if client.conn.version == 5 and props.subscription_identifier_available != 0:
+                # One SUBSCRIBE per filter, each with its identifier: a broker that sends one copy per
+                # overlapping subscription (mosquitto, to 5.0 clients) says which copy is which, and only the
+                # one for the highest QoS is forwarded.
+                codes = ()
+                sids = {sub.topic_filter: i + 1 for i, sub in enumerate(subs)}
+                for sub in subs:
+                    codes += await client.subscribe(
+                        [sub], Properties(subscription_identifier=sids[sub.topic_filter])
+                    )
+                self._sids[side] = sids
+            else:
+                codes = await client.subscribe(subs)
+                self._sids[side] = {}
+            self._routes[side].clear()
             await self._forget_old_filters(side, [sub.topic_filter for sub in subs])
         except ClientError:
             return  # the side failed for good: _watch reports it
@@ -391,25 +423,35 @@ class Bridge:
             return  # not acknowledged: the source broker keeps it for the next session
         c = self.counters
         dst = REMOTE if side == LOCAL else LOCAL
-        topic = None
-        rule = None
-        for rule in self.config.rules:
-            topic = rule.to_remote(p.topic) if side == LOCAL else rule.to_local(p.topic)
-            if topic is not None:
-                break
+        routes = self._routes[side]
+        try:
+            route = routes[p.topic]
+        except KeyError:
+            route = self._route(side, p.topic)
+            if len(routes) >= _ROUTES_MAX:
+                routes.clear()
+            routes[p.topic] = route
         src_qos = p.qos
         if p.dup:
             c.duplicates[side] += 1
-        if topic is None or rule is None:
+        if route is None:
             # A subscription left in the persistent session by an earlier rule set, say: not ours to forward.
             c.unmatched[side] += 1
             if src_qos:
                 self.clients[side].acknowledge(p.packet_id)  # type: ignore[arg-type]
             return
-        qos = min(rule.qos, src_qos)
+        topic, cap, sid = route
         props = p.properties
-        if props and (props.subscription_identifiers or props.topic_alias is not None):
-            props = props.replace(subscription_identifiers=(), topic_alias=None)
+        if props:
+            sids = props.subscription_identifiers
+            if sid and sids and sid not in sids:
+                c.overlap_copies[side] += 1  # another copy (for a lower QoS filter) carries the message
+                if src_qos:
+                    self.clients[side].acknowledge(p.packet_id)  # type: ignore[arg-type]
+                return
+            if sids or props.topic_alias is not None:
+                props = props.replace(subscription_identifiers=(), topic_alias=None)
+        qos = min(cap, src_qos)
         client = self.clients[dst]
         if client.conn.version != 5 and props:
             props = EMPTY_PROPERTIES
@@ -425,6 +467,25 @@ class Bridge:
             return
         ctx = Forward(side, p.packet_id, src_qos)  # type: ignore[arg-type]
         client.publish_nowait(topic, p.payload, qos, p.retain, props, context=ctx)
+
+    def _route(self, side: int, topic: str) -> tuple[str, int, int] | None:
+        """Where a message on `topic` goes (mosquitto: the first rule that matches remaps it) and at which QoS at
+        most (the highest of the matching rules, as mosquitto's one copy at the highest subscription QoS)."""
+        mapped = None
+        cap = -1
+        best = ""
+        for rule in self.config.rules:
+            out = rule.to_remote(topic) if side == LOCAL else rule.to_local(topic)
+            if out is None:
+                continue
+            if mapped is None:
+                mapped = out
+            if rule.qos > cap:
+                cap = rule.qos
+                best = rule.local_filter if side == LOCAL else rule.remote_filter
+        if mapped is None:
+            return None
+        return mapped, cap, self._sids[side].get(best, 0)
 
     def _handed_over(
         self, dst: int, pid: int, topic: str, payload: bytes, qos: int, retain: bool, props: Properties, ctx: Any
@@ -536,6 +597,7 @@ class Bridge:
                 "dropped_qos0": c.dropped[src],
                 "refused": c.refused[src],
                 "unmatched": c.unmatched[src],
+                "overlap_copies": c.overlap_copies[src],
             }
         return out
 

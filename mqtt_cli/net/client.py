@@ -89,6 +89,8 @@ class ClientSettings:
     on_hand_over: Callable[[int, str, bytes, int, bool, Properties, Any], None] | None = None
     # Called when a reconnect attempt failed: (what went wrong, seconds until the next attempt).
     on_retry: Callable[[str, float], None] | None = None
+    # The reader reads on only while this says True (the bridge: while the other side keeps up with QoS 0).
+    read_gate: Callable[[], bool] | None = None
 
 
 class Client:
@@ -566,6 +568,10 @@ class Client:
                 self._end_connection("the broker closed the connection")
                 return
             self._send_direct()
+            gate = self.settings.read_gate
+            if gate is not None:
+                while not gate() and not self._ending:
+                    await trio.sleep(0.002)  # TCP pushes back on the broker meanwhile
 
     def _send_direct(self) -> None:
         """What the reader's input produced (acknowledgements, messages handed over as the window opened) goes

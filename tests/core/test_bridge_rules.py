@@ -68,3 +68,14 @@ def test_bad_rules_name_the_bad_part(text: str, what: str) -> None:
     with pytest.raises(BridgeRuleError) as info:
         parse_rule(text)
     assert what in str(info.value)
+
+
+def test_parent_of_a_prefix_keeps_its_name_as_in_mosquitto() -> None:
+    # `k/l/#` matches `k/l` itself, which does not start with the prefix `k/l/`: mosquitto keeps the whole topic
+    # and adds the other prefix (bridge__remap_topic_in / send__publish compare with strncmp).
+    out = parse_rule("# out 1 k/l/ k/r/")
+    assert out.to_remote("k/l") == "k/r/k/l"
+    assert out.to_remote("k/l/x") == "k/r/x"
+    inward = parse_rule("# in 1 k/l/ k/r/")
+    assert inward.to_local("k/r") == "k/l/k/r"
+    assert inward.to_local("k/r/y") == "k/l/y"
