@@ -331,6 +331,9 @@ class ClientConnection:
     def _send_ack(self, packet_id: int, qos: int, reason_code: int) -> None:
         rc = reason_code if self.version == 5 else 0
         if qos == 1:
+            if not rc:  # the common case, as bytes (a 5.0 PUBACK with reason 0 and no properties is 4 bytes too)
+                self._out.append(b"\x40\x02" + packet_id.to_bytes(2, "big"))
+                return
             self._out.append(encode(PubAck(packet_id, rc), self.version))
         else:
             if rc < 0x80:

@@ -417,6 +417,10 @@ class Bridge:
                 self._connected(side, event)
             elif t is Disconnected:
                 self._disconnected(side, event.reason)
+        # What this batch produced for either broker (forwards one way, acknowledgements the other) leaves now,
+        # with a non-blocking send each, instead of waking two writer tasks (they take what a socket refuses).
+        for client in self.clients:
+            client._send_direct()
 
     def _forward(self, side: int, p: Publish) -> None:
         if self._stopping:

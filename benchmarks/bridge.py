@@ -1,0 +1,414 @@
+"""`mqtt bridge` against mosquitto's built-in bridge, in the same run: forwarding rate between two mosquittos.
+
+    .venv/bin/python benchmarks/bridge.py [--reps 3] [--count 100000] [--size 64] [--qos 0,1] [--idle 3]
+                                          [--profile-ours DIR]
+
+Each measurement starts two fresh Debian mosquittos on 127.0.0.1 (free ports, their own config files in a
+temporary directory; ../shared/bench/mosquitto.conf: no queue or inflight caps, persistence off):
+
+* "mosquitto": the first (local) broker's config has a `connection` section bridging to the second (remote)
+  with `topic bench/# out QOS`, `cleansession false` (a persistent bridge, like ours), otherwise mosquitto's
+  defaults (MQTT 3.1.1 with the bridge flag, try_private true, notifications on);
+* "ours": both brokers plain, and `python -m mqtt_cli bridge --local ... --remote ... -t 'bench/# out QOS'`
+  between them (its defaults: persistent sessions on both sides, 5.0 with no-local, QoS 2 journal in a
+  temporary --state-dir).
+
+`mosquitto_sub -q QOS -F '%U %p'` on the remote broker (subscribed to bench/# before anything is sent) records
+every arrival with its time; once a probe message has crossed the bridge, `mosquitto_pub -l -q QOS -M 100`
+floods COUNT messages of SIZE bytes (each carrying its sequence number) into the local broker on bench/0; its
+standard input stays open until the subscriber has everything or has seen nothing new for --idle seconds
+(mosquitto_pub -l disconnects at end of input with QoS 1 messages still in flight). Rate = distinct messages
+received at the remote / (last arrival - first arrival) (duplicates are counted apart); lost = COUNT - distinct
+sequence numbers received. A run ends when COUNT messages (duplicates included) have arrived, after --idle
+seconds without arrivals, or --timeout seconds after the flood started.
+
+Nothing is pinned: with two brokers, a bridge and two clients on a 2-core machine, any pinning would decide
+the result; both bridges see the same scheduler. Within each repetition the two bridges run back to back, the
+order alternating. Prints medians and ours / mosquitto; appends raw JSON lines to
+benchmarks/results/bridge-DATE.jsonl and the summary to benchmarks/results/bridge-DATE.txt.
+
+`--profile-ours DIR`: one extra run of our bridge per QoS with py-spy attached to it (`pip install py-spy` into
+the venv; attaching needs ptrace rights), writing DIR/ours-qosQ.raw (py-spy's collapsed stacks) and
+DIR/ours-qosQ.txt (the functions with the most own and total time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT.parent / "shared" / "bench"
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+HOST = "127.0.0.1"
+EXTRA_OURS: list[str] = ["--quiet"]
+TARGETS = {0: 0.5, 1: 1.0}  # ours / mosquitto, issue #6
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[Any], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection((HOST, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+MAX_INFLIGHT: int | None = None  # --max-inflight: the brokers' max_inflight_messages instead of the bench's 0
+
+
+def base_conf() -> str:
+    text = (BENCH / "mosquitto.conf").read_text() if (BENCH / "mosquitto.conf").exists() else ""
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("listener")]
+    if not lines:
+        lines = ["allow_anonymous true", "max_queued_messages 0", "max_inflight_messages 0", "persistence false"]
+    if MAX_INFLIGHT is not None:
+        lines = [ln for ln in lines if not ln.startswith("max_inflight_messages")]
+        lines.append(f"max_inflight_messages {MAX_INFLIGHT}")
+    if os.geteuid() == 0:
+        lines.append("user root")
+    return "\n".join(lines)
+
+
+def mosquitto_bridge_conf(remote_port: int, qos: int) -> str:
+    return "\n".join(
+        [
+            "connection benchbridge",
+            f"address {HOST}:{remote_port}",
+            f"topic bench/# out {qos}",
+            "cleansession false",
+            "clientid benchbridge",
+            "try_private true",
+            "bridge_protocol_version mqttv311",
+            "restart_timeout 1 5",
+        ]
+    )
+
+
+BRIDGE_CONF_SHOWN = "; ".join(
+    mosquitto_bridge_conf(0, 9).replace(f"{HOST}:0", "REMOTE").replace("out 9", "out QOS").splitlines()
+)
+
+
+def start_mosquitto(work: Path, name: str, extra: str = "") -> tuple[subprocess.Popen[Any], int]:
+    for _ in range(5):
+        port = free_port()
+        conf = work / f"{name}.conf"
+        conf.write_text(f"listener {port} {HOST}\n{base_conf()}\n{extra}\n")
+        log = (work / f"{name}.log").open("ab")
+        proc = subprocess.Popen([MOSQUITTO, "-c", str(conf)], stdout=log, stderr=log, cwd=work)
+        try:
+            wait_port(port, proc)
+            return proc, port
+        except RuntimeError:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    raise RuntimeError(f"mosquitto {name} did not start: {(work / f'{name}.log').read_text()[-1000:]}")
+
+
+def stop(proc: subprocess.Popen[Any] | None, timeout: float = 15) -> int | None:
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+    return proc.returncode
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a live process (all its threads), seconds."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def line_count(path: Path) -> int:
+    try:
+        with path.open("rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except OSError:
+        return 0
+
+
+def run_one(
+    kind: str, qos: int, count: int, size: int, idle: float, timeout: float = 60, profile: Path | None = None
+) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix=f"mqtt-bridge-bench-{kind}-"))
+    procs: dict[str, subprocess.Popen[Any] | None] = {"bridge": None, "sub": None, "pub": None, "spy": None}
+    load_before = os.getloadavg()[0]
+    remote, rport = start_mosquitto(work, "remote")
+    extra = mosquitto_bridge_conf(rport, qos) if kind == "mosquitto" else ""
+    local, lport = start_mosquitto(work, "local", extra)
+    bridge_exit = None
+    try:
+        if kind == "ours":
+            cmd = [
+                sys.executable, "-m", "mqtt_cli", "bridge",
+                "--local", f"mqtt://{HOST}:{lport}", "--remote", f"mqtt://{HOST}:{rport}",
+                "-t", f"bench/# out {qos}", "--state-dir", str(work / "state"), *EXTRA_OURS,
+            ]  # fmt: skip
+            procs["bridge"] = subprocess.Popen(
+                cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=(work / "bridge.log").open("ab"),
+            )  # fmt: skip
+        out = work / "arrivals.txt"
+        procs["sub"] = subprocess.Popen(
+            ["mosquitto_sub", "-h", HOST, "-p", str(rport), "-t", "bench/#", "-q", str(qos), "-F", "%U %p"],
+            stdout=out.open("wb"), stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        # The probe: wait until a message crosses the bridge (both bridges then have both sides up).
+        deadline = time.monotonic() + 30
+        while b"ready" not in (out.read_bytes() if out.exists() else b""):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{kind}: the bridge does not forward (see {work})")
+            subprocess.run(
+                ["mosquitto_pub", "-h", HOST, "-p", str(lport), "-t", "bench/ready", "-m", "ready", "-q", "1"],
+                check=False, timeout=10,
+            )  # fmt: skip
+            time.sleep(0.2)
+        time.sleep(0.5)
+        ready_lines = line_count(out)
+        bridge_cpu0 = cpu_seconds(procs["bridge"].pid) if procs["bridge"] is not None else float("nan")
+        local_cpu0, remote_cpu0 = cpu_seconds(local.pid), cpu_seconds(remote.pid)
+        if profile is not None and procs["bridge"] is not None:
+            procs["spy"] = subprocess.Popen(
+                [
+                    str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw", "--rate", "250",
+                    "--nonblocking", "-p", str(procs["bridge"].pid), "-o", str(profile.with_suffix(".raw")),
+                ],
+                stdout=subprocess.DEVNULL, stderr=(work / "py-spy.log").open("ab"),
+            )  # fmt: skip
+            time.sleep(1)
+        pad = "x" * max(0, size - 12)
+        payload = b"".join(f"{i:011d} {pad}\n".encode() for i in range(count))
+        pub = subprocess.Popen(
+            ["mosquitto_pub", "-h", HOST, "-p", str(lport), "-t", "bench/0", "-q", str(qos), "-M", "100", "-l"],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        procs["pub"] = pub
+        started = time.monotonic()
+
+        def feed() -> None:
+            assert pub.stdin is not None
+            try:
+                pub.stdin.write(payload)
+                pub.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+
+        writer = threading.Thread(target=feed, daemon=True)
+        writer.start()
+        last, last_change = -1, time.monotonic()
+        while True:
+            time.sleep(0.1)
+            n = line_count(out) - ready_lines
+            now = time.monotonic()
+            if n != last:
+                last, last_change = n, now
+            if n >= count or now - last_change > idle or now - started > timeout:
+                break
+        if n < count:
+            time.sleep(0.2)  # nothing new for `idle` seconds already: this is what arrived
+        bridge_cpu = cpu_seconds(procs["bridge"].pid) - bridge_cpu0 if procs["bridge"] is not None else None
+        local_cpu, remote_cpu = cpu_seconds(local.pid) - local_cpu0, cpu_seconds(remote.pid) - remote_cpu0
+        stop(procs["sub"])
+        if pub.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                pub.stdin.close()
+        writer.join(timeout=5)
+        stop(pub)
+        spy = procs.get("spy")
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            try:
+                spy.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                spy.kill()
+        if procs["bridge"] is not None:
+            bridge_exit = stop(procs["bridge"], timeout=30)
+    finally:
+        for p in procs.values():
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+        stop(local)
+        stop(remote)
+    stamps: list[float] = []
+    seen: set[int] = set()
+    dups = 0
+    for raw in out.read_bytes().splitlines():
+        parts = raw.split(b" ", 2)
+        if len(parts) < 2 or not parts[1].isdigit():
+            continue
+        seq = int(parts[1])
+        stamps.append(float(parts[0]))
+        if seq in seen:
+            dups += 1
+        seen.add(seq)
+    received = len(stamps)
+    seconds = (stamps[-1] - stamps[0]) if received > 1 else float("nan")
+    row: dict[str, Any] = {
+        "bench": "bridge", "kind": kind, "qos": qos, "count": count, "size": size,
+        "received": received, "distinct": len(seen), "lost": count - len(seen), "dups": dups,
+        "seconds": round(seconds, 4), "received_per_s": round(received / seconds) if seconds > 0 else None,
+        "distinct_per_s": round(len(seen) / seconds) if seconds > 0 else None,
+        "bridge_cpu_s": None if bridge_cpu is None else round(bridge_cpu, 3),
+        "local_broker_cpu_s": round(local_cpu, 3), "remote_broker_cpu_s": round(remote_cpu, 3),
+        "bridge_exit": bridge_exit, "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }  # fmt: skip
+    if kind == "mosquitto":
+        row["mosquitto_bridge_conf"] = mosquitto_bridge_conf(0, qos).replace(f"{HOST}:0", f"{HOST}:REMOTE")
+    shutil.rmtree(work, ignore_errors=True)
+    return row
+
+
+def code_version() -> str:
+    """The commit of the code measured, with "+dirty" when mqtt_cli/ has uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "mqtt_cli"], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def summarize_profile(raw: Path, out: Path, top: int = 30) -> None:
+    """py-spy's raw format (collapsed stacks with counts) -> the functions with the most own and total time."""
+    own: dict[str, int] = {}
+    total: dict[str, int] = {}
+    samples = 0
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit():
+            continue
+        k = int(n)
+        samples += k
+        frames = stack.split(";")
+        own[frames[-1]] = own.get(frames[-1], 0) + k
+        for frame in set(frames):
+            total[frame] = total.get(frame, 0) + k
+    lines = [f"{samples} samples", "", "own time:"]
+    lines += [f"{100 * v / samples:6.1f}%  {f}" for f, v in sorted(own.items(), key=lambda x: -x[1])[:top]]
+    lines += ["", "total time (function and what it calls):"]
+    lines += [f"{100 * v / samples:6.1f}%  {f}" for f, v in sorted(total.items(), key=lambda x: -x[1])[:top]]
+    out.write_text("\n".join(lines) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--count", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--qos", default="0,1")
+    parser.add_argument("--idle", type=float, default=3.0, help="stop after this many seconds without arrivals")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds a run may last after the flood starts")
+    parser.add_argument("--max-inflight", type=int, default=None, help="the brokers' max_inflight_messages")
+    parser.add_argument("--profile-ours", type=Path, default=None)
+    parser.add_argument("--no-save", action="store_true", help="do not write to benchmarks/results")
+    args = parser.parse_args()
+    global MAX_INFLIGHT
+    MAX_INFLIGHT = args.max_inflight
+    for tool in ("mosquitto_pub", "mosquitto_sub"):
+        if not shutil.which(tool):
+            print(f"benchmarks/bridge.py: {tool} is missing (Debian's mosquitto-clients)", file=sys.stderr)
+            return 2
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "mqtt_cli")], check=False)
+    qoses = [int(q) for q in args.qos.split(",")]
+    rows: list[dict[str, Any]] = []
+    day = time.strftime("%Y-%m-%d")
+    raw_out = ROOT / "benchmarks" / "results" / f"bridge-{day}.jsonl"
+    version = code_version()
+    for rep in range(args.reps):
+        for qos in qoses:
+            order = ["mosquitto", "ours"] if (rep + qos) % 2 == 0 else ["ours", "mosquitto"]
+            for kind in order:
+                row = run_one(kind, qos, args.count, args.size, args.idle, args.timeout)
+                row["rep"] = rep
+                row["code"] = version
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                if not args.no_save:
+                    with raw_out.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
+    if args.profile_ours is not None:
+        args.profile_ours.mkdir(parents=True, exist_ok=True)
+        for qos in qoses:
+            prof = args.profile_ours / f"ours-qos{qos}"
+            row = run_one("ours", qos, args.count, args.size, args.idle, args.timeout, profile=prof)
+            print("profiled run: " + json.dumps(row), file=sys.stderr, flush=True)
+            raw = prof.with_suffix(".raw")
+            if raw.exists():
+                summarize_profile(raw, prof.with_suffix(".txt"))
+    lines = [
+        f"benchmarks/bridge.py --reps {args.reps} --count {args.count} --size {args.size} --qos {args.qos}"
+        + (f" --max-inflight {args.max_inflight}" if args.max_inflight is not None else "")
+        + f"  ({time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs, not pinned, code {version})",
+        "mosquitto's bridge: " + BRIDGE_CONF_SHOWN,
+        f"{'test':<12}{'mosquitto/s':>13}{'ours/s':>11}{'ratio':>8}{'target':>8}"
+        f"{'lost m/o':>12}{'ours cpu s':>12}{'load':>12}",
+    ]
+    for qos in qoses:
+        m = [r for r in rows if r["kind"] == "mosquitto" and r["qos"] == qos]
+        o = [r for r in rows if r["kind"] == "ours" and r["qos"] == qos]
+
+        def med(rs: list[dict[str, Any]], field: str) -> float:
+            vals = [float(r[field]) for r in rs if isinstance(r.get(field), int | float)]
+            return statistics.median(vals) if vals else float("nan")
+
+        mv, ov = med(m, "distinct_per_s"), med(o, "distinct_per_s")
+        lost = f"{max((r['lost'] for r in m), default=0)}/{max((r['lost'] for r in o), default=0)}"
+        loads = [r["load_before"] for r in rows if r["qos"] == qos]
+        load = f"{min(loads):.1f}-{max(loads):.1f}" if loads else ""
+        lines.append(
+            f"{'QoS ' + str(qos):<12}{mv:>13,.0f}{ov:>11,.0f}{ov / mv:>8.2f}{'>=' + str(TARGETS.get(qos, '')):>8}"
+            f"{lost:>12}{med(o, 'bridge_cpu_s'):>12.2f}{load:>12}"
+        )
+    for qos in qoses:
+        for kind in ("mosquitto", "ours"):
+            rs = [r for r in rows if r["kind"] == kind and r["qos"] == qos]
+            lines.append(
+                f"  QoS {qos} {kind:<10} distinct/s {[r['distinct_per_s'] for r in rs]}"
+                f" received {[r['received'] for r in rs]} lost {[r['lost'] for r in rs]} dups {[r['dups'] for r in rs]}"
+            )
+    text = "\n".join(lines)
+    print(text)
+    if not args.no_save:
+        with (ROOT / "benchmarks" / "results" / f"bridge-{day}.txt").open("a") as f:
+            f.write(text + "\n\n")
+        print(f"raw results: {raw_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
