@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT.parent / "shared" / "bench"
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 HOST = "127.0.0.1"
-EXTRA_OURS: list[str] = ["--quiet"]
+EXTRA_OURS: list[str] = ["--quiet", *os.environ.get("BRIDGE_BENCH_ARGS", "").split()]
 TARGETS = {0: 0.5, 1: 1.0}  # ours / mosquitto, issue #6
 
 

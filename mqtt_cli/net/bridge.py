@@ -197,6 +197,9 @@ class Bridge:
         # or None; bounded. And the subscription identifier of each filter, where the broker has them.
         self._routes: list[dict[str, tuple[str, int, int] | None]] = [{}, {}]
         self._sids: list[dict[str, int]] = [{}, {}]
+        # Received properties -> the same without subscription identifiers and topic alias (the codec hands out
+        # one Properties object per distinct block, so this is mostly one entry).
+        self._stripped: dict[Properties, Properties] = {}
         self.failure: BaseException | None = None
         self.changed = trio.Event()
 
@@ -454,7 +457,12 @@ class Bridge:
                     self.clients[side].acknowledge(p.packet_id)  # type: ignore[arg-type]
                 return
             if sids or props.topic_alias is not None:
-                props = props.replace(subscription_identifiers=(), topic_alias=None)
+                stripped = self._stripped.get(props)
+                if stripped is None:
+                    if len(self._stripped) >= _ROUTES_MAX:
+                        self._stripped.clear()
+                    stripped = self._stripped[props] = props.replace(subscription_identifiers=(), topic_alias=None)
+                props = stripped
         qos = min(cap, src_qos)
         client = self.clients[dst]
         if client.conn.version != 5 and props:
