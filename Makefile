@@ -1,5 +1,5 @@
 # mqtt-cli: set-up, tests and builds. GNU make; Debian 12, Python 3.11.
-#   make install   .venv with the project (editable) and its test tools; as root also Debian packages
+#   make install   .venv with the project (editable), its test tools and pyspark; as root also Debian packages
 #   make test      ruff check, then the whole pytest suite
 # `make help` lists every target.
 
@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml
 		echo "creating $(VENV) with $(PYTHON)"; \
 		$(PYTHON) -m venv --clear $(VENV); \
 	fi
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,spark]'
 	@touch $@
 
 test: install lint ## ruff check, then the whole test suite (no test collected counts as a failure)

@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, dict[str, Any]]] = {
     "rr": ("rr:rr", {"context_settings": _CLIENT}),
     "bridge": ("bridge:bridge", {"context_settings": _CLIENT}),
     "config": ("config:app", {}),  # a typer app of its own: config set/show/list
+    "analyze": ("analyze:app", {}),  # a typer app of its own: analyze ingest/report/record (pyspark, lazily)
 }
 
 

@@ -3,7 +3,7 @@
 #   mosquitto, mosquitto-clients  interop tests against Debian's broker and its clients
 #   tshark                        capture tests (pcap/pcapng files made and read back)
 #   rabbitmq-server               interop tests against a second broker (its MQTT plugin)
-#   default-jre-headless          a Java runtime for Spark (pipeline)
+#   openjdk-17-jre-headless       a Java runtime for Spark (`mqtt analyze`), when there is no java
 #   python3-venv                  `python3 -m venv` on a bare Debian
 #
 # As root (with apt-get): installs what is missing with one `apt-get update` first, and keeps the
@@ -24,7 +24,7 @@ missing=()
 have mosquitto_pub || missing+=(mosquitto-clients)
 have tshark || missing+=(tshark)
 { [ -x /usr/sbin/rabbitmq-server ] || have rabbitmqctl; } || missing+=(rabbitmq-server)
-have java || missing+=(default-jre-headless)
+{ have java || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ]; } || missing+=(openjdk-17-jre-headless)
 # Debian's python3 has venv but ensurepip only with python3-venv; only apt can help Debian's python.
 if [ "$(command -v "$python" 2>/dev/null)" = /usr/bin/python3 ] || [ "$python" = /usr/bin/python3 ]; then
     /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)

@@ -1,0 +1,342 @@
+"""``mqtt analyze``: the Spark pipeline (mqtt_cli/pipeline): captures or live traffic -> Parquet -> a report.
+
+Thin: flags are checked here; Spark work is mqtt_cli.pipeline, imported (with pyspark) inside the commands,
+after checking that pyspark and Java are there. No `from __future__ import annotations` (see dump.py).
+"""
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mqtt_cli.commands import fail
+
+#: Exit codes of `mqtt analyze` (docs/pipeline.md): 1 a Spark job failed, or a capture is damaged (the table
+#: holds what was readable); 2 bad usage; 3 an input is not a capture; 4 pyspark or Java is missing; 130 Ctrl-C.
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_NOT_A_CAPTURE = 3
+EXIT_MISSING = 4
+EXIT_INTERRUPTED = 130
+
+_VERSIONS = {"3": 3, "3.1": 3, "31": 3, "4": 4, "3.1.1": 4, "311": 4, "5": 5, "5.0": 5}
+
+app = typer.Typer(
+    name="analyze",
+    help="Spark pipeline: decode captures (or record a broker) into Parquet, then report on it.",
+    no_args_is_help=True,
+)
+
+Master = Annotated[
+    str,
+    typer.Option(
+        "--master",
+        help="Spark master: local[N] (this machine, N cores), local[*], spark://HOST:PORT, yarn, k8s://...",
+    ),
+]
+Conf = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--conf", help="A Spark setting KEY=VALUE (repeatable), e.g. spark.executor.memory=4g.", show_default=False
+    ),
+]
+
+
+def _confs(values: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in values or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            fail(f"--conf {item!r}: expected KEY=VALUE", EXIT_USAGE)
+        out[key.strip()] = value
+    return out
+
+
+@contextmanager
+def _spark(master: str, conf: dict[str, str], cancel_jobs: bool = True) -> Iterator[tuple[Any, Any]]:
+    """(session, CtrlC) for one command: requirements checked first; the session is stopped on the way out, Ctrl-C
+    included (the first Ctrl-C cancels the running jobs, see session.CtrlC)."""
+    from mqtt_cli.pipeline.session import missing_requirement
+
+    problem = missing_requirement()
+    if problem is not None:
+        fail(problem, EXIT_MISSING)
+    from mqtt_cli.pipeline.session import CtrlC, start_session
+
+    spark = None
+    try:
+        try:
+            spark = start_session(master, conf)
+        except Exception as exc:  # no Java that Spark can use, a bad --conf value, ...
+            _spark_failure(exc)
+        with CtrlC(spark, cancel_jobs) as ctrl_c:
+            try:
+                yield spark, ctrl_c
+            except typer.Exit:
+                raise
+            except Exception as exc:
+                if ctrl_c.interrupted:
+                    raise KeyboardInterrupt from None
+                _spark_failure(exc)
+    except KeyboardInterrupt:
+        print("mqtt: interrupted: Spark jobs cancelled", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        if spark is not None:
+            spark.stop()
+
+
+def _spark_failure(exc: Exception) -> None:
+    """A failure from Spark or the pipeline as one line (Spark's messages run over many)."""
+    from mqtt_cli.capture import CaptureError, NotACapture
+
+    if isinstance(exc, NotACapture):
+        fail(str(exc), EXIT_NOT_A_CAPTURE)
+    if isinstance(exc, CaptureError | ValueError | OSError):
+        fail(str(exc), EXIT_FAILURE)
+    import re
+
+    text = str(exc).strip().splitlines()
+    first = next((line for line in text if line.strip()), type(exc).__name__)
+    # A failure in a Python worker or data source comes with its traceback: its last exception line says why.
+    raised = [line for line in text if re.match(r"\s*[\w.]+(Error|Exception): ", line)]
+    if raised:
+        first = raised[-1]
+    from mqtt_cli.pipeline import session
+
+    where = f" (Spark's log: {session.spark_log})" if session.spark_log else ""
+    fail(f"Spark: {first.strip()}{where}", EXIT_FAILURE)
+
+
+@app.command()
+def ingest(
+    captures: Annotated[
+        list[Path], typer.Argument(help="Capture files: pcap or pcapng, compressed too.", show_default=False)
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Directory of the Parquet table to write.", show_default=False)
+    ],
+    master: Master = "local[*]",
+    conf: Conf = None,
+    port: Annotated[
+        list[int] | None,
+        typer.Option("--port", "-p", help="MQTT port (repeatable). Default: 1883.", show_default=False),
+    ] = None,
+    tls_port: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--tls-port",
+            help="Port of MQTT over TLS, reported as encrypted (repeatable). Default: 8883.",
+            show_default=False,
+        ),
+    ] = None,
+    detect: Annotated[
+        bool, typer.Option("--detect/--no-detect", help="Also decode connections on any port that begin with CONNECT.")
+    ] = True,
+    protocol_version: Annotated[
+        str | None,
+        typer.Option(
+            "--protocol-version", help="Protocol of streams without a CONNECT: 3.1, 3.1.1 or 5.", show_default=False
+        ),
+    ] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the table at --out.")] = False,
+    append: Annotated[bool, typer.Option("--append", help="Add to the table at --out.")] = False,
+    split_mb: Annotated[
+        float | None,
+        typer.Option(
+            "--split-mb",
+            help="Cut files into ranges of this many MiB (default: a few per core, <= 32).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Decode captures into a Parquet table: one row per MQTT packet, every field of `mqtt dump --json`.
+
+    Large files are cut into record-aligned ranges read in parallel; each connection is decoded in order by one
+    parser, exactly as `mqtt dump` decodes it.
+
+    Exit codes: 0 done, 1 a Spark job failed or a capture is damaged (the table holds what was readable before
+    the damage), 2 bad usage, 3 an input is not a capture, 4 pyspark or Java missing, 130 interrupted.
+    """
+    settings = _confs(conf)
+    version = None
+    if protocol_version is not None:
+        version = _VERSIONS.get(protocol_version.strip())
+        if version is None:
+            fail(f"--protocol-version {protocol_version!r}: use 31, 311 or 5 (or 3.1, 3.1.1, 5.0)", EXIT_USAGE)
+    for number in (*(port or ()), *(tls_port or ())):
+        if not 0 < number < 65536:
+            fail(f"port {number} is outside 1..65535", EXIT_USAGE)
+    if overwrite and append:
+        fail("--overwrite and --append together: choose one", EXIT_USAGE)
+    occupied = any(out.iterdir()) if out.is_dir() else out.exists()
+    if occupied and not (overwrite or append):
+        fail(f"{out} exists: add --overwrite to replace it or --append to add to it", EXIT_USAGE)
+    for path in captures:
+        if not path.is_file():
+            fail(f"{path}: no such file", EXIT_FAILURE)
+    from mqtt_cli.pipeline.dissect import DissectOptions
+
+    options = DissectOptions(port or (1883,), (8883,) if tls_port is None else tls_port, detect, version)
+    with _spark(master, settings) as (spark, ctrl_c):
+        from mqtt_cli.pipeline.ingest import ingest as run_ingest
+        from mqtt_cli.pipeline.progress import SparkProgress
+
+        mode = "overwrite" if overwrite else "append" if append else "errorifexists"
+        with SparkProgress(spark, sys.stderr.isatty()) as progress:
+
+            def stage(name: str) -> None:
+                if ctrl_c.interrupted:  # Ctrl-C between jobs: no job to cancel, stop here
+                    raise KeyboardInterrupt
+                progress.stage(name)
+
+            result = run_ingest(
+                spark,
+                [str(p) for p in captures],
+                str(out),
+                options,
+                mode=mode,
+                split_bytes=int(split_mb * (1 << 20)) if split_mb else None,
+                on_stage=stage,
+            )
+        seconds = sum(result.seconds.values())
+        print(
+            f"{result.rows:,} packets from {result.frames:,} frames of {result.files} capture(s)"
+            f" ({result.windows} ranges) in {seconds:.1f} s -> {out}",
+            file=sys.stderr,
+        )
+        for error in result.errors:
+            print(f"mqtt: error: {error}; the packets before that point were ingested", file=sys.stderr)
+        if result.errors:
+            raise typer.Exit(EXIT_FAILURE)
+
+
+@app.command()
+def report(
+    table: Annotated[
+        Path, typer.Argument(help="Directory of a table written by ingest or record.", show_default=False)
+    ],
+    json_out: Annotated[
+        bool, typer.Option("--json", "-j", help="The report as one JSON object, for machines.")
+    ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option("--html", help="Also write a self-contained HTML page with charts.", show_default=False),
+    ] = None,
+    top: Annotated[int, typer.Option("--top", help="Rows in the per-topic, per-client and session lists.")] = 20,
+    master: Master = "local[*]",
+    conf: Conf = None,
+) -> None:
+    """Report on a table: traffic per topic and client over time, QoS 1/2 latencies (p50/p90/p99),
+    unacknowledged messages, DUP re-sends, sessions, keepalive and pings, refused connections, malformed packets.
+
+    Exit codes: 0 done, 1 the table cannot be read or a query failed, 2 bad usage, 4 pyspark or Java missing.
+    """
+    if not table.is_dir():
+        fail(f"{table}: no such directory (write one with `mqtt analyze ingest`)", EXIT_USAGE)
+    if top < 1:
+        fail("--top must be at least 1", EXIT_USAGE)
+    settings = _confs(conf)
+    with _spark(master, settings) as (spark, _ctrl_c):
+        from mqtt_cli.pipeline.report import build_report
+
+        result = build_report(spark, str(table), top)
+    if html is not None:
+        from mqtt_cli.pipeline.html import report_html
+
+        try:
+            html.write_text(report_html(result), encoding="utf-8")
+        except OSError as exc:
+            fail(f"cannot write {html}: {exc.strerror or exc}", EXIT_FAILURE)
+    if json_out:
+        import json
+
+        print(json.dumps(result, default=str, ensure_ascii=False))
+    else:
+        from rich.console import Console
+
+        from mqtt_cli.pipeline.tables import report_tables
+
+        Console(highlight=False).print(report_tables(result))
+
+
+@app.command()
+def record(
+    url: Annotated[
+        str, typer.Option("--url", "-L", help="Broker URL: mqtt[s]://[user:password@]host[:port].", show_default=False)
+    ],
+    topic: Annotated[
+        list[str], typer.Option("--topic", "-t", help="Topic filter to subscribe to (repeatable).", show_default=False)
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Directory of the Parquet table to write.", show_default=False)
+    ],
+    duration: Annotated[
+        float | None,
+        typer.Option("--duration", help="Stop after this many seconds (default: at Ctrl-C).", show_default=False),
+    ] = None,
+    count: Annotated[
+        int | None, typer.Option("--count", "-C", help="Stop once this many messages are written.", show_default=False)
+    ] = None,
+    qos: Annotated[int, typer.Option("--qos", "-q", help="QoS of the subscriptions.")] = 1,
+    client_id: Annotated[
+        str | None, typer.Option("--client-id", "-i", help="Client identifier (default: random).", show_default=False)
+    ] = None,
+    persistent: Annotated[
+        bool, typer.Option("--persistent", help="Keep the session at the broker between runs (needs --client-id).")
+    ] = False,
+    trigger: Annotated[float, typer.Option("--trigger", help="Seconds between micro-batches written.")] = 1.0,
+    master: Master = "local[*]",
+    conf: Conf = None,
+) -> None:
+    """Record live traffic into the same kind of table as ingest (Spark Structured Streaming, at most once).
+
+    Exit codes: 0 done, 1 the broker or a Spark job failed, 2 bad usage, 4 pyspark or Java missing, 130 interrupted
+    (the micro-batches written so far are kept).
+    """
+    if qos not in (0, 1, 2):
+        fail("--qos must be 0, 1 or 2", EXIT_USAGE)
+    if persistent and not client_id:
+        fail("--persistent needs --client-id: the broker finds the session by it", EXIT_USAGE)
+    if duration is not None and duration <= 0:
+        fail("--duration must be positive", EXIT_USAGE)
+    from mqtt_cli.core.topics import topic_filter_error
+    from mqtt_cli.net.transports import parse_url
+
+    try:
+        parse_url(url)
+    except ValueError as exc:
+        fail(f"--url {exc}", EXIT_USAGE)
+    for item in topic:
+        problem = topic_filter_error(item)
+        if problem:
+            fail(f"--topic {item!r}: {problem}", EXIT_USAGE)
+    settings = _confs(conf)
+    options = {"qos": str(qos)}
+    if client_id:
+        options["client_id"] = client_id
+    if persistent:
+        options["persistent"] = "true"
+    show: Callable[[int], None] | None = None
+    if sys.stderr.isatty():
+
+        def show(rows: int) -> None:
+            print(f"\r{rows:,} messages written to {out}", end="", file=sys.stderr, flush=True)
+
+    # Ctrl-C stops the query between micro-batches (no job cancelled): what was written stays, consistent.
+    with _spark(master, settings, cancel_jobs=False) as (spark, ctrl_c):
+        from mqtt_cli.pipeline.record import record as run_record
+
+        rows = run_record(
+            spark, url, topic, str(out), duration=duration, options=options, count=count,
+            trigger_seconds=trigger, on_progress=show, stop=lambda: ctrl_c.interrupted,
+        )  # fmt: skip
+        if show is not None:
+            print(file=sys.stderr)
+        print(f"{rows:,} messages written to {out}", file=sys.stderr)
+        if ctrl_c.interrupted:
+            print(f"mqtt: interrupted: the micro-batches written to {out} are kept", file=sys.stderr)
+            raise typer.Exit(EXIT_INTERRUPTED)

@@ -1,0 +1,143 @@
+"""`mqtt analyze ingest`: capture files -> a Parquet table, one row per MQTT packet (columns: schema.py).
+
+    result = ingest(spark, ["a.pcap", "b.pcapng"], "table/", DissectOptions(ports=[1883]))
+
+The stages, each parallel over Spark's executors:
+
+1. plan (driver): every file is opened and sniffed as `mqtt dump` does; uncompressed files larger than the
+   split size are cut into byte ranges (splits.py).
+2. scan (one task per range): each range finds its first record and counts its packet records; the driver
+   settles exact, record-aligned windows and the global frame number each one starts at.
+3. frames (one task per window): records are read by the capture package's readers; frames holding a TCP
+   segment come out with their connection key (dissect.window_frames).
+4. shuffle: frames are partitioned by (file, connection key), hashed by Spark (Murmur3 on the JVM, the same in
+   every process, unlike Python's salted `hash`), and sorted by frame number within each partition.
+5. dissect (one task per partition): one stateful Dissector per file decodes each connection's frames in
+   order, through the core codec, into exactly the records `mqtt dump --json` writes (dissect.dissect_rows).
+6. number and write: connection numbers are made global per file (rank of the frame at which each connection
+   was numbered), then the rows are written as Parquet.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from .dissect import FRAME_COLUMNS, ROW_COLUMNS, DissectOptions, dissect_rows, window_frames
+from .schema import TABLE_COLUMNS, ddl
+from .splits import FilePlan, Window, plan_file, scan, settle
+
+__all__ = ["DEFAULT_SPLIT_BYTES", "IngestResult", "ingest", "plan_windows"]
+
+DEFAULT_SPLIT_BYTES = 32 << 20
+_MIN_SPLIT = 1 << 20
+
+
+@dataclass
+class IngestResult:
+    files: int = 0
+    windows: int = 0
+    frames: int = 0  # capture records (frames) in the files, up to any damage
+    rows: int = 0  # MQTT packets (and MALFORMED records) written
+    seconds: dict[str, float] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)  # damaged captures: what and where (read up to there)
+
+
+def _split_size(spark: Any, sizes: Sequence[int], requested: int | None) -> int:
+    """The range size: as asked, else enough ranges for every core to have a few (big files), at most 32 MiB."""
+    if requested:
+        return max(512, requested)  # small ranges on purpose: the tests cut small captures into many
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    total = sum(sizes)
+    return max(_MIN_SPLIT, min(DEFAULT_SPLIT_BYTES, -(-total // (cores * 4))))
+
+
+def plan_windows(
+    spark: Any, paths: Sequence[str], split_bytes: int | None = None
+) -> tuple[list[Window], int, list[str]]:
+    """Stages 1 and 2: (windows, packet records, corruption messages). Raises CaptureError for a file that
+    cannot be opened or is not a capture, before anything runs."""
+    import os
+
+    sizes = [os.path.getsize(p) if os.path.isfile(p) else 0 for p in paths]
+    target = _split_size(spark, sizes, split_bytes)
+    plans: list[FilePlan] = [plan_file(path, file_id, target) for file_id, path in enumerate(paths)]
+    splits = [split for plan in plans for split in plan.splits]
+    scans = spark.sparkContext.parallelize(splits, max(1, len(splits))).map(scan).collect()
+    windows: list[Window] = []
+    errors: list[str] = []
+    frames = 0
+    at = 0
+    for plan in plans:
+        mine = scans[at : at + len(plan.splits)]
+        at += len(plan.splits)
+        file_windows, packets, error = settle(plan, mine)
+        windows += file_windows
+        frames += packets
+        if error is not None:
+            errors.append(error)
+    return windows, frames, errors
+
+
+def ingest(
+    spark: Any,
+    paths: Sequence[str],
+    out: str,
+    options: DissectOptions | None = None,
+    *,
+    mode: str = "errorifexists",
+    split_bytes: int | None = None,
+    on_stage: Callable[[str], None] | None = None,
+) -> IngestResult:
+    """Decodes `paths` into a Parquet table at `out` (see the module's docstring). `mode` is Spark's save mode
+    (errorifexists, overwrite, append). `on_stage` is told the name of each stage as it begins."""
+    from pyspark import StorageLevel
+    from pyspark.sql import Window as SqlWindow
+    from pyspark.sql import functions as F
+
+    options = options or DissectOptions()
+    say = on_stage or (lambda _name: None)
+    result = IngestResult(files=len(paths))
+    clock = time.perf_counter()
+
+    say("scanning")
+    windows, result.frames, result.errors = plan_windows(spark, paths, split_bytes)
+    result.windows = len(windows)
+    result.seconds["scan"] = time.perf_counter() - clock
+
+    say("decoding")
+    clock = time.perf_counter()
+    names = dict(enumerate(paths))
+    parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    frames = spark.range(0, max(1, len(windows)), 1, max(1, len(windows))).mapInArrow(
+        partial(window_frames, windows=windows), ddl(FRAME_COLUMNS)
+    )
+    rows = (
+        frames.repartition(parts, "file_id", "key")
+        .sortWithinPartitions("file_id", "frame")
+        .mapInArrow(partial(dissect_rows, options=options, names=names), ddl(ROW_COLUMNS))
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    try:
+        result.rows = rows.count()
+        result.seconds["decode"] = time.perf_counter() - clock
+
+        say("writing")
+        clock = time.perf_counter()
+        # mqtt dump's connection numbers: per file, in the order the connections were numbered.
+        order = SqlWindow.partitionBy("file_id").orderBy("_numbered")
+        conns = rows.select("file_id", "_numbered").distinct().withColumn("_stream", F.row_number().over(order) - 1)
+        table = (
+            rows.join(F.broadcast(conns), ["file_id", "_numbered"])
+            .withColumn("stream", F.col("_stream").cast("int"))
+            .withColumn("time", F.expr("timestamp_micros(ts_ns div 1000)"))
+            .select(*[name for name, _ in TABLE_COLUMNS])
+        )
+        table.write.mode(mode).parquet(out)
+        result.seconds["write"] = time.perf_counter() - clock
+    finally:
+        rows.unpersist()
+    return result

@@ -1,0 +1,269 @@
+"""`mqtt analyze report`: Spark SQL over a table that `ingest` (or `record`) wrote; the answers as plain data.
+
+    report = build_report(spark, "table/")      # a dict of sections, JSON-ready (report["seconds"]: per query)
+
+Each section is one or two SQL queries over the view `packets`; the Python here only shapes their rows.
+Latencies pair a QoS 1/2 PUBLISH with what follows it in its flow: rows of the same connection, sender and
+packet identifier, in `seq` order (the order `mqtt dump` writes them). A PUBLISH followed by a re-send (DUP) of
+itself counts as re-sent, not unacknowledged; the latency is the re-send's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from mqtt_cli.core.reasons import reason_name
+
+__all__ = ["QUERIES", "build_report"]
+
+_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400, 604800)
+_POINTS = 120  # at most this many time buckets
+_SERIES = 5  # topics and clients drawn over time
+
+# The flows of QoS 1 and 2: each QoS 1/2 PUBLISH with the next three rows of its flow. Built once into the
+# cached view `flows`, which three queries read.
+_FLOWS = """
+WITH f AS (
+  SELECT capture_file, stream, packet_id, type, qos, dup, ts_ns, seq,
+         CASE WHEN type IN ('PUBLISH', 'PUBREL') THEN src ELSE dst END AS sender
+  FROM packets
+  WHERE packet_id IS NOT NULL
+    AND ((type = 'PUBLISH' AND qos IN (1, 2)) OR type IN ('PUBACK', 'PUBREC', 'PUBREL', 'PUBCOMP'))
+), o AS (
+  SELECT *,
+    lead(type, 1) OVER w AS t1, lead(ts_ns, 1) OVER w AS ts1, lead(dup, 1) OVER w AS dup1,
+    lead(type, 2) OVER w AS t2, lead(ts_ns, 2) OVER w AS ts2,
+    lead(type, 3) OVER w AS t3, lead(ts_ns, 3) OVER w AS ts3
+  FROM f
+  WINDOW w AS (PARTITION BY capture_file, stream, sender, packet_id ORDER BY seq)
+)
+SELECT qos, ts_ns, t1, ts1, dup1, t2, ts2, t3, ts3 FROM o WHERE type = 'PUBLISH'
+"""
+
+_LATENCY_STEPS = {
+    # name: (condition, latency in ms)
+    "qos1_puback": ("qos = 1 AND t1 = 'PUBACK'", "(ts1 - ts_ns) / 1e6"),
+    "qos2_pubrec": ("qos = 2 AND t1 = 'PUBREC'", "(ts1 - ts_ns) / 1e6"),
+    "qos2_pubrel": ("qos = 2 AND t1 = 'PUBREC' AND t2 = 'PUBREL'", "(ts2 - ts1) / 1e6"),
+    "qos2_pubcomp": ("qos = 2 AND t1 = 'PUBREC' AND t2 = 'PUBREL' AND t3 = 'PUBCOMP'", "(ts3 - ts2) / 1e6"),
+    "qos2_total": ("qos = 2 AND t1 = 'PUBREC' AND t2 = 'PUBREL' AND t3 = 'PUBCOMP'", "(ts3 - ts_ns) / 1e6"),
+}
+
+_SERVER_KEEP_ALIVE = (
+    "CAST(try_element_at(filter(from_json(properties, 'array<array<string>>'), x -> x[0] = 'server_keep_alive'), 1)[1]"
+    " AS INT)"
+)
+
+QUERIES: dict[str, str] = {
+    "summary": """
+        SELECT count(*) AS packets, count(DISTINCT capture_file) AS captures,
+               count(DISTINCT capture_file, stream) AS connections,
+               count_if(type = 'PUBLISH') AS publishes,
+               coalesce(sum(CASE WHEN type = 'PUBLISH' THEN payload_len END), 0) AS payload_bytes,
+               min(ts_ns) AS first_ns, max(ts_ns) AS last_ns,
+               count_if(type = 'MALFORMED') AS malformed,
+               count_if(error IS NOT NULL AND type <> 'MALFORMED') AS violations
+        FROM packets""",
+    "topics": """
+        SELECT topic, count(*) AS messages, sum(payload_len) AS payload_bytes,
+               count(DISTINCT client) AS clients, min(ts_ns) AS first_ns, max(ts_ns) AS last_ns
+        FROM packets WHERE type = 'PUBLISH'
+        GROUP BY topic ORDER BY messages DESC, topic LIMIT {top}""",
+    "clients": """
+        SELECT coalesce(client, '') AS client, count(DISTINCT capture_file, stream) AS connections,
+               count_if(type = 'PUBLISH' AND direction = 'to_broker') AS published,
+               coalesce(sum(CASE WHEN type = 'PUBLISH' AND direction = 'to_broker' THEN payload_len END), 0)
+                 AS published_bytes,
+               count_if(type = 'PUBLISH' AND direction = 'to_client') AS received,
+               coalesce(sum(CASE WHEN type = 'PUBLISH' AND direction = 'to_client' THEN payload_len END), 0)
+                 AS received_bytes
+        FROM packets
+        GROUP BY coalesce(client, '') ORDER BY published + received DESC, client LIMIT {top}""",
+    "timeline": """
+        SELECT (ts_ns - {t0}) DIV {step} AS bucket, count(*) AS messages, sum(payload_len) AS payload_bytes
+        FROM packets WHERE type = 'PUBLISH' AND ts_ns IS NOT NULL
+        GROUP BY 1 ORDER BY 1""",
+    "timeline_series": """
+        SELECT 'topic' AS kind, topic AS name, (ts_ns - {t0}) DIV {step} AS bucket, count(*) AS messages,
+               sum(payload_len) AS payload_bytes
+        FROM packets WHERE type = 'PUBLISH' AND ts_ns IS NOT NULL AND topic IN ({topics}) GROUP BY 1, 2, 3
+        UNION ALL
+        SELECT 'client', coalesce(client, ''), (ts_ns - {t0}) DIV {step}, count(*), sum(payload_len)
+        FROM packets WHERE type = 'PUBLISH' AND ts_ns IS NOT NULL AND coalesce(client, '') IN ({clients})
+        GROUP BY 1, 2, 3""",
+    "flows": _FLOWS,
+    "latency": "SELECT "
+    + ", ".join(
+        f"count_if({cond}) AS {name}_n, percentile_approx(CASE WHEN {cond} THEN {ms} END, array(0.5, 0.9, 0.99),"
+        f" 10000) AS {name}_p, max(CASE WHEN {cond} THEN {ms} END) AS {name}_max"
+        for name, (cond, ms) in _LATENCY_STEPS.items()
+    )
+    + " FROM flows",
+    "latency_histogram": """
+        WITH l AS (
+          SELECT 'qos1_puback' AS step, (ts1 - ts_ns) / 1e6 AS ms FROM flows WHERE qos = 1 AND t1 = 'PUBACK'
+          UNION ALL
+          SELECT 'qos2_total', (ts3 - ts_ns) / 1e6 FROM flows
+          WHERE qos = 2 AND t1 = 'PUBREC' AND t2 = 'PUBREL' AND t3 = 'PUBCOMP'
+        )
+        SELECT step, floor(log10(greatest(ms, 0.001)) * 4) AS bin, count(*) AS n FROM l GROUP BY 1, 2 ORDER BY 1, 2""",
+    "unacknowledged": """
+        SELECT qos, count_if(NOT coalesce(t1 = 'PUBLISH' AND dup1, false)
+                             AND coalesce(t1, '') NOT IN ('PUBACK', 'PUBREC')) AS unacknowledged,
+               count_if(qos = 2 AND t1 = 'PUBREC' AND NOT (coalesce(t2, '') = 'PUBREL'
+                        AND coalesce(t3, '') = 'PUBCOMP')) AS incomplete,
+               count_if(coalesce(t1 = 'PUBLISH' AND dup1, false)) AS resent
+        FROM flows GROUP BY qos ORDER BY qos""",
+    "dup": """
+        SELECT coalesce(client, '') AS client, direction, count(*) AS resends
+        FROM packets WHERE type = 'PUBLISH' AND dup
+        GROUP BY 1, 2 ORDER BY resends DESC, client LIMIT {top}""",
+    "sessions": """
+        WITH c AS (
+          SELECT capture_file, stream, max(client) AS client, max(protocol_version) AS version,
+                 min(ts_ns) AS start_ns, max(ts_ns) AS end_ns, count(*) AS packets,
+                 max(CASE WHEN type = 'CONNECT' THEN 1 ELSE 0 END) AS connected,
+                 max(CASE WHEN type = 'DISCONNECT' THEN 1 ELSE 0 END) AS disconnected,
+                 max(CASE WHEN type = 'CONNACK' AND reason_code <> 0 THEN 1 ELSE 0 END) AS refused
+          FROM packets GROUP BY capture_file, stream
+        )
+        SELECT count(*) AS connections, count_if(connected = 1) AS with_connect,
+               count_if(disconnected = 1) AS disconnected, count_if(refused = 1) AS refused,
+               count_if(connected = 1 AND disconnected = 0 AND refused = 0) AS without_disconnect,
+               percentile_approx((end_ns - start_ns) / 1e9, array(0.5, 0.9, 0.99), 10000) AS duration_p,
+               max((end_ns - start_ns) / 1e9) AS duration_max
+        FROM c""",
+    "sessions_longest": """
+        SELECT capture_file, stream, max(client) AS client, max(protocol_version) AS version,
+               min(ts_ns) AS start_ns, (max(ts_ns) - min(ts_ns)) / 1e9 AS seconds, count(*) AS packets,
+               max(CASE WHEN type = 'DISCONNECT' THEN 1 ELSE 0 END) AS disconnected
+        FROM packets GROUP BY capture_file, stream ORDER BY seconds DESC, capture_file, stream LIMIT {top}""",
+    "keepalive": f"""
+        WITH k AS (
+          SELECT capture_file, stream, client, type, direction, ts_ns, keepalive,
+                 CASE WHEN type = 'CONNACK' THEN {_SERVER_KEEP_ALIVE} END AS server_keep_alive,
+                 ts_ns - lag(CASE WHEN direction = 'to_broker' THEN ts_ns END)
+                   IGNORE NULLS OVER (PARTITION BY capture_file, stream ORDER BY seq) AS gap
+          FROM packets
+        ), c AS (
+          SELECT capture_file, stream, max(client) AS client,
+                 coalesce(max(server_keep_alive), max(CASE WHEN type = 'CONNECT' THEN keepalive END)) AS keepalive,
+                 max(CASE WHEN direction = 'to_broker' THEN gap END) / 1e9 AS max_gap,
+                 count_if(type = 'PINGREQ') AS pings, count_if(type = 'PINGRESP') AS pongs
+          FROM k GROUP BY capture_file, stream
+        )
+        SELECT capture_file, stream, client, keepalive, max_gap, pings, pongs,
+               keepalive > 0 AND max_gap > 1.5 * keepalive AS overdue
+        FROM c WHERE keepalive IS NOT NULL""",
+    "refused": """
+        SELECT protocol_version AS version, reason_code, count(*) AS refusals,
+               slice(array_sort(collect_set(coalesce(client, ''))), 1, 10) AS clients
+        FROM packets WHERE type = 'CONNACK' AND reason_code <> 0
+        GROUP BY 1, 2 ORDER BY refusals DESC""",
+    "malformed": """
+        SELECT type, coalesce(packet_type, type) AS packet_type, error, count(*) AS packets,
+               count(DISTINCT capture_file, stream) AS connections
+        FROM packets WHERE error IS NOT NULL
+        GROUP BY 1, 2, 3 ORDER BY packets DESC LIMIT {top}""",
+}
+
+
+def _rows(spark: Any, name: str, seconds: dict[str, float], **fmt: Any) -> list[dict[str, Any]]:
+    clock = time.perf_counter()
+    rows = [row.asDict(recursive=True) for row in spark.sql(QUERIES[name].format(**fmt)).collect()]
+    seconds[name] = round(time.perf_counter() - clock, 3)
+    return rows
+
+
+def _quote(values: list[str]) -> str:
+    return ", ".join("'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'" for v in values) or "NULL"
+
+
+def _percentiles(values: list[float] | None) -> dict[str, float | None]:
+    values = values or [None, None, None]
+    return {"p50": values[0], "p90": values[1], "p99": values[2]}
+
+
+def build_report(spark: Any, path: str, top: int = 20) -> dict[str, Any]:
+    """Every section of the report on the Parquet table at `path`."""
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+    spark.read.parquet(path).createOrReplaceTempView("packets")
+    seconds["load"] = round(time.perf_counter() - clock, 3)
+    report: dict[str, Any] = {"table": path}
+
+    summary = _rows(spark, "summary", seconds)[0]
+    report["summary"] = summary
+    report["topics"] = _rows(spark, "topics", seconds, top=top)
+    report["clients"] = _rows(spark, "clients", seconds, top=top)
+    report["timeline"] = _timeline(spark, summary, report, seconds)
+
+    clock = time.perf_counter()
+    flows = spark.sql(QUERIES["flows"]).cache()
+    flows.count()
+    flows.createOrReplaceTempView("flows")
+    seconds["flows"] = round(time.perf_counter() - clock, 3)
+    lat = _rows(spark, "latency", seconds)[0]
+    report["latency"] = {
+        name: {"count": lat[f"{name}_n"], **_percentiles(lat[f"{name}_p"]), "max": lat[f"{name}_max"]}
+        for name in _LATENCY_STEPS
+    }
+    report["latency_histogram"] = {}
+    for row in _rows(spark, "latency_histogram", seconds):
+        # Bins of a quarter decade: bin b holds latencies in [10**(b/4), 10**((b+1)/4)) ms.
+        report["latency_histogram"].setdefault(row["step"], []).append(
+            {"from_ms": 10 ** (row["bin"] / 4), "to_ms": 10 ** ((row["bin"] + 1) / 4), "count": row["n"]}
+        )
+    report["unacknowledged"] = _rows(spark, "unacknowledged", seconds)
+    flows.unpersist()
+    report["dup"] = _rows(spark, "dup", seconds, top=top)
+
+    sessions = _rows(spark, "sessions", seconds)[0]
+    sessions["duration"] = {**_percentiles(sessions.pop("duration_p")), "max": sessions.pop("duration_max")}
+    sessions["longest"] = _rows(spark, "sessions_longest", seconds, top=top)
+    report["sessions"] = sessions
+
+    conns = _rows(spark, "keepalive", seconds)
+    report["keepalive"] = {
+        "connections": len(conns),
+        "without_keepalive": sum(1 for c in conns if c["keepalive"] == 0),
+        "pings": sum(c["pings"] for c in conns),
+        "pongs": sum(c["pongs"] for c in conns),
+        "unanswered_pings": sum(max(c["pings"] - c["pongs"], 0) for c in conns),
+        "overdue": [c for c in conns if c["overdue"]][:top],
+        "overdue_count": sum(1 for c in conns if c["overdue"]),
+    }
+    refused = _rows(spark, "refused", seconds)
+    for row in refused:
+        row["reason"] = reason_name(row["reason_code"], 2, row["version"] or 4)
+    report["refused"] = refused
+    report["malformed"] = _rows(spark, "malformed", seconds, top=top)
+    report["seconds"] = seconds
+    return report
+
+
+def _timeline(spark: Any, summary: dict[str, Any], report: dict[str, Any], seconds: dict[str, float]) -> dict[str, Any]:
+    """Messages and payload bytes per time bucket: all, and for the busiest topics and clients."""
+    first, last = summary["first_ns"], summary["last_ns"]
+    if first is None or not summary["publishes"]:
+        return {"start_ns": first, "step_seconds": None, "points": [], "series": []}
+    span = (last - first) / 1e9
+    step = next((b for b in _BUCKETS if span / b <= _POINTS), _BUCKETS[-1])
+    fmt = {"t0": first, "step": step * 1_000_000_000}
+    count = int(span // step) + 1
+    points = [{"t": i * step, "messages": 0, "payload_bytes": 0} for i in range(count)]
+    for row in _rows(spark, "timeline", seconds, **fmt):
+        points[row["bucket"]].update(messages=row["messages"], payload_bytes=row["payload_bytes"])
+    topics = [t["topic"] for t in report["topics"][:_SERIES]]
+    clients = [c["client"] for c in report["clients"][:_SERIES] if c["published"] + c["received"]]
+    series: dict[tuple[str, str], list[int]] = {}
+    for row in _rows(spark, "timeline_series", seconds, topics=_quote(topics), clients=_quote(clients), **fmt):
+        values = series.setdefault((row["kind"], row["name"]), [0] * count)
+        values[row["bucket"]] = row["messages"]
+    return {
+        "start_ns": first,
+        "step_seconds": step,
+        "points": points,
+        "series": [{"kind": kind, "name": name, "messages": values} for (kind, name), values in series.items()],
+    }

@@ -1,0 +1,215 @@
+"""The SparkSession of `mqtt analyze`, and what it needs to exist.
+
+    problem = missing_requirement()          # None, or one line saying what to install
+    spark = start_session("local[*]", {"spark.executor.memory": "2g"})
+    ...
+    spark.stop()
+
+* Workers run `sys.executable` (PYSPARK_PYTHON), so they import the same pyspark, pyarrow and mqtt_cli as the
+  driver. Our code reaches them through PYTHONPATH on a local master, and as a zip of the `mqtt_cli` package
+  (`SparkContext.addPyFile`) on any other (`local-cluster[...]`, `spark://`, `yarn`, `k8s://`), whose executors
+  are other processes, perhaps on other machines, that know nothing of this checkout.
+* A local master binds the driver to 127.0.0.1 and has no web UI; logs are quiet (errors only, through our
+  log4j2 configuration, also for executors); Spark's own console progress bar is off (`ingest` shows its own).
+* PySpark starts the JVM with SIGINT ignored: Ctrl-C reaches Python only, where `CtrlC` cancels the running
+  jobs (from a thread of its own); the commands then stop the session, so the JVM and its workers go away and
+  the terminal is left as it was.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "INSTALL_HINT",
+    "CtrlC",
+    "is_local",
+    "java_executable",
+    "missing_requirement",
+    "package_zip",
+    "spark_log",
+    "start_session",
+]
+
+INSTALL_HINT = "pip install 'mqtt-cli[spark]'"
+_PACKAGE = Path(__file__).resolve().parent.parent  # mqtt_cli/
+_LOG4J = Path(__file__).resolve().parent / "log4j2.properties"
+
+
+def java_executable() -> str | None:
+    """The `java` Spark would start: $JAVA_HOME/bin/java, else the first on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        candidate = Path(home) / "bin" / "java"
+        return str(candidate) if os.access(candidate, os.X_OK) else None
+    return shutil.which("java")
+
+
+def missing_requirement() -> str | None:
+    """None when pyspark, pandas, pyarrow and a Java runtime are all there; else one line saying what to install."""
+    absent = [name for name in ("pyspark", "pandas", "pyarrow") if not _importable(name)]
+    if absent:
+        return f"mqtt analyze needs {', '.join(absent)} (Apache Spark's Python API): {INSTALL_HINT}"
+    if java_executable() is None:
+        where = (
+            f"JAVA_HOME={os.environ['JAVA_HOME']} has no bin/java"
+            if os.environ.get("JAVA_HOME")
+            else ("no java on PATH")
+        )
+        return (
+            f"mqtt analyze needs a Java runtime for Spark ({where}): apt-get install openjdk-17-jre-headless,"
+            " or set JAVA_HOME to a Java 17 or 21"
+        )
+    return None
+
+
+def _importable(name: str) -> bool:
+    if name in sys.modules:
+        return sys.modules[name] is not None  # None: imports of it are blocked
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def is_local(master: str) -> bool:
+    """local, local[N], local[*], local[N,F]: everything runs in this machine's driver JVM."""
+    return master == "local" or (master.startswith("local[") and master.endswith("]"))
+
+
+def package_zip(directory: Path) -> Path:
+    """A zip of the mqtt_cli package (sources and data files, no caches), for addPyFile."""
+    out = directory / "mqtt_cli.zip"
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(_PACKAGE.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                zf.write(path, Path("mqtt_cli") / path.relative_to(_PACKAGE))
+    return out
+
+
+def start_session(master: str = "local[*]", conf: dict[str, str] | None = None, app_name: str = "mqtt analyze") -> Any:
+    """A SparkSession set up as the module's docstring says; `conf` (from --conf k=v) wins over our defaults."""
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    local = is_local(master)
+    if local:
+        root = str(_PACKAGE.parent)
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if root not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+    quiet = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
+    settings = {
+        "spark.app.name": app_name,
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.driver.extraJavaOptions": quiet,
+        "spark.executor.extraJavaOptions": quiet,
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+    }
+    if local or master.startswith("local-cluster["):
+        settings.update(
+            {
+                "spark.ui.enabled": "false",
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+            }
+        )
+    if local:
+        cores = _local_cores(master)
+        settings["spark.sql.shuffle.partitions"] = str(max(2, 2 * cores))
+        settings["spark.driver.memory"] = "2g"
+    settings.update(conf or {})
+    builder = SparkSession.builder.master(master)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    work = Path(tempfile.mkdtemp(prefix="mqtt-analyze-"))
+    global spark_log
+    spark_log = work / "spark.log"
+    with _stderr_to(spark_log):
+        spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    # PySpark logs every failed query as JSON on standard error before raising it: the exception is enough.
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL + 1)
+    if not local:
+        # Executors elsewhere: ship our package (they have the same Python and pyspark, not this checkout).
+        spark.sparkContext.addPyFile(str(package_zip(work)))
+    return spark
+
+
+#: Where the JVM of the latest session writes its standard error (Spark's errors, the JVM's own warnings).
+spark_log: Path | None = None
+
+
+@contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """File descriptor 2 goes to `path` while the JVM starts, and so stays *its* standard error: the JVM prints
+    warnings of its own at start (an incubator module) that no setting silences. Job failures still reach us,
+    as Python exceptions with Spark's message."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _local_cores(master: str) -> int:
+    inside = master[len("local[") : -1] if master.startswith("local[") else "1"
+    first = inside.split(",")[0]
+    if first == "*":
+        return os.cpu_count() or 1
+    try:
+        return max(1, int(first))
+    except ValueError:
+        return 1
+
+
+class CtrlC:
+    """Ctrl-C while Spark works, handled without re-entering py4j.
+
+    PySpark's own SIGINT handler calls into the JVM from the signal handler; when the main thread is inside a
+    py4j call at that moment (it always is during a job), the call re-enters the same socket and both print
+    tracebacks. Here the first Ctrl-C only sets `interrupted` and, with `cancel_jobs`, cancels the running jobs
+    from a thread of its own (the main thread's call then fails, and the command knows why); a second Ctrl-C
+    raises KeyboardInterrupt as usual."""
+
+    def __init__(self, spark: Any, cancel_jobs: bool = True) -> None:
+        self._spark = spark
+        self._cancel = cancel_jobs
+        self.interrupted = False
+        self._previous: Any = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.interrupted:
+            raise KeyboardInterrupt
+        self.interrupted = True
+        if self._cancel:
+            threading.Thread(target=self._spark.sparkContext.cancelAllJobs, daemon=True).start()
+
+    def __enter__(self) -> CtrlC:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None

@@ -1,0 +1,168 @@
+"""The report (report.build_report) as rich tables for a terminal. Builds renderables; printing is the command's."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+
+__all__ = ["report_tables", "sparkline", "when"]
+
+_BARS = " ▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[int], width: int = 32) -> str:
+    """Values as a line of block characters, resampled to at most `width` (maximum of each slice)."""
+    if not values:
+        return ""
+    if len(values) > width:
+        size = len(values) / width
+        values = [max(values[int(i * size) : max(int((i + 1) * size), int(i * size) + 1)]) for i in range(width)]
+    top = max(values) or 1
+    return "".join(_BARS[min(8, -(-v * 8 // top))] for v in values)
+
+
+def when(ns: int | None) -> str:
+    if ns is None:
+        return "-"
+    stamp = datetime.datetime.fromtimestamp(ns / 1e9, datetime.UTC)
+    return stamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.3f}"
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
+    for n, col in enumerate(columns):
+        table.add_column(col, justify="right" if n else "left")
+    return table
+
+
+def report_tables(report: dict[str, Any]) -> RenderableType:
+    s = report["summary"]
+    parts: list[RenderableType] = []
+    t = _table("Summary", "", "")
+    for label, value in (
+        ("captures / sources", s["captures"]),
+        ("connections", s["connections"]),
+        ("MQTT packets", s["packets"]),
+        ("PUBLISH", s["publishes"]),
+        ("payload bytes", s["payload_bytes"]),
+        ("first", when(s["first_ns"])),
+        ("last", when(s["last_ns"])),
+        ("malformed", s["malformed"]),
+        ("protocol violations", s["violations"]),
+    ):
+        t.add_row(label, f"{value:,}" if isinstance(value, int) else str(value))
+    parts.append(t)
+
+    timeline = report["timeline"]
+    if timeline["points"]:
+        step = timeline["step_seconds"]
+        t = _table(
+            f"PUBLISH over time (one bar: {step} s, from {when(timeline['start_ns'])} UTC)", "", "peak msg/s", ""
+        )
+        t.columns[2].justify = "left"
+        total = [p["messages"] for p in timeline["points"]]
+        t.add_row("all", f"{max(total) / step:,.1f}", sparkline(total))
+        for series in timeline["series"]:
+            name = f"{series['kind']} {series['name'] or '(empty)'}"
+            t.add_row(name, f"{max(series['messages']) / step:,.1f}", sparkline(series["messages"]))
+        parts.append(t)
+
+    t = _table("Topics", "topic", "messages", "payload bytes", "clients", "first", "last")
+    for row in report["topics"]:
+        t.add_row(row["topic"] or "(empty: topic alias)", f"{row['messages']:,}", f"{row['payload_bytes']:,}",
+                  str(row["clients"]), when(row["first_ns"]), when(row["last_ns"]))  # fmt: skip
+    parts.append(t)
+
+    t = _table("Clients", "client", "connections", "published", "bytes", "received", "bytes")
+    for row in report["clients"]:
+        t.add_row(row["client"] or "(unknown)", str(row["connections"]), f"{row['published']:,}",
+                  f"{row['published_bytes']:,}", f"{row['received']:,}", f"{row['received_bytes']:,}")  # fmt: skip
+    parts.append(t)
+
+    t = _table("Acknowledgement latency (ms)", "flow", "count", "p50", "p90", "p99", "max")
+    labels = {
+        "qos1_puback": "QoS 1 PUBLISH → PUBACK",
+        "qos2_pubrec": "QoS 2 PUBLISH → PUBREC",
+        "qos2_pubrel": "QoS 2 PUBREC → PUBREL",
+        "qos2_pubcomp": "QoS 2 PUBREL → PUBCOMP",
+        "qos2_total": "QoS 2 PUBLISH → PUBCOMP",
+    }
+    for name, label in labels.items():
+        row = report["latency"][name]
+        t.add_row(label, f"{row['count']:,}", _ms(row["p50"]), _ms(row["p90"]), _ms(row["p99"]), _ms(row["max"]))
+    parts.append(t)
+
+    t = _table("QoS 1/2 delivery", "QoS", "unacknowledged", "QoS 2 flows incomplete", "re-sent (DUP follows)")
+    for row in report["unacknowledged"]:
+        t.add_row(str(row["qos"]), f"{row['unacknowledged']:,}", f"{row['incomplete']:,}" if row["qos"] == 2 else "-",
+                  f"{row['resent']:,}")  # fmt: skip
+    parts.append(t)
+    if report["dup"]:
+        t = _table("DUP re-sends", "client", "direction", "PUBLISH with DUP")
+        for row in report["dup"]:
+            t.add_row(row["client"] or "(unknown)", row["direction"] or "?", f"{row['resends']:,}")
+        parts.append(t)
+
+    ses = report["sessions"]
+    d = ses["duration"]
+    t = _table("Sessions", "", "")
+    for label, value in (
+        ("connections", f"{ses['connections']:,}"),
+        ("with CONNECT", f"{ses['with_connect']:,}"),
+        ("ended with DISCONNECT", f"{ses['disconnected']:,}"),
+        ("ended without DISCONNECT (or still open)", f"{ses['without_disconnect']:,}"),
+        ("refused", f"{ses['refused']:,}"),
+        ("duration p50 / p90 / p99 / max (s)", " / ".join(_ms(d[k]) for k in ("p50", "p90", "p99", "max"))),
+    ):
+        t.add_row(label, value)
+    parts.append(t)
+    t = _table("Longest sessions", "client", "capture", "connection", "version", "started", "seconds", "packets")
+    for row in ses["longest"][:10]:
+        t.add_row(row["client"] or "(unknown)", row["capture_file"], str(row["stream"]), str(row["version"]),
+                  when(row["start_ns"]), f"{row['seconds']:,.3f}", f"{row['packets']:,}")  # fmt: skip
+    parts.append(t)
+
+    k = report["keepalive"]
+    t = _table("Keepalive and pings", "", "")
+    for label, value in (
+        ("connections with a keepalive", k["connections"] - k["without_keepalive"]),
+        ("keepalive 0 (off)", k["without_keepalive"]),
+        ("PINGREQ / PINGRESP", f"{k['pings']:,} / {k['pongs']:,}"),
+        ("PINGREQ without PINGRESP", k["unanswered_pings"]),
+        ("silent for over 1.5 × keepalive", k["overdue_count"]),
+    ):
+        t.add_row(label, str(value))
+    parts.append(t)
+    if k["overdue"]:
+        t = _table("Clients silent for over 1.5 × keepalive", "client", "capture", "connection", "keepalive",
+                   "longest silence (s)")  # fmt: skip
+        for row in k["overdue"]:
+            t.add_row(row["client"] or "(unknown)", row["capture_file"], str(row["stream"]), str(row["keepalive"]),
+                      f"{row['max_gap']:,.3f}")  # fmt: skip
+        parts.append(t)
+
+    t = _table("Refused connections", "reason", "version", "refusals", "clients")
+    for row in report["refused"]:
+        t.add_row(f"0x{row['reason_code']:02X} {row['reason']}", str(row["version"]), f"{row['refusals']:,}",
+                  ", ".join(c or "(empty)" for c in row["clients"]))  # fmt: skip
+    if not report["refused"]:
+        t.add_row("none", "", "", "")
+    parts.append(t)
+
+    t = _table("Malformed packets and protocol violations", "type", "error", "packets", "connections")
+    for row in report["malformed"]:
+        t.add_row(row["packet_type"], row["error"], f"{row['packets']:,}", f"{row['connections']:,}")
+    if not report["malformed"]:
+        t.add_row("none", "", "", "")
+    parts.append(t)
+    spaced: list[RenderableType] = []
+    for part in parts:
+        spaced += [part, ""]
+    return Group(*spaced[:-1])

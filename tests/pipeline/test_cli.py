@@ -1,0 +1,123 @@
+"""`mqtt analyze` from the command line: what it says without pyspark or Java, usage errors before Spark starts,
+and ingest then report end to end (each a process of its own, as users run them)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ..conftest import Run, cli_env
+from .conftest import dump_records, needs_spark, sample_captures
+
+BLOCK_PYSPARK = (
+    "import sys; sys.modules['pyspark'] = None; sys.argv = ['mqtt', *sys.argv[1:]]\n"
+    "from mqtt_cli.__main__ import main; main()"
+)
+
+
+def test_without_pyspark_it_says_what_to_install(run: Run, tmp_path: Path) -> None:
+    result = run([sys.executable, "-c", BLOCK_PYSPARK, "analyze", "report", str(tmp_path)])
+    assert result.returncode == 4
+    assert (
+        result.stderr
+        == "mqtt: error: mqtt analyze needs pyspark (Apache Spark's Python API): pip install 'mqtt-cli[spark]'\n"
+    )
+
+
+def test_without_java_it_says_what_to_install(run: Run, tmp_path: Path) -> None:
+    env = cli_env(JAVA_HOME=str(tmp_path / "no-java"))
+    result = run([sys.executable, "-m", "mqtt_cli", "analyze", "report", str(tmp_path)], env=env)
+    assert result.returncode == 4
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "apt-get install openjdk-17-jre-headless" in lines[0] and "JAVA_HOME" in lines[0]
+
+
+def test_help_lists_the_subcommands(run: Run, mqtt_exe: Path) -> None:
+    result = run([mqtt_exe, "analyze", "--help"])
+    assert result.returncode == 0
+    for name in ("ingest", "report", "record"):
+        assert name in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["ingest", "X", "-o", "OUT", "--conf", "nonsense"], "--conf 'nonsense': expected KEY=VALUE"),
+        (["ingest", "X", "-o", "OUT", "--protocol-version", "7"], "--protocol-version '7'"),
+        (["ingest", "X", "-o", "OUT", "--overwrite", "--append"], "choose one"),
+        (["ingest", "X", "-o", "EXISTS"], "exists: add --overwrite"),
+        (["record", "--url", "http://x", "-t", "a", "-o", "OUT"], "--url"),
+        (["record", "--url", "mqtt://x", "-t", "a/#/b", "-o", "OUT"], "--topic 'a/#/b'"),
+        (["record", "--url", "mqtt://x", "-t", "a", "-o", "OUT", "--persistent"], "--persistent needs --client-id"),
+        (["report", "NOWHERE"], "no such directory"),
+    ],
+)
+def test_usage_errors_exit_2_before_spark_starts(
+    run: Run, mqtt_exe: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    (tmp_path / "X").write_bytes(b"")
+    (tmp_path / "EXISTS").mkdir()
+    (tmp_path / "EXISTS" / "part-0.parquet").write_bytes(b"")
+    args = [str(tmp_path / a) if a in ("X", "OUT", "EXISTS", "NOWHERE") else a for a in args]
+    result = run([mqtt_exe, "analyze", *args])
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+@needs_spark
+@pytest.mark.slow
+def test_ingest_then_report(run: Run, mqtt_exe: Path, tmp_path: Path) -> None:
+    capture = next(p for p in sample_captures() if p.name == "12-v5-properties.pcap")
+    table = tmp_path / "table"
+    ingest = run(
+        [mqtt_exe, "analyze", "ingest", "--master", "local[2]", "-p", "18841", "-o", table, capture], timeout=180
+    )
+    assert ingest.returncode == 0, ingest.stderr
+    records = dump_records(capture)
+    [summary] = ingest.stderr.splitlines()  # one line, no Spark chatter
+    assert summary.startswith(f"{len(records)} packets from ")
+    page = tmp_path / "report.html"
+    report = run([mqtt_exe, "analyze", "report", "--master", "local[2]", "--json", "--html", page, table], timeout=180)
+    assert report.returncode == 0, report.stderr
+    assert report.stderr == ""
+    data = json.loads(report.stdout)
+    assert data["summary"]["packets"] == len(records)
+    assert data["summary"]["publishes"] == sum(r["type"] == "PUBLISH" for r in records)
+    assert page.read_text().startswith("<!doctype html>")
+
+
+@needs_spark
+@pytest.mark.slow
+def test_the_cluster_path_ships_our_code(tmp_path: Path) -> None:
+    """local-cluster: executors are separate JVMs with Python workers of their own; they import mqtt_cli from the
+    zip the session shipped (addPyFile), and the ingest is as exact as locally."""
+    capture = next(p for p in sample_captures() if p.name == "02-v311-qos-matrix.pcapng")
+    table = tmp_path / "table"
+    script = f"""
+import json, os
+from mqtt_cli.pipeline.session import start_session
+from mqtt_cli.pipeline.ingest import ingest
+from mqtt_cli.pipeline.dissect import DissectOptions
+spark = start_session("local-cluster[2,1,1024]", {{"spark.sql.shuffle.partitions": "2"}})
+where = spark.sparkContext.parallelize(range(4), 4).map(
+    lambda _: (__import__("mqtt_cli").__file__, os.getpid())).collect()
+result = ingest(spark, [{str(capture)!r}], {str(table)!r}, DissectOptions(ports=(18841,)), split_bytes=4096)
+print(json.dumps({{"where": where, "driver": os.getpid(), "windows": result.windows}}))
+spark.stop()
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240, env=cli_env())
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert all("mqtt_cli.zip" in path for path, _pid in out["where"]), out["where"]
+    assert out["driver"] not in {pid for _path, pid in out["where"]}
+    assert out["windows"] > 2
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(table).to_pylist()
+    from .test_ingest import assert_same
+
+    assert_same(dump_records(capture), rows, capture.name)

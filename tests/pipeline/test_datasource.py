@@ -1,0 +1,228 @@
+"""The `mqtt` Spark data source and `record`, against real brokers: ours (`mqtt serve`) and Debian's mosquitto,
+each a process on a free port of 127.0.0.1. Messages are published and checked with our trio client."""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from mqtt_cli.core import Properties, Subscription
+from mqtt_cli.net.client import ClientSettings, open_client
+from mqtt_cli.net.transports import Endpoint
+from tests.broker.conftest import start_ours
+from tests.brokers import Broker, start_mosquitto
+
+pytestmark = pytest.mark.interop
+
+DEADLINE = 30
+LIFETIME = 150  # a Publisher's, bounded by the test that stops it (a test with a Spark start-up under load)
+
+
+@pytest.fixture(scope="module")
+def ours(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    broker = start_ours(tmp_path_factory.mktemp("ours"))
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="module")
+def mosq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    broker = start_mosquitto(tmp_path_factory.mktemp("mosq"))
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(params=["ours", "mosquitto"])
+def broker(request: pytest.FixtureRequest, ours: Broker, mosq: Broker) -> Broker:
+    return ours if request.param == "ours" else mosq
+
+
+def _settings(broker: Broker, client_id: str = "") -> ClientSettings:
+    return ClientSettings(endpoint=Endpoint("mqtt", broker.host, broker.port), client_id=client_id)
+
+
+class Publisher:
+    """Publishes `topic/N` every `interval` seconds from a thread until stopped (or the deadline)."""
+
+    def __init__(self, broker: Broker, topic: str, interval: float = 0.1) -> None:
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=trio.run, args=(self._main, broker, topic, interval), daemon=True)
+
+    async def _main(self, broker: Broker, topic: str, interval: float) -> None:
+        with trio.fail_after(LIFETIME):
+            async with open_client(_settings(broker)) as client:
+                while not self._stop.is_set():
+                    props = Properties(user_properties=[("n", str(self.sent))])
+                    await client.publish(f"{topic}/{self.sent}", b"payload %d" % self.sent, 1, False, props)
+                    self.sent += 1
+                    await trio.sleep(interval)
+                await client.wait_acknowledged()
+
+    def __enter__(self) -> Publisher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(DEADLINE)
+
+
+def test_read_stream_from_a_broker(spark: Any, broker: Broker) -> None:
+    from mqtt_cli.pipeline.datasource import register
+
+    register(spark)
+    name = f"mqtt_{broker.kind}"
+    df = spark.readStream.format("mqtt").option("url", broker.url).option("topic", "ds/read/#").load()
+    query = df.writeStream.format("memory").queryName(name).trigger(processingTime="0.5 seconds").start()
+    try:
+        with Publisher(broker, "ds/read", 0.05):
+            deadline = time.monotonic() + DEADLINE
+            while spark.sql(f"SELECT count(*) AS n FROM {name}").first()["n"] < 5:
+                assert query.isActive and time.monotonic() < deadline, query.exception()
+                time.sleep(0.2)
+    finally:
+        query.stop()
+    rows = spark.sql(f"SELECT * FROM {name}").collect()
+    assert all(r["topic"].startswith("ds/read/") and r["qos"] == 1 and not r["retain"] for r in rows)
+    assert all(r["payload"] == b"payload " + r["topic"].rsplit("/", 1)[1].encode() for r in rows)
+    numbers = [int(r["topic"].rsplit("/", 1)[1]) for r in rows]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)  # in order, once each (at most once)
+    # 5.0 (both brokers speak it): the properties come through as `mqtt dump` writes them.
+    assert rows[0]["properties"] == f'[["user_property",["n","{numbers[0]}"]]]'
+    assert rows[0]["timestamp"] is not None
+
+
+def test_batch_write_publishes_every_row(spark: Any, mosq: Broker) -> None:
+    from mqtt_cli.pipeline.datasource import register
+
+    register(spark)
+    rows = [(f"ds/write/{n}", b"w%d" % n, n % 3, n == 0, '[["content_type","text/plain"]]') for n in range(30)]
+    df = spark.createDataFrame(rows, "topic string, payload binary, qos int, retain boolean, properties string")
+    got: list[Any] = []
+    ready = threading.Event()
+
+    async def subscriber() -> None:
+        with trio.fail_after(DEADLINE):
+            async with open_client(_settings(mosq, "ds-writer-check")) as client:
+                await client.subscribe([Subscription("ds/write/#", 2)])
+                ready.set()
+                async for msg in client.messages:
+                    got.append(msg)
+                    if len(got) == len(rows):
+                        return
+
+    thread = threading.Thread(target=trio.run, args=(subscriber,), daemon=True)
+    thread.start()
+    assert ready.wait(DEADLINE)
+    df.repartition(3).write.format("mqtt").option("url", mosq.url).mode("append").save()
+    thread.join(DEADLINE)
+    assert sorted((m.topic, m.payload, m.qos) for m in got) == sorted((t, p, q) for t, p, q, _r, _x in rows)
+    assert all(m.properties.content_type == "text/plain" for m in got)
+
+
+def test_reader_is_picklable_and_connects_lazily(ours: Broker) -> None:
+    from mqtt_cli.pipeline.datasource import MqttStreamReader
+
+    reader = MqttStreamReader({"url": ours.url, "topic": "ds/pickle/#"})
+    assert reader._feed is None  # nothing opened by making it
+    try:
+        assert reader.latestOffset({"received": 7}, None) == {"received": 7}  # connects; counts on from `start`
+        copy = pickle.loads(pickle.dumps(reader))  # Spark pickles readers: no socket or thread travels
+        assert copy._feed is None and copy.options == reader.options
+        assert copy.partitions({"received": 0}, {"received": 3}) == []  # a replay: MQTT cannot give it again
+    finally:
+        reader.stop()
+
+
+def test_options_are_checked(spark: Any) -> None:
+    from mqtt_cli.pipeline.datasource import MqttOptions
+
+    with pytest.raises(ValueError, match="url"):
+        MqttOptions({"topic": "a"})
+    with pytest.raises(ValueError, match="client_id"):
+        MqttOptions({"url": "mqtt://127.0.0.1", "persistent": "true"})
+    with pytest.raises(ValueError, match="scheme"):
+        MqttOptions({"url": "http://127.0.0.1"})
+
+
+def test_record_writes_a_table_the_report_reads(spark: Any, ours: Broker, tmp_path: Path) -> None:
+    from mqtt_cli.pipeline.record import record
+    from mqtt_cli.pipeline.report import build_report
+
+    out = tmp_path / "live"
+    with Publisher(ours, "rec/t", 0.05):
+        rows = record(spark, ours.url, ["rec/#"], str(out), count=5, trigger_seconds=0.5, duration=DEADLINE)
+    assert rows >= 5
+    table = spark.read.parquet(str(out))
+    assert table.count() == rows
+    first = table.orderBy("seq").first()
+    assert (first["type"], first["direction"], first["capture_file"]) == ("PUBLISH", "to_client", f"{ours.url}")
+    assert first["payload_len"] == len(b"payload ") + len(first["topic"].rsplit("/", 1)[1])
+    assert first["ts_ns"] // 1000 == int(first["time"].timestamp() * 1e6 + 0.5)
+    report = build_report(spark, str(out))
+    assert report["summary"]["publishes"] == rows
+
+
+@pytest.mark.slow
+def test_record_command_stops_cleanly_on_ctrl_c(ours: Broker, tmp_path: Path, mqtt_exe: Path) -> None:
+    """`mqtt analyze record` until Ctrl-C: the query stops between micro-batches, the session ends, exit 130,
+    and what was written is a readable table."""
+    import signal
+    import subprocess
+
+    import pyarrow.parquet as pq
+
+    from ..conftest import cli_env
+
+    out = tmp_path / "live"
+    cmd = [
+        str(mqtt_exe),
+        "analyze",
+        "record",
+        "--master",
+        "local[1]",
+        "--url",
+        ours.url,
+        "-t",
+        "rec2/#",
+        "-o",
+        str(out),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+    try:
+        with Publisher(ours, "rec2/t", 0.05):
+            deadline = time.monotonic() + 60
+            while not _rows_written(out):  # a micro-batch with messages was written
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr and proc.stderr.read()
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGINT)
+            _stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    lines = stderr.splitlines()
+    assert lines[-1] == f"mqtt: interrupted: the micro-batches written to {out} are kept"
+    assert "Traceback" not in stderr
+    rows = pq.read_table(out, columns=["type", "topic"]).to_pylist()
+    assert rows and all(r["type"] == "PUBLISH" and r["topic"].startswith("rec2/t/") for r in rows)
+
+
+def _rows_written(table: Path) -> int:
+    import pyarrow.parquet as pq
+
+    total = 0
+    for part in table.glob("part-*.parquet"):
+        with contextlib.suppress(OSError, ValueError):  # a file being written (pyarrow's ArrowInvalid)
+            total += pq.read_metadata(part).num_rows
+    return total

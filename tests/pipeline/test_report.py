@@ -1,0 +1,163 @@
+"""`report`: each section on a made-up capture whose answers are known, the sample captures against numbers
+worked out from `mqtt dump` records in Python, and the three renderings (JSON-ready data, rich tables, HTML)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from mqtt_cli.core import (
+    ConnAck,
+    Connect,
+    Disconnect,
+    PingReq,
+    PingResp,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    encode,
+)
+from mqtt_cli.pipeline.html import report_html
+from mqtt_cli.pipeline.ingest import ingest
+from mqtt_cli.pipeline.report import build_report
+from mqtt_cli.pipeline.tables import report_tables, sparkline
+from tests.capture.pcapwriter import Conversation, pcap
+
+from .conftest import dump_records
+
+MS = 1_000_000
+
+
+def _known_capture(path: Path) -> None:
+    """Four connections whose report is known by construction."""
+    ts = 1_700_000_000_000_000_000
+    # 1. QoS 1 acknowledged after 2 ms, 4 ms; one never acknowledged; one re-sent with DUP then acknowledged.
+    a = Conversation(cport=40001, ts=ts, step=MS).handshake()
+    a.send(encode(Connect("alpha", keepalive=10)))
+    a.send(encode(ConnAck()), False)
+    a.send(encode(Publish("t/a", b"12345", 1, packet_id=1)))
+    a.step = 2 * MS
+    a.send(encode(PubAck(1)), False)
+    a.step = MS
+    a.send(encode(Publish("t/a", b"123", 1, packet_id=2)))
+    a.step = 4 * MS
+    a.send(encode(PubAck(2)), False)
+    a.step = MS
+    a.send(encode(Publish("t/b", b"lost", 1, packet_id=3)))  # never acknowledged
+    a.send(encode(Publish("t/c", b"again", 1, packet_id=4)))
+    a.send(encode(Publish("t/c", b"again", 1, packet_id=4, dup=True)))
+    a.send(encode(PubAck(4)), False)
+    # 2. QoS 2: the whole flow, 1 ms per step; and one flow stopped after PUBREC.
+    a.send(encode(Publish("t/q2", b"two", 2, packet_id=5)))
+    a.send(encode(PubRec(5)), False)
+    a.send(encode(PubRel(5)))
+    a.send(encode(PubComp(5)), False)
+    a.send(encode(Publish("t/q2", b"half", 2, packet_id=6)))
+    a.send(encode(PubRec(6)), False)
+    a.send(encode(Disconnect()))
+    a.close()
+    # 3. Refused: bad user name or password (3.1.1 return code 4).
+    b = Conversation(cport=40002, ts=ts + 100 * MS).handshake()
+    b.send(encode(Connect("beta", username="u", password=b"p")))
+    b.send(encode(ConnAck(reason_code=4)), False)
+    b.close()
+    # 4. keepalive 2 s, silent for 5 s; a PINGREQ never answered; a QoS 3 PUBLISH (a protocol violation).
+    c = Conversation(cport=40003, ts=ts + 200 * MS, step=MS).handshake()
+    c.send(encode(Connect("gamma", keepalive=2)))
+    c.send(encode(ConnAck()), False)
+    c.send(encode(PingReq()))
+    c.send(encode(PingResp()), False)
+    c.step = 5_000 * MS
+    c.send(encode(PingReq()))
+    c.step = MS
+    bad = bytearray(encode(Publish("t/bad", b"x", 1, packet_id=9)))
+    bad[0] |= 0x06  # both QoS bits: QoS 3
+    c.send(bytes(bad))
+    frames = sorted(a.frames() + b.frames() + c.frames(), key=lambda f: f[0])
+    path.write_bytes(pcap(frames))
+
+
+@pytest.fixture(scope="module")
+def known(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    tmp = tmp_path_factory.mktemp("known")
+    capture = tmp / "known.pcap"
+    _known_capture(capture)
+    ingest(spark, [str(capture)], str(tmp / "table"))
+    return build_report(spark, str(tmp / "table")), capture
+
+
+def test_latencies_and_flows(known: tuple[dict[str, Any], Path]) -> None:
+    report, _ = known
+    lat = report["latency"]
+    assert lat["qos1_puback"]["count"] == 3
+    assert lat["qos1_puback"]["max"] == pytest.approx(4.0)
+    assert lat["qos1_puback"]["p50"] == pytest.approx(2.0)
+    assert lat["qos2_pubrec"]["count"] == 2
+    assert lat["qos2_total"]["count"] == 1
+    assert lat["qos2_total"]["max"] == pytest.approx(3.0)
+    unacked = {row["qos"]: row for row in report["unacknowledged"]}
+    assert unacked[1] == {"qos": 1, "unacknowledged": 1, "incomplete": 0, "resent": 1}
+    assert unacked[2]["incomplete"] == 1 and unacked[2]["unacknowledged"] == 0
+    assert report["dup"] == [{"client": "alpha", "direction": "to_broker", "resends": 1}]
+
+
+def test_sessions_refusals_keepalive_and_violations(known: tuple[dict[str, Any], Path]) -> None:
+    report, capture = known
+    ses = report["sessions"]
+    assert (ses["connections"], ses["disconnected"], ses["refused"], ses["without_disconnect"]) == (3, 1, 1, 1)
+    [refused] = report["refused"]
+    assert (refused["version"], refused["reason_code"], refused["refusals"], refused["clients"]) == (4, 4, 1, ["beta"])
+    assert "password" in refused["reason"]
+    keep = report["keepalive"]
+    assert keep["pings"] == 2 and keep["pongs"] == 1 and keep["unanswered_pings"] == 1
+    assert [(c["client"], c["keepalive"]) for c in keep["overdue"]] == [("gamma", 2)]
+    assert keep["overdue"][0]["max_gap"] == pytest.approx(5.0, abs=0.01)
+    errors = {row["error"] for row in report["malformed"]}
+    dumped = {rec["error"] for rec in dump_records(capture, "-p", "1883") if rec.get("error")}
+    assert errors == dumped and any("QoS 3" in e for e in errors)
+    assert report["summary"]["violations"] == 1
+
+
+def test_topics_clients_and_timeline(known: tuple[dict[str, Any], Path]) -> None:
+    report, capture = known
+    dumped = [r for r in dump_records(capture, "-p", "1883") if r["type"] == "PUBLISH"]
+    assert report["summary"]["publishes"] == len(dumped)
+    topics = {row["topic"]: row for row in report["topics"]}
+    assert topics["t/a"]["messages"] == 2 and topics["t/a"]["payload_bytes"] == 8
+    alpha = next(row for row in report["clients"] if row["client"] == "alpha")
+    assert alpha["published"] == sum(1 for r in dumped if r["client"] == "alpha")
+    timeline = report["timeline"]
+    assert sum(p["messages"] for p in timeline["points"]) == len(dumped)
+    assert timeline["series"] and all(len(s["messages"]) == len(timeline["points"]) for s in timeline["series"])
+    json.dumps(report)  # JSON-ready as it is (--json)
+
+
+def test_sample_captures_against_dump_records(spark: Any, samples_table: tuple[Path, list[Path], Any]) -> None:
+    out, captures, _ = samples_table
+    report = build_report(spark, str(out))
+    records = [rec for capture in captures for rec in dump_records(capture)]
+    assert report["summary"]["packets"] == len(records)
+    assert report["summary"]["publishes"] == sum(r["type"] == "PUBLISH" for r in records)
+    # No re-sends nor losses in these captures: every QoS 1 PUBLISH meets its PUBACK, every QoS 2 its PUBCOMP.
+    assert report["latency"]["qos1_puback"]["count"] == sum(r["type"] == "PUBACK" for r in records)
+    assert report["latency"]["qos2_total"]["count"] == sum(r["type"] == "PUBCOMP" for r in records)
+    assert set(report["seconds"]) >= {"summary", "topics", "latency", "sessions", "keepalive", "malformed"}
+
+
+def test_renderings(known: tuple[dict[str, Any], Path]) -> None:
+    report, _ = known
+    console = Console(record=True, width=140)
+    console.print(report_tables(report))
+    text = console.export_text()
+    for title in ("Summary", "Topics", "Acknowledgement latency", "Sessions", "Refused connections", "alpha"):
+        assert title in text
+    page = report_html(report)
+    assert page.startswith("<!doctype html>") and page.count("<svg") >= 2 and "<polyline" in page
+    assert "<script" not in page and "http://" not in page and "https://" not in page  # self-contained
+    assert sparkline([0, 1, 2, 8]) == " ▁▂█"
