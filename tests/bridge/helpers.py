@@ -15,6 +15,21 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from tests.brokers import Broker
 
+#: What a test started (brokers, bridges, processes): tests/bridge/conftest.py stops it all after each test.
+RUNNING: list[Any] = []
+
+
+def stop_all() -> None:
+    while RUNNING:
+        thing = RUNNING.pop()
+        if isinstance(thing, Broker):
+            thing.stop()
+            continue
+        proc = thing.proc if isinstance(thing, BridgeProcess) else thing
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
 
 class BridgeProcess:
     def __init__(self, workdir: Path, local: Broker, remote: Broker, *args: str, name: str = "t") -> None:
@@ -26,6 +41,7 @@ class BridgeProcess:
         ]  # fmt: skip
         self.log = workdir / "bridge.log"
         self.proc: subprocess.Popen[Any] | None = None
+        RUNNING.append(self)
         self.start()
 
     def start(self) -> None:

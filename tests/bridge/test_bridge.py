@@ -17,7 +17,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from tests.broker.conftest import start_ours
 from tests.brokers import AUTH_USERS, Broker, start_mosquitto
 
-from .helpers import BridgeProcess, Watcher, publish
+from .helpers import RUNNING, BridgeProcess, Watcher, publish
 
 pytestmark = pytest.mark.interop
 
@@ -32,10 +32,20 @@ def mqtt(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     )
 
 
+def ours(workdir: Path, *args: str) -> Broker:
+    broker = start_ours(workdir, *args)
+    RUNNING.append(broker)
+    return broker
+
+
+def mosq(workdir: Path, **kw: bool) -> Broker:
+    broker = start_mosquitto(workdir, **kw)
+    RUNNING.append(broker)
+    return broker
+
+
 def start(kind: str, workdir: Path, **kw: bool) -> Broker:
-    if kind == "ours":
-        return start_ours(workdir, "--max-queued-messages", "0")
-    return start_mosquitto(workdir, **kw)
+    return ours(workdir, "--max-queued-messages", "0") if kind == "ours" else mosq(workdir, **kw)
 
 
 # --- loss ------------------------------------------------------------------------------------------------------
@@ -50,71 +60,64 @@ def test_nothing_lost_across_remote_restarts_and_a_killed_bridge(tmp_path: Path,
     persistence on) is restarted twice and the bridge process is killed with SIGKILL once: a persistent
     subscriber on the remote side gets every message, the QoS 2 ones exactly once."""
     local = start(local_kind, tmp_path / "local")
-    remote = start_mosquitto(tmp_path / "remote", persistence=True)
-    bridge = None
-    try:
-        sink = Watcher(remote, "r/#", qos=2, client_id="sink", clean=False)
-        sink.close()  # offline from now on: the remote broker keeps its messages in the session
-        bridge = BridgeProcess(tmp_path / "bridge", local, remote, "-t", 'q1/# out 1 "" r/', "-t", 'q2/# out 2 "" r/')
-        bridge.wait_connected()
+    remote = mosq(tmp_path / "remote", persistence=True)
+    sink = Watcher(remote, "r/#", qos=2, client_id="sink", clean=False)
+    sink.close()  # offline from now on: the remote broker keeps its messages in the session
+    bridge = BridgeProcess(tmp_path / "bridge", local, remote, "-t", 'q1/# out 1 "" r/', "-t", 'q2/# out 2 "" r/')
+    bridge.wait_connected()
 
-        def produce() -> None:
-            c = paho.Client(CallbackAPIVersion.VERSION2, client_id="producer", clean_session=False)
-            c.max_inflight_messages_set(20)  # mosquitto drops a client exceeding its max_inflight_messages
-            c.connect(local.host, local.port)
-            c.loop_start()
-            infos = []
-            for i in range(N):
-                infos.append(c.publish("q1/x", b"1:%d" % i, 1))
-                infos.append(c.publish("q2/x", b"2:%d" % i, 2))
-                if i % 100 == 99:
-                    time.sleep(0.025)  # about 5 s of traffic, across the disruptions below
-            for info in infos:
-                info.wait_for_publish(timeout=60)
-            c.loop_stop()
-            c.disconnect()
+    def produce() -> None:
+        c = paho.Client(CallbackAPIVersion.VERSION2, client_id="producer", clean_session=False)
+        c.max_inflight_messages_set(20)  # mosquitto drops a client exceeding its max_inflight_messages
+        c.connect(local.host, local.port)
+        c.loop_start()
+        infos = []
+        for i in range(N):
+            infos.append(c.publish("q1/x", b"1:%d" % i, 1))
+            infos.append(c.publish("q2/x", b"2:%d" % i, 2))
+            if i % 100 == 99:
+                time.sleep(0.025)  # about 5 s of traffic, across the disruptions below
+        for info in infos:
+            info.wait_for_publish(timeout=60)
+        c.loop_stop()
+        c.disconnect()
 
-        producer = threading.Thread(target=produce, daemon=True)
-        producer.start()
-        time.sleep(0.8)
-        remote.restart()  # SIGTERM (mosquitto saves its sessions), then start again on the same port
-        time.sleep(0.8)
-        bridge.kill()  # SIGKILL mid-flow: the QoS 2 journal and both persistent sessions must cover it
-        time.sleep(0.3)
-        bridge.start()
-        bridge.wait_connected()
-        time.sleep(0.5)
-        remote.restart()
-        producer.join(timeout=90)
-        assert not producer.is_alive(), "the producer did not finish"
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    time.sleep(0.8)
+    remote.restart()  # SIGTERM (mosquitto saves its sessions), then start again on the same port
+    time.sleep(0.8)
+    bridge.kill()  # SIGKILL mid-flow: the QoS 2 journal and both persistent sessions must cover it
+    time.sleep(0.3)
+    bridge.start()
+    bridge.wait_connected()
+    time.sleep(0.5)
+    remote.restart()
+    producer.join(timeout=90)
+    assert not producer.is_alive(), "the producer did not finish"
 
-        # Everything the bridge forwarded is in the sink's session on the remote broker.
-        sink = Watcher(remote, "r/#", qos=2, client_id="sink", clean=False)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            got = sink.payloads()
-            if all(b"1:%d" % i in got and b"2:%d" % i in got for i in (N - 1, 0)) and len(got) >= 2 * N:
-                break
-            time.sleep(0.1)
-        time.sleep(0.5)  # anything late (a duplicate) shows up too
-        sink.close()
+    # Everything the bridge forwarded is in the sink's session on the remote broker.
+    sink = Watcher(remote, "r/#", qos=2, client_id="sink", clean=False)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         got = sink.payloads()
-        q1 = {p: n for p, n in got.items() if p.startswith(b"1:")}
-        q2 = {p: n for p, n in got.items() if p.startswith(b"2:")}
-        missing1 = [i for i in range(N) if b"1:%d" % i not in q1]
-        missing2 = [i for i in range(N) if b"2:%d" % i not in q2]
-        dup1 = sum(n - 1 for n in q1.values())
-        dup2 = {p: n for p, n in q2.items() if n > 1}
-        print(f"QoS 1: {len(q1)} distinct, {dup1} duplicates; QoS 2: {len(q2)} distinct, {len(dup2)} duplicated")
-        assert missing1 == [] and missing2 == [], (missing1[:10], missing2[:10], bridge.text()[-2000:])
-        assert dup2 == {}, list(dup2.items())[:10]
-        assert bridge.text().count("connected to") >= 6  # two starts, two remote restarts
-        assert bridge.stop() == 0
-    finally:
-        if bridge is not None and bridge.proc is not None and bridge.proc.poll() is None:
-            bridge.proc.kill()
-        remote.stop()
-        local.stop()
+        if all(b"1:%d" % i in got and b"2:%d" % i in got for i in (N - 1, 0)) and len(got) >= 2 * N:
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)  # anything late (a duplicate) shows up too
+    sink.close()
+    got = sink.payloads()
+    q1 = {p: n for p, n in got.items() if p.startswith(b"1:")}
+    q2 = {p: n for p, n in got.items() if p.startswith(b"2:")}
+    missing1 = [i for i in range(N) if b"1:%d" % i not in q1]
+    missing2 = [i for i in range(N) if b"2:%d" % i not in q2]
+    dup1 = sum(n - 1 for n in q1.values())
+    dup2 = {p: n for p, n in q2.items() if n > 1}
+    print(f"QoS 1: {len(q1)} distinct, {dup1} duplicates; QoS 2: {len(q2)} distinct, {len(dup2)} duplicated")
+    assert missing1 == [] and missing2 == [], (missing1[:10], missing2[:10], bridge.text()[-2000:])
+    assert dup2 == {}, list(dup2.items())[:10]
+    assert bridge.text().count("connected to") >= 6  # two starts, two remote restarts
+    assert bridge.stop() == 0
 
 
 # --- loops -----------------------------------------------------------------------------------------------------
@@ -130,127 +133,103 @@ def test_both_directions_on_hash_do_not_loop(
 ) -> None:
     local = start(local_kind, tmp_path / "local")
     remote = start(remote_kind, tmp_path / "remote")
-    bridge = None
-    try:
-        bridge = BridgeProcess(
-            tmp_path / "bridge", local, remote, "-t", "# both 2",
-            "--local-protocol-version", version, "--remote-protocol-version", version,
-        )  # fmt: skip
-        bridge.wait_connected()
-        time.sleep(0.3)  # the subscriptions are made after CONNACK
-        watch_local, watch_remote = Watcher(local, "#"), Watcher(remote, "#")
-        n = 25
-        publish(local, [(f"from-local/{i}", b"L%d" % i, i % 3, False) for i in range(n)])
-        publish(remote, [(f"from-remote/{i}", b"R%d" % i, i % 3, False) for i in range(n)])
-        for w in (watch_local, watch_remote):
-            w.wait_count(2 * n)
-        time.sleep(0.7)  # an echo would come back by now
-        for w in (watch_local, watch_remote):
-            w.close()
-            counts = w.payloads()
-            assert sorted(counts) == sorted([b"L%d" % i for i in range(n)] + [b"R%d" % i for i in range(n)])
-            assert set(counts.values()) == {1}, counts
-        assert bridge.stop() == 0
-    finally:
-        if bridge is not None and bridge.proc is not None and bridge.proc.poll() is None:
-            bridge.proc.kill()
-        remote.stop()
-        local.stop()
+    bridge = BridgeProcess(
+        tmp_path / "bridge", local, remote, "-t", "# both 2",
+        "--local-protocol-version", version, "--remote-protocol-version", version,
+    )  # fmt: skip
+    bridge.wait_connected()
+    time.sleep(0.3)  # the subscriptions are made after CONNACK
+    watch_local, watch_remote = Watcher(local, "#"), Watcher(remote, "#")
+    n = 25
+    publish(local, [(f"from-local/{i}", b"L%d" % i, i % 3, False) for i in range(n)])
+    publish(remote, [(f"from-remote/{i}", b"R%d" % i, i % 3, False) for i in range(n)])
+    for w in (watch_local, watch_remote):
+        w.wait_count(2 * n)
+    time.sleep(0.7)  # an echo would come back by now
+    for w in (watch_local, watch_remote):
+        w.close()
+        counts = w.payloads()
+        assert sorted(counts) == sorted([b"L%d" % i for i in range(n)] + [b"R%d" % i for i in range(n)])
+        assert set(counts.values()) == {1}, counts
+    assert bridge.stop() == 0
 
 
 # --- notifications, retained flags, refusals --------------------------------------------------------------------
 
 
 def test_notification_topic_and_retained_flags(tmp_path: Path) -> None:
-    local = start_ours(tmp_path / "local")
-    remote = start_ours(tmp_path / "remote")
-    bridge = None
-    try:
-        bridge = BridgeProcess(
-            tmp_path / "bridge", local, remote, "-t", "r/# out 1", "--notification-topic", "bridge/t/state"
-        )
-        bridge.wait_connected()
-        time.sleep(0.3)
-        state = Watcher(local, "bridge/t/state", qos=1)
-        remote_state = Watcher(remote, "bridge/t/state", qos=1)
-        assert state.wait_last(b"1")[1:] == (b"1", 1, True)  # retained
-        assert remote_state.wait_last(b"1")[1:] == (b"1", 1, True)
+    local = ours(tmp_path / "local")
+    remote = ours(tmp_path / "remote")
+    bridge = BridgeProcess(
+        tmp_path / "bridge", local, remote, "-t", "r/# out 1", "--notification-topic", "bridge/t/state"
+    )
+    bridge.wait_connected()
+    time.sleep(0.3)
+    state = Watcher(local, "bridge/t/state", qos=1)
+    remote_state = Watcher(remote, "bridge/t/state", qos=1)
+    assert state.wait_last(b"1")[1:] == (b"1", 1, True)  # retained
+    assert remote_state.wait_last(b"1")[1:] == (b"1", 1, True)
 
-        # Retained flags are carried (5.0: subscribed with retain-as-published): the remote broker keeps the
-        # retained one for a later subscriber.
-        live = Watcher(remote, "r/#", qos=1)
-        publish(local, [("r/kept", b"k", 1, True), ("r/live", b"l", 1, False)])
-        live.wait_count(2)
-        live.close()
-        later = Watcher(remote, "r/#", qos=1)
-        later.wait_count(1)
-        later.close()
-        assert later.messages == [("r/kept", b"k", 1, True)]
+    # Retained flags are carried (5.0: subscribed with retain-as-published): the remote broker keeps the
+    # retained one for a later subscriber.
+    live = Watcher(remote, "r/#", qos=1)
+    publish(local, [("r/kept", b"k", 1, True), ("r/live", b"l", 1, False)])
+    live.wait_count(2)
+    live.close()
+    later = Watcher(remote, "r/#", qos=1)
+    later.wait_count(1)
+    later.close()
+    assert later.messages == [("r/kept", b"k", 1, True)]
 
-        remote.stop()
-        bridge.wait_for("remote connection lost")
-        state.wait_last(b"0")
-        remote.restart()
-        bridge.wait_for("connected to", 3)
-        state.wait_last(b"1")
-        bridge.kill()  # no goodbye: the wills say 0
-        state.wait_last(b"0")
-        state.close()
-        remote_state.close()
-    finally:
-        if bridge is not None and bridge.proc is not None and bridge.proc.poll() is None:
-            bridge.proc.kill()
-        remote.stop()
-        local.stop()
+    remote.stop()
+    bridge.wait_for("remote connection lost")
+    state.wait_last(b"0")
+    remote.restart()
+    bridge.wait_for("connected to", 3)
+    state.wait_last(b"1")
+    bridge.kill()  # no goodbye: the wills say 0
+    state.wait_last(b"0")
+    state.close()
+    remote_state.close()
 
 
 def test_refused_credentials_exit_5(tmp_path: Path, mosquitto_auth: Broker) -> None:
-    local = start_ours(tmp_path / "local")
-    try:
-        r = mqtt(
-            "bridge", "--local", local.url, "--remote", mosquitto_auth.url, "-t", "a out", "--remote-username", "admin",
-            "--remote-password", "wrong", "--state-dir", str(tmp_path / "s"),
-        )  # fmt: skip
-        assert r.returncode == 5, r.stderr
-        (line,) = r.stderr.strip().splitlines()[-1:]
-        assert "remote side" in line and "refused" in line and line.startswith("mqtt: error:")
-        assert "wrong" not in r.stderr
-        ok = mqtt(
-            "bridge", "--local", local.url, "--remote", mosquitto_auth.url, "-t", "a out", "--remote-username", "admin",
-            "--remote-password", AUTH_USERS["admin"], "--state-dir", str(tmp_path / "s"), "--print-config",
-        )  # fmt: skip
-        assert ok.returncode == 0 and "password" not in ok.stdout and "not written out" in ok.stderr
-    finally:
-        local.stop()
+    local = ours(tmp_path / "local")
+    r = mqtt(
+        "bridge", "--local", local.url, "--remote", mosquitto_auth.url, "-t", "a out", "--remote-username", "admin",
+        "--remote-password", "wrong", "--state-dir", str(tmp_path / "s"),
+    )  # fmt: skip
+    assert r.returncode == 5, r.stderr
+    (line,) = r.stderr.strip().splitlines()[-1:]
+    assert "remote side" in line and "refused" in line and line.startswith("mqtt: error:")
+    assert "wrong" not in r.stderr
+    ok = mqtt(
+        "bridge", "--local", local.url, "--remote", mosquitto_auth.url, "-t", "a out", "--remote-username", "admin",
+        "--remote-password", AUTH_USERS["admin"], "--state-dir", str(tmp_path / "s"), "--print-config",
+    )  # fmt: skip
+    assert ok.returncode == 0 and "password" not in ok.stdout and "not written out" in ok.stderr
 
 
 # --- journal ---------------------------------------------------------------------------------------------------
 
 
 def test_damaged_journal_is_moved_aside_and_a_second_bridge_refused(tmp_path: Path) -> None:
-    local = start_ours(tmp_path / "local")
-    remote = start_ours(tmp_path / "remote")
-    bridge = None
-    try:
-        state = tmp_path / "bridge" / "state"
-        state.mkdir(parents=True)
-        (state / "t.journal").write_bytes(b"MQTTBJ1\n" + b"\x00\x00\x00\x05\x12\x34\x56\x78Fjunk")
-        bridge = BridgeProcess(tmp_path / "bridge", local, remote, "-t", "a/# out 2")
-        bridge.wait_connected()
-        assert "is damaged (checksum mismatch at byte 8); moved aside to" in bridge.text()
-        aside = list(state.glob("t.journal.corrupt-*"))
-        assert len(aside) == 1 and aside[0].read_bytes().endswith(b"Fjunk")
+    local = ours(tmp_path / "local")
+    remote = ours(tmp_path / "remote")
+    state = tmp_path / "bridge" / "state"
+    state.mkdir(parents=True)
+    (state / "t.journal").write_bytes(b"MQTTBJ1\n" + b"\x00\x00\x00\x05\x12\x34\x56\x78Fjunk")
+    bridge = BridgeProcess(tmp_path / "bridge", local, remote, "-t", "a/# out 2")
+    bridge.wait_connected()
+    assert "is damaged (checksum mismatch at byte 8); moved aside to" in bridge.text()
+    aside = list(state.glob("t.journal.corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_bytes().endswith(b"Fjunk")
 
-        second = mqtt("bridge", "--local", local.url, "--remote", remote.url, "-t", "a/# out 2", "--name", "t",
-                      "--state-dir", str(state))  # fmt: skip
-        assert second.returncode == 1
-        assert second.stderr.strip().endswith("another bridge with this name is running (its journal is locked)")
-        assert bridge.stop() == 0
-    finally:
-        if bridge is not None and bridge.proc is not None and bridge.proc.poll() is None:
-            bridge.proc.kill()
-        remote.stop()
-        local.stop()
+    second = mqtt("bridge", "--local", local.url, "--remote", remote.url, "-t", "a/# out 2", "--name", "t",
+                  "--state-dir", str(state))  # fmt: skip
+    assert second.returncode == 1
+    assert second.stderr.strip().endswith("another bridge with this name is running (its journal is locked)")
+    assert bridge.stop() == 0
 
 
 # --- usage -----------------------------------------------------------------------------------------------------
@@ -314,12 +293,10 @@ def test_print_config_round_trip_and_config_errors(tmp_path: Path) -> None:
 
 
 def test_config_runs_several_bridges(tmp_path: Path) -> None:
-    a, b, c = (start_ours(tmp_path / n) for n in "abc")
-    proc = None
-    try:
-        conf = tmp_path / "bridges.toml"
-        conf.write_text(
-            f"""
+    a, b, c = (ours(tmp_path / n) for n in "abc")
+    conf = tmp_path / "bridges.toml"
+    conf.write_text(
+        f"""
 [[bridge]]
 name = "a-b"
 topics = ["x/# out 1"]
@@ -334,65 +311,55 @@ state_dir = "{tmp_path / 'state'}"
 local = {{ url = "{a.url}" }}
 remote = {{ url = "{c.url}" }}
 """
-        )
-        log = tmp_path / "log"
-        with log.open("wb") as f:
-            proc = subprocess.Popen([sys.executable, "-m", "mqtt_cli", "bridge", "--config", str(conf)], stderr=f)
-        deadline = time.monotonic() + 20
-        while log.read_text().count("connected to") < 4:
-            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
-            time.sleep(0.02)
-        time.sleep(0.3)
-        wb, wc = Watcher(b, "#"), Watcher(c, "#")
-        publish(a, [("x/1", b"one", 1, False)])
-        wb.wait_count(1)
-        wc.wait_count(1)
-        wb.close()
-        wc.close()
-        assert wb.messages == [("x/1", b"one", 1, False)] and wc.messages == [("copy/x/1", b"one", 1, False)]
-        proc.terminate()
-        assert proc.wait(timeout=20) == 0
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-        for broker in (a, b, c):
-            broker.stop()
+    )
+    log = tmp_path / "log"
+    with log.open("wb") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "mqtt_cli", "bridge", "--config", str(conf)], stderr=f)
+        RUNNING.append(proc)
+    deadline = time.monotonic() + 20
+    while log.read_text().count("connected to") < 4:
+        assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+        time.sleep(0.02)
+    time.sleep(0.3)
+    wb, wc = Watcher(b, "#"), Watcher(c, "#")
+    publish(a, [("x/1", b"one", 1, False)])
+    wb.wait_count(1)
+    wc.wait_count(1)
+    wb.close()
+    wc.close()
+    assert wb.messages == [("x/1", b"one", 1, False)] and wc.messages == [("copy/x/1", b"one", 1, False)]
+    proc.terminate()
+    assert proc.wait(timeout=20) == 0
 
 
 def test_counts_in_json_status(tmp_path: Path) -> None:
-    local = start_ours(tmp_path / "local")
-    remote = start_ours(tmp_path / "remote")
-    proc = None
-    try:
-        out = tmp_path / "status"
-        with out.open("wb") as f, (tmp_path / "err").open("wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "mqtt_cli", "bridge", "--local", local.url, "--remote", remote.url, "-t",
-                 "a/# out 1", "-t", "b/# in 0", "--json-status", "--status-interval", "0.1",
-                 "--state-dir", str(tmp_path / "s")],
-                stdout=f, stderr=err,
-            )  # fmt: skip
-        deadline = time.monotonic() + 20
-        while (tmp_path / "err").read_text().count("connected to") < 2:
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.02)
-        time.sleep(0.3)
-        publish(local, [(f"a/{i}", b"x", 1, False) for i in range(30)])
-        publish(remote, [(f"b/{i}", b"y", 0, False) for i in range(5)])
-        time.sleep(0.5)
-        import json
+    local = ours(tmp_path / "local")
+    remote = ours(tmp_path / "remote")
+    out = tmp_path / "status"
+    with out.open("wb") as f, (tmp_path / "err").open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mqtt_cli", "bridge", "--local", local.url, "--remote", remote.url, "-t",
+             "a/# out 1", "-t", "b/# in 0", "--json-status", "--status-interval", "0.1",
+             "--state-dir", str(tmp_path / "s")],
+            stdout=f, stderr=err,
+        )  # fmt: skip
+        RUNNING.append(proc)
+    deadline = time.monotonic() + 20
+    while (tmp_path / "err").read_text().count("connected to") < 2:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.02)
+    time.sleep(0.3)
+    publish(local, [(f"a/{i}", b"x", 1, False) for i in range(30)])
+    publish(remote, [(f"b/{i}", b"y", 0, False) for i in range(5)])
+    time.sleep(0.5)
+    import json
 
-        last = json.loads(out.read_text().strip().splitlines()[-1])
-        assert last["local"]["connected"] and last["remote"]["connected"]
-        assert last["out"]["forwarded"] == 30 and last["out"]["acknowledged"] == 30
-        assert last["in"]["forwarded"] == 5 and last["local"]["in_flight"] == 0
-        proc.terminate()
-        assert proc.wait(timeout=20) == 0
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-        remote.stop()
-        local.stop()
+    last = json.loads(out.read_text().strip().splitlines()[-1])
+    assert last["local"]["connected"] and last["remote"]["connected"]
+    assert last["out"]["forwarded"] == 30 and last["out"]["acknowledged"] == 30
+    assert last["in"]["forwarded"] == 5 and last["local"]["in_flight"] == 0
+    proc.terminate()
+    assert proc.wait(timeout=20) == 0
 
 
 
@@ -400,27 +367,20 @@ def test_counts_in_json_status(tmp_path: Path) -> None:
 def test_rules_removed_between_runs_are_unsubscribed(tmp_path: Path) -> None:
     """The persistent session would keep an old rule's subscription (and its messages coming) after the rules
     change; the bridge unsubscribes what it subscribed to last time and no longer needs."""
-    local = start_ours(tmp_path / "local")
-    remote = start_ours(tmp_path / "remote")
-    bridge = None
-    try:
-        bridge = BridgeProcess(tmp_path / "bridge", local, remote, "-t", "old/# out 1", "-t", "kept/# out 1")
-        bridge.wait_connected()
-        assert bridge.stop() == 0
-        bridge.args[bridge.args.index("old/# out 1")] = "new/# out 1"
-        bridge.start()
-        bridge.wait_connected()
-        bridge.wait_for("local: unsubscribed from old/# (no longer in the rules)")
-        time.sleep(0.2)
-        watch = Watcher(remote, "#")
-        publish(local, [("old/x", b"stale", 1, False), ("new/x", b"fresh", 1, False), ("kept/x", b"k", 1, False)])
-        watch.wait_count(2)
-        time.sleep(0.3)
-        watch.close()
-        assert sorted(m[1] for m in watch.messages) == [b"fresh", b"k"]
-        assert bridge.stop() == 0
-    finally:
-        if bridge is not None and bridge.proc is not None and bridge.proc.poll() is None:
-            bridge.proc.kill()
-        remote.stop()
-        local.stop()
+    local = ours(tmp_path / "local")
+    remote = ours(tmp_path / "remote")
+    bridge = BridgeProcess(tmp_path / "bridge", local, remote, "-t", "old/# out 1", "-t", "kept/# out 1")
+    bridge.wait_connected()
+    assert bridge.stop() == 0
+    bridge.args[bridge.args.index("old/# out 1")] = "new/# out 1"
+    bridge.start()
+    bridge.wait_connected()
+    bridge.wait_for("local: unsubscribed from old/# (no longer in the rules)")
+    time.sleep(0.2)
+    watch = Watcher(remote, "#")
+    publish(local, [("old/x", b"stale", 1, False), ("new/x", b"fresh", 1, False), ("kept/x", b"k", 1, False)])
+    watch.wait_count(2)
+    time.sleep(0.3)
+    watch.close()
+    assert sorted(m[1] for m in watch.messages) == [b"fresh", b"k"]
+    assert bridge.stop() == 0
