@@ -197,9 +197,8 @@ class Bridge:
         # or None; bounded. And the subscription identifier of each filter, where the broker has them.
         self._routes: list[dict[str, tuple[str, int, int] | None]] = [{}, {}]
         self._sids: list[dict[str, int]] = [{}, {}]
-        # Received properties -> the same without subscription identifiers and topic alias (the codec hands out
-        # one Properties object per distinct block, so this is mostly one entry).
-        self._stripped: dict[Properties, Properties] = {}
+        # id(received properties) -> (them, their subscription identifiers, them without identifiers and alias)
+        self._props_seen: dict[int, tuple[Properties, tuple[int, ...], Properties]] = {}
         self.failure: BaseException | None = None
         self.changed = trio.Event()
 
@@ -450,19 +449,23 @@ class Bridge:
         topic, cap, sid = route
         props = p.properties
         if props:
-            sids = props.subscription_identifiers
+            # The codec hands out one Properties object per distinct property block: what the forward needs of
+            # it is worked out once per object (looked up by identity: hashing sorts the items).
+            known = self._props_seen.get(id(props))
+            if known is None or known[0] is not props:
+                sids = props.subscription_identifiers
+                stripped = props
+                if sids or props.topic_alias is not None:
+                    stripped = props.replace(subscription_identifiers=(), topic_alias=None)
+                if len(self._props_seen) >= _ROUTES_MAX:
+                    self._props_seen.clear()
+                known = self._props_seen[id(props)] = (props, sids, stripped)
+            _, sids, props = known
             if sid and sids and sid not in sids:
                 c.overlap_copies[side] += 1  # another copy (for a lower QoS filter) carries the message
                 if src_qos:
                     self.clients[side].acknowledge(p.packet_id)  # type: ignore[arg-type]
                 return
-            if sids or props.topic_alias is not None:
-                stripped = self._stripped.get(props)
-                if stripped is None:
-                    if len(self._stripped) >= _ROUTES_MAX:
-                        self._stripped.clear()
-                    stripped = self._stripped[props] = props.replace(subscription_identifiers=(), topic_alias=None)
-                props = stripped
         qos = min(cap, src_qos)
         client = self.clients[dst]
         if client.conn.version != 5 and props:
