@@ -3,6 +3,7 @@ killed bridge, no loops, notifications, journal damage, and one-line errors with
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
@@ -384,3 +385,52 @@ def test_rules_removed_between_runs_are_unsubscribed(tmp_path: Path) -> None:
     watch.close()
     assert sorted(m[1] for m in watch.messages) == [b"fresh", b"k"]
     assert bridge.stop() == 0
+
+
+class BlackHole:
+    """A "broker" that accepts the bridge (a 5.0 CONNACK) and then acknowledges nothing: its messages stay in
+    flight, so a drain has something to wait for."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.url = f"mqtt://127.0.0.1:{self.port}"
+        self.received = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.server.accept()
+        conn.recv(65536)  # CONNECT
+        conn.sendall(bytes([0x20, 3, 0, 0, 0]))
+        while data := conn.recv(65536):
+            self.received += len(data)
+
+
+def test_second_signal_leaves_at_once_and_loses_nothing(tmp_path: Path) -> None:
+    local, remote = ours(tmp_path / "local"), ours(tmp_path / "remote")
+    hole = BlackHole()
+    bridge = BridgeProcess(tmp_path / "bridge", local, hole, "-t", "a/# out 1")  # type: ignore[arg-type]
+    bridge.wait_connected()
+    time.sleep(0.3)
+    publish(local, [("a/1", b"kept", 1, False)])
+    deadline = time.monotonic() + 10
+    while hole.received == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert hole.received, "the bridge forwarded nothing"
+    assert bridge.proc is not None
+    bridge.proc.terminate()  # drains: waits (up to 10 s) for the black hole's PUBACK
+    time.sleep(0.5)
+    assert bridge.proc.poll() is None, "the first signal should wait for the message in flight"
+    started = time.monotonic()
+    bridge.proc.terminate()
+    assert bridge.proc.wait(timeout=5) == 130
+    assert time.monotonic() - started < 3
+    # Not acknowledged to the local broker: it is still in the bridge's session there, and goes out once the
+    # bridge runs again towards a real remote broker.
+    watch = Watcher(remote, "a/#", qos=1)
+    bridge.args[bridge.args.index(hole.url)] = remote.url
+    bridge.start()
+    bridge.wait_connected()
+    watch.wait_count(1)
+    watch.close()
+    assert watch.messages == [("a/1", b"kept", 1, False)]
