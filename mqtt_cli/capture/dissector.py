@@ -14,7 +14,7 @@ the frame to the codec and to records, without the general machinery of reassemb
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from mqtt_cli.core import ConnAck, Connect, RemoteProtocolError
@@ -131,6 +131,7 @@ class Dissector:
         version: int | None = None,
         keep_objects: bool = False,
         json_text: bool = False,
+        on_numbered: Callable[[int], None] | None = None,
     ) -> None:
         self.ports = frozenset(ports)
         self.tls_ports = frozenset(tls_ports)
@@ -139,6 +140,8 @@ class Dissector:
         self.stats = DissectorStats()
         self._flows: dict[bytes, _Direction] = {}
         self._streams = 0
+        # Told each connection's number as it is given out (the pipeline ranks them across a capture's parts).
+        self._on_numbered = on_numbered
         self._builder = RecordBuilder(keep_objects)
         # json_text: PUBLISH records of the hot path come as JSON text (str), for `mqtt dump --json` unfiltered.
         self._build_packets = self._builder.build_texts if json_text else self._builder.build_packets
@@ -248,6 +251,8 @@ class Dissector:
     def _number(self, conn: _Connection) -> None:
         conn.index = self._streams
         self._streams += 1
+        if self._on_numbered is not None:
+            self._on_numbered(conn.index)
 
     @staticmethod
     def _reused(d: _Direction, seq: int, flags: int) -> bool:

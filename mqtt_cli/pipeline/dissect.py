@@ -11,13 +11,14 @@ in columns, not one pickled object at a time.
    per capture file, exactly as `mqtt dump` feeds its own: a Dissector keeps its state per connection, so
    frames of other connections (in other partitions) change nothing in what it writes for these. Only the
    connection numbers (`stream`) are per partition: each connection also carries the number of the frame at
-   which the Dissector numbered it (`_numbered`), and `ingest` ranks those per file to give `mqtt dump`'s numbers.
+   which the Dissector numbered it (`_numbered`, told by its `on_numbered` hook), and `ingest` ranks those per
+   file to give `mqtt dump`'s numbers.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from mqtt_cli.capture import Dissector
@@ -71,21 +72,8 @@ class DissectOptions:
         self.detect = detect
         self.version = version
 
-    def dissector(self) -> _NumberingDissector:
-        return _NumberingDissector(self.ports, self.tls_ports, detect=self.detect, version=self.version)
-
-
-class _NumberingDissector(Dissector):
-    """A Dissector that remembers at which frame it numbered each connection (see the module's docstring)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.now = 0
-        self.numbered: dict[int, int] = {}
-
-    def _number(self, conn: Any) -> None:
-        super()._number(conn)
-        self.numbered[conn.index] = self.now
+    def dissector(self, on_numbered: Callable[[int], None] | None = None) -> Dissector:
+        return Dissector(self.ports, self.tls_ports, detect=self.detect, version=self.version, on_numbered=on_numbered)
 
 
 # --- 1. windows -> frames ----------------------------------------------------------------------------------------
@@ -170,13 +158,18 @@ class _File:
     def __init__(self, file_id: int, name: str, options: DissectOptions) -> None:
         self.file_id = file_id
         self.name = name
-        self.dissector = options.dissector()
+        self.now = 0  # the frame being dissected
+        self.numbered: dict[int, int] = {}  # local connection number -> the frame at which it was numbered
+        self.dissector = options.dissector(self._on_numbered)
         self.default_version = options.version or 4
         self.versions: dict[int, int] = {}  # local connection number -> protocol version from its CONNECT
         self.keys: dict[tuple[Any, Any, Any], str] = {}
 
+    def _on_numbered(self, index: int) -> None:
+        self.numbered[index] = self.now
+
     def emit(self, rows: _Rows, recs: list[dict[str, Any]], seq_base: int) -> None:
-        numbered = self.dissector.numbered
+        numbered = self.numbered
         versions = self.versions
         for pos, rec in enumerate(recs):
             stream = rec.get("stream")
@@ -225,9 +218,8 @@ def dissect_rows(batches: Iterator[Any], options: DissectOptions, names: dict[in
                 if current is not None:
                     _finish(current, rows)
                 current = _File(fid, names[fid], options)
-            dissector = current.dissector
-            dissector.now = number
-            recs = dissector.frame(ts, linktype, data, number)
+            current.now = number
+            recs = current.dissector.frame(ts, linktype, data, number)
             if recs:
                 current.emit(rows, recs, number << SEQ_SHIFT)
                 if rows.count >= _BATCH:
