@@ -14,7 +14,7 @@ import typer
 from mqtt_cli.net.bridge import Bridge, BridgeConfig, BridgeError
 from mqtt_cli.net.errors import ClientError
 
-from ._runner import EXIT_INTERRUPTED, error
+from ._runner import EXIT_INTERRUPTED, _flatten, error
 
 
 def run(configs: list[BridgeConfig], *, json_status: bool, interval: float, quiet: bool) -> None:
@@ -70,20 +70,13 @@ async def _main(bridges: list[Bridge], json_status: bool, interval: float) -> in
                     running.start_soon(one, b)
             nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
-        leaves = _leaves(group)
+        leaves = _flatten(group)
         if len(leaves) == 1:
             raise leaves[0] from None
         raise
     finally:
         _clear_status()
     return EXIT_INTERRUPTED if interrupted else 0
-
-
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    out: list[BaseException] = []
-    for exc in group.exceptions:
-        out += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
-    return out
 
 
 async def _status(bridges: list[Bridge], json_status: bool, interval: float, stop: trio.Event) -> None:

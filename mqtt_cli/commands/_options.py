@@ -162,7 +162,7 @@ CONNECTION_PARAMS = (
     "will_user_property",
 )  # fmt: skip
 
-_VERSIONS = {"31": 3, "3.1": 3, "311": 4, "3.1.1": 4, "5": 5, "5.0": 5, "auto": None, "mqttv31": 3, "mqttv311": 4,
+VERSIONS = {"31": 3, "3.1": 3, "311": 4, "3.1.1": 4, "5": 5, "5.0": 5, "auto": None, "mqttv31": 3, "mqttv311": 4,
              "mqttv5": 5}  # fmt: skip
 _PROMPT_FLAGS = ("-P", "--password")
 CLIENT_COMMANDS = ("pub", "sub", "rr")
@@ -272,9 +272,9 @@ def client_settings(
             fail(str(err), EXIT_USAGE)
 
     raw_version = str(pick("protocol_version", default="auto")).lower()
-    if raw_version not in _VERSIONS:
+    if raw_version not in VERSIONS:
         fail(f"-V/--protocol-version {raw_version!r}: use 31, 311, 5 or auto", EXIT_USAGE)
-    version = _VERSIONS[raw_version]
+    version = VERSIONS[raw_version]
 
     username = pick("username") or url_user
     password = _password(p, sources, profile, url_pass)

@@ -22,7 +22,6 @@ EXIT_NOT_A_CAPTURE = 3
 EXIT_MISSING = 4
 EXIT_INTERRUPTED = 130
 
-_VERSIONS = {"3": 3, "3.1": 3, "31": 3, "4": 4, "3.1.1": 4, "311": 4, "5": 5, "5.0": 5}
 
 app = typer.Typer(
     name="analyze",
@@ -161,10 +160,12 @@ def ingest(
     Exit codes: 0 done, 1 a Spark job failed or a capture is damaged (the table holds what was readable before
     the damage), 2 bad usage, 3 an input is not a capture, 4 pyspark or Java missing, 130 interrupted.
     """
+    from .dump import CAPTURE_VERSIONS  # the same input options as mqtt dump
+
     settings = _confs(conf)
     version = None
     if protocol_version is not None:
-        version = _VERSIONS.get(protocol_version.strip())
+        version = CAPTURE_VERSIONS.get(protocol_version.strip())
         if version is None:
             fail(f"--protocol-version {protocol_version!r}: use 31, 311 or 5 (or 3.1, 3.1.1, 5.0)", EXIT_USAGE)
     for number in (*(port or ()), *(tls_port or ())):

@@ -286,9 +286,6 @@ def _state_home() -> Path:
     return Path(base) / "mqtt-cli" / "bridges"
 
 
-_VERSIONS = {"31": 3, "3.1": 3, "311": 4, "3.1.1": 4, "5": 5, "5.0": 5, "auto": None}
-
-
 def _build(b: dict[str, Any], where: str) -> Any:
     """A BridgeConfig from one [[bridge]] table (flags come as one too); one-line errors, exit 2."""
     from mqtt_cli.core.bridge import BridgeRuleError, parse_rule
@@ -349,6 +346,8 @@ def _side(t: dict[str, Any], where: str, default_id: str) -> Any:
     from mqtt_cli.net.bridge import SideConfig
     from mqtt_cli.net.transports import TLSOptions, make_ssl_context, parse_url
 
+    from ._options import VERSIONS
+
     urls = t.get("url")
     if isinstance(urls, str):
         urls = [urls]
@@ -376,9 +375,9 @@ def _side(t: dict[str, Any], where: str, default_id: str) -> Any:
         except OSError as err:
             fail(f"{where}: password file {file}: {err.strerror}", EXIT_USAGE)
     version_text = str(t.get("protocol_version", "auto")).lower()
-    if version_text not in _VERSIONS:
+    if version_text not in VERSIONS:
         fail(f"{where}: protocol version {version_text!r}: use 31, 311, 5 or auto", EXIT_USAGE)
-    version = _VERSIONS[version_text]
+    version = VERSIONS[version_text]
     client_id = str(t.get("client_id") or default_id)
     if version == 3 and len(client_id) > 23:
         fail(f"{where}: MQTT 3.1 client ids have 23 characters at most; {client_id!r} has {len(client_id)}",

@@ -24,7 +24,7 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_NOT_A_CAPTURE = 3
 
-_VERSIONS = {"3": 3, "3.1": 3, "31": 3, "4": 4, "3.1.1": 4, "311": 4, "5": 5, "5.0": 5}
+CAPTURE_VERSIONS = {"3": 3, "3.1": 3, "31": 3, "4": 4, "3.1.1": 4, "311": 4, "5": 5, "5.0": 5}
 _RAW_CHUNK = 1 << 16
 _PROGRESS_MIN_BYTES = 8 << 20
 
@@ -137,7 +137,7 @@ def dump(
         fail(f"{what}: give one capture FILE (- for standard input), or --hex HEX, or --raw FILE", EXIT_USAGE)
     version = None
     if protocol_version is not None:
-        version = _VERSIONS.get(protocol_version.strip())
+        version = CAPTURE_VERSIONS.get(protocol_version.strip())
         if version is None:
             fail(f"--protocol-version {protocol_version!r}: use 31, 311 or 5 (or 3.1, 3.1.1, 5.0)", EXIT_USAGE)
     for number in (*(port or ()), *(tls_port or ())):

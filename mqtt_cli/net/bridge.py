@@ -43,7 +43,7 @@ from mqtt_cli.core.journal import JournalCorrupt, JournalState, record
 from mqtt_cli.core.packets import Publish, Subscription, Will
 from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
 
-from .client import Client, ClientSettings
+from .client import Client, ClientSettings, version_name
 from .errors import ClientError
 from .transports import Endpoint
 
@@ -282,8 +282,9 @@ class Bridge:
             try:
                 self.journal = Journal(c.journal)
             except OSError as err:
-                raise BridgeError(f"{err.filename or c.journal}: {err.strerror} (the bridge's state directory, "
-                                  "--state-dir)") from None
+                raise BridgeError(
+                    f"{err.filename or c.journal}: {err.strerror} (the bridge's state directory, --state-dir)"
+                ) from None
             if self.journal.note:
                 self.log(f"bridge {c.name}: warning: {self.journal.note}")
         self.clients = [Client(self._settings(LOCAL)), Client(self._settings(REMOTE))]
@@ -320,9 +321,7 @@ class Bridge:
                 codes = ()
                 sids = {sub.topic_filter: i + 1 for i, sub in enumerate(subs)}
                 for sub in subs:
-                    codes += await client.subscribe(
-                        [sub], Properties(subscription_identifier=sids[sub.topic_filter])
-                    )
+                    codes += await client.subscribe([sub], Properties(subscription_identifier=sids[sub.topic_filter]))
                 self._sids[side] = sids
             else:
                 codes = await client.subscribe(subs)
@@ -549,7 +548,7 @@ class Bridge:
             self.journal.append("L", side)
         self.log(
             f"bridge {self.config.name}: {SIDE_NAMES[side]} connected to {st.endpoint} "
-            f"(MQTT {_version_name(st.version)}, session {'resumed' if event.session_present else 'new'})"
+            f"(MQTT {version_name(st.version)}, session {'resumed' if event.session_present else 'new'})"
         )
         self._notify_link()
         self._changed()
@@ -566,8 +565,10 @@ class Bridge:
     def _retrying(self, side: int, error: str, pause: float) -> None:
         st = self.stats[side]
         if error != st.error:  # say each new reason once, not every attempt
-            self.log(f"bridge {self.config.name}: {SIDE_NAMES[side]}: {error}; trying again (backoff up to "
-                     f"{self.config.restart_cap:g} s)")
+            self.log(
+                f"bridge {self.config.name}: {SIDE_NAMES[side]}: {error}; trying again (backoff up to "
+                f"{self.config.restart_cap:g} s)"
+            )
         st.error = error
 
     def _notify_link(self) -> None:
@@ -597,7 +598,7 @@ class Bridge:
             out[name] = {
                 "connected": st.connected,
                 "endpoint": st.endpoint,
-                "protocol": _version_name(st.version) if st.version else None,
+                "protocol": version_name(st.version) if st.version else None,
                 "reconnects": st.reconnects,
                 "in_flight": client.conn.inflight if client else 0,
                 "queued": client.queued if client else 0,
@@ -615,7 +616,3 @@ class Bridge:
                 "overlap_copies": c.overlap_copies[src],
             }
         return out
-
-
-def _version_name(version: int) -> str:
-    return {3: "3.1", 4: "3.1.1", 5: "5.0"}.get(version, "?")

@@ -174,17 +174,11 @@ class Client:
         """Hands a message to the connection, waiting (bounded) for room: the broker's receive maximum for QoS
         1/2, the writer for QoS 0, a connection while reconnecting. Returns before the acknowledgement: see
         wait_acknowledged(). Raises PublishFailed for a message the broker's limits forbid."""
-        conn = self.conn
         backlog = self._backlog
         while True:
             if self.failure is not None:
                 raise self.failure
-            if (
-                not backlog
-                and conn.connected
-                and not self._ending
-                and (conn.window_open if qos else self._qos0_queued < _QOS0_BACKLOG)
-            ):
+            if self._can_hand_over(qos):
                 self._hand_over(topic, payload, qos, retain, properties, context)
                 self._wake.set()
                 return
@@ -209,17 +203,22 @@ class Client:
         bounds what it queues, see `queued`). Raises PublishFailed like publish()."""
         if self.failure is not None:
             raise self.failure
-        conn = self.conn
-        if (
-            not self._backlog
-            and conn.connected
-            and not self._ending
-            and (conn.window_open if qos else self._qos0_queued < _QOS0_BACKLOG)
-        ):
+        if self._can_hand_over(qos):
             self._hand_over(topic, payload, qos, retain, properties, context)
             self._wake.set()
         else:
             self._backlog.append((topic, payload, qos, retain, properties, context))
+
+    def _can_hand_over(self, qos: int) -> bool:
+        """A message may go to the connection now: nothing queued before it, connected, and room (the broker's
+        receive maximum for QoS 1/2, the writer's backlog for QoS 0)."""
+        conn = self.conn
+        return (
+            not self._backlog
+            and conn.connected
+            and not self._ending
+            and (conn.window_open if qos else self._qos0_queued < _QOS0_BACKLOG)
+        )
 
     @property
     def queued(self) -> int:
@@ -429,14 +428,14 @@ class Client:
                             return stream, event, events[i + 1 :]
                         if isinstance(event, ConnectionRefused):
                             raise BrokerRefused(
-                                f"{self.endpoint} refused the connection (MQTT {_version_name(version)}): "
+                                f"{self.endpoint} refused the connection (MQTT {version_name(version)}): "
                                 f"{event.reason}",
                                 event.reason_code,
                             )
                         if isinstance(event, Disconnected):
                             raise BrokerRefused(
                                 f"{self.endpoint} closed the connection in answer to CONNECT "
-                                f"(MQTT {_version_name(version)}): {event.reason}",
+                                f"(MQTT {version_name(version)}): {event.reason}",
                                 -1,
                             )
         except trio.TooSlowError:
@@ -681,7 +680,7 @@ class Client:
             self._notify()
 
 
-def _version_name(version: int) -> str:
+def version_name(version: int) -> str:
     return {3: "3.1", 4: "3.1.1", 5: "5.0"}[version]
 
 
