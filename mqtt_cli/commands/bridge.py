@@ -70,8 +70,11 @@ def bridge(
     ] = None,
     name: Annotated[
         str | None,
-        typer.Option("--name", help="The bridge's name: default client ids and journal file (default: bridge).",
-                     rich_help_panel=BRIDGE),
+        typer.Option(
+            "--name",
+            help="The bridge's name: default client ids and journal file (default: bridge).",
+            rich_help_panel=BRIDGE,
+        ),
     ] = None,
     restart_timeout: Annotated[
         tuple[float, float] | None,
@@ -115,8 +118,9 @@ def bridge(
     ] = False,
     json_status: Annotated[
         bool,
-        typer.Option("--json-status", help="One JSON status object per interval on standard output.",
-                     rich_help_panel=OUT),
+        typer.Option(
+            "--json-status", help="One JSON status object per interval on standard output.", rich_help_panel=OUT
+        ),
     ] = False,
     status_interval: Annotated[
         float, typer.Option("--status-interval", min=0.05, help="Seconds between status updates.", rich_help_panel=OUT)
@@ -135,11 +139,18 @@ def bridge(
     local_protocol_version: Annotated[
         str | None, typer.Option("--local-protocol-version", help="31, 311, 5 or auto.", rich_help_panel=LOCAL)
     ] = None,
-    local_keepalive: Annotated[int | None, typer.Option("--local-keepalive", min=0, max=65535,
-                                                        rich_help_panel=LOCAL)] = None,
+    local_keepalive: Annotated[
+        int | None, typer.Option("--local-keepalive", min=0, max=65535, rich_help_panel=LOCAL)
+    ] = None,
     local_session_expiry: Annotated[
-        int | None, typer.Option("--local-session-expiry", min=0, max=0xFFFFFFFF,
-                                 help="5.0, seconds (default: never).", rich_help_panel=LOCAL)
+        int | None,
+        typer.Option(
+            "--local-session-expiry",
+            min=0,
+            max=0xFFFFFFFF,
+            help="5.0, seconds (default: never).",
+            rich_help_panel=LOCAL,
+        ),
     ] = None,
     local_cafile: Annotated[str | None, typer.Option("--local-cafile", rich_help_panel=LOCAL)] = None,
     local_capath: Annotated[str | None, typer.Option("--local-capath", rich_help_panel=LOCAL)] = None,
@@ -159,11 +170,18 @@ def bridge(
     remote_protocol_version: Annotated[
         str | None, typer.Option("--remote-protocol-version", help="31, 311, 5 or auto.", rich_help_panel=REMOTE)
     ] = None,
-    remote_keepalive: Annotated[int | None, typer.Option("--remote-keepalive", min=0, max=65535,
-                                                         rich_help_panel=REMOTE)] = None,
+    remote_keepalive: Annotated[
+        int | None, typer.Option("--remote-keepalive", min=0, max=65535, rich_help_panel=REMOTE)
+    ] = None,
     remote_session_expiry: Annotated[
-        int | None, typer.Option("--remote-session-expiry", min=0, max=0xFFFFFFFF,
-                                 help="5.0, seconds (default: never).", rich_help_panel=REMOTE)
+        int | None,
+        typer.Option(
+            "--remote-session-expiry",
+            min=0,
+            max=0xFFFFFFFF,
+            help="5.0, seconds (default: never).",
+            rich_help_panel=REMOTE,
+        ),
     ] = None,
     remote_cafile: Annotated[str | None, typer.Option("--remote-cafile", rich_help_panel=REMOTE)] = None,
     remote_capath: Annotated[str | None, typer.Option("--remote-capath", rich_help_panel=REMOTE)] = None,
@@ -180,8 +198,17 @@ def bridge(
     params = ctx.params
     flags: dict[str, Any] = {"local": {}, "remote": {}}
     for key, value in params.items():
-        if value in (None, False, [], ()) or key in ("config", "print_config", "json_status", "status_interval",
-                                                       "quiet", "local", "remote", "topic", "no_journal"):
+        if value in (None, False, [], ()) or key in (
+            "config",
+            "print_config",
+            "json_status",
+            "status_interval",
+            "quiet",
+            "local",
+            "remote",
+            "topic",
+            "no_journal",
+        ):
             continue
         for side in ("local", "remote"):
             if key.startswith(side + "_"):
@@ -380,8 +407,7 @@ def _side(t: dict[str, Any], where: str, default_id: str) -> Any:
     version = VERSIONS[version_text]
     client_id = str(t.get("client_id") or default_id)
     if version == 3 and len(client_id) > 23:
-        fail(f"{where}: MQTT 3.1 client ids have 23 characters at most; {client_id!r} has {len(client_id)}",
-             EXIT_USAGE)
+        fail(f"{where}: MQTT 3.1 client ids have 23 characters at most; {client_id!r} has {len(client_id)}", EXIT_USAGE)
     ssl_context = None
     tls_keys = ("cafile", "capath", "cert", "key", "insecure", "tls_version", "alpn")
     if any(e.tls for e in endpoints) or any(t.get(k) for k in tls_keys):

@@ -52,10 +52,10 @@ from .packets import (
     UnsubAck,
     Unsubscribe,
     Will,
-    fast_constructor,
 )
 from .properties import EMPTY_PROPERTIES, Properties
 from .reasons import REASONS_BY_PACKET, reason_name
+from .records import fast_constructor
 from .topics import topic_filter_error, topic_name_error
 
 __all__ = ["ClientConnection", "ClientState"]
@@ -63,7 +63,7 @@ __all__ = ["ClientConnection", "ClientState"]
 # 3.x CONNACK return code -> the 5.0 reason code that means the same.
 _V3_TO_V5_CONNACK = {1: 0x84, 2: 0x85, 3: 0x88, 4: 0x86, 5: 0x87}
 _PINGREQ_BYTES = b"\xc0\x00"
-# Frozen dataclasses cost about a microsecond each to build; these build the same objects faster (packets.py).
+# Frozen records cost about a microsecond each to build; these build the same objects faster (records.py).
 _new_publish = fast_constructor(Publish)
 _new_puback = fast_constructor(PubAck)
 

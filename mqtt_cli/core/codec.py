@@ -42,8 +42,6 @@ from .packets import (
     UnsubAck,
     Unsubscribe,
     Will,
-    fast_constructor,
-    mutable_twin,
 )
 from .properties import (
     EMPTY_PROPERTIES,
@@ -54,6 +52,7 @@ from .properties import (
     encode_properties,
 )
 from .reasons import REASONS_BY_PACKET
+from .records import fast_constructor, mutable_twin
 from .topics import topic_filter_error, topic_name_error
 from .wire import (
     MAX_VBI,

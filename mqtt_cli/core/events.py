@@ -1,15 +1,15 @@
-"""What a `ClientConnection` reports to its owner: one small frozen dataclass per kind of event.
+"""What a `ClientConnection` reports to its owner: one small frozen record per kind of event.
 
 The net layer (or a test) reads them from `ClientConnection.events()` after feeding bytes or time in.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from .packets import ConnAck, Publish
 from .properties import EMPTY_PROPERTIES, Properties
+from .records import record
 
 __all__ = [
     "ConnectionAccepted",
@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ConnectionAccepted:
     """CONNACK with success. `unacknowledged` holds the QoS 1/2 messages of a session the broker no longer has
     (session present unset although we had messages in flight): the owner publishes them again, if it wants."""
@@ -40,7 +40,7 @@ class ConnectionAccepted:
         return self.connack.properties
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ConnectionRefused:
     """CONNACK with a failure: the 5.0 reason code (3.x return codes are mapped to it) and what the broker said.
 
@@ -52,7 +52,7 @@ class ConnectionRefused:
     properties: Properties = EMPTY_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MessageReceived:
     """An application message from the broker (a QoS 2 message is reported once, however often it is re-sent).
 
@@ -69,7 +69,7 @@ class MessageReceived:
         return self.publish.payload
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PublishAcknowledged:
     """The end of a QoS 1/2 flow: PUBACK, PUBCOMP, or a PUBREC with a failure code (>= 0x80)."""
 
@@ -83,7 +83,7 @@ class PublishAcknowledged:
         return self.reason_code < 0x80
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PublishReceived:
     """PUBREC with success for our QoS 2 message: the broker owns it now (4.3.3); PUBREL is queued and the flow
     ends with PublishAcknowledged at PUBCOMP. Reported only with `manual_ack` (the bridge journals it)."""
@@ -92,7 +92,7 @@ class PublishReceived:
     context: Any = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ReleaseReceived:
     """PUBREL for a QoS 2 message we received and acknowledged: PUBCOMP is queued and the broker will not send
     that message again. Reported only with `manual_ack`."""
@@ -100,26 +100,26 @@ class ReleaseReceived:
     packet_id: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SubscribeAcknowledged:
     packet_id: int
     reason_codes: tuple[int, ...]  # granted QoS (0-2) or a failure (>= 0x80), one per filter
     properties: Properties = EMPTY_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UnsubscribeAcknowledged:
     packet_id: int
     reason_codes: tuple[int, ...] = ()  # 5.0 only
     properties: Properties = EMPTY_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PongReceived:
     """PINGRESP: the answer to a PINGREQ (a broker sends it after what it queued before, e.g. retained messages)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Disconnected:
     """The connection is over. `by_peer`: the broker sent DISCONNECT or closed; otherwise we decided (a protocol
     error of the broker's, keepalive expired, our own disconnect()). The transport should be closed now."""
@@ -127,7 +127,7 @@ class Disconnected:
     reason_code: int
     reason: str
     by_peer: bool
-    properties: Properties = field(default=EMPTY_PROPERTIES)
+    properties: Properties = EMPTY_PROPERTIES
 
 
 Event = (

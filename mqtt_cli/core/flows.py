@@ -17,8 +17,9 @@ from enum import Enum
 from typing import Any
 
 from .errors import LocalProtocolError, ProtocolError
-from .packets import PubAck, PubComp, Publish, PubRec, PubRel, fast_constructor
+from .packets import PubAck, PubComp, Publish, PubRec, PubRel
 from .properties import Properties
+from .records import fast_constructor
 
 __all__ = ["FlowState", "IncomingFlows", "Inflight", "OutgoingFlows"]
 
@@ -144,8 +145,10 @@ class OutgoingFlows:
             raise LocalProtocolError("only QoS 1/2 messages with a packet identifier have flows")
         if released and publish.qos != 2:
             raise LocalProtocolError("only QoS 2 flows are released")
-        state = FlowState.AWAIT_PUBCOMP if released else (
-            FlowState.AWAIT_PUBACK if publish.qos == 1 else FlowState.AWAIT_PUBREC
+        state = (
+            FlowState.AWAIT_PUBCOMP
+            if released
+            else (FlowState.AWAIT_PUBACK if publish.qos == 1 else FlowState.AWAIT_PUBREC)
         )
         self._inflight[pid] = Inflight(publish, state, context)
 

@@ -1,4 +1,4 @@
-"""The 15 MQTT control packets as frozen, slotted dataclasses (one set for 3.1, 3.1.1 and 5.0).
+"""The 15 MQTT control packets as frozen, slotted records (records.py) (one set for 3.1, 3.1.1 and 5.0).
 
 Fields that a version does not have keep their defaults there (properties are empty before 5.0, reason codes
 of acknowledgements are 0). Building a packet checks nothing; `encode` checks everything it writes.
@@ -6,12 +6,11 @@ of acknowledgements are 0). Building a packet checks nothing; `encode` checks ev
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields, make_dataclass
 from enum import IntEnum
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from .properties import EMPTY_PROPERTIES, Properties
+from .records import record
 
 __all__ = [
     "PROTOCOL_NAMES",
@@ -62,7 +61,7 @@ PROTOCOL_NAMES = {3: "MQIsdp", 4: "MQTT", 5: "MQTT"}
 _EMPTY: Properties = EMPTY_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Will:
     topic: str
     payload: bytes = b""
@@ -71,7 +70,7 @@ class Will:
     properties: Properties = _EMPTY  # 5.0 will properties (will delay interval, message expiry, ...)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Connect:
     type: ClassVar[PacketType] = PacketType.CONNECT
     client_id: str = ""
@@ -90,7 +89,7 @@ class Connect:
             object.__setattr__(self, "protocol_name", PROTOCOL_NAMES.get(self.protocol_version, "MQTT"))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ConnAck:
     type: ClassVar[PacketType] = PacketType.CONNACK
     session_present: bool = False
@@ -98,7 +97,7 @@ class ConnAck:
     properties: Properties = _EMPTY
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Publish:
     type: ClassVar[PacketType] = PacketType.PUBLISH
     topic: str
@@ -110,34 +109,34 @@ class Publish:
     properties: Properties = _EMPTY
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Ack:
     packet_id: int
     reason_code: int = 0
     properties: Properties = _EMPTY
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PubAck(_Ack):
     type: ClassVar[PacketType] = PacketType.PUBACK
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PubRec(_Ack):
     type: ClassVar[PacketType] = PacketType.PUBREC
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PubRel(_Ack):
     type: ClassVar[PacketType] = PacketType.PUBREL
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PubComp(_Ack):
     type: ClassVar[PacketType] = PacketType.PUBCOMP
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Subscription:
     """One topic filter of a SUBSCRIBE with its options (3.x carries only the QoS)."""
 
@@ -153,7 +152,7 @@ class Subscription:
         return self.qos | (self.no_local << 2) | (self.retain_as_published << 3) | (self.retain_handling << 4)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Subscribe:
     type: ClassVar[PacketType] = PacketType.SUBSCRIBE
     packet_id: int
@@ -165,7 +164,7 @@ class Subscribe:
             object.__setattr__(self, "subscriptions", tuple(self.subscriptions))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SubAck:
     type: ClassVar[PacketType] = PacketType.SUBACK
     packet_id: int
@@ -177,7 +176,7 @@ class SubAck:
             object.__setattr__(self, "reason_codes", tuple(self.reason_codes))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Unsubscribe:
     type: ClassVar[PacketType] = PacketType.UNSUBSCRIBE
     packet_id: int
@@ -189,7 +188,7 @@ class Unsubscribe:
             object.__setattr__(self, "topic_filters", tuple(self.topic_filters))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UnsubAck:
     type: ClassVar[PacketType] = PacketType.UNSUBACK
     packet_id: int
@@ -201,24 +200,24 @@ class UnsubAck:
             object.__setattr__(self, "reason_codes", tuple(self.reason_codes))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PingReq:
     type: ClassVar[PacketType] = PacketType.PINGREQ
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PingResp:
     type: ClassVar[PacketType] = PacketType.PINGRESP
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Disconnect:
     type: ClassVar[PacketType] = PacketType.DISCONNECT
     reason_code: int = 0
     properties: Properties = _EMPTY
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Auth:
     type: ClassVar[PacketType] = PacketType.AUTH
     reason_code: int = 0
@@ -237,33 +236,3 @@ PACKET_CLASSES: dict[int, type[Any]] = {
         PingReq, PingResp, Disconnect, Auth,
     )
 }  # fmt: skip
-
-# --- fast construction for the decoder ---------------------------------------------------------------------
-# A frozen dataclass's __init__ sets each field through object.__setattr__, which costs about a microsecond per
-# PUBLISH: half of the decoder's budget. The decoder instead builds a mutable twin (same slots, same layout) and
-# then switches the instance's class, which CPython allows between classes of identical layout. The result is
-# an ordinary frozen instance, equal to one built the normal way (tests check this).
-
-_T = TypeVar("_T")
-
-
-def mutable_twin(cls: type) -> type:
-    """A plain slotted class with the same fields and layout as the frozen dataclass `cls`."""
-    return make_dataclass(
-        f"_Mutable{cls.__name__}",
-        [(f.name, f.type, field(default=f.default)) for f in fields(cls)],  # type: ignore[arg-type]
-        slots=True,
-        eq=False,
-        repr=False,
-    )
-
-
-def fast_constructor(cls: type[_T]) -> Callable[..., _T]:
-    twin = mutable_twin(cls)
-
-    def build(*args: Any) -> _T:
-        obj = twin(*args)
-        obj.__class__ = cls
-        return obj  # type: ignore[no-any-return]
-
-    return build

@@ -8,11 +8,11 @@ properties, which the spec does not give any meaning to.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
 from .errors import LocalProtocolError, MalformedPacket, ProtocolError, RemoteProtocolError
+from .records import record
 from .topics import topic_name_error
 from .wire import (
     MAX_VBI,
@@ -92,7 +92,7 @@ class PropertyId(IntEnum):
     SHARED_SUBSCRIPTION_AVAILABLE = 0x2A
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PropertySpec:
     id: int
     name: str  # the spec's name in snake_case, as `mqtt dump --json` writes it

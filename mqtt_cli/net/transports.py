@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import trio
 
+from ..core.records import record
 from .errors import ConnectFailed, TLSFailed
 
 __all__ = [
@@ -39,7 +39,7 @@ _TLS_VERSIONS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Endpoint:
     """Where a broker listens. `scheme`: mqtt, mqtts, ws, wss or unix."""
 
@@ -57,7 +57,7 @@ class Endpoint:
         return where + self.path if self.scheme in ("ws", "wss") else where
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ParsedURL:
     endpoint: Endpoint
     username: str | None = None
@@ -97,7 +97,7 @@ def parse_url(url: str) -> ParsedURL:
     return ParsedURL(endpoint, username, password, topic)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TLSOptions:
     cafile: str | None = None
     capath: str | None = None

@@ -17,7 +17,6 @@ own parsing pieces: `paho.mqtt._packet` and the `Properties`/`ReasonCode` classe
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import select
 import socket
@@ -58,6 +57,7 @@ from mqtt_cli.core.packets import (
 )
 from mqtt_cli.core.properties import PROPERTY_TABLE, WILL, Properties, PropertyId, encode_properties
 from mqtt_cli.core.reasons import REASONS_BY_PACKET
+from mqtt_cli.core.records import fields, replace
 
 from . import strategies as S
 
@@ -144,12 +144,12 @@ def header_len(data: bytes) -> int:
 def assert_same_fields(decoded: Any, expected: Any) -> None:
     """Field-by-field comparison, so that a failure names the field."""
     assert type(decoded) is type(expected)
-    for f in dataclasses.fields(expected):
-        got, want = getattr(decoded, f.name), getattr(expected, f.name)
-        if dataclasses.is_dataclass(want) and want is not None:
+    for name in fields(expected):
+        got, want = getattr(decoded, name), getattr(expected, name)
+        if hasattr(want, "__record_fields__"):
             assert_same_fields(got, want)
         else:
-            assert got == want, f"{type(expected).__name__}.{f.name}: decoded {got!r}, paho was asked {want!r}"
+            assert got == want, f"{type(expected).__name__}.{name}: decoded {got!r}, paho was asked {want!r}"
 
 
 # --- a paho client on a socketpair ---------------------------------------------------------------------------------
@@ -282,7 +282,7 @@ def send_connect_with_paho(packet: Connect) -> bytes:
 def paho_expressible(packet: Connect) -> Connect:
     # paho sends a password only after a user name (5.0 allows one alone).
     if packet.username is None and packet.password is not None:
-        return dataclasses.replace(packet, password=None)
+        return replace(packet, password=None)
     return packet
 
 
@@ -345,7 +345,7 @@ def test_paho_publish_decodes_to_what_paho_was_asked(vp: tuple[int, Publish]) ->
         assert info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS
         data = peer.sent()
     # paho picks the packet identifier (and never sets DUP on a first send).
-    expected = dataclasses.replace(packet, dup=False, packet_id=info.mid if packet.qos else None)
+    expected = replace(packet, dup=False, packet_id=info.mid if packet.qos else None)
     decoded = decode(data, version)
     assert_same_fields(decoded, expected)
     assert encode(decoded, version) == data
@@ -362,7 +362,7 @@ def test_paho_publish_with_every_property() -> None:
         peer.connect()
         info = peer.client.publish("", packet.payload, 2, True, to_paho(props, 3))
         data = peer.sent()
-    assert_same_fields(decode(data, 5), dataclasses.replace(packet, packet_id=info.mid))
+    assert_same_fields(decode(data, 5), replace(packet, packet_id=info.mid))
 
 
 @settings(PAHO, max_examples=examples(100), suppress_health_check=SLOW_DATA)
@@ -382,7 +382,7 @@ def test_paho_subscribe_decodes_to_what_paho_was_asked(vp: tuple[int, Subscribe]
         assert rc == MQTTErrorCode.MQTT_ERR_SUCCESS
         data = peer.sent()
     decoded = decode(data, version)
-    assert_same_fields(decoded, dataclasses.replace(packet, packet_id=mid))
+    assert_same_fields(decoded, replace(packet, packet_id=mid))
     assert encode(decoded, version) == data
 
 
@@ -396,7 +396,7 @@ def test_paho_unsubscribe_decodes_to_what_paho_was_asked(vp: tuple[int, Unsubscr
         assert rc == MQTTErrorCode.MQTT_ERR_SUCCESS
         data = peer.sent()
     decoded = decode(data, version)
-    assert_same_fields(decoded, dataclasses.replace(packet, packet_id=mid))
+    assert_same_fields(decoded, replace(packet, packet_id=mid))
     assert encode(decoded, version) == data
 
 
@@ -523,7 +523,7 @@ def test_paho_reads_our_publish(vp: tuple[int, Publish], data: st.DataObject) ->
             assert peer.sent_packets() == [PubRec(pid)]
             assert peer.take("message") == []  # delivered on PUBREL (paho's choice of method B, 4.3.3)
             pubrel = data.draw(S.pubacks(version, PubRel, forbid=PAHO_FORBID), label="pubrel")
-            peer.receive(encode(dataclasses.replace(pubrel, packet_id=pid), version))
+            peer.receive(encode(replace(pubrel, packet_id=pid), version))
             assert peer.sent_packets() == [PubComp(pid)]
         [(message,)] = peer.take("message")
         _check_message(message, packet, version)
@@ -551,13 +551,13 @@ def test_paho_reads_our_acknowledgements(case: tuple[int, int, PubAck, PubRec, P
         [sent] = peer.sent_packets()
         assert sent == Publish("t", b"x", qos, packet_id=mid)
         if qos == 1:
-            final = dataclasses.replace(puback, packet_id=mid)
+            final = replace(puback, packet_id=mid)
             peer.receive(encode(final, version))
         else:
-            peer.receive(encode(dataclasses.replace(pubrec, packet_id=mid), version))
+            peer.receive(encode(replace(pubrec, packet_id=mid), version))
             assert peer.sent_packets() == [PubRel(mid)]
             assert peer.take("publish") == []
-            final = dataclasses.replace(pubcomp, packet_id=mid)
+            final = replace(pubcomp, packet_id=mid)
             peer.receive(encode(final, version))
         [(got_mid, reason, props)] = peer.take("publish")
         assert got_mid == mid

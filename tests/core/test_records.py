@@ -1,0 +1,115 @@
+"""core/records.py: the frozen record classes behave as the frozen, slotted dataclasses they replace."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from typing import ClassVar
+
+import pytest
+
+from mqtt_cli.core.packets import Connect, PubAck, Publish, PubRec, Subscribe, Subscription
+from mqtt_cli.core.records import FrozenInstanceError, fast_constructor, fields, record, replace
+
+
+@record
+class Point:
+    kind: ClassVar[str] = "point"
+    x: int
+    y: int = 0
+
+    def norm(self) -> int:
+        return abs(self.x) + abs(self.y)
+
+
+@record
+class Point3(Point):
+    z: int = 0
+
+
+@record
+class Normalised:
+    items: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "items", tuple(self.items))
+
+
+def test_fields_defaults_and_class_variables() -> None:
+    assert fields(Point) == ("x", "y")
+    assert fields(Point3) == ("x", "y", "z")
+    assert Point(1) == Point(1, 0) == Point(x=1, y=0)
+    assert Point.kind == Point(1).kind == "point"
+    assert Point(3, -4).norm() == 7
+    assert Point.__slots__ == ("x", "y") and Point3.__slots__ == ("z",)
+    assert not hasattr(Point(1), "__dict__")
+    with pytest.raises(TypeError):
+        Point()  # type: ignore[call-arg]
+
+
+def test_equality_is_per_class_and_hash_follows_it() -> None:
+    assert Point(1, 2) != Point3(1, 2)
+    assert Point(1, 2) != (1, 2)
+    assert PubAck(7) != PubRec(7)
+    assert hash(Point(1, 2)) == hash(Point(1, 2))
+    assert len({Point(1, 2), Point(1, 2), Point(2, 1)}) == 2
+    assert {Publish("a", b"x", 1, packet_id=3): 1}[Publish("a", b"x", 1, packet_id=3)] == 1
+
+
+def test_frozen() -> None:
+    p = Point(1, 2)
+    with pytest.raises(FrozenInstanceError, match="'x'"):
+        p.x = 5  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        del p.y  # type: ignore[misc]
+    assert p == Point(1, 2)
+
+
+def test_repr_names_every_field() -> None:
+    assert repr(Point3(1, 2, 3)) == "Point3(x=1, y=2, z=3)"
+    assert repr(Normalised([1])) == "Normalised(items=(1,))"
+    assert repr(PubAck(5)) == "PubAck(packet_id=5, reason_code=0, properties=Properties())"
+
+
+def test_post_init_runs_and_replace_goes_through_init() -> None:
+    assert Normalised([1, 2]).items == (1, 2)
+    assert replace(Normalised(), items=[3]).items == (3,)
+    assert replace(Point3(1, 2, 3), y=9) == Point3(1, 9, 3)
+    assert Connect(protocol_version=3).protocol_name == "MQIsdp"
+    assert replace(Connect(), protocol_version=3, protocol_name="").protocol_name == "MQIsdp"
+    with pytest.raises(TypeError, match="'w'"):
+        replace(Point(1), w=2)
+
+
+def test_pickle_and_copy_keep_value_and_class() -> None:
+    for value in (Point3(1, 2, 3), Subscribe(4, (Subscription("a/#", 1),)), Publish("t", b"\x00", 2, packet_id=9)):
+        assert pickle.loads(pickle.dumps(value)) == value
+        assert copy.deepcopy(value) == value
+        assert type(copy.copy(value)) is type(value)
+
+
+def test_match_by_position() -> None:
+    match Publish("a/b", b"hi", 1, packet_id=4):
+        case Publish(topic, payload, qos):
+            assert (topic, payload, qos) == ("a/b", b"hi", 1)
+        case _:
+            pytest.fail("no match")
+
+
+def test_fast_constructor_builds_equal_frozen_instances() -> None:
+    build = fast_constructor(Publish)
+    fast = build("t", b"p", 1, False, False, 5, Publish("x").properties)
+    assert type(fast) is Publish
+    assert fast == Publish("t", b"p", 1, packet_id=5)
+    with pytest.raises(FrozenInstanceError):
+        fast.qos = 2  # type: ignore[misc]
+    assert fast_constructor(PubAck)(3, 0, PubAck(1).properties) == PubAck(3)
+
+
+def test_a_field_without_default_after_one_with_is_refused() -> None:
+    with pytest.raises(TypeError, match="'b'"):
+
+        @record
+        class Bad:
+            a: int = 0
+            b: int
