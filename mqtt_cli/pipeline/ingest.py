@@ -15,19 +15,26 @@ The stages, each parallel over Spark's executors:
 5. dissect (one task per partition): one stateful Dissector per file decodes each connection's frames in
    order, through the core codec, into exactly the records `mqtt dump --json` writes (dissect.dissect_rows).
 6. number and write: connection numbers are made global per file (rank of the frame at which each connection
-   was numbered), then the rows are written as Parquet.
+   was numbered), then the rows are written as Parquet. Local masters: the workers write the files with
+   pyarrow as they decode and the driver ranks the connections (parts.py); other masters: Spark's writer, the
+   rows cached and joined with the ranks.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from .dissect import FRAME_COLUMNS, ROW_COLUMNS, DissectOptions, dissect_rows, window_frames
+from .parts import PART_COLUMNS, commit, dissect_to_parts, finish_parts, rank, staging_dir
 from .schema import TABLE_COLUMNS, ddl
+from .session import is_local
 from .splits import FilePlan, Window, plan_file, scan, settle
 
 __all__ = ["DEFAULT_SPLIT_BYTES", "IngestResult", "ingest", "plan_windows"]
@@ -60,8 +67,6 @@ def plan_windows(
 ) -> tuple[list[Window], int, list[str]]:
     """Stages 1 and 2: (windows, packet records, corruption messages). Raises CaptureError for a file that
     cannot be opened or is not a capture, before anything runs."""
-    import os
-
     sizes = [os.path.getsize(p) if os.path.isfile(p) else 0 for p in paths]
     target = _split_size(spark, sizes, split_bytes)
     plans: list[FilePlan] = [plan_file(path, file_id, target) for file_id, path in enumerate(paths)]
@@ -91,13 +96,11 @@ def ingest(
     mode: str = "errorifexists",
     split_bytes: int | None = None,
     on_stage: Callable[[str], None] | None = None,
+    writer: str | None = None,
 ) -> IngestResult:
     """Decodes `paths` into a Parquet table at `out` (see the module's docstring). `mode` is Spark's save mode
-    (errorifexists, overwrite, append). `on_stage` is told the name of each stage as it begins."""
-    from pyspark import StorageLevel
-    from pyspark.sql import Window as SqlWindow
-    from pyspark.sql import functions as F
-
+    (errorifexists, overwrite, append). `on_stage` is told the name of each stage as it begins. `writer`:
+    "workers" or "spark" (stage 6); by default the workers under a local master, else Spark."""
     options = options or DissectOptions()
     say = on_stage or (lambda _name: None)
     result = IngestResult(files=len(paths))
@@ -115,11 +118,59 @@ def ingest(
     frames = spark.range(0, max(1, len(windows)), 1, max(1, len(windows))).mapInArrow(
         partial(window_frames, windows=windows), ddl(FRAME_COLUMNS)
     )
-    rows = (
-        frames.repartition(parts, "file_id", "key")
-        .sortWithinPartitions("file_id", "frame")
-        .mapInArrow(partial(dissect_rows, options=options, names=names), ddl(ROW_COLUMNS))
-        .persist(StorageLevel.MEMORY_AND_DISK)
+    ordered = frames.repartition(parts, "file_id", "key").sortWithinPartitions("file_id", "frame")
+    if writer is None:
+        writer = "workers" if is_local(spark.sparkContext.master) else "spark"
+    if writer == "workers":
+        _write_from_workers(spark, ordered, out, options, names, mode, result, clock, say)
+    else:
+        _write_with_spark(ordered, out, options, names, mode, result, clock, say)
+    return result
+
+
+def _write_from_workers(
+    spark: Any, ordered: Any, out: str, options: DissectOptions, names: dict[int, str], mode: str,
+    result: IngestResult, clock: float, say: Callable[[str], None],
+) -> None:  # fmt: skip
+    """Local masters: the workers write the Parquet files (parts.py)."""
+    if mode == "errorifexists" and os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise FileExistsError(f"{out} exists")
+    job = uuid.uuid4().hex[:12]
+    staging = staging_dir(out, job)
+    final = staging / "final"
+    final.mkdir(parents=True)
+    try:
+        staged = ordered.mapInArrow(
+            partial(dissect_to_parts, options=options, names=names, staging=str(staging)), ddl(PART_COLUMNS)
+        ).collect()
+        files = sorted({(row["path"], row["rows"]) for row in staged})
+        result.rows = sum(n for _, n in files)
+        result.seconds["decode"] = time.perf_counter() - clock
+
+        say("writing")
+        clock = time.perf_counter()
+        ranks = rank([(row["file_id"], row["_numbered"]) for row in staged])
+        todo = spark.createDataFrame([(i, path) for i, (path, _) in enumerate(files)], "index int, path string")
+        todo.repartition(max(1, len(files)), "index").mapInArrow(
+            partial(finish_parts, ranks=ranks, final=str(final), job=job), "path string"
+        ).collect()
+        commit(staging, final, out, mode)
+        result.seconds["write"] = time.perf_counter() - clock
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_with_spark(
+    ordered: Any, out: str, options: DissectOptions, names: dict[int, str], mode: str,
+    result: IngestResult, clock: float, say: Callable[[str], None],
+) -> None:  # fmt: skip
+    """Other masters: Spark's writer (any path Spark can write: HDFS, S3, ...), the numbering by a join."""
+    from pyspark import StorageLevel
+    from pyspark.sql import Window as SqlWindow
+    from pyspark.sql import functions as F
+
+    rows = ordered.mapInArrow(partial(dissect_rows, options=options, names=names), ddl(ROW_COLUMNS)).persist(
+        StorageLevel.MEMORY_AND_DISK
     )
     try:
         result.rows = rows.count()
@@ -140,4 +191,3 @@ def ingest(
         result.seconds["write"] = time.perf_counter() - clock
     finally:
         rows.unpersist()
-    return result

@@ -115,5 +115,6 @@ def arrow_schema(columns: tuple[tuple[str, str], ...]) -> Any:
         "binary": pa.binary(),
         "array<int>": pa.list_(pa.int32()),
         "array<string>": pa.list_(pa.string()),
+        "timestamp": pa.timestamp("us", tz="UTC"),
     }
     return pa.schema([pa.field(name, types[kind]) for name, kind in columns])

@@ -134,3 +134,32 @@ def test_append_adds_a_capture_to_a_table(spark: Any, tmp_path: Path) -> None:
     rows = table_rows(spark, out)
     assert {r["capture_file"] for r in rows} == {str(c) for c in captures}
     assert len(rows) == sum(len(dump_records(c)) for c in captures)
+
+
+def test_both_writers_write_the_same_table(spark: Any, tmp_path: Path) -> None:
+    """Local masters: the workers write the Parquet files (pyarrow); others: Spark's writer. Same schema, same rows."""
+    first, second = _hard_capture(tmp_path)
+    tables = {}
+    for writer in ("workers", "spark"):
+        out = tmp_path / writer
+        result = ingest(spark, [str(first), str(second)], str(out), split_bytes=1500, writer=writer)
+        df = spark.read.parquet(str(out))
+        assert result.rows == df.count()
+        tables[writer] = (df.schema, [tuple(row) for row in df.orderBy("capture_file", "seq").collect()])
+        assert (out / "_SUCCESS").exists()
+    assert tables["workers"][0] == tables["spark"][0]
+    assert tables["workers"][1] == tables["spark"][1]
+    assert sorted(p.name for p in tmp_path.iterdir() if "staging" in p.name) == []
+
+
+def test_the_workers_writer_keeps_spark_save_modes(spark: Any, tmp_path: Path) -> None:
+    captures = sample_captures()[:2]
+    options = DissectOptions(ports=(18841, 18842))
+    out = tmp_path / "table"
+    ingest(spark, [str(captures[0])], str(out), options, writer="workers")
+    with pytest.raises(FileExistsError):
+        ingest(spark, [str(captures[1])], str(out), options, writer="workers")
+    assert {r["capture_file"] for r in table_rows(spark, out)} == {str(captures[0])}
+    ingest(spark, [str(captures[1])], str(out), options, mode="overwrite", writer="workers")
+    assert {r["capture_file"] for r in table_rows(spark, out)} == {str(captures[1])}
+    assert len(table_rows(spark, out)) == len(dump_records(captures[1]))

@@ -1,0 +1,141 @@
+"""Writing the ingest table from the Python workers: what `ingest` does under a local master.
+
+Spark's own Parquet writer runs on the JVM, a row at a time, after the rows came back from the Python workers as
+Arrow batches and were cached for the connection numbering (a join). On a 2-core machine that JVM work took more
+CPU than decoding itself, and it is what kept local[2] from scaling. Here the workers keep the rows in Arrow and
+write Parquet with pyarrow (C++), which costs a fraction of that, and the numbering needs no join:
+
+1. `dissect_to_parts` (one task per shuffle partition): the decoded batches go into an Arrow file of this job's
+   staging directory (lz4), with `_numbered` (the frame at which each connection was numbered); the task returns the
+   file's path, its row count and the distinct (file_id, _numbered) pairs in it.
+2. the driver ranks the pairs per capture file: the rank is `mqtt dump`'s connection number (`stream`).
+3. `finish_parts` (one task per staged file): `stream` and `time` are set (numpy, a column at a time), the
+   columns put in the table's order, and the rows written as Parquet under their final name.
+4. `commit`: the final files move into the table directory (replacing it for overwrite), with `_SUCCESS`; the
+   staging directory goes. A job that fails leaves the table as it was.
+
+The files are the ones Spark writes (snappy Parquet, the same schema: tests compare both writers' tables); only
+a local path can be written this way (every worker must see it), so other masters keep Spark's writer.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .dissect import DissectOptions, dissect_rows
+from .schema import TABLE_COLUMNS, arrow_schema
+
+__all__ = ["PART_COLUMNS", "commit", "dissect_to_parts", "finish_parts", "rank", "staging_dir"]
+
+# What a dissect task returns: one row per distinct (file_id, _numbered) of its file, with the file and its size.
+PART_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("file_id", "int"),
+    ("_numbered", "bigint"),
+    ("path", "string"),
+    ("rows", "bigint"),
+)
+_COMPRESSION = "snappy"  # Spark's default for Parquet
+_STAGED_COMPRESSION = "lz4"  # staged rows: Arrow IPC, cheap to write and map back; lz4 keeps them small on disk
+
+
+def staging_dir(out: str, job: str) -> Path:
+    """Beside the table, not in it: an overwrite replaces the table directory as a whole."""
+    target = Path(out).resolve()
+    return target.parent / f".{target.name}.staging-{job}"
+
+
+def dissect_to_parts(
+    batches: Iterator[Any], options: DissectOptions, names: dict[int, str], staging: str
+) -> Iterator[Any]:
+    """mapInArrow: sorted frames in (see dissect.dissect_rows), Parquet written, PART_COLUMNS out."""
+    import pyarrow as pa
+
+    path = os.path.join(staging, f"rows-{uuid.uuid4().hex}.arrow")
+    writer = None
+    rows = 0
+    pairs: list[Any] = []
+    try:
+        for batch in dissect_rows(batches, options, names):
+            if writer is None:
+                staged = pa.ipc.IpcWriteOptions(compression=_STAGED_COMPRESSION)
+                writer = pa.ipc.new_file(path, batch.schema, options=staged)
+            writer.write_batch(batch)
+            rows += batch.num_rows
+            pairs.append(pa.Table.from_batches([batch.select(["file_id", "_numbered"])]).group_by(
+                ["file_id", "_numbered"]).aggregate([]))  # fmt: skip
+    finally:
+        if writer is not None:
+            writer.close()
+    schema = arrow_schema(PART_COLUMNS)
+    if not rows:
+        return
+    distinct = pa.concat_tables(pairs).group_by(["file_id", "_numbered"]).aggregate([])
+    n = distinct.num_rows
+    yield pa.RecordBatch.from_arrays(
+        [
+            distinct.column("file_id").combine_chunks(),
+            distinct.column("_numbered").combine_chunks(),
+            pa.array([path] * n, pa.string()),
+            pa.array([rows] * n, pa.int64()),
+        ],
+        schema=schema,
+    )
+
+
+def rank(pairs: list[tuple[int, int]]) -> dict[int, list[int]]:
+    """Per capture file, its connections' `_numbered` values in order: a value's index is its `stream`."""
+    by_file: dict[int, set[int]] = {}
+    for file_id, numbered in pairs:
+        by_file.setdefault(file_id, set()).add(numbered)
+    return {file_id: sorted(values) for file_id, values in by_file.items()}
+
+
+def finish_parts(batches: Iterator[Any], ranks: dict[int, list[int]], final: str, job: str) -> Iterator[Any]:
+    """mapInArrow: staged file paths in (with their task number), final Parquet files written, their paths out."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    schema = arrow_schema(TABLE_COLUMNS)
+    sorted_ranks = {fid: np.asarray(values, dtype=np.int64) for fid, values in ranks.items()}
+    written = []
+    for batch in batches:
+        for index, path in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
+            with pa.memory_map(path) as source:
+                table = pa.ipc.open_file(source).read_all()
+            file_ids = table.column("file_id").to_numpy()
+            numbered = table.column("_numbered").to_numpy()
+            stream = np.empty(len(numbered), dtype=np.int32)
+            for fid in np.unique(file_ids):
+                mask = file_ids == fid
+                stream[mask] = np.searchsorted(sorted_ranks[int(fid)], numbered[mask])
+            # Spark's timestamp_micros(ts_ns div 1000): integer division towards zero, as Arrow's.
+            time = pc.cast(pc.divide(table.column("ts_ns"), 1000), pa.timestamp("us", tz="UTC"))
+            columns = {name: table.column(name) for name in table.column_names}
+            columns["stream"] = pa.chunked_array([stream], pa.int32())
+            columns["time"] = time
+            out = pa.table([columns[name] for name in schema.names], schema=schema)
+            target = os.path.join(final, f"part-{index:05d}-{job}-c000.snappy.parquet")
+            pq.write_table(out, target, compression=_COMPRESSION)
+            written.append(target)
+    yield pa.RecordBatch.from_arrays([pa.array(written, pa.string())], names=["path"])
+
+
+def commit(staging: Path, final: Path, out: str, mode: str) -> None:
+    """Moves the finished files into the table directory (see the module's docstring, step 4)."""
+    target = Path(out)
+    if mode == "overwrite" and target.exists():
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    elif mode == "errorifexists" and target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise FileExistsError(f"{out} exists")
+    target.mkdir(parents=True, exist_ok=True)
+    for part in sorted(final.iterdir()):
+        os.replace(part, target / part.name)
+    (target / "_SUCCESS").touch()
+    shutil.rmtree(staging, ignore_errors=True)
