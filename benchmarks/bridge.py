@@ -1,17 +1,19 @@
 """`mqtt bridge` against mosquitto's built-in bridge, in the same run: forwarding rate between two mosquittos.
 
     .venv/bin/python benchmarks/bridge.py [--reps 3] [--count 100000] [--size 64] [--qos 0,1] [--idle 3]
-                                          [--profile-ours DIR]
+                                          [--protocol 311|5] [--profile-ours DIR]
 
 Each measurement starts two fresh Debian mosquittos on 127.0.0.1 (free ports, their own config files in a
 temporary directory; ../shared/bench/mosquitto.conf: no queue or inflight caps, persistence off):
 
 * "mosquitto": the first (local) broker's config has a `connection` section bridging to the second (remote)
   with `topic bench/# out QOS`, `cleansession false` (a persistent bridge, like ours), otherwise mosquitto's
-  defaults (MQTT 3.1.1 with the bridge flag, try_private true, notifications on);
+  defaults (try_private true: the bridge flag on 3.1.1; notifications on);
 * "ours": both brokers plain, and `python -m mqtt_cli bridge --local ... --remote ... -t 'bench/# out QOS'`
-  between them (its defaults: persistent sessions on both sides, 5.0 with no-local, QoS 2 journal in a
-  temporary --state-dir).
+  between them (its defaults: persistent sessions on both sides, QoS 2 journal in a temporary --state-dir).
+
+Both bridges speak the same MQTT version on both sides: --protocol 311 (the default; mosquitto's bridge default,
+the bridge flag on both) or 5 (`bridge_protocol_version mqttv50`; ours with no-local).
 
 `mosquitto_sub -q QOS -F '%U %p'` on the remote broker (subscribed to bench/# before anything is sent) records
 every arrival with its time; once a probe message has crossed the bridge, `mosquitto_pub -l -q QOS -M 100`
@@ -77,6 +79,7 @@ def wait_port(port: int, proc: subprocess.Popen[Any], timeout: float = 10) -> No
     raise RuntimeError(f"nothing listens on {port}")
 
 
+PROTOCOL = "311"  # --protocol: the MQTT version both bridges speak on both sides
 MAX_INFLIGHT: int | None = None  # --max-inflight: the brokers' max_inflight_messages instead of the bench's 0
 
 
@@ -102,7 +105,7 @@ def mosquitto_bridge_conf(remote_port: int, qos: int) -> str:
             "cleansession false",
             "clientid benchbridge",
             "try_private true",
-            "bridge_protocol_version mqttv311",
+            f"bridge_protocol_version {'mqttv50' if PROTOCOL == '5' else 'mqttv311'}",
             "restart_timeout 1 5",
         ]
     )
@@ -175,7 +178,8 @@ def run_one(
             cmd = [
                 sys.executable, "-m", "mqtt_cli", "bridge",
                 "--local", f"mqtt://{HOST}:{lport}", "--remote", f"mqtt://{HOST}:{rport}",
-                "-t", f"bench/# out {qos}", "--state-dir", str(work / "state"), *EXTRA_OURS,
+                "-t", f"bench/# out {qos}", "--state-dir", str(work / "state"),
+                "--local-protocol-version", PROTOCOL, "--remote-protocol-version", PROTOCOL, *EXTRA_OURS,
             ]  # fmt: skip
             procs["bridge"] = subprocess.Popen(
                 cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -203,7 +207,7 @@ def run_one(
         if profile is not None and procs["bridge"] is not None:
             procs["spy"] = subprocess.Popen(
                 [
-                    str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw", "--rate", "250",
+                    str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw", "--rate", "1000",
                     "--nonblocking", "-p", str(procs["bridge"].pid), "-o", str(profile.with_suffix(".raw")),
                 ],
                 stdout=subprocess.DEVNULL, stderr=(work / "py-spy.log").open("ab"),
@@ -278,7 +282,7 @@ def run_one(
     received = len(stamps)
     seconds = (stamps[-1] - stamps[0]) if received > 1 else float("nan")
     row: dict[str, Any] = {
-        "bench": "bridge", "kind": kind, "qos": qos, "count": count, "size": size,
+        "bench": "bridge", "kind": kind, "qos": qos, "count": count, "size": size, "protocol": PROTOCOL,
         "received": received, "distinct": len(seen), "lost": count - len(seen), "dups": dups,
         "seconds": round(seconds, 4), "received_per_s": round(received / seconds) if seconds > 0 else None,
         "distinct_per_s": round(len(seen) / seconds) if seconds > 0 else None,
@@ -334,11 +338,19 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=3.0, help="stop after this many seconds without arrivals")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds a run may last after the flood starts")
     parser.add_argument("--max-inflight", type=int, default=None, help="the brokers' max_inflight_messages")
+    parser.add_argument(
+        "--protocol", choices=("311", "5"), default="311",
+        help="MQTT version of both bridges on both sides (default 311, mosquitto's bridge default)",
+    )  # fmt: skip
     parser.add_argument("--profile-ours", type=Path, default=None)
     parser.add_argument("--no-save", action="store_true", help="do not write to benchmarks/results")
     args = parser.parse_args()
-    global MAX_INFLIGHT
+    global MAX_INFLIGHT, PROTOCOL, BRIDGE_CONF_SHOWN
     MAX_INFLIGHT = args.max_inflight
+    PROTOCOL = args.protocol
+    BRIDGE_CONF_SHOWN = "; ".join(
+        mosquitto_bridge_conf(0, 9).replace(f"{HOST}:0", "REMOTE").replace("out 9", "out QOS").splitlines()
+    )
     for tool in ("mosquitto_pub", "mosquitto_sub"):
         if not shutil.which(tool):
             print(f"benchmarks/bridge.py: {tool} is missing (Debian's mosquitto-clients)", file=sys.stderr)
@@ -372,6 +384,7 @@ def main() -> int:
                 summarize_profile(raw, prof.with_suffix(".txt"))
     lines = [
         f"benchmarks/bridge.py --reps {args.reps} --count {args.count} --size {args.size} --qos {args.qos}"
+        f" --protocol {args.protocol}"
         + (f" --max-inflight {args.max_inflight}" if args.max_inflight is not None else "")
         + f"  ({time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs, not pinned, code {version})",
         "mosquitto's bridge: " + BRIDGE_CONF_SHOWN,

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import Any
 
-from .codec import PacketReader, encode
+from .codec import PacketReader, _encode_publish, encode
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .events import (
     ConnectionAccepted,
@@ -66,6 +66,7 @@ _PINGREQ_BYTES = b"\xc0\x00"
 # Frozen records cost about a microsecond each to build; these build the same objects faster (records.py).
 _new_publish = fast_constructor(Publish)
 _new_puback = fast_constructor(PubAck)
+_new_acknowledged = fast_constructor(PublishAcknowledged)
 
 
 class ClientState(Enum):
@@ -73,23 +74,6 @@ class ClientState(Enum):
     CONNECTING = "connecting"  # CONNECT sent, waiting for CONNACK
     CONNECTED = "connected"
     CLOSED = "closed"  # the connection ended; connect() starts a new one on the same session
-
-
-class _Flows(OutgoingFlows):
-    """OutgoingFlows whose identifiers also avoid those of SUBSCRIBE/UNSUBSCRIBE awaiting their answer (2.2.1:
-    one identifier space per direction for every packet in flight)."""
-
-    __slots__ = ("reserved",)
-
-    def __init__(self, receive_maximum: int | None = 65535) -> None:
-        super().__init__(receive_maximum)
-        self.reserved: set[int] = set()
-
-    def _allocate(self) -> int:
-        while True:
-            pid = super()._allocate()
-            if pid not in self.reserved:
-                return pid
 
 
 class ClientConnection:
@@ -158,7 +142,7 @@ class ClientConnection:
         self.server_maximum_qos = 2
         self.server_retain_available = True
 
-        self._flows = _Flows(max_inflight)
+        self._flows = OutgoingFlows(max_inflight)
         self._incoming = IncomingFlows()
         # manual_ack: messages delivered and not yet acknowledged by the owner (packet id -> QoS), and those the
         # owner acknowledged while disconnected (packet id -> (QoS, reason code)), sent after the next CONNACK.
@@ -288,15 +272,16 @@ class ClientConnection:
             raise LocalProtocolError(f"the broker accepts QoS {self.server_maximum_qos} at most, not QoS {qos}")
         if retain and not self.server_retain_available:
             raise LocalProtocolError("the broker does not support retained messages")
-        if self.version != 5 and properties:
-            raise LocalProtocolError("message properties need MQTT 5.0")
-        alias = properties.topic_alias if properties else None
-        if alias is not None and alias > self.server_topic_alias_maximum:
-            raise LocalProtocolError(
-                f"topic alias {alias} is above the broker's topic alias maximum ({self.server_topic_alias_maximum})"
-            )
-        if properties and properties.subscription_identifiers:
-            raise LocalProtocolError("a client must not send subscription identifiers in PUBLISH")
+        if properties.items:
+            if self.version != 5:
+                raise LocalProtocolError("message properties need MQTT 5.0")
+            alias = properties.topic_alias
+            if alias is not None and alias > self.server_topic_alias_maximum:
+                raise LocalProtocolError(
+                    f"topic alias {alias} is above the broker's topic alias maximum ({self.server_topic_alias_maximum})"
+                )
+            if properties.subscription_identifiers:
+                raise LocalProtocolError("a client must not send subscription identifiers in PUBLISH")
         if topic is not self._topic_ok:
             if err := topic_name_error(topic):
                 raise LocalProtocolError(f"PUBLISH {err}")
@@ -307,12 +292,11 @@ class ClientConnection:
             self._check_size(data)
             self._out.append(data)
             return None
-        if not self._flows.window_open:
-            raise LocalProtocolError(f"{len(self._flows)} messages are in flight: the window is closed")
         if self.server_maximum_packet_size is not None:
             self._check_size(encode(Publish(topic, payload, qos, retain, False, 1, properties), self.version))
-        sent = self._flows.send_fields(topic, payload, qos, retain, properties, context)
-        self._out.append(encode(self._on_wire(sent), self.version))
+        sent = self._flows.send_fields(topic, payload, qos, retain, properties, context)  # raises: window closed
+        version = self.version
+        self._out.append(_encode_publish(self._on_wire(sent) if version == 5 else sent, version))
         return sent.packet_id
 
     def acknowledge(self, packet_id: int, reason_code: int = 0) -> bool:
@@ -456,17 +440,19 @@ class ClientConnection:
         receives little else, and this skips the general decoder for them."""
         pos = 0
         n = len(data)
-        acknowledge = self._flows.acknowledge
-        events = self._events
+        puback = self._flows.puback
+        append = self._events.append
         while pos + 4 <= n and data[pos] == 0x40 and data[pos + 1] == 2:
             pid = (data[pos + 2] << 8) | data[pos + 3]
             pos += 4
-            try:
-                entry, _ = acknowledge(_new_puback(pid, 0, EMPTY_PROPERTIES))
-            except ProtocolError as err:
-                self._protocol_error(err.reason_code, f"the broker sent {err}")
-                return b""
-            events.append(PublishAcknowledged(pid, 0, entry.context))
+            entry = puback(pid)
+            if entry is None:
+                try:  # not a QoS 1 message in flight: the general path says which error
+                    entry, _ = self._flows.acknowledge(_new_puback(pid, 0, EMPTY_PROPERTIES))
+                except ProtocolError as err:
+                    self._protocol_error(err.reason_code, f"the broker sent {err}")
+                    return b""
+            append(_new_acknowledged(pid, 0, entry.context, EMPTY_PROPERTIES))
         return data[pos:] if pos else data
 
     def events(self) -> list[Event]:

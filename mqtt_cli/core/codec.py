@@ -192,7 +192,8 @@ def _encode_publish(p: Publish, version: int) -> bytes:
     if qos:
         if qos not in (1, 2):
             raise LocalProtocolError(f"PUBLISH QoS must be 0, 1 or 2, not {qos!r}")
-        pid = _packet_id(p.packet_id, "PUBLISH with QoS > 0")
+        pid = p.packet_id
+        pid = pid.to_bytes(2, "big") if type(pid) is int and 0 < pid < 65536 else _packet_id(pid, "PUBLISH QoS > 0")
         if p.dup:
             first |= 8
     else:
@@ -215,9 +216,13 @@ def _encode_publish(p: Publish, version: int) -> bytes:
         props = b""
     payload = p.payload
     length = 2 + len(raw_topic) + len(pid) + len(props) + len(payload)
-    if length > MAX_VBI:
+    if length < 16_384:  # one or two bytes of remaining length: most messages
+        head = bytes((first, length)) if length < 128 else bytes((first, (length & 0x7F) | 0x80, length >> 7))
+    elif length > MAX_VBI:
         raise LocalProtocolError(f"PUBLISH of {length} bytes exceeds the maximum remaining length {MAX_VBI}")
-    return b"".join((bytes((first,)), encode_vbi(length), _u16(len(raw_topic)), raw_topic, pid, props, payload))
+    else:
+        head = bytes((first,)) + encode_vbi(length)
+    return b"".join((head, len(raw_topic).to_bytes(2, "big"), raw_topic, pid, props, payload))
 
 
 def _encode_ack(p: PubAck | PubRec | PubRel | PubComp, version: int) -> bytes:

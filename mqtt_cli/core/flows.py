@@ -59,12 +59,15 @@ class OutgoingFlows:
     `--max-inflight 0`). Entries keep the order they were sent in, which is the order of re-sending.
     """
 
-    __slots__ = ("_inflight", "_next_id", "receive_maximum")
+    __slots__ = ("_inflight", "_next_id", "receive_maximum", "reserved")
 
     def __init__(self, receive_maximum: int | None = 65535) -> None:
         self.receive_maximum = receive_maximum or None
         self._inflight: dict[int, Inflight] = {}
         self._next_id = 1
+        # Identifiers the owner uses for other packets in flight (a client's SUBSCRIBE/UNSUBSCRIBE awaiting their
+        # answer: 2.2.1, one identifier space per direction): never given to a message.
+        self.reserved: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._inflight)
@@ -82,11 +85,12 @@ class OutgoingFlows:
         return limit is None or len(self._inflight) < limit
 
     def _allocate(self) -> int:
-        if len(self._inflight) >= 65535:
+        if len(self._inflight) + len(self.reserved) >= 65535:
             raise LocalProtocolError("all 65,535 packet identifiers are in use")
         pid = self._next_id
         inflight = self._inflight
-        while pid in inflight:
+        reserved = self.reserved
+        while pid in inflight or pid in reserved:
             pid = pid + 1 if pid < 65535 else 1
         self._next_id = pid + 1 if pid < 65535 else 1
         return pid
@@ -106,12 +110,28 @@ class OutgoingFlows:
         """`send` for a message not yet built as a Publish (the broker's fan-out): one Publish, the one kept."""
         if qos not in (1, 2):
             raise LocalProtocolError(f"only QoS 1 and 2 messages have flows, not QoS {qos}")
-        if not self.window_open:
-            raise LocalProtocolError(f"the peer's receive maximum ({self.receive_maximum}) is reached")
-        pid = self._allocate()
+        inflight = self._inflight
+        limit = self.receive_maximum
+        if limit is not None and len(inflight) >= limit:
+            raise LocalProtocolError(f"{len(inflight)} messages are in flight: the window is closed (receive maximum)")
+        pid = self._next_id
+        if pid in inflight or pid in self.reserved:
+            pid = self._allocate()
+        else:
+            self._next_id = pid + 1 if pid < 65535 else 1
         packet = _new_publish(topic, payload, qos, retain, False, pid, properties)
         self._inflight[pid] = Inflight(packet, _AWAIT_PUBACK if qos == 1 else _AWAIT_PUBREC, context)
         return packet
+
+    def puback(self, packet_id: int) -> Inflight | None:
+        """The common case of acknowledge(): a plain PUBACK (reason 0, no properties) for a QoS 1 message in
+        flight ends its flow; returns the entry. None when it is anything else: call acknowledge() for the answer
+        (a protocol error)."""
+        entry = self._inflight.get(packet_id)
+        if entry is None or entry.state is not _AWAIT_PUBACK:
+            return None
+        del self._inflight[packet_id]
+        return entry
 
     def acknowledge(self, ack: PubAck | PubRec | PubComp) -> tuple[Inflight, PubRel | None]:
         """Applies PUBACK, PUBREC or PUBCOMP. Returns the flow's entry and the PUBREL to send (after PUBREC).

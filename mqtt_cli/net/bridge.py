@@ -25,6 +25,7 @@ import ssl
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,7 @@ class SideStats:
     error: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class Forward:
     """A QoS 1/2 message on its way: where it came from (to acknowledge it) and its journal number."""
 
@@ -232,8 +233,8 @@ class Bridge:
             topic_alias_maximum=0,
             manual_ack=True,
             bridge_flag=True,
-            observer=lambda events: self._observe(side, events),
-            on_hand_over=lambda *args: self._handed_over(side, *args),
+            observer=partial(self._observe, side),  # partial, not a lambda: one Python frame fewer per batch
+            on_hand_over=partial(self._handed_over, side),  # ... and per message
             on_retry=lambda error, pause: self._retrying(side, error, pause),
             read_gate=lambda: self._other_keeps_up(side),
         )
