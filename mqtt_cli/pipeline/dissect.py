@@ -18,19 +18,23 @@ in columns, not one pickled object at a time.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from mqtt_cli.capture import Dissector
+from mqtt_cli.capture.errors import CaptureError
 from mqtt_cli.capture.frames import decode_frame, reverse_flow
 
 from .schema import DUMP_COLUMNS, END_SEQ, JSON_COLUMNS, SEQ_SHIFT, arrow_schema
 from .splits import Window, read_window
 
 __all__ = [
+    "DAMAGE_MARK",
     "FRAME_COLUMNS",
     "ROW_COLUMNS",
     "DissectOptions",
+    "damage_in",
     "dissect_rows",
     "window_frames",
 ]
@@ -79,7 +83,40 @@ class DissectOptions:
 # --- 1. windows -> frames ----------------------------------------------------------------------------------------
 
 
-def window_frames(batches: Iterator[Any], windows: list[Window]) -> Iterator[Any]:
+# A capture reader's error in a task: what the driver needs to read the file again up to there (ingest.py).
+DAMAGE_MARK = "mqtt-cli capture damage:"
+_DAMAGE = re.compile(re.escape(DAMAGE_MARK) + r"(\d+):(-?\d+):(.*?):end-of-damage")
+
+
+def damage_in(error: BaseException) -> tuple[int, int, str] | None:
+    """(file_id, last frame read before the damage, message) when `error` is a Spark job failure caused by
+    window_frames meeting damage that the scan did not see (e.g. a pcapng packet block naming no interface)."""
+    found = _DAMAGE.search(str(error))
+    return None if found is None else (int(found[1]), int(found[2]), found[3])
+
+
+def _records(window: Window, limit: int | None) -> Iterator[tuple[int | None, int, bytes, int]]:
+    last = window.first_frame
+    if limit is not None and last >= limit:
+        return  # the window starts after the damage
+    try:
+        for record in read_window(window):
+            last = record[3]
+            yield record
+            if last == limit:
+                return  # the next record is the damaged one: do not read it
+    except CaptureError as exc:
+        # Fails the job; the driver reads the file again up to `last` and reports the damage as mqtt dump does,
+        # at the offset in the file (the reader counted from the start of the window's prefix).
+        message = str(exc)
+        offset = getattr(exc, "offset", None)
+        if window.kind != "stream" and offset is not None and offset >= len(window.prefix):
+            message = message.replace(f"byte {offset}", f"byte {offset - len(window.prefix) + window.start}", 1)
+        raise RuntimeError(f"{DAMAGE_MARK}{window.file_id}:{last}:{message}:end-of-damage") from None
+
+
+def window_frames(batches: Iterator[Any], windows: list[Window], limits: dict[int, int] | None = None) -> Iterator[Any]:
+    """`limits`: file_id -> the last frame to read (damage found by an earlier attempt)."""
     import pyarrow as pa
 
     schema = arrow_schema(FRAME_COLUMNS)
@@ -88,7 +125,7 @@ def window_frames(batches: Iterator[Any], windows: list[Window]) -> Iterator[Any
             window = windows[index]
             cols: tuple[list[Any], ...] = ([], [], [], [], [], [])
             file_id, frames, stamps, links, datas, keys = cols
-            for ts, linktype, data, number in read_window(window):
+            for ts, linktype, data, number in _records(window, (limits or {}).get(window.file_id)):
                 seg = decode_frame(linktype, data)
                 if seg is None:
                     continue  # not TCP: nothing any Dissector would look at

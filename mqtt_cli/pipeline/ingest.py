@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from .dissect import FRAME_COLUMNS, ROW_COLUMNS, DissectOptions, dissect_rows, window_frames
+from .dissect import FRAME_COLUMNS, ROW_COLUMNS, DissectOptions, damage_in, dissect_rows, window_frames
 from .parts import PART_COLUMNS, commit, dissect_to_parts, finish_parts, rank, staging_dir
 from .schema import TABLE_COLUMNS, ddl
 from .session import is_local
@@ -64,9 +64,9 @@ def _split_size(spark: Any, sizes: Sequence[int], requested: int | None) -> int:
 
 def plan_windows(
     spark: Any, paths: Sequence[str], split_bytes: int | None = None
-) -> tuple[list[Window], int, list[str]]:
-    """Stages 1 and 2: (windows, packet records, corruption messages). Raises CaptureError for a file that
-    cannot be opened or is not a capture, before anything runs."""
+) -> tuple[list[Window], dict[int, int], list[str]]:
+    """Stages 1 and 2: (windows, packet records per file id, corruption messages). Raises CaptureError for a
+    file that cannot be opened or is not a capture, before anything runs."""
     sizes = [os.path.getsize(p) if os.path.isfile(p) else 0 for p in paths]
     target = _split_size(spark, sizes, split_bytes)
     plans: list[FilePlan] = [plan_file(path, file_id, target) for file_id, path in enumerate(paths)]
@@ -74,14 +74,14 @@ def plan_windows(
     scans = spark.sparkContext.parallelize(splits, max(1, len(splits))).map(scan).collect()
     windows: list[Window] = []
     errors: list[str] = []
-    frames = 0
+    frames: dict[int, int] = {}
     at = 0
-    for plan in plans:
+    for file_id, plan in enumerate(plans):
         mine = scans[at : at + len(plan.splits)]
         at += len(plan.splits)
         file_windows, packets, error = settle(plan, mine)
         windows += file_windows
-        frames += packets
+        frames[file_id] = packets
         if error is not None:
             errors.append(error)
     return windows, frames, errors
@@ -107,25 +107,36 @@ def ingest(
     clock = time.perf_counter()
 
     say("scanning")
-    windows, result.frames, result.errors = plan_windows(spark, paths, split_bytes)
+    windows, per_file, result.errors = plan_windows(spark, paths, split_bytes)
+    result.frames = sum(per_file.values())
     result.windows = len(windows)
     result.seconds["scan"] = time.perf_counter() - clock
 
-    say("decoding")
-    clock = time.perf_counter()
     names = dict(enumerate(paths))
     parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    frames = spark.range(0, max(1, len(windows)), 1, max(1, len(windows))).mapInArrow(
-        partial(window_frames, windows=windows), ddl(FRAME_COLUMNS)
-    )
-    ordered = frames.repartition(parts, "file_id", "key").sortWithinPartitions("file_id", "frame")
     if writer is None:
         writer = "workers" if is_local(spark.sparkContext.master) else "spark"
-    if writer == "workers":
-        _write_from_workers(spark, ordered, out, options, names, mode, result, clock, say)
-    else:
-        _write_with_spark(ordered, out, options, names, mode, result, clock, say)
-    return result
+    write = _write_from_workers if writer == "workers" else _write_with_spark
+    limits: dict[int, int] = {}  # file_id -> last frame to read: damage the scan did not see, found by a task
+    while True:
+        say("decoding")
+        clock = time.perf_counter()
+        frames = spark.range(0, max(1, len(windows)), 1, max(1, len(windows))).mapInArrow(
+            partial(window_frames, windows=windows, limits=dict(limits)), ddl(FRAME_COLUMNS)
+        )
+        ordered = frames.repartition(parts, "file_id", "key").sortWithinPartitions("file_id", "frame")
+        try:
+            write(spark, ordered, out, options, names, mode, result, clock, say)
+            return result
+        except Exception as exc:
+            damage = damage_in(exc)
+            if damage is None or damage[0] in limits:
+                raise
+            # The same as mqtt dump: the file is read up to the damage, which is reported. Rare: read again.
+            file_id, last, message = damage
+            limits[file_id] = last
+            result.frames -= max(0, per_file[file_id] - last)  # frame numbers count the file's records from 1
+            result.errors.append(message)
 
 
 def _write_from_workers(
@@ -161,7 +172,7 @@ def _write_from_workers(
 
 
 def _write_with_spark(
-    ordered: Any, out: str, options: DissectOptions, names: dict[int, str], mode: str,
+    spark: Any, ordered: Any, out: str, options: DissectOptions, names: dict[int, str], mode: str,
     result: IngestResult, clock: float, say: Callable[[str], None],
 ) -> None:  # fmt: skip
     """Other masters: Spark's writer (any path Spark can write: HDFS, S3, ...), the numbering by a join."""

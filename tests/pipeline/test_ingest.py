@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from mqtt_cli.pipeline.dissect import DissectOptions
 from mqtt_cli.pipeline.ingest import ingest
 from mqtt_cli.pipeline.schema import DUMP_COLUMNS, JSON_COLUMNS, TABLE_COLUMNS
 from tests.capture.helpers import session
-from tests.capture.pcapwriter import Conversation, pcap
+from tests.capture.pcapwriter import Conversation, pcap, pcapng
 
 from .conftest import dump_records, sample_captures
 
@@ -163,3 +164,36 @@ def test_the_workers_writer_keeps_spark_save_modes(spark: Any, tmp_path: Path) -
     ingest(spark, [str(captures[1])], str(out), options, mode="overwrite", writer="workers")
     assert {r["capture_file"] for r in table_rows(spark, out)} == {str(captures[1])}
     assert len(table_rows(spark, out)) == len(dump_records(captures[1]))
+
+
+def test_damage_only_a_reader_sees_ends_the_file_there_as_in_mqtt_dump(spark: Any, tmp_path: Path) -> None:
+    """A pcapng packet block naming an interface that was never described: the scan hops over it (its lengths are
+    sound), the reader of its range fails. The file is read again up to there, as `mqtt dump` reads it."""
+    records = []
+    for n in range(6):
+        conv = session(Conversation(cport=44000 + n, ts=1_700_000_000_000_000_000 + n * 10**8), publishes=6)
+        records += conv.frames()
+    records.sort(key=lambda r: r[0])
+    data = bytearray(pcapng([(0, ts, frame) for ts, frame in records]))
+    pos, seen = 0, 0
+    while pos < len(data):  # the 60th enhanced packet block names interface 7
+        btype, length = struct.unpack_from("<II", data, pos)
+        if btype == 6:
+            seen += 1
+            if seen == 60:
+                struct.pack_into("<I", data, pos + 8, 7)
+                break
+        pos += length
+    damaged_at = pos
+    capture = tmp_path / "bad-interface.pcapng"
+    capture.write_bytes(bytes(data))
+    out = tmp_path / "table"
+    result = ingest(spark, [str(capture)], str(out), split_bytes=2048)
+    assert result.errors == [
+        f"{capture} is corrupt: the packet block at byte {damaged_at} refers to interface 7 but 1 interface(s) are"
+        " described before it"
+    ]  # mqtt dump's words
+    assert result.frames == 59
+    dumped = dump_records(capture, "-p", "1883")
+    assert len(dumped) < sum(1 for _ in records)
+    assert_same(dumped, table_rows(spark, out), capture.name)
