@@ -113,7 +113,11 @@ def _spark_failure(exc: Exception) -> None:
 @app.command()
 def ingest(
     captures: Annotated[
-        list[Path], typer.Argument(help="Capture files: pcap or pcapng, compressed too.", show_default=False)
+        list[Path],
+        typer.Argument(
+            help="Capture files: pcap or pcapng, compressed too; - for standard input (read to its end first).",
+            show_default=False,
+        ),
     ],
     out: Annotated[
         Path, typer.Option("--out", "-o", help="Directory of the Parquet table to write.", show_default=False)
@@ -176,10 +180,53 @@ def ingest(
     occupied = any(out.iterdir()) if out.is_dir() else out.exists()
     if occupied and not (overwrite or append):
         fail(f"{out} exists: add --overwrite to replace it or --append to add to it", EXIT_USAGE)
+    from_stdin = [path for path in captures if str(path) == "-"]
+    if len(from_stdin) > 1:
+        fail("- (standard input) given more than once", EXIT_USAGE)
+    if from_stdin and sys.stdin.isatty():
+        fail("- reads a capture from standard input, which is a terminal: pipe one in (tcpdump -w - ...)", EXIT_USAGE)
     for path in captures:
-        if not path.is_file():
+        if str(path) != "-" and not path.is_file():
             fail(f"{path}: no such file", EXIT_FAILURE)
+    with _stdin_spooled(bool(from_stdin)) as spooled:
+        _ingest(captures, spooled, out, master, settings, port, tls_port, detect, version, overwrite, append, split_mb)
+
+
+@contextmanager
+def _stdin_spooled(wanted: bool) -> Iterator[Path | None]:
+    """Standard input copied to a temporary file (Spark's tasks read byte ranges of files), removed afterwards."""
+    if not wanted:
+        yield None
+        return
+    import shutil
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="mqtt-analyze-stdin-"))
+    try:
+        spooled = work / "stdin.capture"
+        with spooled.open("wb") as f:
+            shutil.copyfileobj(sys.stdin.buffer, f, 1 << 20)
+        yield spooled
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _ingest(
+    captures: list[Path], spooled: Path | None, out: Path, master: str, settings: dict[str, str],
+    port: list[int] | None, tls_port: list[int] | None, detect: bool, version: int | None, overwrite: bool,
+    append: bool, split_mb: float | None,
+) -> None:  # fmt: skip
+    from mqtt_cli.capture import CaptureError
     from mqtt_cli.pipeline.dissect import DissectOptions
+
+    paths = [str(spooled) if str(p) == "-" and spooled is not None else str(p) for p in captures]
+    labels = [str(p) for p in captures]  # the `capture_file` column: "-" for standard input
+    readable = {str(spooled): "standard input"} if spooled is not None else {}  # as mqtt dump names it
+
+    def said(message: str) -> str:
+        for path, name in readable.items():
+            message = message.replace(path, name)
+        return message
 
     options = DissectOptions(port or (1883,), (8883,) if tls_port is None else tls_port, detect, version)
     with _spark(master, settings) as (spark, ctrl_c):
@@ -194,15 +241,19 @@ def ingest(
                     raise KeyboardInterrupt
                 progress.stage(name)
 
-            result = run_ingest(
-                spark,
-                [str(p) for p in captures],
-                str(out),
-                options,
-                mode=mode,
-                split_bytes=int(split_mb * (1 << 20)) if split_mb else None,
-                on_stage=stage,
-            )
+            try:
+                result = run_ingest(
+                    spark,
+                    paths,
+                    str(out),
+                    options,
+                    mode=mode,
+                    split_bytes=int(split_mb * (1 << 20)) if split_mb else None,
+                    on_stage=stage,
+                    labels=labels,
+                )
+            except CaptureError as exc:
+                raise type(exc)(said(str(exc))) from None
         seconds = sum(result.seconds.values())
         print(
             f"{result.rows:,} packets from {result.frames:,} frames of {result.files} capture(s)"
@@ -210,7 +261,7 @@ def ingest(
             file=sys.stderr,
         )
         for error in result.errors:
-            print(f"mqtt: error: {error}; the packets before that point were ingested", file=sys.stderr)
+            print(f"mqtt: error: {said(error)}; the packets before that point were ingested", file=sys.stderr)
         if result.errors:
             raise typer.Exit(EXIT_FAILURE)
 

@@ -97,10 +97,12 @@ def ingest(
     split_bytes: int | None = None,
     on_stage: Callable[[str], None] | None = None,
     writer: str | None = None,
+    labels: Sequence[str] | None = None,
 ) -> IngestResult:
     """Decodes `paths` into a Parquet table at `out` (see the module's docstring). `mode` is Spark's save mode
     (errorifexists, overwrite, append). `on_stage` is told the name of each stage as it begins. `writer`:
-    "workers" or "spark" (stage 6); by default the workers under a local master, else Spark."""
+    "workers" or "spark" (stage 6); by default the workers under a local master, else Spark. `labels`: what
+    the `capture_file` column says for each path (default: the path)."""
     options = options or DissectOptions()
     say = on_stage or (lambda _name: None)
     result = IngestResult(files=len(paths))
@@ -112,7 +114,7 @@ def ingest(
     result.windows = len(windows)
     result.seconds["scan"] = time.perf_counter() - clock
 
-    names = dict(enumerate(paths))
+    names = dict(enumerate(labels if labels is not None else paths))
     parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
     if writer is None:
         writer = "workers" if is_local(spark.sparkContext.master) else "spark"

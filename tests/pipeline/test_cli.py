@@ -50,6 +50,7 @@ def test_help_lists_the_subcommands(run: Run, mqtt_exe: Path) -> None:
         (["ingest", "X", "-o", "OUT", "--protocol-version", "7"], "--protocol-version '7'"),
         (["ingest", "X", "-o", "OUT", "--overwrite", "--append"], "choose one"),
         (["ingest", "X", "-o", "EXISTS"], "exists: add --overwrite"),
+        (["ingest", "-", "-", "-o", "OUT"], "- (standard input) given more than once"),
         (["record", "--url", "http://x", "-t", "a", "-o", "OUT"], "--url"),
         (["record", "--url", "mqtt://x", "-t", "a/#/b", "-o", "OUT"], "--topic 'a/#/b'"),
         (["record", "--url", "mqtt://x", "-t", "a", "-o", "OUT", "--persistent"], "--persistent needs --client-id"),
@@ -88,6 +89,26 @@ def test_ingest_then_report(run: Run, mqtt_exe: Path, tmp_path: Path) -> None:
     assert data["summary"]["packets"] == len(records)
     assert data["summary"]["publishes"] == sum(r["type"] == "PUBLISH" for r in records)
     assert page.read_text().startswith("<!doctype html>")
+
+
+def test_ingest_reads_a_capture_from_standard_input(mqtt_exe: Path, tmp_path: Path) -> None:
+    capture = next(p for p in sample_captures() if p.name == "12-v5-properties.pcap")
+    table = tmp_path / "table"
+    with capture.open("rb") as stdin:
+        proc = subprocess.run(
+            [str(mqtt_exe), "analyze", "ingest", "--master", "local[1]", "-p", "18841", "-o", str(table), "-"],
+            stdin=stdin, capture_output=True, text=True, timeout=180, env=cli_env(),
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    records = dump_records(capture)
+    assert proc.stderr.startswith(f"{len(records)} packets from ")
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(table).to_pylist()
+    assert len(rows) == len(records)
+    assert {row["capture_file"] for row in rows} == {"-"}
+    assert not list(tmp_path.glob(".*staging*"))
+    assert sorted((r["seq"], r["type"]) for r in rows)[0][1] == records[0]["type"]
 
 
 @needs_spark
