@@ -183,6 +183,11 @@ def ingest(
     from_stdin = [path for path in captures if str(path) == "-"]
     if len(from_stdin) > 1:
         fail("- (standard input) given more than once", EXIT_USAGE)
+    if from_stdin and not master.startswith("local"):
+        fail(
+            f"- (standard input) needs a local master, not {master}: copy the capture where the executors can read it",
+            EXIT_USAGE,
+        )
     if from_stdin and sys.stdin.isatty():
         fail("- reads a capture from standard input, which is a terminal: pipe one in (tcpdump -w - ...)", EXIT_USAGE)
     for path in captures:

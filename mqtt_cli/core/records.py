@@ -100,12 +100,17 @@ def record(cls: _C) -> _C:
         if "__record_fields__" in base.__dict__:
             inherited = base.__record_fields__
             defaults.update(base.__record_defaults__)
-    own = [name for name in _own_fields(cls) if name not in inherited]
+    declared = _own_fields(cls)
+    own = [name for name in declared if name not in inherited]
     names = (*inherited, *own)
     namespace = {k: v for k, v in cls.__dict__.items() if k not in ("__dict__", "__weakref__")}
-    for name in own:
+    for name in declared:  # an inherited field declared again may change its default, as with dataclasses
         if name in namespace:
-            defaults[name] = namespace.pop(name)
+            value = defaults[name] = namespace.pop(name)
+            if type(value) in (list, dict, set):
+                raise ValueError(f"{cls.__name__}.{name}: a mutable default would be shared by every instance")
+    if namespace.get("__hash__", ...) is None and "__eq__" in namespace:
+        del namespace["__hash__"]  # Python's implicit None for a class defining __eq__: frozen records hash
     namespace["__slots__"] = tuple(own)
     namespace["__record_fields__"] = names
     namespace["__record_defaults__"] = dict(defaults)

@@ -32,7 +32,7 @@ from functools import partial
 from typing import Any
 
 from .dissect import FRAME_COLUMNS, ROW_COLUMNS, DissectOptions, damage_in, dissect_rows, window_frames
-from .parts import PART_COLUMNS, commit, dissect_to_parts, finish_parts, rank, staging_dir
+from .parts import PART_COLUMNS, commit, dissect_to_parts, finish_parts, rank, staging_dir, write_empty
 from .schema import TABLE_COLUMNS, ddl
 from .session import is_local
 from .splits import FilePlan, Window, plan_file, scan, settle
@@ -40,6 +40,7 @@ from .splits import FilePlan, Window, plan_file, scan, settle
 __all__ = ["DEFAULT_SPLIT_BYTES", "IngestResult", "ingest", "plan_windows"]
 
 DEFAULT_SPLIT_BYTES = 32 << 20
+_MODES = ("errorifexists", "overwrite", "append")
 _MIN_SPLIT = 1 << 20
 
 
@@ -64,16 +65,16 @@ def _split_size(spark: Any, sizes: Sequence[int], requested: int | None) -> int:
 
 def plan_windows(
     spark: Any, paths: Sequence[str], split_bytes: int | None = None
-) -> tuple[list[Window], dict[int, int], list[str]]:
-    """Stages 1 and 2: (windows, packet records per file id, corruption messages). Raises CaptureError for a
-    file that cannot be opened or is not a capture, before anything runs."""
+) -> tuple[list[Window], dict[int, int], dict[int, str]]:
+    """Stages 1 and 2: (windows, packet records per file id, corruption message per damaged file id). Raises
+    CaptureError for a file that cannot be opened or is not a capture, before anything runs."""
     sizes = [os.path.getsize(p) if os.path.isfile(p) else 0 for p in paths]
     target = _split_size(spark, sizes, split_bytes)
     plans: list[FilePlan] = [plan_file(path, file_id, target) for file_id, path in enumerate(paths)]
     splits = [split for plan in plans for split in plan.splits]
     scans = spark.sparkContext.parallelize(splits, max(1, len(splits))).map(scan).collect()
     windows: list[Window] = []
-    errors: list[str] = []
+    errors: dict[int, str] = {}
     frames: dict[int, int] = {}
     at = 0
     for file_id, plan in enumerate(plans):
@@ -83,7 +84,7 @@ def plan_windows(
         windows += file_windows
         frames[file_id] = packets
         if error is not None:
-            errors.append(error)
+            errors[file_id] = error
     return windows, frames, errors
 
 
@@ -103,13 +104,18 @@ def ingest(
     (errorifexists, overwrite, append). `on_stage` is told the name of each stage as it begins. `writer`:
     "workers" or "spark" (stage 6); by default the workers under a local master, else Spark. `labels`: what
     the `capture_file` column says for each path (default: the path)."""
+    if mode not in _MODES:
+        raise ValueError(f"mode {mode!r}: use one of {', '.join(_MODES)}")
+    if labels is not None and len(labels) != len(paths):
+        raise ValueError(f"{len(labels)} labels for {len(paths)} captures")
     options = options or DissectOptions()
     say = on_stage or (lambda _name: None)
     result = IngestResult(files=len(paths))
     clock = time.perf_counter()
 
     say("scanning")
-    windows, per_file, result.errors = plan_windows(spark, paths, split_bytes)
+    windows, per_file, errors = plan_windows(spark, paths, split_bytes)
+    result.errors = [errors[f] for f in sorted(errors)]
     result.frames = sum(per_file.values())
     result.windows = len(windows)
     result.seconds["scan"] = time.perf_counter() - clock
@@ -132,13 +138,16 @@ def ingest(
             return result
         except Exception as exc:
             damage = damage_in(exc)
-            if damage is None or damage[0] in limits:
+            # Tasks of one file run at once: the damage Spark reports first need not be the file's earliest, so
+            # go on while it moves the file's end earlier (it ends: the limit only decreases).
+            if damage is None or damage[1] >= limits.get(damage[0], per_file.get(damage[0], 0) + 1):
                 raise
             # The same as mqtt dump: the file is read up to the damage, which is reported. Rare: read again.
             file_id, last, message = damage
             limits[file_id] = last
-            result.frames -= max(0, per_file[file_id] - last)  # frame numbers count the file's records from 1
-            result.errors.append(message)
+            errors[file_id] = message  # the earliest damage of the file is the one mqtt dump reports
+            result.errors = [errors[f] for f in sorted(errors)]
+            result.frames = sum(min(n, limits.get(f, n)) for f, n in per_file.items())
 
 
 def _write_from_workers(
@@ -163,11 +172,14 @@ def _write_from_workers(
         say("writing")
         clock = time.perf_counter()
         ranks = rank([(row["file_id"], row["_numbered"]) for row in staged])
-        todo = spark.createDataFrame([(i, path) for i, (path, _) in enumerate(files)], "index int, path string")
-        todo.repartition(max(1, len(files)), "index").mapInArrow(
-            partial(finish_parts, ranks=ranks, final=str(final), job=job), "path string"
-        ).collect()
-        commit(staging, final, out, mode)
+        if files:
+            todo = spark.createDataFrame([(i, path) for i, (path, _) in enumerate(files)], "index int, path string")
+            todo.repartition(len(files), "index").mapInArrow(
+                partial(finish_parts, ranks=ranks, final=str(final), job=job), "path string"
+            ).collect()
+        else:
+            write_empty(final, job)  # no packet at all: still a table Spark can read (as Spark's writer leaves)
+        commit(final, out, mode)
         result.seconds["write"] = time.perf_counter() - clock
     finally:
         shutil.rmtree(staging, ignore_errors=True)

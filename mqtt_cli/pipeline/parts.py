@@ -11,17 +11,18 @@ write Parquet with pyarrow (C++), which costs a fraction of that, and the number
 2. the driver ranks the pairs per capture file: the rank is `mqtt dump`'s connection number (`stream`).
 3. `finish_parts` (one task per staged file): `stream` and `time` are set (numpy, a column at a time), the
    columns put in the table's order, and the rows written as Parquet under their final name.
-4. `commit`: the final files move into the table directory (replacing it for overwrite), with `_SUCCESS`; the
-   staging directory goes. A job that fails leaves the table as it was.
+4. `commit`: the directory of final files, with `_SUCCESS`, becomes the table by one rename (an overwrite
+   renames the old table aside first, and back if that fails; an append moves the files in). The staging
+   directory goes. A job that fails leaves the table as it was.
 
-The files are the ones Spark writes (snappy Parquet, the same schema: tests compare both writers' tables); only
-a local path can be written this way (every worker must see it), so other masters keep Spark's writer.
+The files are snappy Parquet with the schema Spark's writer gives them (timestamps as INT64 microseconds, which
+the session also asks of Spark's writer: tests compare both writers' tables). Only a local path can be written
+this way (every worker must see it), so other masters keep Spark's writer.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any
 from .dissect import DissectOptions, dissect_rows
 from .schema import TABLE_COLUMNS, arrow_schema
 
-__all__ = ["PART_COLUMNS", "commit", "dissect_to_parts", "finish_parts", "rank", "staging_dir"]
+__all__ = ["PART_COLUMNS", "commit", "dissect_to_parts", "finish_parts", "rank", "staging_dir", "write_empty"]
 
 # What a dissect task returns: one row per distinct (file_id, _numbered) of its file, with the file and its size.
 PART_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -127,15 +128,38 @@ def finish_parts(batches: Iterator[Any], ranks: dict[int, list[int]], final: str
     yield pa.RecordBatch.from_arrays([pa.array(written, pa.string())], names=["path"])
 
 
-def commit(staging: Path, final: Path, out: str, mode: str) -> None:
-    """Moves the finished files into the table directory (see the module's docstring, step 4)."""
+def write_empty(final: Path, job: str) -> None:
+    """One Parquet file with the table's columns and no rows."""
+    import pyarrow.parquet as pq
+
+    schema = arrow_schema(TABLE_COLUMNS)
+    pq.write_table(schema.empty_table(), final / f"part-00000-{job}-c000.snappy.parquet", compression=_COMPRESSION)
+
+
+def commit(final: Path, out: str, mode: str) -> None:
+    """Puts the finished files in place (see the module's docstring, step 4). A new table or an overwrite is one
+    rename of the whole directory (the old table is renamed aside first and put back if that fails); an append
+    moves the files in one by one."""
     target = Path(out)
-    if mode == "overwrite" and target.exists():
-        shutil.rmtree(target) if target.is_dir() else target.unlink()
-    elif mode == "errorifexists" and target.exists() and (not target.is_dir() or any(target.iterdir())):
+    (final / "_SUCCESS").touch()
+    occupied = target.exists() and (not target.is_dir() or any(target.iterdir()))
+    if mode == "errorifexists" and occupied:
         raise FileExistsError(f"{out} exists")
-    target.mkdir(parents=True, exist_ok=True)
-    for part in sorted(final.iterdir()):
-        os.replace(part, target / part.name)
-    (target / "_SUCCESS").touch()
-    shutil.rmtree(staging, ignore_errors=True)
+    if mode == "append" and occupied:
+        for part in sorted(final.iterdir()):
+            if part.name != "_SUCCESS":
+                os.replace(part, target / part.name)
+        (target / "_SUCCESS").touch()
+        return
+    aside = None
+    if target.is_dir() and not occupied:
+        target.rmdir()
+    elif target.exists():
+        aside = final.parent / "replaced"
+        os.rename(target, aside)
+    try:
+        os.rename(final, target)
+    except OSError:
+        if aside is not None:
+            os.rename(aside, target)
+        raise

@@ -117,6 +117,9 @@ def start_session(master: str = "local[*]", conf: dict[str, str] | None = None, 
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Parquet timestamps as INT64 microseconds (not the deprecated INT96): what the workers' pyarrow writer
+        # writes too (pipeline/parts.py), and what other readers of the table expect.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.driver.extraJavaOptions": quiet,
         "spark.executor.extraJavaOptions": quiet,
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,

@@ -113,3 +113,30 @@ def test_a_field_without_default_after_one_with_is_refused() -> None:
         class Bad:
             a: int = 0
             b: int
+
+
+def test_dataclass_rules_for_defaults_and_hash() -> None:
+    @record
+    class Base:
+        a: int
+        b: int = 1
+
+    @record
+    class Child(Base):
+        b: int = 2  # an inherited field with another default
+
+    assert Child(0) == Child(0, 2) and fields(Child) == ("a", "b")
+    with pytest.raises(ValueError, match="mutable default"):
+
+        @record
+        class Shared:
+            items: list[int] = []  # noqa: RUF012 - the mistake this refuses
+
+    @record
+    class WithEq:
+        x: int
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, WithEq) and self.x == other.x
+
+    assert hash(WithEq(1)) == hash(WithEq(1))

@@ -51,6 +51,7 @@ def test_help_lists_the_subcommands(run: Run, mqtt_exe: Path) -> None:
         (["ingest", "X", "-o", "OUT", "--overwrite", "--append"], "choose one"),
         (["ingest", "X", "-o", "EXISTS"], "exists: add --overwrite"),
         (["ingest", "-", "-", "-o", "OUT"], "- (standard input) given more than once"),
+        (["ingest", "-", "-o", "OUT", "--master", "spark://h:7077"], "needs a local master"),
         (["record", "--url", "http://x", "-t", "a", "-o", "OUT"], "--url"),
         (["record", "--url", "mqtt://x", "-t", "a/#/b", "-o", "OUT"], "--topic 'a/#/b'"),
         (["record", "--url", "mqtt://x", "-t", "a", "-o", "OUT", "--persistent"], "--persistent needs --client-id"),

@@ -166,27 +166,33 @@ def test_the_workers_writer_keeps_spark_save_modes(spark: Any, tmp_path: Path) -
     assert len(table_rows(spark, out)) == len(dump_records(captures[1]))
 
 
-def test_damage_only_a_reader_sees_ends_the_file_there_as_in_mqtt_dump(spark: Any, tmp_path: Path) -> None:
-    """A pcapng packet block naming an interface that was never described: the scan hops over it (its lengths are
-    sound), the reader of its range fails. The file is read again up to there, as `mqtt dump` reads it."""
+def _bad_interface_capture(path: Path, damaged: tuple[int, ...]) -> tuple[list[Any], int]:
+    """A pcapng whose enhanced packet blocks number `damaged` (from 1) name interface 7, never described: the
+    records and the offset of the first damaged block."""
     records = []
     for n in range(6):
         conv = session(Conversation(cport=44000 + n, ts=1_700_000_000_000_000_000 + n * 10**8), publishes=6)
         records += conv.frames()
     records.sort(key=lambda r: r[0])
     data = bytearray(pcapng([(0, ts, frame) for ts, frame in records]))
-    pos, seen = 0, 0
-    while pos < len(data):  # the 60th enhanced packet block names interface 7
+    pos, seen, first = 0, 0, -1
+    while pos < len(data):
         btype, length = struct.unpack_from("<II", data, pos)
         if btype == 6:
             seen += 1
-            if seen == 60:
+            if seen in damaged:
                 struct.pack_into("<I", data, pos + 8, 7)
-                break
+                first = pos if first < 0 else first
         pos += length
-    damaged_at = pos
+    path.write_bytes(bytes(data))
+    return records, first
+
+
+def test_damage_only_a_reader_sees_ends_the_file_there_as_in_mqtt_dump(spark: Any, tmp_path: Path) -> None:
+    """A pcapng packet block naming an interface that was never described: the scan hops over it (its lengths are
+    sound), the reader of its range fails. The file is read again up to there, as `mqtt dump` reads it."""
     capture = tmp_path / "bad-interface.pcapng"
-    capture.write_bytes(bytes(data))
+    records, damaged_at = _bad_interface_capture(capture, (60,))
     out = tmp_path / "table"
     result = ingest(spark, [str(capture)], str(out), split_bytes=2048)
     assert result.errors == [
@@ -197,3 +203,27 @@ def test_damage_only_a_reader_sees_ends_the_file_there_as_in_mqtt_dump(spark: An
     dumped = dump_records(capture, "-p", "1883")
     assert len(dumped) < sum(1 for _ in records)
     assert_same(dumped, table_rows(spark, out), capture.name)
+
+
+def test_damage_in_many_ranges_ends_the_file_at_the_first(spark: Any, tmp_path: Path) -> None:
+    """Several ranges of one file fail at once, in any order: the file ends at its first damage all the same."""
+    capture = tmp_path / "bad-interfaces.pcapng"
+    _records, damaged_at = _bad_interface_capture(capture, tuple(range(40, 200, 25)))
+    out = tmp_path / "table"
+    result = ingest(spark, [str(capture)], str(out), split_bytes=1024)
+    assert len(result.errors) == 1 and f"byte {damaged_at} " in result.errors[0], result.errors
+    assert result.frames == 39
+    assert_same(dump_records(capture, "-p", "1883"), table_rows(spark, out), capture.name)
+
+
+@pytest.mark.parametrize("writer", ["workers", "spark"])
+def test_a_capture_without_mqtt_gives_an_empty_table_spark_reads(spark: Any, tmp_path: Path, writer: str) -> None:
+    capture = tmp_path / "empty.pcap"
+    capture.write_bytes(pcap([]))
+    out = tmp_path / "table"
+    (out / "old").mkdir(parents=True)  # an overwrite replaces what was there
+    result = ingest(spark, [str(capture)], str(out), mode="overwrite", writer=writer)
+    assert result.rows == 0
+    df = spark.read.parquet(str(out))
+    assert df.count() == 0 and df.columns == [name for name, _ in TABLE_COLUMNS]
+    assert not (out / "old").exists()
