@@ -14,6 +14,8 @@ import typer
 
 from mqtt_cli.commands import fail
 
+from ._capture import Detect, Ports, ProtocolVersion, TlsPorts, checked
+
 #: Exit codes of `mqtt analyze` (docs/pipeline.md): 1 a Spark job failed, or a capture is damaged (the table
 #: holds what was readable); 2 bad usage; 3 an input is not a capture; 4 pyspark or Java is missing; 130 Ctrl-C.
 EXIT_FAILURE = 1
@@ -124,27 +126,10 @@ def ingest(
     ],
     master: Master = "local[*]",
     conf: Conf = None,
-    port: Annotated[
-        list[int] | None,
-        typer.Option("--port", "-p", help="MQTT port (repeatable). Default: 1883.", show_default=False),
-    ] = None,
-    tls_port: Annotated[
-        list[int] | None,
-        typer.Option(
-            "--tls-port",
-            help="Port of MQTT over TLS, reported as encrypted (repeatable). Default: 8883.",
-            show_default=False,
-        ),
-    ] = None,
-    detect: Annotated[
-        bool, typer.Option("--detect/--no-detect", help="Also decode connections on any port that begin with CONNECT.")
-    ] = True,
-    protocol_version: Annotated[
-        str | None,
-        typer.Option(
-            "--protocol-version", help="Protocol of streams without a CONNECT: 3.1, 3.1.1 or 5.", show_default=False
-        ),
-    ] = None,
+    port: Ports = None,
+    tls_port: TlsPorts = None,
+    detect: Detect = True,
+    protocol_version: ProtocolVersion = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the table at --out.")] = False,
     append: Annotated[bool, typer.Option("--append", help="Add to the table at --out.")] = False,
     split_mb: Annotated[
@@ -164,17 +149,8 @@ def ingest(
     Exit codes: 0 done, 1 a Spark job failed or a capture is damaged (the table holds what was readable before
     the damage), 2 bad usage, 3 an input is not a capture, 4 pyspark or Java missing, 130 interrupted.
     """
-    from .dump import CAPTURE_VERSIONS  # the same input options as mqtt dump
-
     settings = _confs(conf)
-    version = None
-    if protocol_version is not None:
-        version = CAPTURE_VERSIONS.get(protocol_version.strip())
-        if version is None:
-            fail(f"--protocol-version {protocol_version!r}: use 31, 311 or 5 (or 3.1, 3.1.1, 5.0)", EXIT_USAGE)
-    for number in (*(port or ()), *(tls_port or ())):
-        if not 0 < number < 65536:
-            fail(f"port {number} is outside 1..65535", EXIT_USAGE)
+    version = checked(protocol_version, port, tls_port)
     if overwrite and append:
         fail("--overwrite and --append together: choose one", EXIT_USAGE)
     occupied = any(out.iterdir()) if out.is_dir() else out.exists()

@@ -14,6 +14,8 @@ import typer
 
 from mqtt_cli.commands import fail
 
+from ._capture import Detect, Ports, ProtocolVersion, TlsPorts, checked
+
 if TYPE_CHECKING:
     from mqtt_cli.capture.filters import RecordFilter
     from mqtt_cli.capture.stats import DumpStats
@@ -24,7 +26,6 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_NOT_A_CAPTURE = 3
 
-CAPTURE_VERSIONS = {"3": 3, "3.1": 3, "31": 3, "4": 4, "3.1.1": 4, "311": 4, "5": 5, "5.0": 5}
 _RAW_CHUNK = 1 << 16
 _PROGRESS_MIN_BYTES = 8 << 20
 
@@ -37,21 +38,9 @@ def dump(
             show_default=False,
         ),
     ] = None,
-    port: Annotated[
-        list[int] | None,
-        typer.Option("--port", "-p", help="MQTT port (repeatable). Default: 1883.", show_default=False),
-    ] = None,
-    tls_port: Annotated[
-        list[int] | None,
-        typer.Option(
-            "--tls-port",
-            help="Port of MQTT over TLS, reported as encrypted (repeatable). Default: 8883.",
-            show_default=False,
-        ),
-    ] = None,
-    detect: Annotated[
-        bool, typer.Option("--detect/--no-detect", help="Also decode connections on any port that begin with CONNECT.")
-    ] = True,
+    port: Ports = None,
+    tls_port: TlsPorts = None,
+    detect: Detect = True,
     hex_input: Annotated[
         str | None,
         typer.Option(
@@ -66,12 +55,7 @@ def dump(
             "--raw", help="Decode a raw MQTT byte stream of one direction (- for standard input).", show_default=False
         ),
     ] = None,
-    protocol_version: Annotated[
-        str | None,
-        typer.Option(
-            "--protocol-version", help="Protocol of streams without a CONNECT: 3.1, 3.1.1 or 5.", show_default=False
-        ),
-    ] = None,
+    protocol_version: ProtocolVersion = None,
     json_lines: Annotated[
         bool, typer.Option("--json", "-j", help="JSON lines (docs/dump-format.md), every packet one object.")
     ] = False,
@@ -135,14 +119,7 @@ def dump(
     if len(inputs) != 1:
         what = "no input" if not inputs else f"{' and '.join(inputs)} together"
         fail(f"{what}: give one capture FILE (- for standard input), or --hex HEX, or --raw FILE", EXIT_USAGE)
-    version = None
-    if protocol_version is not None:
-        version = CAPTURE_VERSIONS.get(protocol_version.strip())
-        if version is None:
-            fail(f"--protocol-version {protocol_version!r}: use 31, 311 or 5 (or 3.1, 3.1.1, 5.0)", EXIT_USAGE)
-    for number in (*(port or ()), *(tls_port or ())):
-        if not 0 < number < 65536:
-            fail(f"port {number} is outside 1..65535", EXIT_USAGE)
+    version = checked(protocol_version, port, tls_port)
     try:
         keep = RecordFilter(packet_type or (), topic or (), client or ())
     except ValueError as exc:
