@@ -251,7 +251,7 @@ def main() -> int:
             " packets/s"
         )
         runs = {}
-        # local[1] twice: as is (the JVM's own threads, shuffle, sort, cache, Parquet, run beside the one Python
+        # local[1] twice: as is (the JVM's own threads, the frames' shuffle and sort, run beside the one Python
         # worker on the other core), and confined to one CPU (taskset): what one executor core gives.
         configs = (("local[1]", "local[1]", False, False), ("local[1] on 1 CPU", "local[1]", True, False),
                    ("local[2]", "local[2]", False, True))  # fmt: skip
