@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import Any
 
-from .codec import PacketReader, _encode_publish, encode
+from .codec import PacketReader, encode, encode_publish
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .events import (
     ConnectionAccepted,
@@ -296,7 +296,7 @@ class ClientConnection:
             self._check_size(encode(Publish(topic, payload, qos, retain, False, 1, properties), self.version))
         sent = self._flows.send_fields(topic, payload, qos, retain, properties, context)  # raises: window closed
         version = self.version
-        self._out.append(_encode_publish(self._on_wire(sent) if version == 5 else sent, version))
+        self._out.append(encode_publish(self._on_wire(sent) if version == 5 else sent, version))
         return sent.packet_id
 
     def acknowledge(self, packet_id: int, reason_code: int = 0) -> bool:

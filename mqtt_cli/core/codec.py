@@ -64,7 +64,7 @@ from .wire import (
     read_u16,
 )
 
-__all__ = ["PacketReader", "decode", "encode"]
+__all__ = ["PacketReader", "decode", "encode", "encode_publish"]
 
 _NAMES = (
     "RESERVED", "CONNECT", "CONNACK", "PUBLISH", "PUBACK", "PUBREC", "PUBREL", "PUBCOMP", "SUBSCRIBE",
@@ -175,7 +175,8 @@ def _encode_connack(p: ConnAck, version: int) -> bytes:
     return _frame(0x20, body)
 
 
-def _encode_publish(p: Publish, version: int) -> bytes:
+def encode_publish(p: Publish, version: int) -> bytes:
+    """encode() for a PUBLISH, without its dispatch: a client's hot path (version must be 3, 4 or 5)."""
     qos = p.qos
     topic = p.topic
     if "+" in topic or "#" in topic or "\x00" in topic:
@@ -335,7 +336,7 @@ def _encode_disconnect_or_auth(p: Disconnect | Auth, version: int) -> bytes:
 _ENCODERS: dict[type, Callable[[Any, int], bytes]] = {
     Connect: _encode_connect,
     ConnAck: _encode_connack,
-    Publish: _encode_publish,
+    Publish: encode_publish,
     PubAck: _encode_ack,
     PubRec: _encode_ack,
     PubRel: _encode_ack,
