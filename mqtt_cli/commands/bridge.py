@@ -40,7 +40,18 @@ SIDE_KEYS = (
     "tls_version",
     "alpn",
 )
-BRIDGE_KEYS = ("name", "topics", "restart_timeout", "notification_topic", "journal", "state_dir", "local", "remote")
+BRIDGE_KEYS = (
+    "name",
+    "topics",
+    "restart_timeout",
+    "notification_topic",
+    "journal",
+    "state_dir",
+    "linger",
+    "local",
+    "remote",
+)
+LINGER_MS = 5.0
 
 
 def bridge(
@@ -108,6 +119,18 @@ def bridge(
             rich_help_panel=BRIDGE,
         ),
     ] = False,
+    linger: Annotated[
+        float | None,
+        typer.Option(
+            "--linger",
+            min=0,
+            max=1000,
+            help="Milliseconds a busy side waits to read more at once: fewer, larger reads and writes for every "
+            "process on the path. A lone message is not delayed, nor a flow its window limits; 0: never "
+            f"(default {LINGER_MS:g}).",
+            rich_help_panel=BRIDGE,
+        ),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option("--config", help="Bridges described in a TOML file (see --print-config).", rich_help_panel=BRIDGE),
@@ -208,6 +231,7 @@ def bridge(
             "remote",
             "topic",
             "no_journal",
+            "linger",
         ):
             continue
         for side in ("local", "remote"):
@@ -227,6 +251,8 @@ def bridge(
         flags["journal"] = False
     if state_dir is not None:
         flags["state_dir"] = str(state_dir)
+    if linger is not None:
+        flags["linger"] = linger
 
     if config is not None:
         if any(k not in ("local", "remote") for k in flags) or flags["local"] or flags["remote"]:
@@ -347,6 +373,9 @@ def _build(b: dict[str, Any], where: str) -> Any:
 
         if err := topic_name_error(str(notification)):
             fail(f"{where}: notification topic {notification!r}: {err}", EXIT_USAGE)
+    linger = b.get("linger", LINGER_MS)
+    if isinstance(linger, bool) or not isinstance(linger, int | float) or not 0 <= linger <= 1000:
+        fail(f"{where}: linger {linger!r}: give milliseconds from 0 to 1000", EXIT_USAGE)
     host = socket.gethostname().split(".")[0] or "localhost"
     sides = {}
     for side in ("local", "remote"):
@@ -366,6 +395,7 @@ def _build(b: dict[str, Any], where: str) -> Any:
         restart_cap=cap,
         notification_topic=notification,
         journal=journal,
+        linger=linger / 1000,
     )
 
 

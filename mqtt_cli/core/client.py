@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import Any
 
-from .codec import PacketReader, encode, encode_publish
+from .codec import PacketReader, encode, encode_publish, encode_topic_name, frame_publish
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .events import (
     ConnectionAccepted,
@@ -63,6 +63,7 @@ __all__ = ["ClientConnection", "ClientState"]
 # 3.x CONNACK return code -> the 5.0 reason code that means the same.
 _V3_TO_V5_CONNACK = {1: 0x84, 2: 0x85, 3: 0x88, 4: 0x86, 5: 0x87}
 _PINGREQ_BYTES = b"\xc0\x00"
+_TOPIC_NAMES_MAX = 1024
 # Frozen records cost about a microsecond each to build; these build the same objects faster (records.py).
 _new_publish = fast_constructor(Publish)
 _new_puback = fast_constructor(PubAck)
@@ -158,7 +159,7 @@ class ClientConnection:
         self._auto_alias: dict[str, int] = {}  # topic -> alias, for auto_topic_aliases
         self._with_alias: dict[tuple[Properties, int], Properties] = {}  # properties + alias, built once
         self._last_aliased: tuple[Properties, int, Properties] | None = None
-        self._topic_ok: str | None = None  # the last topic found valid
+        self._topic_names: dict[str, bytes] = {}  # topics found valid, encoded
         self._last_sent: float | None = None
         self._last_received: float | None = None
         self._ping_sent: float | None = None
@@ -282,10 +283,15 @@ class ClientConnection:
                 )
             if properties.subscription_identifiers:
                 raise LocalProtocolError("a client must not send subscription identifiers in PUBLISH")
-        if topic is not self._topic_ok:
+        topic_name = self._topic_names.get(topic)
+        if topic_name is None:
+            # Checked and encoded once per topic: `-l` and a bridge publish to few topics many times.
             if err := topic_name_error(topic):
                 raise LocalProtocolError(f"PUBLISH {err}")
-            self._topic_ok = topic  # `-l` publishes to one topic many times: check it once
+            topic_name = encode_topic_name(topic)
+            if len(self._topic_names) >= _TOPIC_NAMES_MAX:
+                self._topic_names.clear()
+            self._topic_names[topic] = topic_name
         if qos == 0:
             packet = _new_publish(topic, payload, 0, retain, False, None, properties)
             data = encode(self._on_wire(packet), self.version)
@@ -296,7 +302,13 @@ class ClientConnection:
             self._check_size(encode(Publish(topic, payload, qos, retain, False, 1, properties), self.version))
         sent = self._flows.send_fields(topic, payload, qos, retain, properties, context)  # raises: window closed
         version = self.version
-        self._out.append(encode_publish(self._on_wire(sent) if version == 5 else sent, version))
+        if properties.items or (version == 5 and self.auto_topic_aliases):
+            self._out.append(encode_publish(self._on_wire(sent) if version == 5 else sent, version))
+        else:  # no properties, no alias: the parts are known good
+            pid = sent.packet_id
+            first = 0x31 | (qos << 1) if retain else 0x30 | (qos << 1)
+            props = b"\x00" if version == 5 else b""
+            self._out.append(frame_publish(first, topic_name, pid.to_bytes(2, "big"), props, payload))  # type: ignore[union-attr]
         return sent.packet_id
 
     def acknowledge(self, packet_id: int, reason_code: int = 0) -> bool:
@@ -430,10 +442,16 @@ class ClientConnection:
                 self._protocol_error(err.reason_code, f"the broker sent a bad packet: {err}")
             return
         handle = self._handle
+        on_publish = self._on_publish
+        connected = ClientState.CONNECTED
         for packet in packets:
-            handle(packet, now)
-            if self.state is ClientState.CLOSED:
+            state = self.state
+            if state is connected and type(packet) is Publish:
+                on_publish(packet)  # most of what a subscriber or a bridge reads
+            elif state is ClientState.CLOSED:
                 break
+            else:
+                handle(packet, now)
 
     def _leading_pubacks(self, data: bytes) -> bytes:
         """Handles the plain PUBACKs (40 02 id id) at the start of `data`; returns the rest. A publisher at QoS 1
@@ -454,6 +472,12 @@ class ClientConnection:
                     return b""
             append(_new_acknowledged(pid, 0, entry.context, EMPTY_PROPERTIES))
         return data[pos:] if pos else data
+
+    def connection_lost(self, reason: str) -> None:
+        """The transport ended without the broker's close reaching receive_data() (a write failed first, say):
+        the connection is over; a Disconnected event says why. Nothing happens when it was over already."""
+        if self.state in (ClientState.CONNECTING, ClientState.CONNECTED):
+            self._close(0x80, reason, by_peer=True)
 
     def events(self) -> list[Event]:
         """The events since the last call, in order."""
@@ -680,7 +704,7 @@ class ClientConnection:
         self._events.append(ConnectionAccepted(present, p, tuple(unacknowledged)))
 
     def _on_publish(self, p: Publish) -> None:
-        if self.version == 5 and p.properties:
+        if p.properties.items and self.version == 5:
             alias = p.properties.topic_alias
             if alias is not None:
                 if alias > self.topic_alias_maximum:

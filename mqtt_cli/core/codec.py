@@ -64,7 +64,7 @@ from .wire import (
     read_u16,
 )
 
-__all__ = ["PacketReader", "decode", "encode", "encode_publish"]
+__all__ = ["PacketReader", "decode", "encode", "encode_publish", "encode_topic_name", "frame_publish"]
 
 _NAMES = (
     "RESERVED", "CONNECT", "CONNACK", "PUBLISH", "PUBACK", "PUBREC", "PUBREL", "PUBCOMP", "SUBSCRIBE",
@@ -175,10 +175,9 @@ def _encode_connack(p: ConnAck, version: int) -> bytes:
     return _frame(0x20, body)
 
 
-def encode_publish(p: Publish, version: int) -> bytes:
-    """encode() for a PUBLISH, without its dispatch: a client's hot path (version must be 3, 4 or 5)."""
-    qos = p.qos
-    topic = p.topic
+def encode_topic_name(topic: str) -> bytes:
+    """A PUBLISH topic name as it goes on the wire: two length bytes and its UTF-8, checked (no wildcards, no
+    NUL, encodable, at most 65535 bytes; emptiness is the caller's, it depends on the version)."""
     if "+" in topic or "#" in topic or "\x00" in topic:
         raise LocalProtocolError(f"PUBLISH {topic_name_error(topic)}")
     try:
@@ -187,6 +186,28 @@ def encode_publish(p: Publish, version: int) -> bytes:
         raise LocalProtocolError("PUBLISH topic name contains a lone surrogate, not encodable as UTF-8") from None
     if len(raw_topic) > 65535:
         raise LocalProtocolError(f"PUBLISH topic name is {len(raw_topic)} bytes long; the maximum is 65535")
+    return len(raw_topic).to_bytes(2, "big") + raw_topic
+
+
+def frame_publish(first: int, topic_name: bytes, packet_id: bytes, properties: bytes, payload: bytes) -> bytes:
+    """A PUBLISH from its encoded parts: `first` the fixed header's first byte, `topic_name` as
+    encode_topic_name() gives it, `packet_id` two bytes or none, `properties` the encoded block (5.0) or none.
+    The parts are the caller's to have checked: a client sending many messages on one topic encodes the topic
+    once."""
+    length = len(topic_name) + len(packet_id) + len(properties) + len(payload)
+    if length < 16_384:  # one or two bytes of remaining length: most messages
+        head = bytes((first, length)) if length < 128 else bytes((first, (length & 0x7F) | 0x80, length >> 7))
+    elif length > MAX_VBI:
+        raise LocalProtocolError(f"PUBLISH of {length} bytes exceeds the maximum remaining length {MAX_VBI}")
+    else:
+        head = bytes((first,)) + encode_vbi(length)
+    return b"".join((head, topic_name, packet_id, properties, payload))
+
+
+def encode_publish(p: Publish, version: int) -> bytes:
+    """encode() for a PUBLISH, without its dispatch: a client's hot path (version must be 3, 4 or 5)."""
+    qos = p.qos
+    topic_name = encode_topic_name(p.topic)
     first = 0x30 | (qos << 1)
     if p.retain:
         first |= 1
@@ -207,23 +228,15 @@ def encode_publish(p: Publish, version: int) -> bytes:
         pid = b""
     if version == 5:
         props = encode_properties(p.properties, 3) if p.properties.items else b"\x00"
-        if not raw_topic and p.properties.get(0x23) is None:
+        if len(topic_name) == 2 and p.properties.get(0x23) is None:
             raise LocalProtocolError("PUBLISH with an empty topic name needs a topic alias")
     else:
         if p.properties.items:
             raise LocalProtocolError("PUBLISH properties need MQTT 5.0")
-        if not raw_topic:
+        if len(topic_name) == 2:
             raise LocalProtocolError("PUBLISH topic name is empty")
         props = b""
-    payload = p.payload
-    length = 2 + len(raw_topic) + len(pid) + len(props) + len(payload)
-    if length < 16_384:  # one or two bytes of remaining length: most messages
-        head = bytes((first, length)) if length < 128 else bytes((first, (length & 0x7F) | 0x80, length >> 7))
-    elif length > MAX_VBI:
-        raise LocalProtocolError(f"PUBLISH of {length} bytes exceeds the maximum remaining length {MAX_VBI}")
-    else:
-        head = bytes((first,)) + encode_vbi(length)
-    return b"".join((head, len(raw_topic).to_bytes(2, "big"), raw_topic, pid, props, payload))
+    return frame_publish(first, topic_name, pid, props, p.payload)
 
 
 def _encode_ack(p: PubAck | PubRec | PubRel | PubComp, version: int) -> bytes:

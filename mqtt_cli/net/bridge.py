@@ -88,6 +88,7 @@ class BridgeConfig:
     qos0_queue: int = 10_000  # QoS 0 messages held for a side that is down (or slow), beyond which they drop
     receive_maximum: int = 1000  # unacknowledged messages each broker may send us (5.0)
     drain_timeout: float = 10.0
+    linger: float = 0.005  # seconds a busy side's reader may wait to read more at once (see Client's _reader)
 
 
 @dataclass
@@ -234,9 +235,10 @@ class Bridge:
             manual_ack=True,
             bridge_flag=True,
             observer=partial(self._observe, side),  # partial, not a lambda: one Python frame fewer per batch
-            on_hand_over=partial(self._handed_over, side),  # ... and per message
+            on_qos2_hand_over=partial(self._handed_over, side),
             on_retry=lambda error, pause: self._retrying(side, error, pause),
             read_gate=lambda: self._other_keeps_up(side),
+            linger=c.linger,
         )
 
     def _other_keeps_up(self, side: int) -> bool:
@@ -448,7 +450,7 @@ class Bridge:
             return
         topic, cap, sid = route
         props = p.properties
-        if props:
+        if props.items:
             # The codec hands out one Properties object per distinct property block: what the forward needs of
             # it is worked out once per object (looked up by identity: hashing sorts the items).
             known = self._props_seen.get(id(props))
@@ -466,9 +468,9 @@ class Bridge:
                 if src_qos:
                     self.clients[side].acknowledge(p.packet_id)  # type: ignore[arg-type]
                 return
-        qos = min(cap, src_qos)
+        qos = cap if cap < src_qos else src_qos
         client = self.clients[dst]
-        if client.conn.version != 5 and props:
+        if props.items and client.conn.version != 5:
             props = EMPTY_PROPERTIES
         c.forwarded[side] += 1
         if qos == 0:
@@ -503,9 +505,9 @@ class Bridge:
         return mapped, cap, self._sids[side].get(best, 0)
 
     def _handed_over(
-        self, dst: int, pid: int, topic: str, payload: bytes, qos: int, retain: bool, props: Properties, ctx: Any
+        self, dst: int, pid: int, topic: str, payload: bytes, retain: bool, props: Properties, ctx: Any
     ) -> None:
-        if qos != 2 or self.journal is None or type(ctx) is not Forward:
+        if self.journal is None or type(ctx) is not Forward:
             return
         if not ctx.seq:
             self._seq += 1
@@ -518,7 +520,8 @@ class Bridge:
         if type(ctx) is not Forward:
             return  # a notification message
         c = self.counters
-        if not event.ok:
+        ok = event.reason_code < 0x80
+        if not ok:
             c.refused[ctx.src_side] += 1
             self.log(
                 f"bridge {self.config.name}: the {SIDE_NAMES[side]} broker refused a message (reason "
@@ -529,8 +532,9 @@ class Bridge:
         # QoS 2 forwards were acknowledged to their source at PUBREC already; QoS 1 ones (and refusals) now.
         if not ctx.acked:
             ctx.acked = True
-            self.clients[ctx.src_side].acknowledge(ctx.src_pid)
-            if event.ok:
+            # The connection's own acknowledge: what it queues leaves with _observe's _send_direct().
+            self.clients[ctx.src_side].conn.acknowledge(ctx.src_pid)
+            if ok:
                 c.acknowledged[ctx.src_side] += 1
 
     def _connected(self, side: int, event: ConnectionAccepted) -> None:

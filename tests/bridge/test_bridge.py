@@ -365,6 +365,28 @@ def test_counts_in_json_status(tmp_path: Path) -> None:
 
 
 
+def test_linger_does_not_slow_a_flow_a_small_window_limits(tmp_path: Path) -> None:
+    """--linger lets a busy side read more at once, but a flow that the source broker's window limits (ours: 20
+    in flight to a 3.1.1 client) must not wait a linger per window: with half a second, 2,000 messages would
+    take 50 s. A bridge that lingered on every busy read failed this."""
+    local = ours(tmp_path / "local", "--max-inflight", "20")
+    remote = mosq(tmp_path / "remote")
+    watcher = Watcher(remote, "w/#", qos=1)
+    bridge = BridgeProcess(
+        tmp_path / "b", local, remote, "-t", "w/# out 1", "--linger", "500", "--local-protocol-version", "311"
+    )
+    bridge.wait_connected()
+    time.sleep(0.3)
+    n = 2000
+    start = time.monotonic()
+    publish(local, [(f"w/{i % 7}", b"%d" % i, 1, False) for i in range(n)])
+    watcher.wait_count(n, timeout=20)
+    took = time.monotonic() - start
+    assert set(watcher.payloads()) == {b"%d" % i for i in range(n)}
+    assert took < 10, f"{n} messages through a window of 20 took {took:.1f} s"
+    assert bridge.stop() == 0
+
+
 def test_rules_removed_between_runs_are_unsubscribed(tmp_path: Path) -> None:
     """The persistent session would keep an old rule's subscription (and its messages coming) after the rules
     change; the bridge unsubscribes what it subscribed to last time and no longer needs."""

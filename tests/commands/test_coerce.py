@@ -34,6 +34,7 @@ KINDS: list[tuple[Any, dict[str, Any]]] = [
     (float, {"min": 0.1}),
     (float, {"min": 0.001}),
     (float, {"min": 0.05}),
+    (float, {"min": 0, "max": 1000}),
     (tuple[float, float], {}),
     (list[Path], {}),
     (list[str], {}),

@@ -301,6 +301,40 @@ def test_reconnect_with_session_resends_with_dup_and_pubrel() -> None:
     assert resent == [Publish("a", b"1", 1, dup=True, packet_id=q1), PubRel(q2)]
 
 
+def test_connection_lost_ends_the_connection_once_and_a_reconnect_resends() -> None:
+    """A write that fails before the broker's close is read: the net layer says so, and the next connect()
+    continues the session as after a close read from the socket."""
+    client, broker = connected(4)
+    pid = client.publish("a", b"1", 1)
+    broker.received()
+    client.connection_lost("writing failed: broken pipe")
+    (event,) = client.events()
+    assert isinstance(event, Disconnected) and event.by_peer and event.reason == "writing failed: broken pipe"
+    assert not client.connected
+    client.connection_lost("again")  # over already: nothing more
+    assert client.events() == []
+    client.connect()
+    broker2 = Broker(client)
+    broker2.received()
+    broker2.send(ConnAck(session_present=True))
+    assert broker2.received() == [Publish("a", b"1", 1, dup=True, packet_id=pid)]
+
+
+@pytest.mark.parametrize("version", [3, 4, 5])
+@pytest.mark.parametrize("qos", [0, 1, 2])
+@pytest.mark.parametrize("retain", [False, True])
+@pytest.mark.parametrize("payload", [b"", b"x" * 100, b"y" * 20_000])
+def test_published_bytes_are_the_codecs(version: int, qos: int, retain: bool, payload: bytes) -> None:
+    """publish() frames messages without properties from a topic encoded once: the same bytes as encode()."""
+    client, _broker = connected(version)
+    for topic in ("a/b", "a/b", "ünï/çødé"):
+        pid = client.publish(topic, payload, qos, retain)
+        data = client.data_to_send()
+        assert data == encode(Publish(topic, payload, qos, retain, False, pid), version)
+    with pytest.raises(LocalProtocolError, match="wildcard"):
+        client.publish("a/+", b"", qos)
+
+
 def test_reconnect_without_session_hands_back_unacknowledged_messages() -> None:
     client, broker = connected(5)
     client.publish("a", b"1", 1, context="one")
