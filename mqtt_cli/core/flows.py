@@ -110,17 +110,29 @@ class OutgoingFlows:
         """`send` for a message not yet built as a Publish (the broker's fan-out): one Publish, the one kept."""
         if qos not in (1, 2):
             raise LocalProtocolError(f"only QoS 1 and 2 messages have flows, not QoS {qos}")
+        packet = self.try_send(topic, payload, qos, retain, properties, context)
+        if packet is None:
+            raise LocalProtocolError(
+                f"{len(self._inflight)} messages are in flight: the window is closed (receive maximum)"
+            )
+        return packet
+
+    def try_send(
+        self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties, context: Any = None
+    ) -> Publish | None:
+        """send_fields() without the checks that raise, for a caller that knows `qos` is 1 or 2: None (nothing
+        recorded) when the window is closed."""
         inflight = self._inflight
         limit = self.receive_maximum
         if limit is not None and len(inflight) >= limit:
-            raise LocalProtocolError(f"{len(inflight)} messages are in flight: the window is closed (receive maximum)")
+            return None
         pid = self._next_id
         if pid in inflight or pid in self.reserved:
             pid = self._allocate()
         else:
             self._next_id = pid + 1 if pid < 65535 else 1
         packet = _new_publish(topic, payload, qos, retain, False, pid, properties)
-        self._inflight[pid] = Inflight(packet, _AWAIT_PUBACK if qos == 1 else _AWAIT_PUBREC, context)
+        inflight[pid] = Inflight(packet, _AWAIT_PUBACK if qos == 1 else _AWAIT_PUBREC, context)
         return packet
 
     def puback(self, packet_id: int) -> Inflight | None:

@@ -88,6 +88,11 @@ class ClientSettings:
     # Called synchronously when a QoS 2 message gets its packet identifier, before its bytes can be written:
     # (packet id, topic, payload, retain, properties, context). The bridge journals its QoS 2 forwards there.
     on_qos2_hand_over: Callable[[int, str, bytes, bool, Properties, Any], None] | None = None
+    # With manual_ack, the relay's hot path (ClientConnection's on_message and on_acknowledged): messages received
+    # and plain PUBACKs go to these, synchronously from the reader, instead of as events to the observer (which is
+    # still called after each read, with what remains); `acknowledged` then counts only the others.
+    on_message: Callable[[Publish], None] | None = None
+    on_acknowledged: Callable[[Any], None] | None = None
     # Called when a reconnect attempt failed: (what went wrong, seconds until the next attempt).
     on_retry: Callable[[str, float], None] | None = None
     # The reader reads on only while this says True (the bridge: while the other side keeps up with QoS 0).
@@ -122,6 +127,8 @@ class Client:
             auto_topic_aliases=s.auto_topic_aliases,
             manual_ack=s.manual_ack,
             bridge=s.bridge_flag,
+            on_message=s.on_message,
+            on_acknowledged=s.on_acknowledged,
         )
         self.endpoints = (s.endpoint, *s.alternates)
         self.endpoint = s.endpoint  # the one in use, or tried last
@@ -137,6 +144,7 @@ class Client:
         self.acknowledged = 0
         self.refused: list[PublishAcknowledged] = []
         self.reconnects = 0
+        self.pauses = 0  # linger pauses taken (see _reader)
         self._changed = trio.Event()
         self._wake = trio.Event()
         self._qos0_pending = 0  # QoS 0 messages queued or being written
@@ -581,9 +589,12 @@ class Client:
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
                 self._end_connection(f"reading failed: {err}")
                 data = b""
+            inflight = conn.inflight
+            packets = conn.packets_received
             conn.receive_data(data, trio.current_time())
             events = conn.events()
-            await self._dispatch(events)
+            # Acknowledgements that went to on_acknowledged opened the window without an event.
+            await self._dispatch(events, conn.inflight < inflight)
             if not data:
                 self._end_connection("the broker closed the connection")
                 return
@@ -598,7 +609,8 @@ class Client:
                 used = conn.held + conn.inflight
                 if used > peak:
                     peak = used
-                if peak >= linger * _LINGER_RATE and len(events) > 1:
+                if peak >= linger * _LINGER_RATE and conn.packets_received - packets > 1:
+                    self.pauses += 1
                     await trio.sleep(linger)
             gate = self.settings.read_gate
             if gate is not None:
@@ -679,11 +691,10 @@ class Client:
             await self._dispatch(conn.events())
             self._wake.set()
 
-    async def _dispatch(self, events: list[Any]) -> None:
-        changed = False
+    async def _dispatch(self, events: list[Any], changed: bool = False) -> None:
         observer = self._observer
-        if observer is not None and events:
-            observer(events)
+        if observer is not None:
+            observer(events)  # also when empty: what the relay hooks did in this read is sent by it
         for event in events:
             t = type(event)
             if t is MessageReceived:

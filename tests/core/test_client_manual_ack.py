@@ -13,7 +13,8 @@ from mqtt_cli.core.events import (
     PublishReceived,
     ReleaseReceived,
 )
-from mqtt_cli.core.packets import ConnAck, Connect, PubAck, PubComp, Publish, PubRec, PubRel
+from mqtt_cli.core.packets import ConnAck, Connect, Disconnect, PubAck, PubComp, Publish, PubRec, PubRel
+from mqtt_cli.core.properties import Properties
 
 from .test_client import Broker, connected
 
@@ -125,3 +126,92 @@ def test_bridge_flag_in_connect(version: int, level: int) -> None:
     data = client.data_to_send()
     name_len = data[3]
     assert data[4 + name_len] == level
+
+
+# --- the relay's hot path: on_message, on_acknowledged, relay() ---------------------------------------------
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_hooks_take_messages_and_plain_pubacks_instead_of_events(version: int) -> None:
+    messages: list[Publish] = []
+    acked: list[object] = []
+    client, broker = connected(version, manual_ack=True, on_message=messages.append, on_acknowledged=acked.append)
+    assert broker.send(Publish("a", b"1", qos=1, packet_id=7), Publish("a", b"2", qos=2, packet_id=8)) == []
+    assert [m.payload for m in messages] == [b"1", b"2"] and client.held == 2
+    # Held like any other: a re-send is not delivered again, the owner's acknowledge() answers the broker.
+    assert broker.send(Publish("a", b"1", qos=1, dup=True, packet_id=7)) == [] and len(messages) == 2
+    assert client.acknowledge(7) and client.acknowledge(8)
+    assert broker.received() == [PubAck(7), PubRec(8)]
+    pid = client.publish("out", b"x", 1, context="ctx")
+    broker.received()
+    assert broker.send(PubAck(pid)) == [] and acked == ["ctx"] and client.inflight == 0
+    # Not a plain PUBACK (a failure on 5.0, or a QoS 2 flow): the event, as without the hook.
+    if version == 5:
+        pid = client.publish("out", b"x", 1, context="refused")
+        broker.received()
+        assert broker.send(PubAck(pid, 0x87)) == [PublishAcknowledged(pid, 0x87, "refused")]
+    pid = client.publish("out", b"x", 2, context="two")
+    broker.received()
+    assert broker.send(PubRec(pid)) == [PublishReceived(pid, "two")]
+    assert acked == ["ctx"]
+
+
+def test_a_message_after_an_event_of_the_same_read_is_an_event_too() -> None:
+    """The hook must not overtake what the owner has not seen yet: once a read produced an event, the messages
+    after it in that read come as events, in order."""
+    messages: list[Publish] = []
+    _client, broker = connected(5, manual_ack=True, on_message=messages.append)
+    events = broker.send(
+        Publish("a", b"1", qos=1, packet_id=1), Publish("a", b"0", qos=0), Publish("a", b"2", qos=1, packet_id=2)
+    )
+    assert [m.payload for m in messages] == [b"1"]
+    assert [e.publish.payload for e in events] == [b"0", b"2"]  # type: ignore[attr-defined]
+    assert broker.send(Publish("a", b"3", qos=1, packet_id=3)) == [] and len(messages) == 2  # a new read
+
+
+def test_without_manual_ack_on_message_is_not_used() -> None:
+    messages: list[Publish] = []
+    _client, broker = connected(5, on_message=messages.append)
+    (event,) = broker.send(Publish("a", b"1", qos=1, packet_id=1))
+    assert isinstance(event, MessageReceived) and messages == []
+
+
+def test_packets_received_counts_what_each_read_brought() -> None:
+    client, broker = connected(4)
+    before = client.packets_received
+    pids = [client.publish("a", b"x", 1) for _ in range(3)]
+    broker.received()
+    broker.send(*(PubAck(p) for p in pids), Publish("b", b"y", qos=0))  # three plain PUBACKs, then a PUBLISH
+    assert client.packets_received - before == 4
+
+
+@pytest.mark.parametrize("version", [4, 5])
+@pytest.mark.parametrize("retain", [False, True])
+def test_relay_queues_the_same_bytes_as_publish(version: int, retain: bool) -> None:
+    client, broker = connected(version)
+    assert client.relay("a/b", b"x", 1, retain) == 0  # a topic not published before: publish() checks it
+    first = client.publish("a/b", b"x", 1, retain, context="p")
+    pid = client.relay("a/b", b"y", 1, retain, context="r")
+    assert pid == first + 1  # type: ignore[operator]
+    assert broker.received() == [
+        Publish("a/b", b"x", 1, retain, False, first),
+        Publish("a/b", b"y", 1, retain, False, pid),
+    ]
+    assert [ctx for _, ctx in client.unacknowledged()] == ["p", "r"]
+    assert broker.send(PubAck(pid)) == [PublishAcknowledged(pid, 0, "r")]
+
+
+def test_relay_declines_what_publish_must_check_or_queue() -> None:
+    client, broker = connected(5, connack=ConnAck(properties=Properties(receive_maximum=1, maximum_qos=1)))
+    client.publish("t", b"", 1)
+    assert client.relay("t", b"", 1, False) == 0  # window closed
+    broker.send(PubAck(1))
+    assert client.relay("t", b"", 2, False) == 0  # above the broker's maximum QoS
+    assert client.relay("t", b"", 1, False) == 2
+    client, broker = connected(5, connack=ConnAck(properties=Properties(maximum_packet_size=100)))
+    client.publish("t", b"", 1)
+    assert client.relay("t", b"", 1, False) == 0  # a size limit to check
+    client, broker = connected(4)
+    client.publish("t", b"", 1)
+    broker.send(Disconnect())
+    assert client.relay("t", b"", 1, False) == 0  # not connected

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import trio
 
-from mqtt_cli.core.packets import Subscription
+from mqtt_cli.core.codec import encode
+from mqtt_cli.core.packets import Publish, Subscription
 from mqtt_cli.core.properties import Properties
 from mqtt_cli.net.client import Client, ClientSettings, open_client
 from mqtt_cli.net.errors import BrokerRefused, ConnectFailed, ConnectionLost, PublishFailed
@@ -149,6 +150,36 @@ async def test_auto_falls_back_to_311_when_the_broker_closes_on_5() -> None:
     assert seen == [5, 4]
 
 
+@pytest.mark.parametrize(("burst", "pauses"), [(800, True), (200, False)])
+async def test_linger_pauses_only_after_busy_reads_with_a_wide_window(burst: int, pauses: bool) -> None:
+    """The bridge's --linger: after a read that brought several packets, on a connection seen with at least
+    linger x 50,000 messages held or in flight (500 at 10 ms), the reader waits before it reads again; with a
+    narrower window it never waits (that would cost a pause per window). The messages stay held, unacknowledged,
+    as a bridge holds them until the other broker has them; they reach the owner through on_message."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await stream.receive_some(1024)
+        await stream.send_all(b"\x20\x02\x00\x00")
+        await trio.sleep(0.05)  # not in the read that brings CONNACK (those come as events, after it)
+        await stream.send_all(b"".join(encode(Publish("t", b"x", 1, packet_id=i + 1), 4) for i in range(burst)))
+        await trio.sleep(10)
+
+    held: list[Publish] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await fake_broker(nursery, handler)
+            s = ClientSettings(
+                endpoint=Endpoint("mqtt", HOST, port), version=4, manual_ack=True, linger=0.01, on_message=held.append
+            )
+            async with open_client(s) as c:
+                while c.conn.held < burst:
+                    await trio.sleep(0.005)
+                await trio.sleep(0.05)  # the reader's decision follows the read that completed the burst
+                assert (c.pauses > 0) == pauses, c.pauses
+                assert len(held) == burst
+            nursery.cancel_scope.cancel()
+
+
 async def test_keepalive_gives_up_on_a_silent_broker() -> None:
     async def handler(stream: trio.SocketStream) -> None:
         await stream.receive_some(1024)
@@ -208,7 +239,6 @@ async def test_reconnect_loses_nothing_across_a_broker_restart(broker_factory: A
         async with open_client(settings(broker, client_id=f"rsub{version}", clean_start=False, **kw)) as sub:
             await sub.subscribe([Subscription("rc/#", 1)])
             async with open_client(settings(broker, client_id=f"rpub{version}", **kw)) as pub:
-
                 async with trio.open_nursery() as nursery:
                     for i in range(n):
                         if i == n // 3:
