@@ -98,7 +98,8 @@ class ClientConnection:
     QoS 1/2 message received while no event of the same read is waiting goes to `on_message(publish)` instead
     of a MessageReceived event (so the order of what the owner sees is the order received); a plain PUBACK (reason
     0, no properties) goes to `on_acknowledged(context)` instead of a PublishAcknowledged event. Both are called
-    synchronously from receive_data().
+    synchronously from receive_data(); an exception from one leaves that read half applied and propagates, and
+    the owner must then drop the connection (the bridge's process ends).
     """
 
     def __init__(
@@ -177,6 +178,9 @@ class ClientConnection:
         self._last_sent: float | None = None
         self._last_received: float | None = None
         self._ping_sent: float | None = None
+        #: Sessions the broker started us (CONNACK without a session present): a packet identifier received in an
+        #: earlier one may name another message now, so an owner acknowledging late compares this first.
+        self.session_epoch = 0
         #: Packets received so far (all connections): what one read brought, for a reader that paces itself.
         self.packets_received = 0
         #: PINGREQ packets sent on this connection (keepalive's and ping()'s): PINGRESPs answer them in order.
@@ -336,7 +340,7 @@ class ClientConnection:
         if (
             topic_name is None
             or self.state is not _CONNECTED
-            or qos > self.server_maximum_qos
+            or not 0 < qos <= self.server_maximum_qos
             or (retain and not self.server_retain_available)
             or self.server_maximum_packet_size is not None
             or self.auto_topic_aliases
@@ -743,6 +747,7 @@ class ClientConnection:
             self._incoming.clear()
             self._held.clear()  # the broker forgot these: nothing to acknowledge, no re-send to hold back
             self._owed.clear()
+            self.session_epoch += 1
             for entry in self._flows.clear():
                 p0 = entry.publish
                 if entry.state is FlowState.AWAIT_PUBCOMP:

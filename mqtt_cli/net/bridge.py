@@ -59,7 +59,7 @@ _ROUTES_MAX = 10_000  # topics remembered per side with their routes
 # Our QoS 1/2 forwards in flight to a broker that states no receive maximum (3.x): the source broker's window
 # bounds them already (each is a message we hold for it); a smaller cap only queues them in the client's backlog,
 # a slower path than straight through (measured: a 1,000 cap put a 3.1.1 flood there half the time).
-_WINDOW = 65535
+_WINDOW = 65_000  # not all 65,535 identifiers: SUBSCRIBE and UNSUBSCRIBE need some while messages are in flight
 
 
 class BridgeError(Exception):
@@ -112,6 +112,7 @@ class Forward:
     src_side: int
     src_pid: int
     src_qos: int
+    src_epoch: int = 0  # the source connection's session_epoch: after a lost session, src_pid names nothing of ours
     seq: int = 0
     acked: bool = False  # acknowledged to the source already (QoS 2: at the destination's PUBREC)
 
@@ -275,7 +276,7 @@ class Bridge:
         state = self.journal.state
         self._seq = state.max_seq
         for e in state.entries.values():
-            ctx = Forward(e.src_side, e.src_pid, 2, e.seq, acked=e.released)
+            ctx = Forward(e.src_side, e.src_pid, 2, seq=e.seq, acked=e.released)
             if not e.completed:
                 self.clients[e.dst_side].conn.restore_outgoing(e.publish, released=e.released, context=ctx)
             if not e.src_done:
@@ -418,7 +419,9 @@ class Bridge:
                         self.journal.append("R", ctx.seq)
                     if not ctx.acked:
                         ctx.acked = True
-                        self.clients[ctx.src_side].acknowledge(ctx.src_pid)
+                        src = self.clients[ctx.src_side]
+                        if src.conn.session_epoch == ctx.src_epoch:
+                            src.acknowledge(ctx.src_pid)
                         self.counters.acknowledged[ctx.src_side] += 1
             elif t is ReleaseReceived:
                 if self.journal is not None and (side, event.packet_id) in self.journal.state.by_src:
@@ -488,7 +491,7 @@ class Bridge:
             if src_qos:
                 self.clients[side].acknowledge(p.packet_id)  # type: ignore[arg-type]
             return
-        ctx = Forward(side, p.packet_id, src_qos)  # type: ignore[arg-type]
+        ctx = Forward(side, p.packet_id, src_qos, self.clients[side].conn.session_epoch)  # type: ignore[arg-type]
         if (
             qos == 1
             and not props.items
@@ -536,8 +539,11 @@ class Bridge:
         """A plain PUBACK (success) from a destination: _acknowledged's common case, without an event."""
         if type(ctx) is Forward and not ctx.acked:
             ctx.acked = True
-            # The connection's own acknowledge: what it queues leaves with _observe's _send_direct().
-            self.clients[ctx.src_side].conn.acknowledge(ctx.src_pid)
+            # The connection's own acknowledge: what it queues leaves with _observe's _send_direct(). Not when the
+            # source lost its session meanwhile: the identifier may be another message's now.
+            src = self.clients[ctx.src_side].conn
+            if src.session_epoch == ctx.src_epoch:
+                src.acknowledge(ctx.src_pid)
             self.counters.acknowledged[ctx.src_side] += 1
 
     def _acknowledged(self, side: int, event: PublishAcknowledged) -> None:
@@ -557,8 +563,9 @@ class Bridge:
         # QoS 2 forwards were acknowledged to their source at PUBREC already; QoS 1 ones (and refusals) now.
         if not ctx.acked:
             ctx.acked = True
-            # The connection's own acknowledge: what it queues leaves with _observe's _send_direct().
-            self.clients[ctx.src_side].conn.acknowledge(ctx.src_pid)
+            src = self.clients[ctx.src_side].conn  # acknowledged as in _delivered
+            if src.session_epoch == ctx.src_epoch:
+                src.acknowledge(ctx.src_pid)
             if ok:
                 c.acknowledged[ctx.src_side] += 1
 

@@ -83,7 +83,8 @@ class ClientSettings:
     manual_ack: bool = False  # QoS 1/2 messages received are acknowledged by Client.acknowledge()
     bridge_flag: bool = False  # 3.x: mosquitto's bridge flag in CONNECT
     # Called synchronously with every batch of events, before anything else sees them (no await in between, so
-    # nothing is written to the network first); when set, messages go to it instead of `messages`.
+    # nothing is written to the network first), after every read even when it produced none; when set, messages
+    # go to it instead of `messages`.
     observer: Callable[[list[Any]], None] | None = None
     # Called synchronously when a QoS 2 message gets its packet identifier, before its bytes can be written:
     # (packet id, topic, payload, retain, properties, context). The bridge journals its QoS 2 forwards there.

@@ -213,5 +213,17 @@ def test_relay_declines_what_publish_must_check_or_queue() -> None:
     assert client.relay("t", b"", 1, False) == 0  # a size limit to check
     client, broker = connected(4)
     client.publish("t", b"", 1)
+    assert client.relay("t", b"", 0, False) == 0  # QoS 0 has no flow
+    assert client.relay("t", b"", 1, False) == 2
     broker.send(Disconnect())
     assert client.relay("t", b"", 1, False) == 0  # not connected
+
+
+def test_session_epoch_counts_sessions_the_broker_started() -> None:
+    """A packet identifier received in one session may name another message in the next: the bridge compares
+    the epoch before it acknowledges a message it forwarded long ago."""
+    client, broker = connected(4, manual_ack=True)
+    assert client.session_epoch == 1
+    assert reconnect(client, broker, present=True) and client.session_epoch == 1
+    reconnect(client, broker, present=False)
+    assert client.session_epoch == 2

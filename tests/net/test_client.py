@@ -154,14 +154,18 @@ async def test_auto_falls_back_to_311_when_the_broker_closes_on_5() -> None:
 async def test_linger_pauses_only_after_busy_reads_with_a_wide_window(burst: int, pauses: bool) -> None:
     """The bridge's --linger: after a read that brought several packets, on a connection seen with at least
     linger x 50,000 messages held or in flight (500 at 10 ms), the reader waits before it reads again; with a
-    narrower window it never waits (that would cost a pause per window). The messages stay held, unacknowledged,
-    as a bridge holds them until the other broker has them; they reach the owner through on_message."""
+    narrower window it never waits (that would cost a pause per window), nor after a read of one packet. The
+    messages stay held, unacknowledged, as a bridge holds them until the other broker has them; they reach the
+    owner through on_message."""
 
     async def handler(stream: trio.SocketStream) -> None:
         await stream.receive_some(1024)
         await stream.send_all(b"\x20\x02\x00\x00")
-        await trio.sleep(0.05)  # not in the read that brings CONNACK (those come as events, after it)
+        # Each step waits for the client's PINGREQ: sent once it is connected, so no packet shares CONNACK's read.
+        await stream.receive_some(1024)
         await stream.send_all(b"".join(encode(Publish("t", b"x", 1, packet_id=i + 1), 4) for i in range(burst)))
+        await stream.receive_some(1024)
+        await stream.send_all(encode(Publish("t", b"y", 1, packet_id=burst + 1), 4))
         await trio.sleep(10)
 
     held: list[Publish] = []
@@ -172,11 +176,16 @@ async def test_linger_pauses_only_after_busy_reads_with_a_wide_window(burst: int
                 endpoint=Endpoint("mqtt", HOST, port), version=4, manual_ack=True, linger=0.01, on_message=held.append
             )
             async with open_client(s) as c:
-                while c.conn.held < burst:
-                    await trio.sleep(0.005)
-                await trio.sleep(0.05)  # the reader's decision follows the read that completed the burst
-                assert (c.pauses > 0) == pauses, c.pauses
-                assert len(held) == burst
+                for expected in (burst, burst + 1):
+                    await c.ping_marker()
+                    while c.conn.held < expected:
+                        await trio.sleep(0.005)
+                    await trio.sleep(0.05)  # the reader's decision follows the read that completed the step
+                    if expected == burst:
+                        assert (c.pauses > 0) == pauses, c.pauses
+                        after_burst = c.pauses
+                assert c.pauses == after_burst  # the lone message's read: no pause
+                assert len(held) == burst + 1
             nursery.cancel_scope.cancel()
 
 
