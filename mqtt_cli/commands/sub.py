@@ -220,39 +220,53 @@ def sub(
                     if subscription_identifier is not None
                     else EMPTY_PROPERTIES
                 )
-                codes = await client.subscribe(subs, props, marker=retained_only)
-                refused = [(f, c) for f, c in zip(filters, codes, strict=False) if c >= 0x80]
-                if refused:
-                    from mqtt_cli.core.reasons import reason_name
+                # Messages can come before SUBACK (a resumed session's queue): they are read and printed while
+                # the subscription is answered, or a full message buffer would hold SUBACK back behind them.
+                outcome: list[int] = []
 
-                    what = ", ".join(f"{f!r}: {reason_name(c, 9, client.version)}" for f, c in refused)
-                    raise SubscribeRefused(f"the broker refused the subscription ({what})")
-                if exit_on_suback:
-                    return 0
-                received = 0
-                async for item in client.messages:
-                    if type(item) is PongReceived:
-                        if retained_only:
+                async def subscribe() -> None:
+                    codes = await client.subscribe(subs, props, marker=retained_only)
+                    refused = [(f, c) for f, c in zip(filters, codes, strict=False) if c >= 0x80]
+                    if refused:
+                        from mqtt_cli.core.reasons import reason_name
+
+                        what = ", ".join(f"{f!r}: {reason_name(c, 9, client.version)}" for f, c in refused)
+                        raise SubscribeRefused(f"the broker refused the subscription ({what})")
+                    if exit_on_suback:
+                        outcome.append(0)
+                        nursery.cancel_scope.cancel()
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(subscribe)
+                    received = 0
+                    async for item in client.messages:
+                        if type(item) is PongReceived:
+                            if retained_only:
+                                await client.wait_acknowledged()
+                                outcome.append(0)
+                                break
+                            continue
+                        p = item
+                        if no_retained and p.retain:
+                            continue
+                        if retained_only and not p.retain:
+                            continue
+                        if excluded and any(matches(f, p.topic) for f in excluded):
+                            continue
+                        try:
+                            printer(p, time.time())
+                        except FormatError as err:
+                            print(f"mqtt: warning: {err}", flush=True, file=sys.stderr)
+                        if remove_retained and p.retain and p.payload:
+                            await client.publish(p.topic, b"", 1, True)
+                        received += 1
+                        if count is not None and received >= count:
                             await client.wait_acknowledged()
-                            return 0
-                        continue
-                    p = item
-                    if no_retained and p.retain:
-                        continue
-                    if retained_only and not p.retain:
-                        continue
-                    if excluded and any(matches(f, p.topic) for f in excluded):
-                        continue
-                    try:
-                        printer(p, time.time())
-                    except FormatError as err:
-                        print(f"mqtt: warning: {err}", flush=True, file=sys.stderr)
-                    if remove_retained and p.retain and p.payload:
-                        await client.publish(p.topic, b"", 1, True)
-                    received += 1
-                    if count is not None and received >= count:
-                        await client.wait_acknowledged()
-                        return 0
+                            outcome.append(0)
+                            break
+                    nursery.cancel_scope.cancel()
+                if outcome:
+                    return outcome[0]
                 if client.failure is not None:
                     raise client.failure
                 raise ConnectionLost("the connection ended")
