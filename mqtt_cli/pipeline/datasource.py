@@ -239,23 +239,30 @@ class _Feed:
             self._stop = lambda: token.run_sync_soon(scope.cancel)
             async with open_client(opts.settings(client_id, opts.persistent)) as client:
                 qos = 1 if opts.qos is None else opts.qos
-                codes = await client.subscribe([Subscription(t, qos) for t in opts.topics])
-                refused = [t for t, code in zip(opts.topics, codes, strict=False) if code >= 0x80]
-                if refused:
-                    raise RuntimeError(f"the broker refused the subscription to {', '.join(refused)}")
-                self.connected.set()
+
+                async def subscribe() -> None:
+                    codes = await client.subscribe([Subscription(t, qos) for t in opts.topics])
+                    refused = [t for t, code in zip(opts.topics, codes, strict=False) if code >= 0x80]
+                    if refused:
+                        raise RuntimeError(f"the broker refused the subscription to {', '.join(refused)}")
+                    self.connected.set()
+
                 v5 = client.version == 5
-                async for msg in client.messages:
-                    if not isinstance(msg, Publish):
-                        continue
-                    while len(self.buffer) >= opts.max_buffered:
-                        await trio.sleep(0.05)  # Spark is behind: stop reading, TCP holds the broker back
-                    now = datetime.datetime.now(datetime.UTC)
-                    props = properties_to_json(msg.properties) if v5 else None
-                    row = (msg.topic, msg.payload, msg.qos, msg.retain, msg.dup, props, now)
-                    with self.lock:
-                        self.received += 1
-                        self.buffer.append((self.received, row))
+                # Read while SUBSCRIBE is answered: a resumed session's queue can come first, and a full message
+                # buffer would hold SUBACK back behind it.
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(subscribe)
+                    async for msg in client.messages:
+                        if not isinstance(msg, Publish):
+                            continue
+                        while len(self.buffer) >= opts.max_buffered:
+                            await trio.sleep(0.05)  # Spark is behind: stop reading, TCP holds the broker back
+                        now = datetime.datetime.now(datetime.UTC)
+                        props = properties_to_json(msg.properties) if v5 else None
+                        row = (msg.topic, msg.payload, msg.qos, msg.retain, msg.dup, props, now)
+                        with self.lock:
+                            self.received += 1
+                            self.buffer.append((self.received, row))
 
     def take(self, start: int, end: int) -> list[tuple[Any, ...]]:
         with self.lock:

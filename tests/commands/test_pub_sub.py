@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
 from pathlib import Path
 
 import pytest
 
-from mqtt_cli.core.codec import encode
-from mqtt_cli.core.packets import Publish
-
 from ..brokers import Broker
+from ..scripted_brokers import queue_before_suback
 from .conftest import Mqtt
 
 BINARY = bytes(range(256)) + b"\n\r\n\x00end"
@@ -282,26 +278,7 @@ def test_messages_before_suback_do_not_hold_it_back(mqtt: Mqtt) -> None:
     buffer with SUBACK unread behind it (it did: `sub -c` then waited for SUBACK until its 60 s ran out). The
     broker here answers CONNECT with 3,000 messages, more than the buffer holds, and SUBSCRIBE after them."""
     n = 3000
-    server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-
-    def serve() -> None:
-        conn, _ = server.accept()
-        with conn:
-            conn.recv(65536)  # CONNECT
-            conn.sendall(b"\x20\x02\x01\x00")  # CONNACK, session present
-            conn.sendall(b"".join(encode(Publish("q/x", b"%d" % i), 4) for i in range(n)))
-            data = b""
-            while not data.startswith(b"\x82"):  # SUBSCRIBE
-                data = conn.recv(65536)
-            pid = data[2:4] if data[1] < 128 else data[3:5]
-            conn.sendall(b"\x90\x03" + pid + b"\x00")  # SUBACK
-            while conn.recv(65536):  # until the client leaves
-                pass
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
+    port = queue_before_suback(n)
     out = mqtt("sub", "-h", "127.0.0.1", "-p", port, "-V", "311", "-t", "q/#", "-c", "-i", "s1", "-C", n, timeout=30)
-    server.close()
     assert (out.returncode, out.stderr) == (0, "")
     assert out.text.splitlines() == [str(i) for i in range(n)]

@@ -19,6 +19,7 @@ from mqtt_cli.net.client import ClientSettings, open_client
 from mqtt_cli.net.transports import Endpoint
 from tests.broker.conftest import start_ours
 from tests.brokers import Broker, start_mosquitto
+from tests.scripted_brokers import queue_before_suback
 
 pytestmark = pytest.mark.interop
 
@@ -152,6 +153,28 @@ def test_options_are_checked(spark: Any) -> None:
         MqttOptions({"url": "mqtt://127.0.0.1", "persistent": "true"})
     with pytest.raises(ValueError, match="scheme"):
         MqttOptions({"url": "http://127.0.0.1"})
+
+
+def test_a_session_queue_before_suback_is_read(spark: Any) -> None:
+    """The source's connection reads what a resumed session sends before SUBACK (more than the client's message
+    buffer holds); it waited for SUBACK behind it until the connection timed out."""
+    from mqtt_cli.pipeline.datasource import MqttOptions, _Feed
+
+    n = 3000
+    port = queue_before_suback(n)
+    opts = MqttOptions(
+        {"url": f"mqtt://127.0.0.1:{port}", "topic": "q/#", "version": "3.1.1", "client_id": "s1",
+         "persistent": "true", "connect_timeout": "2"}
+    )  # fmt: skip
+    feed = _Feed(opts, 0)
+    try:
+        deadline = time.monotonic() + 10
+        while feed.received < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+        feed.check()
+        assert [row[1] for _, row in feed.buffer] == [b"%d" % i for i in range(n)]
+    finally:
+        feed.close()
 
 
 def test_record_writes_a_table_the_report_reads(spark: Any, ours: Broker, tmp_path: Path) -> None:
