@@ -40,6 +40,7 @@ import argparse
 import contextlib
 import json
 import os
+import platform
 import shutil
 import signal
 import socket
@@ -307,6 +308,11 @@ def code_version() -> str:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
+def interpreter() -> str:
+    """The Python that runs our bridge (this one): builds differ by 15-20% on this path (PGO/LTO or not)."""
+    return f"Python {platform.python_version()} {os.path.realpath(sys.executable)}"
+
+
 def summarize_profile(raw: Path, out: Path, top: int = 30) -> None:
     """py-spy's raw format (collapsed stacks with counts) -> the functions with the most own and total time."""
     own: dict[str, int] = {}
@@ -361,6 +367,7 @@ def main() -> int:
     day = time.strftime("%Y-%m-%d")
     raw_out = ROOT / "benchmarks" / "results" / f"bridge-{day}.jsonl"
     version = code_version()
+    python = interpreter()
     for rep in range(args.reps):
         for qos in qoses:
             order = ["mosquitto", "ours"] if (rep + qos) % 2 == 0 else ["ours", "mosquitto"]
@@ -368,6 +375,7 @@ def main() -> int:
                 row = run_one(kind, qos, args.count, args.size, args.idle, args.timeout)
                 row["rep"] = rep
                 row["code"] = version
+                row["python"] = python
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 if not args.no_save:
@@ -386,7 +394,8 @@ def main() -> int:
         f"benchmarks/bridge.py --reps {args.reps} --count {args.count} --size {args.size} --qos {args.qos}"
         f" --protocol {args.protocol}"
         + (f" --max-inflight {args.max_inflight}" if args.max_inflight is not None else "")
-        + f"  ({time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs, not pinned, code {version})",
+        + f"  ({time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs, not pinned, code {version},"
+        f" ours on {python})",
         "mosquitto's bridge: " + BRIDGE_CONF_SHOWN,
         f"{'test':<12}{'mosquitto/s':>13}{'ours/s':>11}{'ratio':>8}{'target':>8}"
         f"{'lost m/o':>12}{'ours cpu s':>12}{'load':>12}",
