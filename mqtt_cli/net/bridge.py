@@ -418,10 +418,7 @@ class Bridge:
                     if ctx.seq and self.journal is not None:
                         self.journal.append("R", ctx.seq)
                     if not ctx.acked:
-                        ctx.acked = True
-                        src = self.clients[ctx.src_side]
-                        if src.conn.session_epoch == ctx.src_epoch:
-                            src.acknowledge(ctx.src_pid)
+                        self._ack_source(ctx)
                         self.counters.acknowledged[ctx.src_side] += 1
             elif t is ReleaseReceived:
                 if self.journal is not None and (side, event.packet_id) in self.journal.state.by_src:
@@ -535,15 +532,19 @@ class Bridge:
         publish = Publish(topic, payload, 2, retain, False, pid, props)
         self.journal.append("F", ctx.seq, dst, pid, ctx.src_side, ctx.src_pid, publish)
 
+    def _ack_source(self, ctx: Forward) -> None:
+        """Acknowledges a forward to the broker it came from, once; not when that broker lost the session
+        meanwhile (the packet identifier may be another message's now). The connection's own acknowledge: what
+        it queues leaves with _observe's _send_direct()."""
+        ctx.acked = True
+        src = self.clients[ctx.src_side].conn
+        if src.session_epoch == ctx.src_epoch:
+            src.acknowledge(ctx.src_pid)
+
     def _delivered(self, ctx: Any) -> None:
         """A plain PUBACK (success) from a destination: _acknowledged's common case, without an event."""
         if type(ctx) is Forward and not ctx.acked:
-            ctx.acked = True
-            # The connection's own acknowledge: what it queues leaves with _observe's _send_direct(). Not when the
-            # source lost its session meanwhile: the identifier may be another message's now.
-            src = self.clients[ctx.src_side].conn
-            if src.session_epoch == ctx.src_epoch:
-                src.acknowledge(ctx.src_pid)
+            self._ack_source(ctx)
             self.counters.acknowledged[ctx.src_side] += 1
 
     def _acknowledged(self, side: int, event: PublishAcknowledged) -> None:
@@ -562,10 +563,7 @@ class Bridge:
             self.journal.append("C", ctx.seq)
         # QoS 2 forwards were acknowledged to their source at PUBREC already; QoS 1 ones (and refusals) now.
         if not ctx.acked:
-            ctx.acked = True
-            src = self.clients[ctx.src_side].conn  # acknowledged as in _delivered
-            if src.session_epoch == ctx.src_epoch:
-                src.acknowledge(ctx.src_pid)
+            self._ack_source(ctx)
             if ok:
                 c.acknowledged[ctx.src_side] += 1
 

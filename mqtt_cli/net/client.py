@@ -279,7 +279,10 @@ class Client:
 
         The subscription is remembered and made again after a reconnect to a broker that lost the session.
         `marker`: a PINGREQ follows the SUBSCRIBE at once; its PINGRESP comes into `messages` as PongReceived
-        after the retained messages the broker sent for this subscription (see ping_marker)."""
+        after the retained messages the broker sent for this subscription (see ping_marker).
+
+        Messages can come before SUBACK (a resumed session's queue): keep reading `messages` meanwhile (in
+        another task), or a full buffer stops the reader with SUBACK unread behind them."""
         subs = tuple(subscriptions)
         pid = await self._request(lambda: self.conn.subscribe(subs, properties))
         if marker:
