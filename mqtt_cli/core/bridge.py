@@ -107,7 +107,12 @@ def parse_rule(text: str) -> BridgeRule:
         if not local_prefix or not remote_prefix:
             raise BridgeRuleError(f"bridge topic {text!r}: an empty pattern needs both a local and a remote topic")
     else:
-        for name, flt in (("pattern", pattern), ("local topic", local_prefix + pattern)):
+        # Each side's filter is checked, as mosquitto does: `pre` + `#` would be subscribed to as `pre#`.
+        for name, flt in (
+            ("pattern", pattern),
+            ("local prefix and pattern", local_prefix + pattern),
+            ("remote prefix and pattern", remote_prefix + pattern),
+        ):
             if err := topic_filter_error(flt):
-                raise BridgeRuleError(f"bridge topic {text!r}: the {name} is not a valid filter: {err}")
+                raise BridgeRuleError(f"bridge topic {text!r}: the {name} {flt!r} is not a valid filter: {err}")
     return BridgeRule(pattern, direction, qos, local_prefix, remote_prefix)  # type: ignore[arg-type]

@@ -503,23 +503,26 @@ class Bridge:
         client.publish_nowait(topic, p.payload, qos, p.retain, props, context=ctx)
 
     def _route(self, side: int, topic: str) -> tuple[str, int, int] | None:
-        """Where a message on `topic` goes (mosquitto: the first rule that matches remaps it) and at which QoS at
-        most (the highest of the matching rules, as mosquitto's one copy at the highest subscription QoS)."""
+        """Where a message on `topic` goes and at which QoS at most (the highest of the matching rules, as
+        mosquitto's one copy at the highest subscription QoS). Remapped as mosquitto does (send__publish,
+        handle__publish): by the first matching rule that has a prefix; unchanged when none has."""
         mapped = None
+        matched = False
         cap = -1
         best = ""
         for rule in self.config.rules:
             out = rule.to_remote(topic) if side == LOCAL else rule.to_local(topic)
             if out is None:
                 continue
-            if mapped is None:
+            matched = True
+            if mapped is None and (rule.local_prefix or rule.remote_prefix):
                 mapped = out
             if rule.qos > cap:
                 cap = rule.qos
                 best = rule.local_filter if side == LOCAL else rule.remote_filter
-        if mapped is None:
+        if not matched:
             return None
-        return mapped, cap, self._sids[side].get(best, 0)
+        return mapped if mapped is not None else topic, cap, self._sids[side].get(best, 0)
 
     def _handed_over(
         self, dst: int, pid: int, topic: str, payload: bytes, retain: bool, props: Properties, ctx: Any

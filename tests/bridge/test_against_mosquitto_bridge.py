@@ -113,6 +113,17 @@ CASES = [
     # The prefix's parent: `k19/l/#` matches `k19/l` itself, which does not start with the prefix `k19/l/`.
     Case("k19", "# out 1 k19/l/ k19/r/", ((L, "k19/l", 1, False),)),
     Case("k20", "# in 1 k20/l/ k20/r/", ((R, "k20/r", 1, False),)),
+    # A rule without prefixes before one with: mosquitto remaps by the first matching rule that has a prefix.
+    Case(
+        "k21", "k21/a/# out 1",
+        ((L, "k21/a/x", 1, False), (L, "k21/b", 1, False)),
+        extra_rules=('k21/# out 1 "" r21/',),
+    ),
+    Case(
+        "k22", "r22/# in 1",
+        ((R, "r22/k22/x", 1, False), (R, "r22/y", 1, False)),
+        extra_rules=('k22/# in 1 "" r22/',),
+    ),
 ]  # fmt: skip
 
 PROBE_RULE = "kprobe/# both 1"  # last: once a probe crosses both ways, every rule's subscription is in place

@@ -61,6 +61,9 @@ def test_single_topic_remap() -> None:
         ("a out 1 lo/+/ remote/", "wildcards"),
         ('"" out 1 "" remote', "empty pattern"),
         ("a/#/b", "not a valid filter"),
+        # mosquitto refuses these at start-up too: the filter a side would subscribe to is not valid.
+        ('# in 1 "" pre', "the remote prefix and pattern 'pre#' is not a valid filter"),
+        ('# out 1 pre ""', "the local prefix and pattern 'pre#' is not a valid filter"),
         ("'unclosed", "No closing quotation"),
     ],
 )
