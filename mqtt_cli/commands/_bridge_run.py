@@ -14,7 +14,7 @@ import typer
 from mqtt_cli.net.bridge import Bridge, BridgeConfig, BridgeError
 from mqtt_cli.net.errors import ClientError
 
-from ._runner import EXIT_INTERRUPTED, _flatten, error
+from ._runner import EXIT_INTERRUPTED, _flatten, _quiet_stdout, error
 
 
 def run(configs: list[BridgeConfig], *, json_status: bool, interval: float, quiet: bool) -> None:
@@ -89,9 +89,18 @@ async def _status(bridges: list[Bridge], json_status: bool, interval: float, sto
         if not all(b.clients for b in bridges):
             continue
         if json_status:
-            for b in bridges:
-                sys.stdout.write(json.dumps(b.status(), separators=(",", ":")) + "\n")
-            sys.stdout.flush()
+            try:
+                for b in bridges:
+                    sys.stdout.write(json.dumps(b.status(), separators=(",", ":")) + "\n")
+                sys.stdout.flush()
+            except BrokenPipeError:
+                # Whoever read the status is gone (`| head -1`): stop as on SIGTERM (drain, exit 0), like a
+                # command whose output is closed, rather than bridge on unwatched.
+                _quiet_stdout()
+                for b in bridges:
+                    b.log(f"bridge {b.config.name}: the status output was closed: stopping")
+                stop.set()
+                return
         elif tty and not stop.is_set():
             line = "  ".join(_summary(b.status()) for b in bridges)
             sys.stderr.write("\r\x1b[2K" + line[: _width() - 1])

@@ -8,6 +8,7 @@ underscores), the others are keys of ``[[bridge]]``. ``--print-config`` writes w
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -221,17 +222,25 @@ def bridge(
     params = ctx.params
     flags: dict[str, Any] = {"local": {}, "remote": {}}
     for key, value in params.items():
-        if value in (None, False, [], ()) or key in (
-            "config",
-            "print_config",
-            "json_status",
-            "status_interval",
-            "quiet",
-            "local",
-            "remote",
-            "topic",
-            "no_journal",
-            "linger",
+        # Identity, not equality: 0 (--local-keepalive 0) is a value; False is an unset switch.
+        if (
+            value is None
+            or value is False
+            or value == []
+            or value == ()
+            or key
+            in (
+                "config",
+                "print_config",
+                "json_status",
+                "status_interval",
+                "quiet",
+                "local",
+                "remote",
+                "topic",
+                "no_journal",
+                "linger",
+            )
         ):
             continue
         for side in ("local", "remote"):
@@ -272,8 +281,8 @@ def bridge(
     configs: list[BridgeConfig] = []
     names: set[str] = set()
     for i, b in enumerate(bridges):
-        where = f"{config}: bridge {i + 1}" if config is not None else "bridge"
-        cfg = _build(b, where)
+        where = f"--config {config}: bridge {i + 1}" if config is not None else "bridge"
+        cfg = _build(b, where, from_flags=config is None)
         if cfg.name in names:
             fail(f"{where}: two bridges named {cfg.name!r}: give each its own name", EXIT_USAGE)
         names.add(cfg.name)
@@ -314,7 +323,81 @@ def _read_config(path: Path) -> list[dict[str, Any]]:
             for key in table:
                 if key not in SIDE_KEYS:
                     fail(f"{where}: [bridge.{side}]: unknown key {key!r} (known: {', '.join(SIDE_KEYS)})", EXIT_USAGE)
+            _check_types(table, SIDE_TYPES, f"{where}: [bridge.{side}]")
+        _check_types(b, BRIDGE_TYPES, where)
     return bridges
+
+
+_STR, _STRS, _INT, _BOOL, _NUMBER, _NUMBERS = "str", "strs", "int", "bool", "number", "numbers"
+_EXPECTED = {
+    _STR: "a string",
+    _STRS: "a string or a list of strings",
+    _INT: "an integer",
+    _BOOL: "true or false",
+    _NUMBER: "a number",
+    _NUMBERS: "a number or a list of two numbers",
+}
+BRIDGE_TYPES = {
+    "name": _STR,
+    "topics": _STRS,
+    "restart_timeout": _NUMBERS,
+    "notification_topic": _STR,
+    "journal": _BOOL,
+    "state_dir": _STR,
+    "linger": _NUMBER,
+}
+SIDE_TYPES = {
+    "url": _STRS,
+    "client_id": _STR,
+    "username": _STR,
+    "password": _STR,
+    "password_file": _STR,
+    "protocol_version": _STR,  # "5", "311", "auto"; an integer (5, 311) is taken too
+    "keepalive": _INT,
+    "session_expiry": _INT,
+    "cafile": _STR,
+    "capath": _STR,
+    "cert": _STR,
+    "key": _STR,
+    "insecure": _BOOL,
+    "tls_version": _STR,
+    "alpn": _STRS,
+}
+
+
+def _check_types(table: dict[str, Any], types: dict[str, str], where: str) -> None:
+    """A TOML value of the wrong type is a usage error naming the key: `insecure = "false"` must not mean true."""
+
+    def number(v: Any) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool)
+
+    for key, kind in types.items():
+        if key not in table:
+            continue
+        v = table[key]
+        if kind == _STR:
+            ok = isinstance(v, str) or (key == "protocol_version" and isinstance(v, int) and not isinstance(v, bool))
+        elif kind == _STRS:
+            ok = isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+        elif kind == _INT:
+            ok = isinstance(v, int) and not isinstance(v, bool)
+        elif kind == _BOOL:
+            ok = isinstance(v, bool)
+        elif kind == _NUMBER:
+            ok = number(v)
+        else:
+            ok = number(v) or (isinstance(v, list) and len(v) == 2 and all(number(x) for x in v))
+        if not ok:
+            fail(f"{where}: {key} = {_toml_repr(v)}: expected {_EXPECTED[kind]}", EXIT_USAGE)
+
+
+def _toml_repr(value: Any) -> str:
+    import tomli_w
+
+    try:
+        return tomli_w.dumps({"v": value}).strip()[4:]
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def _print_config(bridges: list[dict[str, Any]]) -> None:
@@ -324,14 +407,32 @@ def _print_config(bridges: list[dict[str, Any]]) -> None:
     for b in bridges:
         b = {k: v for k, v in b.items() if k not in ("local", "remote")} | {"local": b["local"], "remote": b["remote"]}
         for side in ("local", "remote"):
-            if "password" in b[side]:
-                b[side] = {k: v for k, v in b[side].items() if k != "password"}
+            table = dict(b[side])
+            urls = table.get("url") or []
+            bare = [_without_password(u) for u in ([urls] if isinstance(urls, str) else urls)]
+            in_url = bare != ([urls] if isinstance(urls, str) else list(urls))
+            if in_url:
+                table["url"] = bare
+            if "password" in table or in_url:
+                table.pop("password", None)
                 print(
                     f"mqtt: note: the {side} password is not written out; put it in a file and set password_file",
                     file=sys.stderr,
                 )
+            b[side] = table
         out.append(b)
     sys.stdout.write(tomli_w.dumps({"bridge": out}))
+
+
+def _without_password(url: str) -> str:
+    """`mqtt://user:secret@host` as `mqtt://user@host`."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}@{host}" if parts.username else host))
 
 
 def _state_home() -> Path:
@@ -339,12 +440,12 @@ def _state_home() -> Path:
     return Path(base) / "mqtt-cli" / "bridges"
 
 
-def _build(b: dict[str, Any], where: str) -> Any:
+def _build(b: dict[str, Any], where: str, *, from_flags: bool = False) -> Any:
     """A BridgeConfig from one [[bridge]] table (flags come as one too); one-line errors, exit 2."""
     from mqtt_cli.core.bridge import BridgeRuleError, parse_rule
     from mqtt_cli.net.bridge import BridgeConfig
 
-    name = str(b.get("name") or "bridge")
+    name = str(b.get("name", "bridge"))
     if not name or any(c in name for c in "/\\\0") or name.startswith("."):
         fail(f"{where}: name {name!r} cannot be a file name: use letters, digits, - _ .", EXIT_USAGE)
     topics = b.get("topics")
@@ -357,7 +458,7 @@ def _build(b: dict[str, Any], where: str) -> Any:
         try:
             rules.append(parse_rule(str(text)))
         except BridgeRuleError as err:
-            fail(f"{where}: topic rule {text!r}: {err}", EXIT_USAGE)
+            fail(f"{where}: {err}", EXIT_USAGE)  # it quotes the rule
     restart = b.get("restart_timeout", [0.5, 30.0])
     if isinstance(restart, int | float):
         restart = [restart, max(float(restart), 30.0)]
@@ -380,7 +481,8 @@ def _build(b: dict[str, Any], where: str) -> Any:
     sides = {}
     for side in ("local", "remote"):
         default_id = f"local.{host}.{name}" if side == "local" else f"{host}.{name}"
-        sides[side] = _side(b.get(side) or {}, f"{where}: {side}", default_id)
+        place = f"{where}: {side}" if from_flags else f"{where}: [bridge.{side}]"
+        sides[side] = _side(b.get(side) or {}, place, default_id, f"--{side}-" if from_flags else "")
     journal = None
     if b.get("journal", True):
         journal = (Path(os.path.expanduser(str(b["state_dir"]))) if b.get("state_dir") else _state_home()) / (
@@ -399,9 +501,10 @@ def _build(b: dict[str, Any], where: str) -> Any:
     )
 
 
-def _side(t: dict[str, Any], where: str, default_id: str) -> Any:
+def _side(t: dict[str, Any], where: str, default_id: str, flag_prefix: str = "") -> Any:
+    """One side's SideConfig. `flag_prefix` (`--local-`) when it comes from flags, for the names in errors."""
     from mqtt_cli.net.bridge import SideConfig
-    from mqtt_cli.net.transports import TLSOptions, make_ssl_context, parse_url
+    from mqtt_cli.net.transports import Endpoint, TLSOptions, make_ssl_context, parse_url
 
     from ._options import VERSIONS
 
@@ -435,12 +538,22 @@ def _side(t: dict[str, Any], where: str, default_id: str) -> Any:
     if version_text not in VERSIONS:
         fail(f"{where}: protocol version {version_text!r}: use 31, 311, 5 or auto", EXIT_USAGE)
     version = VERSIONS[version_text]
-    client_id = str(t.get("client_id") or default_id)
+    client_id = str(t.get("client_id", default_id))
+    if not client_id:
+        what = f"{flag_prefix}id" if flag_prefix else "client_id"
+        fail(f"{where}: {what} is empty: give one, or leave it out for the default {default_id!r}", EXIT_USAGE)
     if version == 3 and len(client_id) > 23:
         fail(f"{where}: MQTT 3.1 client ids have 23 characters at most; {client_id!r} has {len(client_id)}", EXIT_USAGE)
     ssl_context = None
-    tls_keys = ("cafile", "capath", "cert", "key", "insecure", "tls_version", "alpn")
-    if any(e.tls for e in endpoints) or any(t.get(k) for k in tls_keys):
+    if any(t.get(k) for k in ("cafile", "capath", "cert", "insecure")):
+        # As the clients' options: these imply TLS, also for an mqtt:// or ws:// URL (mosquitto's bridge_cafile).
+        endpoints = [
+            Endpoint("mqtts" if e.scheme == "mqtt" else "wss", e.host, e.port, e.path, True)
+            if e.scheme in ("mqtt", "ws")
+            else e
+            for e in endpoints
+        ]
+    if any(e.tls for e in endpoints):
         alpn = t.get("alpn") or ()
         options = TLSOptions(
             cafile=t.get("cafile"),
@@ -454,7 +567,9 @@ def _side(t: dict[str, Any], where: str, default_id: str) -> Any:
         try:
             ssl_context = make_ssl_context(options)
         except ValueError as err:
-            fail(f"{where}: {err}", EXIT_USAGE)
+            # make_ssl_context names the clients' options (--cafile): say this side's flag or TOML key instead.
+            message = re.sub(r"--([a-z-]+)", lambda m: _option_name(m.group(1), flag_prefix), str(err))
+            fail(f"{where}: {message}", EXIT_USAGE)
     keepalive = int(t.get("keepalive", 60))
     expiry = int(t.get("session_expiry", 0xFFFFFFFF))
     if not 0 <= keepalive <= 65535 or not 0 <= expiry <= 0xFFFFFFFF:
@@ -469,3 +584,8 @@ def _side(t: dict[str, Any], where: str, default_id: str) -> Any:
         keepalive=keepalive,
         session_expiry=expiry,
     )
+
+
+def _option_name(option: str, flag_prefix: str) -> str:
+    """`cafile` as this side's flag (`--remote-cafile`) or its TOML key (`cafile`)."""
+    return f"{flag_prefix}{option}" if flag_prefix else option.replace("-", "_")

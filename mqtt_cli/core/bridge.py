@@ -84,28 +84,26 @@ def parse_rule(text: str) -> BridgeRule:
     try:
         words = shlex.split(text)
     except ValueError as exc:
-        raise BridgeRuleError(f"bridge topic {text!r}: {exc}") from None
+        raise BridgeRuleError(f"topic rule {text!r}: {exc}") from None
     if not 1 <= len(words) <= 5 or len(words) == 4:
-        raise BridgeRuleError(
-            f"bridge topic {text!r}: expected PATTERN [in|out|both [QOS [LOCAL_PREFIX REMOTE_PREFIX]]]"
-        )
+        raise BridgeRuleError(f"topic rule {text!r}: expected PATTERN [in|out|both [QOS [LOCAL_PREFIX REMOTE_PREFIX]]]")
     pattern = words[0]
     direction = words[1] if len(words) > 1 else "out"
     if direction not in ("out", "in", "both"):
-        raise BridgeRuleError(f"bridge topic {text!r}: direction {direction!r} is not in, out or both")
+        raise BridgeRuleError(f"topic rule {text!r}: direction {direction!r} is not in, out or both")
     qos = 0
     if len(words) > 2:
         if words[2] not in ("0", "1", "2"):
-            raise BridgeRuleError(f"bridge topic {text!r}: QoS {words[2]!r} is not 0, 1 or 2")
+            raise BridgeRuleError(f"topic rule {text!r}: QoS {words[2]!r} is not 0, 1 or 2")
         qos = int(words[2])
     local_prefix, remote_prefix = (words[3], words[4]) if len(words) == 5 else ("", "")
     for name, prefix in (("local prefix", local_prefix), ("remote prefix", remote_prefix)):
         if "+" in prefix or "#" in prefix:
-            raise BridgeRuleError(f"bridge topic {text!r}: the {name} {prefix!r} may not hold wildcards")
+            raise BridgeRuleError(f"topic rule {text!r}: the {name} {prefix!r} may not hold wildcards")
     if not pattern:
         # The single-topic remap form: both prefixes are whole topic names.
         if not local_prefix or not remote_prefix:
-            raise BridgeRuleError(f"bridge topic {text!r}: an empty pattern needs both a local and a remote topic")
+            raise BridgeRuleError(f"topic rule {text!r}: an empty pattern needs both a local and a remote topic")
     else:
         # Each side's filter is checked, as mosquitto does: `pre` + `#` would be subscribed to as `pre#`.
         for name, flt in (
@@ -114,5 +112,5 @@ def parse_rule(text: str) -> BridgeRule:
             ("remote prefix and pattern", remote_prefix + pattern),
         ):
             if err := topic_filter_error(flt):
-                raise BridgeRuleError(f"bridge topic {text!r}: the {name} {flt!r} is not a valid filter: {err}")
+                raise BridgeRuleError(f"topic rule {text!r}: the {name} {flt!r} is not a valid filter: {err}")
     return BridgeRule(pattern, direction, qos, local_prefix, remote_prefix)  # type: ignore[arg-type]

@@ -198,7 +198,7 @@ class Bridge:
         self.journal: Journal | None = None
         self.clients: list[Client] = []
         self._seq = 0
-        self._link_up = False
+        self._told: list[bytes | None] = [None, None]  # the notification value each broker has from this connection
         self._stopping = False
         # Per side: topic -> (topic on the other side, QoS cap, subscription identifier of the copy to forward)
         # or None; bounded. And the subscription identifier of each filter, where the broker has them.
@@ -389,12 +389,27 @@ class Bridge:
         """SIGINT/SIGTERM: stop taking messages (those not taken stay with their broker, unacknowledged), let
         what is in flight finish (bounded), then leave."""
         self._stopping = True
+
+        def pending() -> int:
+            return sum(c.conn.inflight + c.queued for c in self.clients if c.connected)
+
+        if waiting := pending():
+            self.log(
+                f"bridge {self.config.name}: stopping: waiting for {waiting} message(s) in flight (up to "
+                f"{self.config.drain_timeout:g} s; a second signal leaves at once)"
+            )
         with trio.move_on_after(self.config.drain_timeout):
-            while any(c.conn.inflight or c.queued for c in self.clients if c.connected):
+            while pending():
                 await trio.sleep(0.02)
+        if left := pending():
+            self.log(
+                f"bridge {self.config.name}: {left} message(s) not acknowledged in time: their source brokers "
+                "send them again to the next run"
+            )
         if self.config.notification_topic:
-            for client in self.clients:
-                if client.connected:
+            for side, client in enumerate(self.clients):
+                if client.connected and self._told[side] != b"0":
+                    self._told[side] = b"0"
                     client.publish_nowait(self.config.notification_topic, b"0", 1, True)
             with trio.move_on_after(2):
                 while any(c.conn.inflight for c in self.clients if c.connected):
@@ -576,6 +591,7 @@ class Bridge:
         if st.version:
             st.reconnects += 1
         st.connected = True
+        self._told[side] = None
         st.session_present = event.session_present
         st.version = client.conn.version
         st.endpoint = str(client.endpoint)
@@ -596,6 +612,7 @@ class Bridge:
         if st.connected:
             self.log(f"bridge {self.config.name}: {SIDE_NAMES[side]} connection lost: {reason}")
         st.connected = False
+        self._told[side] = None
         st.error = reason
         self._notify_link()
         self._changed()
@@ -611,15 +628,17 @@ class Bridge:
 
     def _notify_link(self) -> None:
         """The notification topic on each side: 1 while the bridge links both brokers, 0 otherwise (a will says
-        0 for a bridge that vanishes), retained, like mosquitto's bridge notifications."""
+        0 for a bridge that vanishes), retained, like mosquitto's bridge notifications. Each broker is told
+        when its value changes, and again on each new connection (it may have restarted without its retained
+        messages): a side that connects while the other cannot be reached reads 0, as with mosquitto."""
         topic = self.config.notification_topic
-        up = self.stats[LOCAL].connected and self.stats[REMOTE].connected
-        if topic is None or (up == self._link_up and not up):
+        if topic is None:
             return
-        self._link_up = up
+        value = b"1" if self.stats[LOCAL].connected and self.stats[REMOTE].connected else b"0"
         for side, client in enumerate(self.clients):
-            if self.stats[side].connected:
-                client.publish_nowait(topic, b"1" if up else b"0", 1, True)
+            if self.stats[side].connected and self._told[side] != value:
+                self._told[side] = value
+                client.publish_nowait(topic, value, 1, True)
 
     def _changed(self) -> None:
         self.changed.set()

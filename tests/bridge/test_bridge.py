@@ -129,9 +129,7 @@ def test_nothing_lost_across_remote_restarts_and_a_killed_bridge(tmp_path: Path,
     [("ours", "mosquitto", "5"), ("mosquitto", "ours", "5"), ("mosquitto", "mosquitto", "311"),
      ("ours", "ours", "311")],
 )  # fmt: skip
-def test_both_directions_on_hash_do_not_loop(
-    tmp_path: Path, local_kind: str, remote_kind: str, version: str
-) -> None:
+def test_both_directions_on_hash_do_not_loop(tmp_path: Path, local_kind: str, remote_kind: str, version: str) -> None:
     local = start(local_kind, tmp_path / "local")
     remote = start(remote_kind, tmp_path / "remote")
     bridge = BridgeProcess(
@@ -190,6 +188,30 @@ def test_notification_topic_and_retained_flags(tmp_path: Path) -> None:
     state.wait_last(b"1")
     bridge.kill()  # no goodbye: the wills say 0
     state.wait_last(b"0")
+    state.close()
+    remote_state.close()
+
+
+def test_notification_is_0_on_a_broker_whose_other_side_cannot_be_reached(tmp_path: Path) -> None:
+    """As mosquitto's bridge: the local broker reads 0 (retained) while the remote is unreachable, not nothing;
+    then 1 once it is there, and one 0 on each broker when the bridge stops."""
+    local = ours(tmp_path / "local")
+    remote = ours(tmp_path / "remote")
+    remote.stop()  # unreachable until restarted, on the same port
+    bridge = BridgeProcess(tmp_path / "bridge", local, remote, "-t", "r/# out 1", "--notification-topic", "nt/s")
+    bridge.wait_for("local connected to")
+    state = Watcher(local, "nt/s", qos=1)
+    assert state.wait_last(b"0")[1:] == (b"0", 1, True)
+    remote.restart()
+    bridge.wait_connected()
+    remote_state = Watcher(remote, "nt/s", qos=1)
+    state.wait_last(b"1")
+    remote_state.wait_last(b"1")
+    assert bridge.stop() == 0
+    state.wait_last(b"0")
+    remote_state.wait_last(b"0")
+    time.sleep(0.3)
+    assert [m[1] for m in remote_state.messages] == [b"1", b"0"]  # the goodbye once, not twice
     state.close()
     remote_state.close()
 
@@ -283,6 +305,14 @@ def test_print_config_round_trip_and_config_errors(tmp_path: Path) -> None:
     again = mqtt("bridge", "--config", str(conf), "--print-config")
     assert again.returncode == 0 and tomllib.loads(again.stdout) == data
 
+    # 0 is a value, not an absent flag; a password in a URL is left out like --remote-password.
+    zeros = mqtt("bridge", "--local", "mqtt://u:secret@127.0.0.1:1", "--remote", "mqtt://127.0.0.1:2", "-t", "a",
+                 "--local-keepalive", "0", "--remote-session-expiry", "0", "--print-config")  # fmt: skip
+    assert zeros.returncode == 0, zeros.stderr
+    (z,) = tomllib.loads(zeros.stdout)["bridge"]
+    assert z["local"] == {"url": ["mqtt://u@127.0.0.1:1"], "keepalive": 0} and z["remote"]["session_expiry"] == 0
+    assert "secret" not in zeros.stdout and "the local password is not written out" in zeros.stderr
+
     conf.write_text(r.stdout.replace("notification_topic", "notify_topic"))
     bad = mqtt("bridge", "--config", str(conf))
     assert bad.returncode == 2 and "bridge 1: unknown key 'notify_topic'" in bad.stderr
@@ -293,6 +323,70 @@ def test_print_config_round_trip_and_config_errors(tmp_path: Path) -> None:
     assert both.returncode == 2 and "either --config or bridge flags" in both.stderr
 
 
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('insecure = "false"', 'insecure = "false": expected true or false'),  # would have turned checks off
+        ("keepalive = 1.9", "keepalive = 1.9: expected an integer"),
+        ("session_expiry = true", "session_expiry = true: expected an integer"),
+        ("url = 5", "url = 5: expected a string or a list of strings"),
+        ('client_id = ""', "client_id is empty"),
+        ('cafile = "/nope"', "[bridge.local]: cafile /nope: no such file"),
+    ],
+)
+def test_config_values_are_checked(tmp_path: Path, line: str, message: str) -> None:
+    conf = tmp_path / "b.toml"
+    url = "" if line.startswith("url") else 'url = "mqtt://127.0.0.1:1"\n'
+    conf.write_text(f'[[bridge]]\ntopics = ["a"]\n[bridge.local]\n{url}{line}\n[bridge.remote]\nurl = "mqtt://x"\n')
+    r = mqtt("bridge", "--config", str(conf))
+    assert r.returncode == 2, r.stderr
+    (err,) = r.stderr.strip().splitlines()
+    assert err.startswith(f"mqtt: error: --config {conf}: bridge 1: ") and message in err, err
+
+
+def test_tls_options_imply_tls_as_for_the_clients(tmp_path: Path) -> None:
+    """--remote-cafile speaks TLS to an mqtt:// URL (the clients' --cafile, mosquitto's bridge_cafile): a message
+    crosses to a TLS-only mosquitto. A missing file is named by this side's flag."""
+    local = mosq(tmp_path / "local")
+    remote = mosq(tmp_path / "remote", tls=True)
+    assert remote.ca_path is not None
+    bridge = BridgeProcess(
+        tmp_path / "bridge", local, remote, "-t", "t/# out 1", "--remote-cafile", str(remote.ca_path)
+    )
+    bridge.wait_connected()
+    assert f"remote connected to mqtts://{remote.host}:{remote.port}" in bridge.text()
+    publish(local, [("t/1", b"over tls", 1, True)])
+    deadline = time.monotonic() + 20
+    got = ""
+    while "over tls" not in got and time.monotonic() < deadline:
+        got = subprocess.run(
+            ["mosquitto_sub", "-h", remote.host, "-p", str(remote.port), "--cafile", str(remote.ca_path),
+             "-t", "t/#", "--retained-only", "-W", "2", "-v"],
+            capture_output=True, text=True, timeout=10,
+        ).stdout  # fmt: skip
+    assert got.strip() == "t/1 over tls"
+    assert bridge.stop() == 0
+    missing = mqtt("bridge", "--local", local.url, "--remote", remote.url, "-t", "a", "--remote-cafile", "/nope")
+    assert (
+        missing.returncode == 2 and "mqtt: error: bridge: remote: --remote-cafile /nope: no such file" in missing.stderr
+    )
+
+
+def test_closed_json_status_output_stops_the_bridge_cleanly(tmp_path: Path) -> None:
+    """`--json-status | head -1`: the bridge drains and exits 0, as a command whose output is closed does."""
+    local, remote = ours(tmp_path / "local"), ours(tmp_path / "remote")
+    cmd = [sys.executable, "-m", "mqtt_cli", "bridge", "--local", local.url, "--remote", remote.url, "-t", "a out 1",
+           "--json-status", "--status-interval", "0.1", "--state-dir", str(tmp_path / "s")]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    RUNNING.append(proc)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b'{"bridge":"bridge"')
+    proc.stdout.close()
+    assert proc.wait(timeout=20) == 0
+    err = proc.stderr.read().decode()
+    assert "the status output was closed: stopping" in err and "Traceback" not in err and "Exception" not in err
+
+
 def test_config_runs_several_bridges(tmp_path: Path) -> None:
     a, b, c = (ours(tmp_path / n) for n in "abc")
     conf = tmp_path / "bridges.toml"
@@ -301,14 +395,14 @@ def test_config_runs_several_bridges(tmp_path: Path) -> None:
 [[bridge]]
 name = "a-b"
 topics = ["x/# out 1"]
-state_dir = "{tmp_path / 'state'}"
+state_dir = "{tmp_path / "state"}"
 local = {{ url = "{a.url}" }}
 remote = {{ url = "{b.url}" }}
 
 [[bridge]]
 name = "a-c"
 topics = ["x/# out 1 \\"\\" copy/"]
-state_dir = "{tmp_path / 'state'}"
+state_dir = "{tmp_path / "state"}"
 local = {{ url = "{a.url}" }}
 remote = {{ url = "{c.url}" }}
 """
@@ -361,8 +455,6 @@ def test_counts_in_json_status(tmp_path: Path) -> None:
     assert last["in"]["forwarded"] == 5 and last["local"]["in_flight"] == 0
     proc.terminate()
     assert proc.wait(timeout=20) == 0
-
-
 
 
 def test_linger_does_not_slow_a_flow_a_small_window_limits(tmp_path: Path) -> None:
@@ -443,6 +535,7 @@ def test_second_signal_leaves_at_once_and_loses_nothing(tmp_path: Path) -> None:
     bridge.proc.terminate()  # drains: waits (up to 10 s) for the black hole's PUBACK
     time.sleep(0.5)
     assert bridge.proc.poll() is None, "the first signal should wait for the message in flight"
+    assert "stopping: waiting for 1 message(s) in flight (up to 10 s; a second signal leaves at once)" in bridge.text()
     started = time.monotonic()
     bridge.proc.terminate()
     assert bridge.proc.wait(timeout=5) == 130
