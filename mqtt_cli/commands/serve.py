@@ -39,7 +39,11 @@ def serve(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log connections and errors.")] = False,
     log_format: Annotated[LogFormat, typer.Option(help="Log lines for people or for machines.")] = LogFormat.text,
     max_keepalive: Annotated[
-        int, typer.Option(help="Longest keep alive allowed, seconds (5.0: announced as Server Keep Alive).")
+        int,
+        typer.Option(
+            help="Longest keep alive allowed, seconds (5.0: announced as Server Keep Alive; 3.x: refused above it); "
+            "0: no limit, keep alive 0 allowed (mosquitto's meaning)."
+        ),
     ] = 65535,
     max_topic_alias: Annotated[int, typer.Option(help="Topic aliases a 5.0 client may set.")] = 10,
     max_queued_messages: Annotated[

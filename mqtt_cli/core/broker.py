@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from .codec import encode
 from .errors import RemoteProtocolError, UnsupportedProtocolVersion
+from .flows import FlowState
 from .packets import (
     Auth,
     ConnAck,
@@ -34,6 +35,7 @@ from .packets import (
 )
 from .properties import EMPTY_PROPERTIES, Properties
 from .reasons import REASONS_BY_PACKET, v3_connack_code
+from .records import replace
 from .retained import RetainedStore
 from .server import ServerConnection
 from .session import Delivery, Message, QueueLimits, Session, SubscriptionOptions
@@ -49,7 +51,7 @@ _PINGRESP = encode(PingResp())
 class BrokerConfig:
     """Limits and features, with mosquitto's defaults and meaning (0 = unlimited where mosquitto says so)."""
 
-    max_keepalive: int = 65535  # 5.0: Server Keep Alive above it; 3.x: refused above it (when < 65535)
+    max_keepalive: int = 65535  # 5.0: Server Keep Alive above it; 3.x: refused above it (when < 65535); 0: no limit
     max_topic_alias: int = 10  # topic aliases a 5.0 client may set
     receive_maximum: int = 65535  # QoS 1/2 PUBLISH a 5.0 client may have unacknowledged towards us
     max_inflight: int = 20  # our outgoing QoS 1/2 window for clients that state no Receive Maximum (0: none)
@@ -118,6 +120,7 @@ class BrokerCore:
         self._assigned = 0
         self._shared_turn: dict[tuple[str, str], int] = {}
         self._next_sys = now + c.sys_interval if c.sys_interval else None
+        self._clock = now  # the latest time given by the network layer (for _send, which is not given one)
 
     # --- the network layer's entry points ------------------------------------------------------------------
 
@@ -130,8 +133,14 @@ class BrokerCore:
         """Handles bytes read from `conn`."""
         if conn.closed:
             return
-        conn.last_received = now
+        conn.last_received = self._clock = now
         self.stats.bytes_received += len(data)
+        if not conn.connected and data and data[0] != 0x10 and not conn.reader.buffered:
+            # [MQTT-3.1.0-1]: the first packet is CONNECT. Anything else (an HTTP request, TLS to a plain port) is
+            # not waited for: its "remaining length" could keep the connection open until the timeout.
+            what = "a TLS handshake" if data[0] == 0x16 else f"first byte 0x{data[0]:02X}"
+            self._close(conn, now, reason=None, detail=f"not MQTT: {what} where CONNECT was due")
+            return
         try:
             packets = conn.reader.feed(data)
         except RemoteProtocolError as err:
@@ -170,6 +179,7 @@ class BrokerCore:
 
     def tick(self, now: float) -> float | None:
         """Runs what is due (delayed wills, session expiry, $SYS); returns when to call again."""
+        self._clock = now
         timers = self._timers
         while timers and timers[0].when <= now:
             timer = heapq.heappop(timers)
@@ -244,6 +254,8 @@ class BrokerCore:
             return
         if isinstance(packet, Connect) and not conn.connected:
             conn.version = packet.protocol_version
+            if conn.version == 5:
+                conn.client_max_packet_size = packet.properties.maximum_packet_size
             if conn.version == 5 and err.reason_code in REASONS_BY_PACKET[2]:
                 self._send(conn, ConnAck(False, err.reason_code, Properties(reason_string=str(err)[:200])))
             self._close(conn, now, reason=None, detail=str(err), refused=True)
@@ -276,7 +288,7 @@ class BrokerCore:
             return
         keepalive = p.keepalive
         server_keepalive = None
-        if keepalive > c.max_keepalive or (keepalive == 0 and c.max_keepalive < 65535):
+        if c.max_keepalive and (keepalive > c.max_keepalive or (keepalive == 0 and c.max_keepalive < 65535)):
             if version < 5:
                 self._refuse(conn, 0x85, f"keep alive {keepalive} s is over the maximum {c.max_keepalive} s", now)
                 return
@@ -340,9 +352,29 @@ class BrokerCore:
         self.stats.clients_maximum = max(self.stats.clients_maximum, self.connected)
         self.notices.append(Notice("connected", client_id, conn.peer, f"MQTT level {version}"))
         if session_present:
+            self._expire_inflight(session, version, now)
             for packet in session.outgoing.resend():
                 self._send(conn, _strip(packet) if version < 5 and isinstance(packet, Publish) else packet)
         self._pump(session, now)
+
+    def _expire_inflight(self, session: Session, version: int, now: float) -> None:
+        """Before re-sending after a reconnect (5.0 3.3.2.3.3): a PUBLISH carries the expiry interval it has left,
+        not the one it had at its first send [MQTT-3.3.2-6]. An expired QoS 1 message is dropped, as mosquitto
+        does; an expired QoS 2 one goes with 0 (the client may hold its packet identifier already, and a new
+        message under that identifier would look like a duplicate)."""
+        outgoing = session.outgoing
+        for entry in outgoing.entries():
+            message = entry.context
+            if type(message) is not Message or message.expires_at is None or entry.state is FlowState.AWAIT_PUBCOMP:
+                continue
+            p = entry.publish
+            if p.qos == 1 and message.expired(now):
+                outgoing.discard(p.packet_id)  # type: ignore[arg-type]
+                self.stats.expired += 1
+            elif version == 5:
+                remaining = max(0, int(message.expires_at - now + 0.999999))
+                props = p.properties.replace(message_expiry_interval=remaining)
+                entry.publish = Publish(p.topic, p.payload, p.qos, p.retain, p.dup, p.packet_id, props)
 
     def _refuse(self, conn: ServerConnection, reason_v5: int, detail: str, now: float) -> None:
         code = reason_v5 if conn.version == 5 else v3_connack_code(reason_v5)
@@ -377,6 +409,25 @@ class BrokerCore:
             self._close(conn, now, reason=0x9A, detail="retain is not available")
             return
         qos = p.qos
+        if topic[:5] == "$SYS/" or topic == "$SYS":
+            # The broker's own figures: a client cannot publish or retain there (as mosquitto). Acknowledged, so
+            # the client's flow ends; 5.0 is told why (0x87 not authorized).
+            self.notices.append(
+                Notice("dropped", conn.client_id, conn.peer, f"PUBLISH to {topic!r}: $SYS is the broker's")
+            )
+            if qos:
+                pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
+                kind = b"\x40" if qos == 1 else b"\x50"
+                if conn.version == 5:
+                    self._write(conn, kind + b"\x03" + pid + b"\x87")  # a failed PUBREC ends a QoS 2 flow too
+                elif qos == 1:
+                    self._write(conn, kind + b"\x02" + pid)
+                else:
+                    session = conn.session
+                    assert session is not None
+                    session.incoming.publish_received(p)  # 3.x: the flow goes on to PUBREL / PUBCOMP
+                    self._write(conn, kind + b"\x02" + pid)
+            return
         if qos == 2:
             session = conn.session
             assert session is not None
@@ -402,10 +453,13 @@ class BrokerCore:
         try:
             _, pubrel = session.outgoing.acknowledge(p)
         except RemoteProtocolError as err:
-            if conn.version == 5 and isinstance(p, PubRec | PubComp):
-                # 5.0 4.3.3: answer an unknown identifier rather than closing.
+            if p.packet_id not in session.outgoing:
+                # An acknowledgement for nothing in flight (a client acknowledging twice, or after our restart)
+                # is ignored, as mosquitto does; a PUBREC is answered so the client's flow can end (5.0: 0x92,
+                # 4.3.3). Neither version calls it a protocol error. A wrong kind of acknowledgement for a message
+                # in flight still is one.
                 if isinstance(p, PubRec):
-                    self._send(conn, PubRel(p.packet_id, 0x92))
+                    self._send(conn, PubRel(p.packet_id, 0x92 if conn.version == 5 else 0))
                 return
             self._close(conn, now, reason=err.reason_code, detail=str(err))
             return
@@ -694,7 +748,35 @@ class BrokerCore:
     # --- output ---------------------------------------------------------------------------------------------
 
     def _send(self, conn: ServerConnection, packet: Any) -> None:
-        self._write(conn, encode(packet, conn.version))
+        data = encode(packet, conn.version)
+        limit = conn.client_max_packet_size
+        if limit is not None and len(data) > limit:
+            data = self._within(conn, packet, limit)
+            if data is None:
+                return
+        self._write(conn, data)
+
+    def _within(self, conn: ServerConnection, packet: Any, limit: int) -> bytes | None:
+        """A control packet over the client's Maximum Packet Size [MQTT-3.1.2-24]: sent without its optional
+        properties (reason string and user properties may not make it too large, 3.14.2.2.3; response
+        information is a courtesy), or not at all; the connection then closes (0x95), unless it is closing."""
+        if isinstance(packet, Publish):
+            # A re-send to a client whose maximum is now smaller: dropped as if delivered [MQTT-3.1.2-25].
+            session = conn.session
+            if session is not None and packet.packet_id is not None:
+                session.outgoing.discard(packet.packet_id)
+            self.stats.publish_dropped += 1
+            return None
+        props = getattr(packet, "properties", None)
+        if props is not None and props.items:
+            lean = props.replace(reason_string=None, user_properties=(), response_information=None)
+            data = encode(replace(packet, properties=lean), conn.version)
+            if len(data) <= limit:
+                return data
+        if not isinstance(packet, Disconnect | ConnAck) and not conn.closed:
+            what = type(packet).__name__.upper()
+            self._close(conn, self._clock, reason=0x95, detail=f"{what} over the client's maximum packet size {limit}")
+        return None
 
     def _write(self, conn: ServerConnection, data: bytes) -> None:
         conn.out += data
@@ -742,7 +824,8 @@ def _merge(targets: dict[str, tuple[int, bool, tuple[int, ...]]], client_id: str
     if prev is None:
         targets[client_id] = (opts.qos, opts.retain_as_published, sid)
     else:
-        targets[client_id] = (max(prev[0], opts.qos), prev[1] or opts.retain_as_published, prev[2] + sid)
+        sids = prev[2] + sid if sid and sid[0] not in prev[2] else prev[2]  # one SUBSCRIBE's filters share one id
+        targets[client_id] = (max(prev[0], opts.qos), prev[1] or opts.retain_as_published, sids)
 
 
 def _first(item: tuple[Any, ...]) -> Any:

@@ -30,6 +30,7 @@ class ServerConnection:
         "keepalive",
         "last_received",
         "normal_disconnect",
+        "opened_at",
         "out",
         "peer",
         "reader",
@@ -52,6 +53,7 @@ class ServerConnection:
         self.normal_disconnect = False
         self.keepalive = 0  # seconds, as granted
         self.last_received = now
+        self.opened_at = now  # a CONNECT is due within the network layer's timeout from here
         self.out = bytearray()  # bytes waiting for the writer
         self.wants_drain = False  # deliveries wait for `out` to drain below the broker's limit
         self.aliases_in: dict[int, str] = {}  # 5.0 topic aliases set by the client

@@ -251,7 +251,7 @@ class BrokerServer:
             if conn.connected:
                 if conn.keepalive and now >= conn.last_received + 1.5 * conn.keepalive:
                     core.keepalive_expired(conn, now)
-            elif now >= conn.last_received + CONNECT_TIMEOUT:
+            elif now >= conn.opened_at + CONNECT_TIMEOUT:  # from the start: a trickle of bytes does not extend it
                 core.connection_lost(conn, now)
                 conn.close_requested = True
                 core.dirty.add(conn)

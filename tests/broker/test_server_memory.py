@@ -140,6 +140,29 @@ def test_connect_timeout() -> None:
     run(test)
 
 
+def test_connect_timeout_counts_from_the_start_not_from_the_last_byte() -> None:
+    async def test(server: BrokerServer, connect: Any) -> None:
+        trickle = await connect()
+        start = trio.current_time()
+
+        async def drip() -> None:
+            await trickle.stream.send_all(b"\x10\x7f")  # a CONNECT announcing 127 bytes, then a byte every 4 s
+            while True:
+                await trio.sleep(4)
+                try:
+                    await trickle.stream.send_all(b"\x00")
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drip)
+            assert await trickle.next() is None
+            nursery.cancel_scope.cancel()
+        assert CONNECT_TIMEOUT <= trio.current_time() - start < CONNECT_TIMEOUT + 1
+
+    run(test)
+
+
 def test_protocol_error_sends_disconnect_and_closes() -> None:
     async def test(server: BrokerServer, connect: Any) -> None:
         c = await connect(5, client_id="bad")

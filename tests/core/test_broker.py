@@ -490,3 +490,96 @@ def test_response_information(broker: BrokerCore) -> None:
     ack = Client(broker, 5).connect("req", properties=Properties(request_response_information=1))
     assert ack.properties.response_information == "response/req/"
     assert Client(broker, 5).connect("plain").properties.response_information is None
+
+
+# --- found in review: the client's maximum packet size, re-sent expiry, $SYS, stray acknowledgements -----------
+
+
+def test_reason_strings_are_left_out_over_the_client_maximum_packet_size(broker: BrokerCore) -> None:
+    # [MQTT-3.14.2-3]/[MQTT-3.1.2-24]: a DISCONNECT with its reason string would be 34 bytes here.
+    c = client(broker, "c", 5, properties=Properties(maximum_packet_size=10))
+    (d,) = c.send(Publish("", b"x", properties=Properties(topic_alias=3)))  # an alias never set
+    assert isinstance(d, Disconnect) and d.reason_code == 0x82 and d.properties.reason_string is None
+    assert c.closed
+    # A CONNACK keeps the assigned identifier and drops the response information that would not fit.
+    ack = Client(broker, 5).connect("", properties=Properties(maximum_packet_size=30, request_response_information=1))
+    assert ack.reason_code == 0 and ack.properties.assigned_client_identifier
+    assert ack.properties.response_information is None
+    # A take-over's DISCONNECT goes without its reason string (25 bytes with it).
+    old = client(broker, "t", 5, properties=Properties(maximum_packet_size=8))  # the CONNACK is 8 bytes
+    Client(broker, 5).connect("t")
+    (d,) = old.received()
+    assert isinstance(d, Disconnect) and d.reason_code == 0x8E and d.properties.reason_string is None
+
+
+def test_resent_messages_carry_the_expiry_they_have_left(broker: BrokerCore) -> None:
+    # [MQTT-3.3.2-6]: a re-sent PUBLISH says what is left; an expired QoS 1 one is dropped (as mosquitto).
+    expiry = Properties(session_expiry_interval=100)
+    sub = client(broker, "s", 5, clean_start=False, properties=expiry)
+    sub.subscribe(Subscription("ex/#", 1))
+    pub = client(broker, "p", 5)
+    pub.send(Publish("ex/a", b"a", 1, packet_id=1, properties=Properties(message_expiry_interval=10)), 0)
+    pub.send(Publish("ex/b", b"b", 1, packet_id=2, properties=Properties(message_expiry_interval=2)), 0)
+    assert [p.topic for p in sub.received()] == ["ex/a", "ex/b"]  # not acknowledged
+    sub.lose(0)
+    again = Client(broker, 5)
+    again.connect("s", now=3, clean_start=False, properties=expiry)
+    (p,) = again.after_connack
+    assert p.topic == "ex/a" and p.dup and p.properties.message_expiry_interval == 7
+    assert broker.stats.expired == 1
+
+
+def test_clients_cannot_publish_to_sys(broker: BrokerCore) -> None:
+    w = watcher(broker)
+    w.subscribe("$SYS/#", pid=2)
+    v5 = client(broker, "v5", 5)
+    assert v5.send(Publish("$SYS/broker/version", b"fake", 1, True, packet_id=1)) == [PubAck(1, 0x87)]
+    assert v5.send(Publish("$SYS/x", b"fake", 2, packet_id=2)) == [PubRec(2, 0x87)]
+    v3 = client(broker, "v3", 4)
+    assert v3.send(Publish("$SYS/x", b"fake", 2, True, packet_id=3)) == [PubRec(3)]
+    assert v3.send(PubRel(3)) == [PubComp(3)]
+    assert w.received() == [] and len(broker.retained) == 0
+    assert not v5.closed and not v3.closed
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_acknowledgements_for_nothing_in_flight_are_ignored(broker: BrokerCore, version: int) -> None:
+    c = client(broker, "c", version)
+    assert c.send(PubAck(7)) == []
+    assert c.send(PubComp(8)) == []
+    assert c.send(PubRec(9)) == [PubRel(9, 0x92 if version == 5 else 0)]
+    assert not c.closed
+    # The wrong acknowledgement for a message in flight is still a protocol error.
+    c.subscribe(Subscription("t", 2))
+    client(broker, "p").send(Publish("t", b"x", 2, packet_id=1))
+    (p,) = c.received()
+    c.send(PubAck(p.packet_id))
+    assert c.closed
+
+
+def test_max_keepalive_0_means_no_limit() -> None:
+    broker = BrokerCore(BrokerConfig(sys_interval=0, max_keepalive=0))
+    assert Client(broker, 4).connect("a", keepalive=0).reason_code == 0
+    assert Client(broker, 4).connect("b", keepalive=65535).reason_code == 0
+    ack = Client(broker, 5).connect("c", keepalive=0)
+    assert ack.reason_code == 0 and ack.properties.server_keep_alive is None
+
+
+def test_a_first_packet_that_is_not_connect_closes_at_once(broker: BrokerCore) -> None:
+    http = Client(broker)
+    http.send_raw(b"GE")  # "GET ..." reads as a PUBACK header announcing 69 bytes: not waited for
+    assert http.closed
+    tls = Client(broker)
+    tls.send_raw(b"\x16\x03\x01\x02\x00")
+    assert tls.closed and "TLS handshake" in broker.notices[-1].detail
+    slow = Client(broker)
+    slow.send_raw(b"\x10")  # a CONNECT in pieces is fine
+    assert not slow.closed
+
+
+def test_one_subscribe_with_overlapping_filters_lists_its_identifier_once(broker: BrokerCore) -> None:
+    c = client(broker, "c", 5)
+    c.subscribe(Subscription("a/#", 1), Subscription("a/+", 1), props=Properties(subscription_identifier=4))
+    client(broker, "p", 5).send(Publish("a/b", b"x"))
+    (p,) = c.received()
+    assert p.properties.subscription_identifiers == (4,)
