@@ -46,6 +46,21 @@ PROFILE_KEYS: dict[str, type] = {
 }
 
 
+#: Ranges of the numeric keys: the same as the command-line flags' (-p, -k, --connect-timeout, -x, -q).
+RANGES: dict[str, tuple[float, float]] = {
+    "port": (1, 65535),
+    "keepalive": (0, 65535),
+    "connect_timeout": (0.1, float("inf")),
+    "session_expiry": (0, 0xFFFFFFFF),
+    "qos": (0, 2),
+}
+#: Values -V accepts (mqtt_cli/commands/_options.py VERSIONS), and --tls-version.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "protocol_version": ("31", "3.1", "311", "3.1.1", "5", "5.0", "auto", "mqttv31", "mqttv311", "mqttv5"),
+    "tls_version": ("tlsv1.2", "tlsv1.3", "1.2", "1.3"),
+}
+
+
 class ProfileError(Exception):
     """The configuration file cannot be read, or a profile or value is not valid."""
 
@@ -84,6 +99,14 @@ def check_value(key: str, value: Any, where: str) -> Any:
         value = float(value)
     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
         raise ProfileError(f"{where}: {key} must be {expected.__name__}, not {value!r}")
+    if key in RANGES:
+        low, high = RANGES[key]
+        # `not low <= value` rather than `value < low`: NaN compares false either way and must fail too
+        if not (low <= value <= high):
+            shown = f"{low:g}.." if high == float("inf") else f"{int(low)}..{int(high)}"
+            raise ProfileError(f"{where}: {key} {value!r} is out of range: use {shown}")
+    if key in CHOICES and str(value).lower() not in CHOICES[key]:
+        raise ProfileError(f"{where}: {key} {value!r} is not valid: use {', '.join(CHOICES[key][:7])}")
     return value
 
 

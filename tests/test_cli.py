@@ -193,3 +193,36 @@ def test_fast_exit_only_when_nothing_is_lost(code: str, returncode: int, stdout:
         [sys.executable, "-c", "from mqtt_cli.__main__ import _exit_now\n" + code], capture_output=True, text=True
     )
     assert (result.returncode, result.stdout) == (returncode, stdout)
+
+
+@pytest.mark.parametrize("name", ["pub", "sub", "rr"])
+def test_password_rewrite_knows_every_option_of_the_client_commands(name: str) -> None:
+    from mqtt_cli.commands._options import FLAG_OPTIONS, VALUE_OPTIONS
+
+    command = typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+    options = [p for p in command.params if p.param_type_name == "option"]
+    values = {o for p in options if not p.is_flag for o in p.opts}
+    flags = {o for p in options if p.is_flag for o in (*p.opts, *p.secondary_opts)} | {"--help"}
+    assert (set(VALUE_OPTIONS[name]), set(FLAG_OPTIONS[name])) == (values, flags)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["pub", "-t", "a", "-P"], ["pub", "-t", "a", "--password-prompt"]),
+        (["pub", "-P", "-t", "a"], ["pub", "--password-prompt", "-t", "a"]),
+        (["pub", "--password", "--qos=1"], ["pub", "--password-prompt", "--qos=1"]),
+        (["sub", "-P", "-vN"], ["sub", "--password-prompt", "-vN"]),
+        (["pub", "-P", "-q1"], ["pub", "--password-prompt", "-q1"]),
+        # values are not options: the payload of -m, a password starting with '-'
+        (["pub", "-t", "a", "-m", "-P"], ["pub", "-t", "a", "-m", "-P"]),
+        (["pub", "-m", "--password", "-t", "a"], ["pub", "-m", "--password", "-t", "a"]),
+        (["pub", "-u", "bob", "-P", "-dash-pw"], ["pub", "-u", "bob", "-P", "-dash-pw"]),
+        (["pub", "-P", "-", "-t", "a"], ["pub", "-P", "-", "-t", "a"]),
+        (["pub", "--", "-P"], ["pub", "--", "-P"]),
+    ],
+)
+def test_password_prompt_rewrite(args: list[str], expected: list[str]) -> None:
+    from mqtt_cli.commands._options import rewrite_optional_values
+
+    assert rewrite_optional_values(args) == expected

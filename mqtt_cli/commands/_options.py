@@ -74,7 +74,7 @@ NoClean = Annotated[
     bool | None,
     typer.Option(
         "-c", "--disable-clean-session", rich_help_panel=CONN,
-        help="Keep the session (subscriptions, queued messages) when disconnected.",
+        help="Keep the session (subscriptions, queued messages) when disconnected; needs -i.",
     ),
 ]  # fmt: skip
 SessionExpiry = Annotated[
@@ -166,21 +166,71 @@ VERSIONS = {"31": 3, "3.1": 3, "311": 4, "3.1.1": 4, "5": 5, "5.0": 5, "auto": N
              "mqttv5": 5}  # fmt: skip
 _PROMPT_FLAGS = ("-P", "--password")
 CLIENT_COMMANDS = ("pub", "sub", "rr")
+_SHARED_VALUES = (
+    "--alpn --cafile --capath --cert --connect-timeout --host --id --id-prefix --keepalive --key --password "
+    "--password-file --port --profile --protocol-version --qos --session-expiry --tls-version --topic --unix --url "
+    "--username --will-content-type --will-delay --will-message-expiry --will-payload --will-qos --will-topic "
+    "--will-user-property -I -L -P -V -h -i -k -p -q -t -u -x"
+)
+_SHARED_FLAGS = "--disable-clean-session --insecure --password-prompt --reconnect --will-retain --help -c"
+#: The options of each client command that take a value, and those that do not (tests/test_cli.py checks them
+#: against the commands): rewrite_optional_values() must know which tokens are values.
+VALUE_OPTIONS: dict[str, frozenset[str]] = {
+    "pub": frozenset(f"""{_SHARED_VALUES} --content-type --correlation-data --file --message --message-expiry
+        --payload-format --repeat --repeat-delay --response-topic --topic-alias --user-property -f -m""".split()),
+    "sub": frozenset(f"""{_SHARED_VALUES} --count --filter-out --format --retain-handling --subscription-identifier
+        --timeout --unsubscribe -C -F -T -U -W""".split()),
+    "rr": frozenset(f"{_SHARED_VALUES} --correlation-data --file --message --response-topic --timeout -W -e -f -m"
+                    .split()),
+}  # fmt: skip
+FLAG_OPTIONS: dict[str, frozenset[str]] = {
+    "pub": frozenset(f"""{_SHARED_FLAGS} --json-lines --null-message --retain --stdin-file --stdin-line -l -n -r
+        -s""".split()),
+    "sub": frozenset(f"""{_SHARED_FLAGS} --exit-on-subscribe --hex --json --no-local --no-newline --no-retained
+        --remove-retained --retain-as-published --retained-only --verbose -E -N -R -v""".split()),
+    "rr": frozenset(f"{_SHARED_FLAGS} --hex --json --no-newline --null-message --stdin-file --verbose -N -n -s -v"
+                    .split()),
+}  # fmt: skip
+
+
+def _is_option(token: str, values: frozenset[str], flags: frozenset[str]) -> bool:
+    """`token` is one of the command's options: `--name`, `--name=value`, `-x`, `-xVALUE` for an option that
+    takes a value, or a cluster of flags (`-vN`)."""
+    if token.startswith("--"):
+        name = token.partition("=")[0]
+        return name in values or name in flags or token == "--"
+    if len(token) < 2 or not token.startswith("-"):
+        return False
+    if token[:2] in values:
+        return True
+    return all(f"-{c}" in flags for c in token[1:])
 
 
 def rewrite_optional_values(args: list[str]) -> list[str]:
-    """`-P`/`--password` without a value (last, or followed by another option) asks for the password: click
-    options cannot take an optional value, so that spelling becomes the hidden flag --password-prompt."""
-    if not args or args[0] not in CLIENT_COMMANDS:
+    """`-P`/`--password` without a value (last, or followed by one of the command's options) asks for the
+    password: click options cannot take an optional value, so that spelling becomes the hidden flag
+    --password-prompt. Any other token after -P is the password, even one starting with '-' (`-P -secret`), as
+    with mosquitto_pub; the value of an option that takes one (`-m -P`) is never rewritten."""
+    if not args or args[0] not in CLIENT_COMMANDS or not any(a in _PROMPT_FLAGS for a in args):
         return args
+    values, flags = VALUE_OPTIONS[args[0]], FLAG_OPTIONS[args[0]]
     out = list(args)
-    for i, arg in enumerate(out):
+    i = 1
+    while i < len(out):
+        arg = out[i]
         if arg == "--":
             break
         if arg in _PROMPT_FLAGS:
             nxt = out[i + 1] if i + 1 < len(out) else None
-            if nxt is None or (nxt.startswith("-") and len(nxt) > 1):
+            if nxt is None or _is_option(nxt, values, flags):
                 out[i] = "--password-prompt"
+                i += 1
+            else:
+                i += 2  # the password
+        elif arg in values:
+            i += 2  # the option's value, whatever it looks like
+        else:
+            i += 1
     return out
 
 
@@ -228,31 +278,40 @@ def client_settings(
             return value
         return profile.get(key or name, default)
 
+    # Where the broker is: the highest level (command line > environment > profile) naming any of url, unix,
+    # host or port decides alone: a -p on the command line replaces a profile's url or unix as a whole (the
+    # host it leaves out comes from lower levels' host, never from their url).
+    levels = _target_levels(p, ctx, profile)
+    level, target = next(((lv, t) for lv, t in levels if t), ("default", {}))
+    where = {"cmd": "", "env": "MQTT_", "profile": f"profile {p['profile'] or 'default'!r}: "}.get(level, "")
+    url = target.get("url")
+    unix = target.get("unix")
+    if url and unix:
+        fail(f"{_names(level, 'url')} and {_names(level, 'unix')} both say where the broker is: give one", EXIT_USAGE)
+    tls_files = any(pick(k) for k in ("cafile", "capath", "cert")) or bool(pick("insecure"))
     url_topic = None
     url_user = url_pass = None
-    url = pick("url")
-    unix = pick("unix")
-    if url and unix:
-        fail("--url and --unix both say where the broker is: give one", EXIT_USAGE)
-    tls_files = any(pick(k) for k in ("cafile", "capath", "cert")) or bool(pick("insecure"))
     if url:
         try:
             parsed = parse_url(url)
         except ValueError as err:
-            fail(f"--url: {err}", EXIT_USAGE)
+            fail(f"{where if level == 'profile' else ''}{_names(level, 'url')}: {err}", EXIT_USAGE)
         endpoint = parsed.endpoint
         url_topic, url_user, url_pass = parsed.topic, parsed.username, parsed.password
-        if p.get("host") is not None or p.get("port") is not None:
-            fail("--url already names the host and port: drop -h/-p or --url", EXIT_USAGE)
+        if level != "profile" and ("host" in target or "port" in target):
+            fail(f"{_names(level, 'url')} already names the host and port: drop {_names(level, 'host')}/"
+                 f"{_names(level, 'port')} or {_names(level, 'url')}", EXIT_USAGE)  # fmt: skip
         if tls_files and endpoint.scheme in ("mqtt", "ws"):
             endpoint = Endpoint("mqtts" if endpoint.scheme == "mqtt" else "wss", endpoint.host, endpoint.port,
                                 endpoint.path, True)  # fmt: skip
     elif unix:
         endpoint = Endpoint("unix", "", 0, unix)
     else:
+        lower = [t for lv, t in levels if lv != level and t] if level != "default" else []
+        host = target.get("host") or next((t["host"] for t in lower if "host" in t), "localhost")
         tls = tls_files
-        port = pick("port", default=8883 if tls else 1883)
-        endpoint = Endpoint("mqtts" if tls else "mqtt", pick("host", default="localhost"), port, "/mqtt", tls)
+        port = target.get("port") or next((t["port"] for t in lower if "port" in t), 8883 if tls else 1883)
+        endpoint = Endpoint("mqtts" if tls else "mqtt", host, port, "/mqtt", tls)
 
     ssl_context = None
     if endpoint.tls:
@@ -276,12 +335,33 @@ def client_settings(
         fail(f"-V/--protocol-version {raw_version!r}: use 31, 311, 5 or auto", EXIT_USAGE)
     version = VERSIONS[raw_version]
 
-    username = pick("username") or url_user
-    password = _password(p, sources, profile, url_pass)
+    # A URL's user and password go together: its user beats -u/MQTT_USERNAME of lower levels, and its
+    # password is used only with its user.
+    username = url_user
+    user_level = _level(p, ctx, "username")
+    order = ("cmd", "env", "profile")
+    if user_level is not None and (level not in order or order.index(user_level) <= order.index(level)):
+        username = p["username"]
+    elif username is None:
+        username = pick("username")
+    if url_user is not None and username != url_user:
+        url_pass = None  # another user's password
+    password = _password(p, sources, profile, url_pass, level)
     if password is not None and username is None and version in (3, 4):
         fail("a password needs a user name (-u) before MQTT 5.0", EXIT_USAGE)
 
+    if version in (3, 4):
+        v5_only = [flag for flag, name in (("-x/--session-expiry", "session_expiry"), ("--will-delay", "will_delay"),
+                   ("--will-message-expiry", "will_expiry"), ("--will-content-type", "will_content_type"),
+                   ("--will-user-property", "will_user_property")) if p.get(name) not in (None, [])]  # fmt: skip
+        if v5_only:
+            fail(f"{', '.join(v5_only)} need MQTT 5.0: drop them or use -V 5", EXIT_USAGE)
+
     client_id = pick("client_id", "id")
+    if client_id is None and p.get("no_clean"):
+        # A kept session under a random identifier would never be resumed, nor ever expire (mosquitto_sub -c
+        # refuses too).
+        fail("-c keeps the session under the client identifier: give one with -i ID", EXIT_USAGE)
     if client_id is None:
         client_id = _random_id(pick("id_prefix", default="mqtt-cli-"))
     if len(client_id.encode()) > 23 and version == 3:
@@ -302,8 +382,14 @@ def client_settings(
         )
         will = Will(will_topic, (p.get("will_payload") or "").encode(), p.get("will_qos") or 0,
                     bool(p.get("will_retain")), will_props)  # fmt: skip
-    elif any(p.get(k) for k in ("will_payload", "will_retain", "will_delay", "will_expiry", "will_content_type")):
-        fail("will options need --will-topic", EXIT_USAGE)
+    else:
+        given = [flag for flag, name in (("--will-payload", "will_payload"), ("--will-qos", "will_qos"),
+                 ("--will-retain", "will_retain"), ("--will-delay", "will_delay"),
+                 ("--will-message-expiry", "will_expiry"), ("--will-content-type", "will_content_type"),
+                 ("--will-user-property", "will_user_property"))
+                 if p.get(name) or (name in ("will_qos", "will_retain") and _level(p, ctx, name) == "cmd")]  # fmt: skip
+        if given:
+            fail(f"{', '.join(given)}: will options need --will-topic", EXIT_USAGE)
 
     reconnect = bool(p.get("reconnect"))
     session_expiry = pick("session_expiry")
@@ -323,9 +409,15 @@ def client_settings(
         password=password,
         will=will,
         connect_timeout=float(pick("connect_timeout", default=10.0)),
+        tls_client_cert=bool(pick("cert")),
         reconnect=reconnect,
     )
     return Resolved(settings, url_topic, profile)
+
+
+def stdin_closed() -> bool:
+    """Standard input is closed (`<&-`): Python then sets sys.stdin to None."""
+    return sys.stdin is None or getattr(sys.stdin, "buffer", None) is None
 
 
 def _expand(path: str | None) -> str | None:
@@ -342,11 +434,42 @@ def _source(ctx: typer.Context | None, name: str) -> str | None:
     return {"COMMANDLINE": "cmd", "ENVIRONMENT": "env"}.get(source.name)
 
 
+_TARGET = ("url", "unix", "host", "port")
+_ENV_NAMES = {"url": "MQTT_URL", "unix": "MQTT_UNIX", "host": "MQTT_HOST", "port": "MQTT_PORT"}
+_FLAG_NAMES = {"url": "--url", "unix": "--unix", "host": "-h", "port": "-p"}
+
+
+def _names(level: str, key: str) -> str:
+    return {"cmd": _FLAG_NAMES, "env": _ENV_NAMES}.get(level, {}).get(key, key)
+
+
+def _level(p: dict[str, Any], ctx: typer.Context | None, name: str) -> str | None:
+    """ "cmd" or "env" for an option given on the command line or in the environment, else None."""
+    if p.get(name) is None or p.get(name) == []:
+        return None
+    return "cmd" if ctx is None else _source(ctx, name)
+
+
+def _target_levels(
+    p: dict[str, Any], ctx: typer.Context | None, profile: dict[str, Any]
+) -> list[tuple[str, dict[str, Any]]]:
+    """The broker's address as each level gives it (url, unix, host, port), highest level first."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for level in ("cmd", "env"):
+        out.append((level, {k: p[k] for k in _TARGET if _level(p, ctx, k) == level}))
+    out.append(("profile", {k: profile[k] for k in _TARGET if k in profile}))
+    return out
+
+
 def _password(
-    p: dict[str, Any], sources: dict[str, str | None], profile: dict[str, Any], url_pass: str | None
+    p: dict[str, Any],
+    sources: dict[str, str | None],
+    profile: dict[str, Any],
+    url_pass: str | None,
+    url_level: str = "cmd",
 ) -> bytes | None:
     """The password by precedence: prompt, flags (--password, --password-file, the URL's), environment
-    (MQTT_PASSWORD, MQTT_PASSWORD_FILE), profile (password_file, password)."""
+    (MQTT_PASSWORD, MQTT_PASSWORD_FILE, MQTT_URL's), profile (password_file, password, its url's)."""
     if p.get("password_prompt"):
         if not sys.stdin.isatty():
             fail("-P/--password needs a value: there is no terminal to ask on (or use MQTT_PASSWORD)", EXIT_USAGE)
@@ -360,13 +483,13 @@ def _password(
             return str(p["password"]).encode()
         if p.get("password_file") is not None and sources["password_file"] == level:
             return _read_password_file(p["password_file"])
-        if level == "cmd" and url_pass is not None:
+        if level == url_level and url_pass is not None:
             return url_pass.encode()
     if p.get("password") is not None:  # no context: a value is a value
         return str(p["password"]).encode()
     if p.get("password_file") is not None:
         return _read_password_file(p["password_file"])
-    if url_pass is not None:
+    if url_pass is not None and url_level not in ("cmd", "env"):
         return url_pass.encode()
     if "password_file" in profile:
         return _read_password_file(profile["password_file"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import sys
 import time
 from typing import Any, BinaryIO
@@ -35,7 +36,14 @@ def _iso(now: float) -> str:
 
 def _json_helper(p: Publish, now: float, raw_payload: bool) -> bytes:
     tst = datetime.datetime.fromtimestamp(now).astimezone().strftime("%Y-%m-%dT%H:%M:%S.%f%z")
-    head = {"tst": tst, "topic": p.topic, "qos": p.qos, "retain": int(p.retain)}
+    # mosquitto_sub 2.0's fields, in its order: payloadlen, mid (QoS 1/2), and "payload": null when empty
+    head: dict[str, Any] = {"tst": tst, "topic": p.topic, "qos": p.qos, "retain": int(p.retain),
+                            "payloadlen": len(p.payload)}  # fmt: skip
+    if p.qos:
+        head["mid"] = p.packet_id
+    if not p.payload:
+        head["payload"] = None
+        return json.dumps(head).encode()
     if raw_payload:
         try:
             json.loads(p.payload)
@@ -44,6 +52,9 @@ def _json_helper(p: Publish, now: float, raw_payload: bool) -> bytes:
         return json.dumps(head)[:-1].encode() + b', "payload":' + p.payload + b"}"
     head["payload"] = p.payload.decode("utf-8", "replace")
     return json.dumps(head).encode()
+
+
+_WIDTH = re.compile(r"-?\d*(\.\d+)?")
 
 
 def _pad(value: bytes, width: str) -> bytes:
@@ -76,6 +87,10 @@ def format_message(fmt: str, p: Publish, now: float) -> bytes:
             if j >= n:
                 raise FormatError(f"-F {fmt!r}: a % at the end")
             width, code = fmt[i + 1 : j], fmt[j]
+            if not _WIDTH.fullmatch(width):
+                raise FormatError(
+                    f"-F {fmt!r}: bad field width %{width}{code}: use %10{code}, %-10{code} or %10.5{code}"
+                )
             i = j + 1
             value: Any
             if code == "%":
@@ -176,10 +191,11 @@ class Printer:
                 from rich.text import Text
 
                 text = Text(p.topic, style="bold cyan")
-                text.append(" " + p.payload.decode("utf-8", "replace"))
+                text.append(" " + (p.payload.decode("utf-8", "replace") if p.payload else "(null)"))
                 self.console.print(text, end=self.end.decode())
                 return
-            data = p.topic.encode() + b" " + p.payload + self.end
+            # an empty payload shows as "(null)", as with mosquitto_sub -v
+            data = p.topic.encode() + b" " + (p.payload or b"(null)") + self.end
         elif mode == "hex":
             data = p.payload.hex().encode() + self.end
         elif mode == "verbose-hex":

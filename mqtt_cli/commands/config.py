@@ -15,7 +15,17 @@ EXIT_USAGE = 2
 _SECRET = ("password",)
 
 
-def _parse(key: str, raw: str) -> Any:
+def _parse(key: str, raw: str, profile: str) -> Any:
+    """The value of `raw` for `key`, checked as a profile's values are when loaded (type, range)."""
+    from mqtt_cli.profiles import ProfileError, check_value
+
+    try:
+        return check_value(key, _convert(key, raw), f"profile {profile!r}")
+    except ProfileError as err:
+        fail(str(err), EXIT_USAGE)
+
+
+def _convert(key: str, raw: str) -> Any:
     from mqtt_cli.profiles import PROFILE_KEYS
 
     kind = PROFILE_KEYS.get(key)
@@ -35,7 +45,9 @@ def _parse(key: str, raw: str) -> Any:
     return raw
 
 
-@app.command("set")
+# ignore_unknown_options: a VALUE that looks like an option (`config set keepalive -5`, a password starting
+# with '-') is taken as the value, not refused as "No such option".
+@app.command("set", context_settings={"ignore_unknown_options": True})
 def set_(
     key: Annotated[str, typer.Argument(help="host, port, username, password_file, cafile, ... (see `config list`).")],
     value: Annotated[str | None, typer.Argument(help="The value; leave out with --unset.")] = None,
@@ -59,7 +71,7 @@ def set_(
         del section[key]
     else:
         assert value is not None
-        section[key] = _parse(key, value)
+        section[key] = _parse(key, value, profile)
     path = save_config(data)
     typer.echo(f"{path}: profile {profile!r}: {key} {'removed' if unset else 'set'}")
 

@@ -116,7 +116,7 @@ def pub(
     """Publish messages; exit 0 only when every one was acknowledged at its QoS (QoS 0: written).
 
     Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 7 a message was
-    refused or not acknowledged, 8 connection lost, 130 interrupted (docs/exit-codes.md).
+    refused or not acknowledged, 8 connection lost, 130 interrupted, 143 terminated (docs/exit-codes.md).
     """
     params = {k: v for k, v in locals().items() if k in o.CONNECTION_PARAMS}
     sources = [
@@ -149,6 +149,9 @@ def pub(
     if props and settings.version in (3, 4):
         fail("message properties (--content-type, --user-property, ...) need MQTT 5.0 (-V 5)", o.EXIT_USAGE)
 
+    if (stdin_file or stdin_line or json_lines) and o.stdin_closed():
+        what = "-s" if stdin_file else "-l" if stdin_line else "--json-lines"
+        fail(f"{what} reads standard input, but it is closed: pipe the messages in, or use -m or -f", o.EXIT_USAGE)
     payload = b""
     if message is not None:
         payload = message.encode()
@@ -163,42 +166,43 @@ def pub(
         payload = sys.stdin.buffer.read()
 
     settings.auto_topic_aliases = stdin_line or json_lines
-    from ._runner import run_client
+    from ._runner import run_client, stoppable
 
     async def main() -> int:
         from mqtt_cli.net.client import open_client
 
         async with open_client(settings) as client:
-            if props and client.version != 5:
-                fail(f"the broker speaks MQTT {_name(client.version)}: message properties need 5.0", o.EXIT_USAGE)
-            state = _Progress()
-            try:
-                if stdin_line:
-                    await _publish_lines(client, topic or "", qos_value, retain, props, state)
-                elif json_lines:
-                    await _publish_json_lines(ctx, client, topic, qos_value, retain, props, state)
-                else:
-                    import trio
+            with stoppable():  # SIGINT/SIGTERM end the work here; the connection still says goodbye
+                if props and client.version != 5:
+                    fail(f"the broker speaks MQTT {_name(client.version)}: message properties need 5.0", o.EXIT_USAGE)
+                state = _Progress()
+                try:
+                    if stdin_line:
+                        await _publish_lines(client, topic or "", qos_value, retain, props, state)
+                    elif json_lines:
+                        await _publish_json_lines(ctx, client, topic, qos_value, retain, props, state)
+                    else:
+                        import trio
 
-                    for i in range(repeat):
-                        if i and repeat_delay:
-                            await trio.sleep(repeat_delay)
-                        await client.publish(topic or "", payload, qos_value, retain, props)
-                await client.wait_acknowledged()
-            except _BadLine as err:
-                await _settle(client)
-                fail(f"{err} ({_counts(client)})", o.EXIT_USAGE)
-            except Exception as err:
-                from mqtt_cli.net.errors import ClientError
+                        for i in range(repeat):
+                            if i and repeat_delay:
+                                await trio.sleep(repeat_delay)
+                            await client.publish(topic or "", payload, qos_value, retain, props)
+                    await client.wait_acknowledged()
+                except _BadLine as err:
+                    await _settle(client)
+                    fail(f"{err} ({_counts(client)})", o.EXIT_USAGE)
+                except Exception as err:
+                    from mqtt_cli.net.errors import ClientError
 
-                if not isinstance(err, ClientError):
+                    if not isinstance(err, ClientError):
+                        raise
+                    if client.refused:  # the refusal is the cause; mosquitto, for one, then drops the connection
+                        _refused(client, f"; then: {err}")
+                    err.args = (f"{err} ({_counts(client)})",)
                     raise
-                if client.refused:  # the refusal is the cause; mosquitto, for one, then drops the connection
-                    _refused(client, f"; then: {err}")
-                err.args = (f"{err} ({_counts(client)})",)
-                raise
-            if client.refused:
-                _refused(client)
+                if client.refused:
+                    _refused(client)
         return 0
 
     run_client(main)
@@ -309,6 +313,8 @@ async def _publish_json_lines(
     props: "Properties",
     state: "_Progress",
 ) -> None:
+    from mqtt_cli.core.topics import topic_name_error
+
     from ._json import MessageFormatError, message_from_json
 
     source = ctx.get_parameter_source("qos")
@@ -324,6 +330,8 @@ async def _publish_json_lines(
         msg_topic = msg["topic"] or topic
         if not msg_topic:
             raise _BadLine(f'standard input line {state.line}: no "topic" and no -t')
+        if err := topic_name_error(msg_topic):  # a usage error like any bad line, not a refused publish
+            raise _BadLine(f"standard input line {state.line}: topic {msg_topic!r}: {err}")
         msg_qos = qos if qos_given or msg["qos"] is None else msg["qos"]
         msg_retain = retain or bool(msg["retain"])
         msg_props = msg["properties"] if msg["properties"] else props

@@ -1,8 +1,9 @@
 """``mqtt rr``: request/response. Publish a request with a response topic and correlation data, wait (bounded)
 for the matching response, print it, exit 0.
 
-With MQTT 3.1.1 (no properties) the request carries neither: the first message on the response topic is
-taken as the answer, so the responder must know where to answer by convention.
+With MQTT 3.1.1 (no properties) the request carries neither: the first message published on the response
+topic after the request is taken as the answer (retained messages are skipped: they are older), so the
+responder must know where to answer by convention.
 """
 
 from pathlib import Path
@@ -93,8 +94,11 @@ def rr(
 ) -> None:
     """Send a request and print the matching response (MQTT 5.0 response topic and correlation data).
 
+    With -V 311 (no correlation data) the answer is the first message on the response topic that is not
+    retained.
+
     Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 6 subscription
-    refused, 7 request refused, 8 connection lost, 27 no response within -W, 130 interrupted.
+    refused, 7 request refused, 8 connection lost, 27 no response within -W, 130 interrupted, 143 terminated.
     """
     params = {k: v for k, v in locals().items() if k in o.CONNECTION_PARAMS}
     given = [n for n, g in (("-m", message is not None), ("-f", file is not None), ("-s", stdin_file),
@@ -125,6 +129,8 @@ def rr(
     elif stdin_file:
         import sys
 
+        if o.stdin_closed():
+            fail("-s reads standard input, but it is closed: pipe the request in, or use -m or -f", o.EXIT_USAGE)
         payload = sys.stdin.buffer.read()
     else:
         payload = b""
@@ -133,7 +139,7 @@ def rr(
     if verbose and mode != "json":
         mode = "verbose" if mode == "payload" else "verbose-hex"
 
-    from ._runner import run_client
+    from ._runner import run_client, stoppable
 
     async def main() -> int:
         import os
@@ -154,30 +160,35 @@ def rr(
         correlation = correlation_data.encode() if correlation_data is not None else os.urandom(16)
         with trio.move_on_after(timeout) as waited:
             async with open_client(settings) as client:
-                v5 = client.version == 5
-                codes = await client.subscribe([Subscription(response_topic, qos_value)])
-                if codes[0] >= 0x80:
-                    why = reason_name(codes[0], 9, client.version)
-                    raise SubscribeRefused(f"the broker refused the subscription to {response_topic!r}: {why}")
-                props = (
-                    Properties(response_topic=response_topic, correlation_data=correlation) if v5 else EMPTY_PROPERTIES
-                )
-                await client.publish(topic, payload, qos_value, False, props)
-                await client.wait_acknowledged()
-                if client.refused:
-                    raise PublishFailed(
-                        f"the broker refused the request: {reason_name(client.refused[0].reason_code, 4)}"
+                with stoppable():  # SIGINT/SIGTERM end the work here; the connection still says goodbye
+                    v5 = client.version == 5
+                    codes = await client.subscribe([Subscription(response_topic, qos_value)])
+                    if codes[0] >= 0x80:
+                        why = reason_name(codes[0], 9, client.version)
+                        raise SubscribeRefused(f"the broker refused the subscription to {response_topic!r}: {why}")
+                    props = (
+                        Properties(response_topic=response_topic, correlation_data=correlation)
+                        if v5
+                        else EMPTY_PROPERTIES
                     )
-                async for item in client.messages:
-                    if not hasattr(item, "topic"):
-                        continue
-                    if v5 and item.properties.correlation_data != correlation:
-                        continue  # someone else's response
-                    printer(item, time.time())
-                    return 0
-                if client.failure is not None:
-                    raise client.failure
-                raise ConnectionLost("the connection ended before the response")
+                    await client.publish(topic, payload, qos_value, False, props)
+                    await client.wait_acknowledged()
+                    if client.refused:
+                        raise PublishFailed(
+                            f"the broker refused the request: {reason_name(client.refused[0].reason_code, 4)}"
+                        )
+                    async for item in client.messages:
+                        if not hasattr(item, "topic"):
+                            continue
+                        if v5 and item.properties.correlation_data != correlation:
+                            continue  # someone else's response
+                        if not v5 and item.retain:
+                            continue  # a stale retained message (3.1.1 brokers forward live messages with retain 0)
+                        printer(item, time.time())
+                        return 0
+                    if client.failure is not None:
+                        raise client.failure
+                    raise ConnectionLost("the connection ended before the response")
         if waited.cancelled_caught:
             print(f"mqtt: no response within {timeout:g} s", file=sys.stderr, flush=True)
         return EXIT_TIMEOUT

@@ -67,6 +67,9 @@ class ClientSettings:
     will: Will | None = None
     properties: Properties = EMPTY_PROPERTIES  # further CONNECT properties (5.0): user properties, ...
     connect_timeout: float = 10.0
+    # A client certificate is in ssl_context: a TLS connection reset in answer to CONNECT is then not taken for
+    # a broker wanting one (TLS 1.3 says so in an alert after the handshake, often lost in the reset).
+    tls_client_cert: bool = False
     reconnect: bool = False
     reconnect_delay: float = 0.25  # first backoff; doubles up to reconnect_max_delay, with jitter
     reconnect_max_delay: float = 5.0
@@ -423,6 +426,11 @@ class Client:
             except BrokerRefused as err:
                 if version == 5 and len(versions) > 1 and err.reason_code in (0x84, -1):
                     continue  # auto: the broker does not speak 5.0; try 3.1.1
+                if err.tls_reset and not s.tls_client_cert:
+                    raise TLSFailed(
+                        f"{self.endpoint} reset the TLS connection in answer to CONNECT: it likely wants a client "
+                        "certificate: give --cert and --key"
+                    ) from None
                 raise
         raise AssertionError("not reached")
 
@@ -438,12 +446,25 @@ class Client:
                 if version == 3 and not conn.client_id:
                     conn.client_id = _random_id("mqtt-")  # 3.1 has no empty client identifiers
                 conn.connect(clean_start=clean_start, version=version)
-                await stream.send_all(conn.data_to_send(trio.current_time()))
+                received = 0
+                reset = False
+                try:
+                    await stream.send_all(conn.data_to_send(trio.current_time()))
+                except (trio.BrokenResourceError, OSError) as err:
+                    # A reset before CONNECT was written: a TLS alert says why, else the read below ends it as
+                    # "closed in answer to CONNECT".
+                    self._raise_tls_failure(err)
+                    reset = True
                 while True:
                     try:
                         data = await stream.receive_some(_READ_SIZE)
-                    except (trio.BrokenResourceError, OSError):
-                        data = b""  # a reset in answer to CONNECT: the same as closing
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
+                        # A TLS alert after the handshake (TLS 1.3: "certificate required") is a TLS failure; a
+                        # reset in answer to CONNECT is the same as closing.
+                        self._raise_tls_failure(err)
+                        reset = True
+                        data = b""
+                    received += len(data)
                     conn.receive_data(data, trio.current_time())
                     events = conn.events()
                     for i, event in enumerate(events):
@@ -456,10 +477,17 @@ class Client:
                                 event.reason_code,
                             )
                         if isinstance(event, Disconnected):
+                            # Nothing at all in answer, on a plain connection: most often a TLS port.
+                            hint = (
+                                "; is it a TLS port? use mqtts:// or --cafile"
+                                if not received and not self.endpoint.tls and self.endpoint.scheme != "unix"
+                                else ""
+                            )
                             raise BrokerRefused(
                                 f"{self.endpoint} closed the connection in answer to CONNECT "
-                                f"(MQTT {version_name(version)}): {event.reason}",
+                                f"(MQTT {version_name(version)}): {event.reason}{hint}",
                                 -1,
+                                tls_reset=reset and not received and self.endpoint.tls,
                             )
         except trio.TooSlowError:
             if stream is not None:
@@ -470,6 +498,18 @@ class Client:
                 await trio.aclose_forcefully(stream)
             raise
         raise AssertionError("not reached")
+
+    def _raise_tls_failure(self, err: BaseException) -> None:
+        """Raises TLSFailed when `err` (a failed read or write during the MQTT handshake) comes from TLS."""
+        cause = err.__cause__ or err.__context__
+        if not isinstance(cause, ssl.SSLError):
+            return
+        reason = cause.reason or str(cause)
+        if "CERTIFICATE_REQUIRED" in reason.upper():
+            raise TLSFailed(
+                f"{self.endpoint} wants a client certificate (TLS alert: certificate required): give --cert and --key"
+            ) from None
+        raise TLSFailed(f"TLS with {self.endpoint} failed after the handshake: {reason}") from None
 
     async def _reconnect(self, first: bool = False) -> tuple[trio.abc.Stream, ConnectionAccepted, list[Any]] | None:
         s = self.settings

@@ -39,9 +39,10 @@ class BrokerRefused(ClientError):
 
     exit_code = 5
 
-    def __init__(self, message: str, reason_code: int = 0x80) -> None:
+    def __init__(self, message: str, reason_code: int = 0x80, *, tls_reset: bool = False) -> None:
         super().__init__(message)
         self.reason_code = reason_code
+        self.tls_reset = tls_reset  # a TLS connection reset without a word in answer to CONNECT (reason_code -1)
 
 
 class SubscribeRefused(ClientError):

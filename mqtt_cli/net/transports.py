@@ -120,11 +120,16 @@ def make_ssl_context(options: TLSOptions) -> ssl.SSLContext:
         if options.cafile or options.capath:
             ctx.load_verify_locations(cafile=options.cafile, capath=options.capath)
         if options.cert:
+            if options.key is None and b"PRIVATE KEY-----" not in Path(options.cert).read_bytes():
+                # OpenSSL would only say "[SSL] PEM lib"
+                raise ValueError(f"--cert {options.cert}: the file holds no private key: give it with --key")
             ctx.load_cert_chain(options.cert, options.key)
         elif options.key:
             raise ValueError("--key needs --cert")
     except ssl.SSLError as err:
         raise ValueError(f"cannot load the TLS certificates: {err.reason or err}") from None
+    except OSError as err:
+        raise ValueError(f"cannot read {err.filename or 'a TLS file'}: {err.strerror}") from None
     if options.insecure:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE

@@ -13,6 +13,8 @@ import pytest
 from ..brokers import AUTH_USERS, Broker, free_port
 from .conftest import Mqtt, ScriptedBroker, popen_mqtt
 
+WILL_V5 = ["--will-delay", "5", "--will-message-expiry", "3", "--will-content-type", "t", "--will-user-property", "a=b"]
+
 
 def at(broker: Broker) -> list[str]:
     return ["-h", broker.host, "-p", str(broker.port)]
@@ -43,9 +45,29 @@ def at(broker: Broker) -> list[str]:
         (["sub", "-t", "a", "-V", "311", "--no-local"], "need MQTT 5.0"),
         (["rr", "-t", "a", "-m", "x"], "-e"),
         (["pub", "-t", "a", "-m", "x", "--profile", "missing"], "no profile 'missing'"),
+        (["sub", "-t", "a", "-F", "%1.2.3t", "-E"], "bad field width %1.2.3t"),
+        (["sub", "-t", "a", "-F", "%5-t"], "bad field width %5-t"),
+        (["sub", "-t", "a", "-c"], "give one with -i ID"),
+        (["pub", "-t", "a", "-m", "x", "-c", "-I", "pre-"], "give one with -i ID"),
+        (["sub", "-t", "a", "-V", "311", "-x", "100"], "-x/--session-expiry need MQTT 5.0"),
+        (
+            ["pub", "-t", "a", "-m", "x", "-V", "311", "--will-topic", "w", *WILL_V5],
+            "--will-delay, --will-message-expiry, --will-content-type, --will-user-property need MQTT 5.0",
+        ),
+        (["pub", "-t", "a", "-m", "x", "--will-qos", "1"], "--will-qos: will options need --will-topic"),
+        (["pub", "-t", "a", "-m", "x", "--will-qos", "0"], "--will-qos: will options need --will-topic"),
+        (["sub", "-t", "a", "--will-retain"], "--will-retain: will options need --will-topic"),
+        (["rr", "-t", "a", "-e", "b", "-m", "x", "--will-user-property", "a=b"], "need --will-topic"),
+        (["pub", "-t", "a", "-m", "x", "--cert", "CERT_ONLY"], "holds no private key: give it with --key"),
     ],
 )
-def test_bad_usage_exits_2_before_connecting(mqtt: Mqtt, args: list[str], message: str) -> None:
+def test_bad_usage_exits_2_before_connecting(mqtt: Mqtt, args: list[str], message: str, tmp_path: Path) -> None:
+    if "CERT_ONLY" in args:  # a certificate without its key (OpenSSL alone says "[SSL] PEM lib")
+        import trustme
+
+        cert = tmp_path / "cert.pem"
+        trustme.CA().issue_cert("client.example").cert_chain_pems[0].write_to_path(str(cert))
+        args = [str(cert) if a == "CERT_ONLY" else a for a in args]
     # Port 1 has no broker: a usage error must be found before any connection is tried.
     result = mqtt(*args, "-p", "1")
     assert result.returncode == 2, (result.returncode, result.stderr)
@@ -93,6 +115,78 @@ def test_tls_failure_exits_4(mqtt: Mqtt, mosquitto_tls: Broker) -> None:
     by_dir = mqtt("pub", "-h", "localhost", "-p", mosquitto_tls.port, "--capath", capath, "--alpn", "mqtt",
                   "-t", "a", "-m", "x")  # fmt: skip
     assert by_dir.returncode == 0, by_dir.stderr
+
+
+def test_broker_wanting_a_client_certificate_exits_4(mqtt: Mqtt, broker_factory: Callable[..., Broker]) -> None:
+    # TLS 1.3: the broker's "certificate required" alert comes after the handshake, in answer to CONNECT.
+    broker = broker_factory(tls=True, extra_conf="require_certificate true")
+    tls = ["pub", "-h", "localhost", "-p", broker.port, "--cafile", broker.workdir / "ca.pem", "-t", "a", "-m", "x"]
+    for version in ("auto", "5", "311"):
+        result = mqtt(*tls, "-V", version)
+        assert result.returncode == 4, (version, result.returncode, result.stderr)
+        assert "wants a client certificate" in result.stderr and "--cert and --key" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    cert = ["--cert", broker.workdir / "client.pem", "--key", broker.workdir / "client.key"]
+    assert mqtt(*tls, *cert).returncode == 0
+    # A plain client on a TLS port: the broker closes without a word; the message says what to try.
+    plain = mqtt("pub", *at(broker), "-t", "a", "-m", "x")
+    assert plain.returncode == 5, plain.stderr
+    assert "is it a TLS port? use mqtts:// or --cafile" in plain.stderr
+    assert len(plain.stderr.strip().splitlines()) == 1, plain.stderr
+
+
+def test_sigint_and_sigterm_disconnect_cleanly_without_the_will(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    env = mqtt.env  # type: ignore[attr-defined]
+    watcher = popen_mqtt("sub", *at(mosquitto), "-t", f"{topic}/will", "-C", "1", "-W", "10", env=env)
+    # Signalled only once connected (a client stopped before its CONNACK leaves without DISCONNECT): the
+    # subscriber once a retained message reached it; the publisher once its first line reached the broker.
+    assert mqtt("pub", *at(mosquitto), "-t", f"{topic}/x", "-m", "ready", "-r").returncode == 0
+    seen = popen_mqtt("sub", *at(mosquitto), "-t", f"{topic}/x", "-W", "20", env=env)
+    assert seen.stdout is not None and seen.stdout.readline() == b"ready\n"
+    runs = [(c, sig, code) for c in (["sub", "-t", f"{topic}/x"], ["pub", "-t", f"{topic}/x", "-l"])
+            for sig, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130))]  # fmt: skip
+    for command, sig, code in runs:
+        proc = popen_mqtt(*command, *at(mosquitto), "--will-topic", f"{topic}/will", "--will-payload", "gone",
+                          env=env, stdin=subprocess.PIPE)  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None
+        if command[0] == "sub":
+            assert proc.stdout.readline() == b"ready\n"
+        else:
+            proc.stdin.write(b"line\n")
+            proc.stdin.flush()
+            assert seen.stdout.readline() == b"line\n"
+        proc.send_signal(sig)
+        proc.wait(timeout=20)  # standard input still open: `pub -l` is stopped, not ended by its input
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        proc.stdin.close()
+        assert proc.returncode == code, (command, proc.returncode, err)
+        assert err == b"", err
+    out, _ = watcher.communicate(timeout=20)
+    seen.kill()
+    seen.communicate(timeout=20)
+    assert (watcher.returncode, out) == (27, b"")  # no will: both ended with DISCONNECT
+
+
+def test_closed_stdin_exits_2(mqtt: Mqtt) -> None:
+    from .conftest import MQTT
+
+    for command in ("pub -t a -s", "pub -t a -l", "pub --json-lines", "rr -t a -e b -s"):
+        result = subprocess.run(f"{MQTT} {command} -p 1 <&-", shell=True, capture_output=True, text=True,
+                                env=mqtt.env, timeout=30)  # type: ignore[attr-defined]  # fmt: skip
+        assert result.returncode == 2, (command, result.stderr)
+        assert "standard input, but it is closed" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_json_line_with_an_invalid_topic_exits_2_with_its_line(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    lines = f'{{"topic":"{topic}/ok","payload":"1","retain":true}}\n{{"topic":"{topic}/+","payload":"2"}}\n'
+    result = mqtt("pub", *at(mosquitto), "--json-lines", "-q", "1", input=lines.encode())
+    assert result.returncode == 2, result.stderr
+    assert "standard input line 2" in result.stderr and "(1 sent, 1 acknowledged)" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/ok", "--retained-only")
+    assert out.text == "1\n"  # the line before was published and acknowledged
 
 
 def test_refused_connection_exits_5_and_never_shows_the_password(mqtt: Mqtt, mosquitto_auth: Broker) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from ..brokers import Broker
+from ..brokers import AUTH_USERS, Broker
 from ..scripted_brokers import queue_before_suback
 from .conftest import Mqtt
 
@@ -282,3 +284,74 @@ def test_messages_before_suback_do_not_hold_it_back(mqtt: Mqtt) -> None:
     out = mqtt("sub", "-h", "127.0.0.1", "-p", port, "-V", "311", "-t", "q/#", "-c", "-i", "s1", "-C", n, timeout=30)
     assert (out.returncode, out.stderr) == (0, "")
     assert out.text.splitlines() == [str(i) for i in range(n)]
+
+
+def test_password_option_rewrite_leaves_other_values_alone(
+    mqtt: Mqtt, mosquitto: Broker, broker_factory: Callable[..., Broker], topic: str
+) -> None:
+    # "-P" and "--password" as the value of -m are payloads, not password prompts.
+    for payload in ("-P", "--password"):
+        assert mqtt("pub", *at(mosquitto), "-t", f"{topic}/m", "-r", "-q", "1", "-m", payload).returncode == 0
+        out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/m", "--retained-only")
+        assert out.text == f"{payload}\n"
+    # A password starting with '-' (not one of the command's options) is the password, as with mosquitto_pub.
+    broker = broker_factory(users={"bob": "-dash-pw"})
+    result = mqtt("pub", *at(broker), "-u", "bob", "-P", "-dash-pw", "-t", "a", "-m", "x")
+    assert (result.returncode, result.stderr) == (0, "")
+    mosquitto_pub = subprocess.run(["mosquitto_pub", *at(broker), "-u", "bob", "-P", "-dash-pw", "-t", "a", "-m", "x"])
+    assert mosquitto_pub.returncode == 0  # the oracle agrees
+
+
+def test_connection_target_on_the_command_line_replaces_the_profiles(
+    mqtt: Mqtt, mosquitto: Broker, mosquitto_auth: Broker, topic: str
+) -> None:
+    config = Path(mqtt.env["XDG_CONFIG_HOME"]) / "mqtt-cli"  # type: ignore[attr-defined]
+    config.mkdir(parents=True)
+    (config / "config.toml").write_text(
+        '[profiles.url]\nurl = "mqtt://127.0.0.1:1"\n'
+        '[profiles.unix]\nunix = "/nonexistent/mqtt.sock"\n'
+        '[profiles.user]\nusername = "reader"\n'
+    )
+    pub = ["pub", "-t", f"{topic}/x", "-m", "x"]
+    # A profile's url or unix socket gives way to -h/-p on the command line (no complaint about a --url never typed).
+    for profile in ("url", "unix"):
+        result = mqtt(*pub, "--profile", profile, *at(mosquitto))
+        assert (result.returncode, result.stderr) == (0, ""), profile
+    result = mqtt(*pub, "--profile", "url", "-p", mosquitto.port)
+    assert (result.returncode, result.stderr) == (0, "")
+    # The user and password of a -L URL go together: a profile's or the environment's user name does not win.
+    url = f"mqtt://admin:{AUTH_USERS['admin']}@{mosquitto_auth.host}:{mosquitto_auth.port}"
+    result = mqtt("pub", "--profile", "user", "-L", url, "-t", "a", "-m", "x")
+    assert (result.returncode, result.stderr) == (0, "")
+    result = mqtt("pub", "-L", url, "-t", "a", "-m", "x", env_extra={"MQTT_USERNAME": "reader"})
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_empty_payload_and_json_helper_as_mosquitto_sub(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    # The same two messages, queued for a session of ours and one of mosquitto_sub's (the oracle), per form (a
+    # session each: mosquitto_sub -C may leave its last message unacknowledged, to come again).
+    for i, form in enumerate((["-v"], ["-F", "%j"], ["-F", "%J"])):
+        sessions = {"ours": f"{topic}-ours{i}", "mosquitto": f"{topic}-mosq{i}"}
+        args = ["-t", f"{topic}/{i}/#", "-q", "1", "-c", "-C", "2", "-W", "20"]
+        for name in sessions.values():
+            assert mqtt("sub", *at(mosquitto), *args, "-i", name, "-E").returncode == 0
+        assert mqtt("pub", *at(mosquitto), "-t", f"{topic}/{i}/empty", "-n", "-q", "1").returncode == 0
+        assert mqtt("pub", *at(mosquitto), "-t", f"{topic}/{i}/obj", "-m", '{"a":1}', "-q", "1").returncode == 0
+        ours = mqtt("sub", *at(mosquitto), *args, "-i", sessions["ours"], *form)
+        theirs = subprocess.run(["mosquitto_sub", *at(mosquitto), *args, "-i", sessions["mosquitto"], *form],
+                                capture_output=True, timeout=30)  # fmt: skip
+        assert ours.returncode == theirs.returncode == 0, (ours.stderr, theirs.stderr)
+        if form == ["-v"]:
+            expected = f'{topic}/{i}/empty (null)\n{topic}/{i}/obj {{"a":1}}\n'
+            assert ours.text == theirs.stdout.decode() == expected
+            continue
+        # "tst" differs (the time, and mosquitto's "Z+0000"), "mid" too (each session numbers its own); every
+        # other field, and their order, the same.
+        mine = [json.loads(line) for line in ours.text.splitlines()]
+        oracle = [json.loads(line) for line in theirs.stdout.decode().splitlines()]
+        for m in mine + oracle:
+            del m["tst"]
+            assert isinstance(m["mid"], int)
+            m["mid"] = 0
+        assert [list(m.items()) for m in mine] == [list(m.items()) for m in oracle], (mine, oracle)
+        assert mine[0]["payloadlen"] == 0 and mine[0]["payload"] is None

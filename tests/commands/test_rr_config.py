@@ -48,9 +48,18 @@ def test_rr_timeout_and_311_fallback(mqtt: Mqtt, mosquitto: Broker, topic: str) 
     mqtt("pub", *at(mosquitto), "-t", f"{topic}/resp", "-m", "old", "-r", "--correlation-data", "x")
     result = mqtt("rr", *at(mosquitto), "-t", f"{topic}/req", "-e", f"{topic}/resp", "-m", "q", "-W", "0.5")
     assert result.returncode == 27 and "no response" in result.stderr
-    # 3.1.1 has no correlation data: the first message on the response topic is the answer.
-    result = mqtt("rr", *at(mosquitto), "-V", "311", "-t", f"{topic}/req", "-e", f"{topic}/resp", "-m", "q", "-v")
-    assert (result.returncode, result.text) == (0, f"{topic}/resp old\n")
+    # 3.1.1 has no correlation data: the first message on the response topic is the answer, but not a retained
+    # one (it was there before the request).
+    rr311 = ["rr", *at(mosquitto), "-V", "311", "-t", f"{topic}/req", "-e", f"{topic}/resp", "-m", "q", "-v"]
+    result = mqtt(*rr311, "-W", "1")
+    assert (result.returncode, result.text) == (27, ""), result.stderr
+    proc = popen_mqtt(*rr311, "-W", "20", env=mqtt.env)  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 20
+    while proc.poll() is None and time.monotonic() < deadline:  # answer until it is subscribed and hears one
+        mqtt("pub", *at(mosquitto), "-t", f"{topic}/resp", "-m", "live", "-V", "311")
+        time.sleep(0.2)
+    out, err = proc.communicate(timeout=20)
+    assert (proc.returncode, out) == (0, f"{topic}/resp live\n".encode()), err
 
 
 def test_config_profiles_and_precedence(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
@@ -98,6 +107,55 @@ def test_rabbitmq_round_trip_falls_back_to_311(mqtt: Mqtt, rabbitmq: Broker, top
     assert sorted(map(int, out.text.split())) == list(range(1000))
     five = mqtt("pub", *at(rabbitmq), "-V", "5", "-t", "x", "-m", "x")
     assert five.returncode == 5 and "closed the connection in answer to CONNECT" in five.stderr
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("port", "116465", "port 116465 is out of range: use 1..65535"),
+        ("port", "0", "port 0 is out of range: use 1..65535"),
+        ("keepalive", "70000", "keepalive 70000 is out of range: use 0..65535"),
+        ("keepalive", "-5", "keepalive -5 is out of range"),  # a negative number is a value, not an option
+        ("connect_timeout", "nan", "connect_timeout nan is out of range"),
+        ("connect_timeout", "0", "connect_timeout 0.0 is out of range: use 0.1.."),
+        ("session_expiry", "-1", "session_expiry -1 is out of range: use 0..4294967295"),
+        ("qos", "5", "qos 5 is out of range: use 0..2"),
+        ("protocol_version", "4", "protocol_version '4' is not valid"),
+        ("tls_version", "tlsv1.0", "tls_version 'tlsv1.0' is not valid"),
+    ],
+)
+def test_config_set_checks_ranges(mqtt: Mqtt, key: str, value: str, message: str) -> None:
+    result = mqtt("config", "set", key, value, "--profile", "p")
+    assert result.returncode == 2, result.stderr
+    assert f"profile 'p': {message}" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "[profiles.p]" not in mqtt("config", "list").text  # nothing written
+
+
+def test_config_set_takes_values_that_look_like_options(mqtt: Mqtt) -> None:
+    assert mqtt("config", "set", "password", "-secret", "--profile", "p").returncode == 0
+    assert "password = '-secret'" in mqtt("config", "show", "p", "--reveal").text
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("port = 116465", "port 116465 is out of range"),
+        ("keepalive = 70000", "keepalive 70000 is out of range"),
+        ("connect_timeout = nan", "connect_timeout nan is out of range"),
+        ("qos = 5", "qos 5 is out of range"),
+        ('protocol_version = "4"', "protocol_version '4' is not valid"),
+    ],
+)
+def test_hand_edited_profile_values_are_checked(mqtt: Mqtt, line: str, message: str) -> None:
+    config = Path(mqtt.env["XDG_CONFIG_HOME"]) / "mqtt-cli"  # type: ignore[attr-defined]
+    config.mkdir(parents=True)
+    (config / "config.toml").write_text(f"[profiles.p]\n{line}\n")
+    for command in (["pub", "-t", "a", "-m", "x"], ["sub", "-t", "a"], ["rr", "-t", "a", "-e", "b", "-m", "x"]):
+        result = mqtt(*command, "--profile", "p")
+        assert result.returncode == 2, (command, result.returncode, result.stderr)
+        assert f"profile 'p': {message}" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 def test_format_message_fields() -> None:
