@@ -8,8 +8,9 @@
 Packets come from the project's codec (`PacketReader(strict=False)`); `obj` is a packet, or a
 `RemoteProtocolError` (with `.packet` when the bytes could still be decoded), or a `StreamNote` for what
 happened to the stream itself (a gap, bytes skipped to re-synchronise, a packet cut by the end of the stream).
-Each item carries the timestamp and frame number of the record that completed it: after a gap, packets
-decoded once the stream is re-synchronised keep the records they arrived in.
+Each item carries the timestamp and frame number of the record holding its last byte (the caller passes each
+piece of the stream with the record it arrived in, also when TCP held it back): after a gap, packets decoded
+once the stream is re-synchronised keep the records they arrived in.
 
 Re-synchronisation: when the gap falls inside a packet whose header was seen, the next packet starts where
 that one ends (exact, from TCP sequence numbers). Otherwise the candidates are the starts of the segments that
@@ -127,6 +128,12 @@ class DirectionDecoder:
     @property
     def hunting(self) -> bool:
         return self._hunt is not None
+
+    @property
+    def holding(self) -> bool:
+        """Bytes are held while looking for a boundary: the packets in them will carry their own, earlier records."""
+        hunt = self._hunt
+        return hunt is not None and bool(hunt.data)
 
     def decode_synced(self, chunk: bytes) -> tuple[list[tuple[int, int, int]], list[Any]] | None:
         """The hot path, for a decoder that is not hunting: (headers, packets) of what `chunk` completes, all

@@ -5,8 +5,14 @@
 
 A connection is MQTT when one of its ports is in `ports`, or (with `detect`) when its first payload is an MQTT
 CONNECT. One of `tls_ports`, or an MQTT port whose stream starts with a TLS record, is reported once as
-encrypted. Everything else (UDP, other TCP, handshakes and bare ACKs) is skipped silently. Records come out
-in the order of the frames completing them; a connection's state is dropped once both directions closed.
+encrypted. Everything else (UDP, other TCP, handshakes and bare ACKs) is skipped silently; frames of a link
+type we cannot read are counted (`stats.unsupported`). A connection's state is dropped once both directions
+closed.
+
+Each packet carries the record (timestamp, frame) holding its last byte, also when that data was held back
+(out of order, behind a capture gap, while re-synchronising). So that a connection's records still come out
+in frame order (a PUBLISH before its PUBACK), they are held back too while either direction holds data, then
+sorted by frame (as tshark shows them). Across connections, records come out as they are released.
 
 The hot path (`frame`, first branch): in-order data on a direction that decodes in sync goes straight from
 the frame to the codec and to records, without the general machinery of reassembly and re-synchronisation.
@@ -14,6 +20,7 @@ the frame to the codec and to records, without the general machinery of reassemb
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -21,9 +28,9 @@ from mqtt_cli.core import ConnAck, Connect, RemoteProtocolError
 
 from .decoder import DirectionDecoder, Item, align
 from .errors import CaptureError
-from .frames import ACK, FIN, RST, SYN, decode_frame, flow_endpoints, reverse_flow
+from .frames import ACK, FIN, LINKTYPES, RST, SYN, decode_frame, flow_endpoints, reverse_flow
 from .records import Record, RecordBuilder, RecordContext, format_ts
-from .tcp import HalfStream
+from .tcp import HalfStream, Piece
 
 __all__ = ["Dissector", "DissectorStats", "looks_like_connect", "looks_like_tls"]
 
@@ -33,6 +40,9 @@ _MASK = 0xFFFFFFFF
 _NOT_PLAIN = FIN | SYN | RST
 # Packets of a connection looked at for its CONNECT and CONNACK (client identifier, protocol version).
 _WATCH = 16
+# Records of a connection held back while one direction waits for a hole to fill: past this many, the holes
+# are declared lost (as tcp.MAX_PENDING_* do for the held data itself), which bounds memory.
+MAX_HELD_RECORDS = 16384
 
 
 def looks_like_connect(data: bytes) -> bool:
@@ -54,7 +64,8 @@ def looks_like_tls(data: bytes) -> bool:
 class DissectorStats:
     """Counters over the whole capture, for --stats."""
 
-    __slots__ = ("connections", "encrypted", "frames", "gaps", "lost_bytes", "skipped_bytes")
+    __slots__ = ("connections", "encrypted", "frames", "gaps", "lost_bytes", "skipped_bytes", "unsupported")
+    _COUNTS = ("connections", "encrypted", "frames", "gaps", "lost_bytes", "skipped_bytes")
 
     def __init__(self) -> None:
         self.frames = 0  # frames read (counted by Dissector.run)
@@ -63,13 +74,14 @@ class DissectorStats:
         self.gaps = 0
         self.lost_bytes = 0
         self.skipped_bytes = 0
+        self.unsupported: Counter[int] = Counter()  # link type -> frames skipped: we cannot read that link layer
 
     def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__}
+        return {name: getattr(self, name) for name in self._COUNTS}
 
 
 class _Connection:
-    __slots__ = ("client", "index", "kind", "version", "watch")
+    __slots__ = ("client", "held", "index", "kind", "version", "watch")
 
     def __init__(self, kind: int, version: int | None) -> None:
         self.index = -1  # the connection's number in the capture, once it is reported
@@ -77,6 +89,7 @@ class _Connection:
         self.client: str | None = None  # "" between a CONNECT without client id and its CONNACK
         self.version = version
         self.watch = _WATCH
+        self.held: list[Record] | None = None  # records held back while a direction holds data (see _release)
 
 
 class _Direction:
@@ -177,13 +190,14 @@ class Dissector:
         """Takes one captured frame; returns the records of the packets it completes."""
         seg = decode_frame(linktype, frame)
         if seg is None:
+            if linktype not in LINKTYPES:
+                self.stats.unsupported[linktype] += 1
             return _EMPTY
         flow, seq, ack, flags, payload, missing = seg
         d = self._flows.get(flow)
-        if d is not None and d.fast:
+        if d is not None and d.fast:  # fast: nothing held back in either direction (see _refresh)
             tcp = d.tcp
-            in_order = seq == tcp.next_seq and not flags & _NOT_PLAIN and not missing
-            if in_order and not tcp.pending and not d.peer.tcp.pending:
+            if seq == tcp.next_seq and not flags & _NOT_PLAIN and not missing:
                 if not payload:
                     return _EMPTY
                 size = len(payload)
@@ -197,6 +211,7 @@ class Dissector:
                 if decoded is None:
                     out = self._records(d, decoder.framing_lost(payload, ts, number))
                     d.fast = False
+                    self._refresh(d.peer)  # this direction may now hold data: the peer's records wait for it
                     return out
                 heads, objs = decoded
                 if not objs:
@@ -268,7 +283,7 @@ class Dissector:
             if not half.closed:
                 out += self._end(half)
         self._forget(d)
-        return out
+        return self._release(d, out)
 
     def _forget(self, d: _Direction) -> None:
         self._flows.pop(d.flow, None)
@@ -280,12 +295,11 @@ class Dissector:
         d.fast = False
         if d.conn.kind != _MQTT:
             return _EMPTY
-        ts, number = d.last_ts, d.last_frame
         items: list[Item] = []
         for piece in d.tcp.flush():
-            items += self._feed(d, piece, ts, number)
+            items += self._feed(d, piece)
         if d.decoder is not None:
-            items += d.decoder.end(ts, number)
+            items += d.decoder.end(d.last_ts, d.last_frame)
         return self._records(d, items) if items else _EMPTY
 
     # --- segments, the general path ------------------------------------------------------------------------
@@ -300,9 +314,9 @@ class Dissector:
             return _EMPTY
         d.last_ts = ts
         d.last_frame = number
-        pieces = d.tcp.segment(seq, flags, payload, missing)
-        if pieces and d.decoder is None and isinstance(pieces[0], bytes):
-            kind = self._classify(d, pieces[0])
+        pieces = d.tcp.segment(seq, flags, payload, missing, ts, number)
+        if pieces and d.decoder is None and isinstance(pieces[0][0], bytes):
+            kind = self._classify(d, pieces[0][0])
             if kind == _TLS:
                 return self._encrypted(d, ts, number)
             if kind != _MQTT:
@@ -315,13 +329,13 @@ class Dissector:
             # The peer acknowledging bytes of its own stream that the capture never had: a gap there.
             peer_items: list[Item] = []
             for piece in peer.tcp.peer_ack(ack):
-                peer_items += self._feed(peer, piece, ts, number)
+                peer_items += self._feed(peer, piece)
             if peer_items:
                 out = self._records(peer, peer_items)
         if pieces:
             items: list[Item] = []
             for piece in pieces:
-                items += self._feed(d, piece, ts, number)
+                items += self._feed(d, piece)
             if items:
                 out = out + self._records(d, items)
         if flags & RST or d.tcp.finished:
@@ -330,14 +344,46 @@ class Dissector:
                 out = out + self._end(peer)
             if peer.closed:
                 self._forget(d)
+        out = self._release(d, out)
         self._refresh(d)
         self._refresh(peer)
         return out
 
     @staticmethod
     def _refresh(d: _Direction) -> None:
+        """The hot path is for a direction decoding in sync on a connection that holds nothing back."""
         decoder = d.decoder
-        d.fast = d.conn.kind == _MQTT and not d.closed and decoder is not None and not decoder.hunting
+        d.fast = (
+            d.conn.kind == _MQTT and not d.closed and decoder is not None and not decoder.hunting and not _holding(d)
+        )
+
+    def _release(self, d: _Direction, out: list[Record]) -> list[Record]:
+        """The records to give out now: none while the connection holds data back (a later record could belong
+        to an earlier frame), then everything held, merged by frame."""
+        conn = d.conn
+        held = conn.held
+        if _holding(d):
+            if held is None:
+                held = conn.held = []  # even empty: what fills the hole may come before what it releases
+            held += out
+            if len(held) <= MAX_HELD_RECORDS:
+                return _EMPTY
+            out = self._give_up_holes(d)
+        elif held is None:
+            return out
+        conn.held = None
+        return _by_frame(held + out)
+
+    def _give_up_holes(self, d: _Direction) -> list[Record]:
+        """Too much waits behind a hole: declare the holes of both directions lost and decode what follows."""
+        out: list[Record] = []
+        for half in (d, d.peer):
+            items: list[Item] = []
+            for piece in half.tcp.flush():
+                items += self._feed(half, piece)
+            if items:
+                out += self._records(half, items)
+        return out
 
     def _classify(self, d: _Direction, first: bytes) -> int:
         """The first bytes of a connection not decoded yet: MQTT (pending detection, or on an MQTT port), TLS."""
@@ -383,11 +429,12 @@ class Dissector:
             }
         ]
 
-    def _feed(self, d: _Direction, piece: bytes | int, ts: int | None, number: int) -> list[Item]:
+    def _feed(self, d: _Direction, stamped: Piece) -> list[Item]:
         decoder = d.decoder
         if decoder is None:
             # Decoding starts in sync only when the connection's first byte was captured (its SYN was seen).
             decoder = d.decoder = DirectionDecoder(d.conn.version, synced=d.tcp.start_seen)
+        piece, ts, number = stamped
         if isinstance(piece, int):
             self.stats.gaps += 1
             self.stats.lost_bytes += piece
@@ -429,3 +476,22 @@ class Dissector:
                 conn.watch = 0
                 return
         conn.watch = max(conn.watch - len(objs), 0)
+
+
+def _holding(d: _Direction) -> bool:
+    """Does either direction of d's connection hold data back (out of order, or while re-synchronising)? Its
+    packets will carry earlier frames than what arrives meanwhile."""
+    peer = d.peer
+    if d.tcp.pending or peer.tcp.pending:
+        return True
+    return (d.decoder is not None and d.decoder.holding) or (peer.decoder is not None and peer.decoder.holding)
+
+
+def _frame(rec: Record) -> int:
+    return rec["frame"]
+
+
+def _by_frame(records: list[Record]) -> list[Record]:
+    """Records of one connection in frame order (the format's order: by the record holding the packet's last
+    byte, packets completed in the same record in stream order); sorted() is stable."""
+    return sorted(records, key=_frame) if len(records) > 1 else records

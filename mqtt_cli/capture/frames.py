@@ -22,6 +22,7 @@ __all__ = [
     "Segment",
     "decode_frame",
     "flow_endpoints",
+    "linktype_name",
     "reverse_flow",
 ]
 
@@ -42,6 +43,33 @@ LINKTYPES = {
     229: "raw IPv6",
     276: "Linux cooked v2",
 }
+
+# Link types we do not read, named in the message that says their frames were skipped.
+OTHER_LINKTYPES = {
+    6: "Token Ring",
+    9: "PPP",
+    10: "FDDI",
+    50: "PPP over HDLC",
+    104: "Cisco HDLC",
+    105: "IEEE 802.11",
+    119: "Prism 802.11",
+    127: "802.11 radiotap",
+    143: "DOCSIS",
+    163: "AVS 802.11",
+    192: "PPI",
+    195: "IEEE 802.15.4",
+    201: "Bluetooth HCI H4",
+    220: "Linux USB",
+    249: "USBPcap",
+    253: "Linux netlink",
+}
+
+
+def linktype_name(linktype: int) -> str:
+    """ "105 (IEEE 802.11)", or the bare number when we have no name for it."""
+    name = LINKTYPES.get(linktype) or OTHER_LINKTYPES.get(linktype)
+    return f"{linktype} ({name})" if name else str(linktype)
+
 
 _IPV4, _IPV6 = 0x0800, 0x86DD
 _VLAN_TAGS = frozenset({0x8100, 0x88A8, 0x9100, 0x9200})

@@ -7,6 +7,8 @@ import typer
 from mqtt_cli.commands import fail
 
 EXIT_USAGE = 2
+DEFAULT_PORTS = (1883,)
+DEFAULT_TLS_PORTS = (8883,)
 CAPTURE_VERSIONS = {"3": 3, "3.1": 3, "31": 3, "4": 4, "3.1.1": 4, "311": 4, "5": 5, "5.0": 5}
 
 Ports = Annotated[
@@ -17,7 +19,7 @@ TlsPorts = Annotated[
     list[int] | None,
     typer.Option(
         "--tls-port",
-        help="Port of MQTT over TLS, reported as encrypted (repeatable). Default: 8883.",
+        help="Port of MQTT over TLS, reported as encrypted (repeatable). Default: 8883, unless given as --port.",
         show_default=False,
     ),
 ]
@@ -42,4 +44,16 @@ def checked(protocol_version: str | None, ports: list[int] | None, tls_ports: li
     for number in (*(ports or ()), *(tls_ports or ())):
         if not 0 < number < 65536:
             fail(f"port {number} is outside 1..65535", EXIT_USAGE)
+    both = sorted(set(ports or ()) & set(tls_ports or ()))
+    if both:
+        fail(f"port {both[0]} given as both --port and --tls-port: choose one", EXIT_USAGE)
     return version
+
+
+def capture_ports(ports: list[int] | None, tls_ports: list[int] | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(MQTT ports, TLS ports) to decode with. A port the user names with --port is plain MQTT even when it is
+    a default TLS port (`-p 8883`: someone runs MQTT without TLS there); --tls-port given explicitly is kept."""
+    plain = tuple(ports) if ports else DEFAULT_PORTS
+    if tls_ports is not None:
+        return plain, tuple(tls_ports)
+    return plain, tuple(p for p in DEFAULT_TLS_PORTS if p not in plain)

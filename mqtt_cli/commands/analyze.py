@@ -14,7 +14,7 @@ import typer
 
 from mqtt_cli.commands import fail
 
-from ._capture import Detect, Ports, ProtocolVersion, TlsPorts, checked
+from ._capture import Detect, Ports, ProtocolVersion, TlsPorts, capture_ports, checked
 
 #: Exit codes of `mqtt analyze` (docs/pipeline.md): 1 a Spark job failed, or a capture is damaged (the table
 #: holds what was readable); 2 bad usage; 3 an input is not a capture; 4 pyspark or Java is missing; 130 Ctrl-C.
@@ -60,11 +60,7 @@ def _confs(values: list[str] | None) -> dict[str, str]:
 def _spark(master: str, conf: dict[str, str], cancel_jobs: bool = True) -> Iterator[tuple[Any, Any]]:
     """(session, CtrlC) for one command: requirements checked first; the session is stopped on the way out, Ctrl-C
     included (the first Ctrl-C cancels the running jobs, see session.CtrlC)."""
-    from mqtt_cli.pipeline.session import missing_requirement
-
-    problem = missing_requirement()
-    if problem is not None:
-        fail(problem, EXIT_MISSING)
+    _require_spark()
     from mqtt_cli.pipeline.session import CtrlC, start_session
 
     spark = None
@@ -90,6 +86,15 @@ def _spark(master: str, conf: dict[str, str], cancel_jobs: bool = True) -> Itera
             spark.stop()
 
 
+def _require_spark() -> None:
+    """Exit 4 with what to install when pyspark, pandas, pyarrow or Java is missing (cheap: no import of them)."""
+    from mqtt_cli.pipeline.session import missing_requirement
+
+    problem = missing_requirement()
+    if problem is not None:
+        fail(problem, EXIT_MISSING)
+
+
 def _spark_failure(exc: Exception) -> None:
     """A failure from Spark or the pipeline as one line (Spark's messages run over many)."""
     from mqtt_cli.capture import CaptureError, NotACapture
@@ -104,8 +109,16 @@ def _spark_failure(exc: Exception) -> None:
     first = next((line for line in text if line.strip()), type(exc).__name__)
     # A failure in a Python worker or data source comes with its traceback: its last exception line says why.
     raised = [line for line in text if re.match(r"\s*[\w.]+(Error|Exception): ", line)]
-    if raised:
+    # A Java failure (Py4JJavaError: "An error occurred while calling o50.parquet.") has its cause further down:
+    # the last "Caused by: ..." is the root, else the first exception line of the stack trace.
+    causes = [line.split("Caused by:", 1)[1] for line in text if line.strip().startswith("Caused by:")]
+    java = [m[1] for line in text if (m := re.match(r"\s*:?\s*((?:[a-z]\w*\.)+\w*(?:Error|Exception): .*)", line))]
+    if raised and not java:
         first = raised[-1]
+    elif causes:
+        first = causes[-1]
+    elif java:
+        first = java[0]
     from mqtt_cli.pipeline import session
 
     where = f" (Spark's log: {session.spark_log})" if session.spark_log else ""
@@ -156,6 +169,9 @@ def ingest(
     occupied = any(out.iterdir()) if out.is_dir() else out.exists()
     if occupied and not (overwrite or append):
         fail(f"{out} exists: add --overwrite to replace it or --append to add to it", EXIT_USAGE)
+    if master.startswith("local"):
+        _require_spark()  # what is missing comes first (exit 4), as for every analyze command
+        _check_writable(out)
     from_stdin = [path for path in captures if str(path) == "-"]
     if len(from_stdin) > 1:
         fail("- (standard input) given more than once", EXIT_USAGE)
@@ -171,6 +187,26 @@ def ingest(
             fail(f"{path}: no such file", EXIT_FAILURE)
     with _stdin_spooled(bool(from_stdin)) as spooled:
         _ingest(captures, spooled, out, master, settings, port, tls_port, detect, version, overwrite, append, split_mb)
+
+
+def _check_writable(out: Path) -> None:
+    """The table goes through a staging directory beside `out` and is renamed into place (pipeline/parts.py): the
+    nearest existing directory on the way to `out` must let us create one, found before Spark starts (exit 1)."""
+    import tempfile
+
+    if out.exists() and not out.is_dir():
+        fail(f"--out {out}: not a directory", EXIT_FAILURE)
+    place = out.absolute().parent
+    while not place.exists():
+        place = place.parent
+    try:
+        tempfile.TemporaryDirectory(dir=place, prefix=".mqtt-analyze-probe-").cleanup()
+        if out.is_dir():  # --append moves the new files in
+            tempfile.TemporaryDirectory(dir=out, prefix=".mqtt-analyze-probe-").cleanup()
+    except OSError as exc:
+        where = exc.filename if isinstance(exc.filename, str) else str(place)
+        where = str(Path(where).parent) if ".mqtt-analyze-probe-" in where else where
+        fail(f"--out {out}: cannot write in {where}: {exc.strerror or exc}", EXIT_FAILURE)
 
 
 @contextmanager
@@ -209,7 +245,7 @@ def _ingest(
             message = message.replace(path, name)
         return message
 
-    options = DissectOptions(port or (1883,), (8883,) if tls_port is None else tls_port, detect, version)
+    options = DissectOptions(*capture_ports(port, tls_port), detect, version)
     with _spark(master, settings) as (spark, ctrl_c):
         from mqtt_cli.pipeline.ingest import ingest as run_ingest
         from mqtt_cli.pipeline.progress import SparkProgress
@@ -247,6 +283,17 @@ def _ingest(
             raise typer.Exit(EXIT_FAILURE)
 
 
+def _has_parquet(table: Path) -> bool:
+    """Does the directory hold a Parquet file where Spark looks (names starting with _ or . are not data)?"""
+    import os
+
+    for _root, dirs, files in os.walk(table):
+        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+        if any(f.endswith(".parquet") and not f.startswith(("_", ".")) for f in files):
+            return True
+    return False
+
+
 @app.command()
 def report(
     table: Annotated[
@@ -270,6 +317,12 @@ def report(
     """
     if not table.is_dir():
         fail(f"{table}: no such directory (write one with `mqtt analyze ingest`)", EXIT_USAGE)
+    _require_spark()
+    if not _has_parquet(table):
+        fail(
+            f"{table}: not a Parquet table, it holds no .parquet file (write one with `mqtt analyze ingest`)",
+            EXIT_USAGE,
+        )
     if top < 1:
         fail("--top must be at least 1", EXIT_USAGE)
     settings = _confs(conf)

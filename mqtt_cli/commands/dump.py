@@ -12,11 +12,14 @@ from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 import typer
 
+from mqtt_cli import PROG_NAME
 from mqtt_cli.commands import fail
 
-from ._capture import Detect, Ports, ProtocolVersion, TlsPorts, checked
+from ._capture import Detect, Ports, ProtocolVersion, TlsPorts, capture_ports, checked
 
 if TYPE_CHECKING:
+    from collections import Counter
+
     from mqtt_cli.capture.filters import RecordFilter
     from mqtt_cli.capture.stats import DumpStats
 
@@ -103,8 +106,8 @@ def dump(
 
     Live traffic: tcpdump -U -w - port 1883 | mqtt dump -
 
-    Exit codes: 0 done, 1 cannot open or truncated/corrupt capture (after decoding what is readable), 2 bad usage,
-    3 not a capture file.
+    Exit codes: 0 done, 1 cannot open, truncated/corrupt capture (after decoding what is readable) or no frame of a
+    link type we read, 2 bad usage, 3 not a capture file.
     """
     import gc
 
@@ -138,8 +141,7 @@ def dump(
             with open_capture(file) as source:
                 out.live = source.size is None  # a pipe or a FIFO: show each packet as it comes
                 dissector = Dissector(
-                    port or (1883,),
-                    (8883,) if tls_port is None else tls_port,
+                    *capture_ports(port, tls_port),
                     detect=detect,
                     version=version,
                     keep_objects=not json_lines,
@@ -155,6 +157,7 @@ def dump(
                 finally:
                     if summary is not None:
                         _print_stats(summary, dissector.stats.as_dict(), json_lines)
+                _unsupported_link_types(dissector.stats.unsupported, dissector.stats.frames)
         else:
             from mqtt_cli.capture.rawstream import decode_stream, parse_hex
 
@@ -225,7 +228,7 @@ class _Output:
                     from rich.console import Console
 
                     console = Console(highlight=False)
-                writer = (PacketTrees if self.verbose else PacketLines)(console=console, flush=self.live)
+                writer = _escaping(PacketTrees if self.verbose else PacketLines)(console=console, flush=self.live)
         keep, summary = self.keep, self.summary
         try:
             for rec in records:
@@ -237,6 +240,42 @@ class _Output:
         finally:
             if writer is not None:
                 writer.close()
+
+
+def _escaping(cls: type) -> Any:
+    """The renderer `cls` with control characters escaped in every part of a packet's line (client ids and topics
+    are the peer's bytes: an escape sequence must not reach the terminal). JSON escapes them itself."""
+
+    class Escaping(cls):  # type: ignore[valid-type,misc]
+        def head(self, rec: dict[str, Any]) -> list[tuple[str, str]]:
+            return [(_printable(text), style) for text, style in super().head(rec)]
+
+        def parts(self, rec: dict[str, Any]) -> list[tuple[str, str]]:
+            return [(_printable(text), style) for text, style in super().parts(rec)]
+
+    return Escaping
+
+
+def _printable(text: str) -> str:
+    """`text` with every non-printable character as its Python escape: ESC as \\x1b, a newline as \\n."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _unsupported_link_types(skipped: "Counter[int]", frames: int) -> None:
+    """One line on standard error for frames of link types we cannot read; an error (exit 1) when that is every
+    frame of the capture: nothing in it could be read, as for a capture that cannot be opened."""
+    if not skipped:
+        return
+    from mqtt_cli.capture.frames import linktype_name
+
+    count = sum(skipped.values())
+    kinds = ", ".join(linktype_name(linktype) for linktype in sorted(skipped))
+    what = f"link type {kinds} is" if len(skipped) == 1 else f"link types {kinds} are"
+    if count >= frames:
+        fail(f"{what} not supported: all {count:,} frames skipped, nothing decoded", EXIT_FAILURE)
+    print(f"{PROG_NAME}: warning: {what} not supported: {count:,} of {frames:,} frames skipped", file=sys.stderr)
 
 
 def _show_progress(size: int | None, quiet: bool) -> bool:
@@ -267,9 +306,12 @@ def _raw_chunks(path: str) -> Iterator[bytes]:
 
 def _print_stats(summary: "DumpStats", capture: dict[str, int] | None, json_lines: bool) -> None:
     from rich.console import Console
+    from rich.markup import escape
 
     from mqtt_cli.render import stats_tables
 
+    # Client ids and topics are the peer's text: no control characters or rich markup may get through.
+    summary = summary.renamed(lambda text: escape(_printable(text)), _printable)
     Console(stderr=json_lines, highlight=False).print(stats_tables(summary, capture))
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from mqtt_cli.capture import Dissector
 from mqtt_cli.capture.errors import CaptureError
 from mqtt_cli.capture.frames import decode_frame, reverse_flow
+from mqtt_cli.capture.records import format_ts
 
 from .schema import DUMP_COLUMNS, END_SEQ, JSON_COLUMNS, SEQ_SHIFT, arrow_schema
 from .splits import Window, read_window
@@ -95,12 +96,23 @@ def damage_in(error: BaseException) -> tuple[int, int, str] | None:
     return None if found is None else (int(found[1]), int(found[2]), found[3])
 
 
+# The table holds timestamps as signed 64-bit nanoseconds (`ts_ns`, Spark's TIMESTAMP): years 1677 to 2262.
+_TS_MIN, _TS_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def _records(window: Window, limit: int | None) -> Iterator[tuple[int | None, int, bytes, int]]:
     last = window.first_frame
     if limit is not None and last >= limit:
         return  # the window starts after the damage
     try:
         for record in read_window(window):
+            ts = record[0]
+            if ts is not None and not _TS_MIN <= ts <= _TS_MAX:
+                # Damage for the table, not for mqtt dump (which writes any timestamp): ingest stops there.
+                raise CaptureError(
+                    f"{window.path}: frame {record[3]} has the timestamp {format_ts(ts)}, outside what the table "
+                    "holds (nanoseconds since 1970 in 64 bits: the years 1677 to 2262)"
+                )
             last = record[3]
             yield record
             if last == limit:

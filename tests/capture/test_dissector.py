@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from mqtt_cli.capture import Dissector
-from mqtt_cli.capture.records import RecordBuilder
+from mqtt_cli.capture import dissector as dissector_module
+from mqtt_cli.capture.records import RecordBuilder, format_ts
 from mqtt_cli.core import Auth, ConnAck, Connect, Properties, PubAck, Publish, encode
 
 from .helpers import dissect, session, types
@@ -97,14 +98,50 @@ def test_a_packet_spanning_segments_belongs_to_the_segment_that_completes_it() -
     assert records[1]["ts"] == f"{last.ts // 10**9}.{last.ts % 10**9:09d}"
 
 
-def test_late_segment_completes_packets_in_its_own_frame() -> None:
+def test_packets_behind_a_late_segment_keep_the_frames_of_their_last_bytes() -> None:
     conv = Conversation().handshake()
     conv.send(encode(Connect("c")))
     conv.send(encode(Publish("a", b"1", 0)) + encode(Publish("b", b"2", 0)), mss=5)
     frames = conv.frames()
     late = frames[4]  # the first piece of the two publishes arrives last
     records = dissect(frames[:4] + frames[5:] + [late])
-    assert [r["frame"] for r in records if r["type"] == "PUBLISH"] == [len(frames), len(frames)]
+    # Bytes 5-9 (the end of "a") came in frame 5, bytes 10-11 (the end of "b") in frame 6, as the format says:
+    # the record holding a packet's last byte, even when an earlier byte came later.
+    publishes = [r for r in records if r["type"] == "PUBLISH"]
+    assert [(r["topic"], r["frame"]) for r in publishes] == [("a", 5), ("b", 6)]
+    assert publishes[0]["ts"] == format_ts(frames[5][0])
+
+
+def test_records_come_out_in_frame_order_when_a_segment_comes_late() -> None:
+    conv = Conversation().handshake()
+    conv.send(encode(Connect("c")))
+    conv.send(encode(Publish("a", b"1", 0)))
+    conv.send(encode(Publish("b", b"2", 0)))
+    frames = conv.frames()
+    records = dissect([*frames[:4], frames[5], frames[4]])  # "b" is captured before "a"
+    assert [(r.get("topic"), r["frame"]) for r in records] == [(None, 4), ("b", 5), ("a", 6)]
+
+
+def test_records_held_behind_a_hole_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dissector_module, "MAX_HELD_RECORDS", 10)
+    conv = Conversation().handshake()
+    conv.send(encode(Connect("c")))
+    conv.send(encode(ConnAck()), False)
+    conv.send(encode(Publish("lost", b"", 0)))
+    conv.send(encode(Publish("held", b"", 0)))
+    for n in range(30):  # the broker goes on talking; its acknowledgement numbers never cover the hole
+        conv.send(encode(Publish(f"s/{n}", b"", 0)), False)
+    frames = conv.frames()
+    segments = [s for n, s in enumerate(conv.segments) if n != 5]
+    for seg in segments[6:]:
+        seg.ack = conv.segments[5].seq
+    dissector = Dissector((1883,))
+    released_at = None
+    for number, (ts, frame) in enumerate(conv.frames(segments=segments), 1):
+        out = dissector.frame(ts, ETHERNET, frame, number)
+        if any(r.get("topic") == "held" for r in out):
+            released_at = number
+    assert released_at is not None and released_at < len(frames) - 10  # not kept until the end of the capture
 
 
 def test_gap_is_reported_and_decoding_resumes() -> None:

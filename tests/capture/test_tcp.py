@@ -4,31 +4,36 @@ from __future__ import annotations
 
 import random
 
-from mqtt_cli.capture.tcp import MAX_PENDING_SEGMENTS, HalfStream
+from mqtt_cli.capture.tcp import MAX_PENDING_SEGMENTS, HalfStream, Piece
 
 SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
 
 
-def joined(items: list[bytes | int]) -> bytes:
+def bare(items: list[Piece]) -> list[bytes | int]:
+    """The pieces without the records they came in."""
+    return [piece for piece, _, _ in items]
+
+
+def joined(items: list[Piece]) -> bytes:
     """The delivered bytes, a lost byte shown as '?'."""
-    return b"".join(i if isinstance(i, bytes) else b"?" * i for i in items)
+    return b"".join(i if isinstance(i, bytes) else b"?" * i for i in bare(items))
 
 
 def test_in_order_after_syn() -> None:
     half = HalfStream()
-    assert half.segment(99, SYN, b"") == []
+    assert bare(half.segment(99, SYN, b"")) == []
     assert half.start_seen
-    assert half.segment(100, ACK, b"abc") == [b"abc"]
-    assert half.segment(103, ACK, b"de") == [b"de"]
+    assert bare(half.segment(100, ACK, b"abc")) == [b"abc"]
+    assert bare(half.segment(103, ACK, b"de")) == [b"de"]
     assert half.offset == 5
 
 
 def test_out_of_order_is_held_until_the_hole_fills() -> None:
     half = HalfStream()
     half.segment(0, SYN, b"")
-    assert half.segment(4, ACK, b"def") == []
-    assert half.segment(7, ACK, b"gh") == []
-    assert half.segment(1, ACK, b"abc") == [b"abc", b"def", b"gh"]
+    assert bare(half.segment(4, ACK, b"def")) == []
+    assert bare(half.segment(7, ACK, b"gh")) == []
+    assert bare(half.segment(1, ACK, b"abc")) == [b"abc", b"def", b"gh"]
     assert not half.pending
 
 
@@ -73,7 +78,7 @@ def test_sequence_numbers_wrap_around() -> None:
 
 def test_no_syn_starts_where_the_capture_starts() -> None:
     half = HalfStream()
-    assert half.segment(5000, ACK, b"mid") == [b"mid"]
+    assert bare(half.segment(5000, ACK, b"mid")) == [b"mid"]
     assert not half.start_seen
 
 
@@ -81,19 +86,19 @@ def test_gap_is_declared_when_the_peer_acknowledged_the_missing_bytes() -> None:
     half = HalfStream()
     half.segment(0, SYN, b"")
     half.segment(1, ACK, b"aaaa")
-    assert half.segment(9, ACK, b"cccc") == []  # bytes 5..8 were not captured
-    assert half.peer_ack(5) == []  # acknowledges only what we have: no gap
-    assert half.peer_ack(13) == []  # once: could be capture reordering
-    assert half.peer_ack(13) == [4, b"cccc"]  # twice: the peer has them, the capture never will
+    assert bare(half.segment(9, ACK, b"cccc")) == []  # bytes 5..8 were not captured
+    assert bare(half.peer_ack(5)) == []  # acknowledges only what we have: no gap
+    assert bare(half.peer_ack(13)) == []  # once: could be capture reordering
+    assert bare(half.peer_ack(13)) == [4, b"cccc"]  # twice: the peer has them, the capture never will
 
 
 def test_gap_is_declared_when_too_much_waits_behind_a_hole() -> None:
     half = HalfStream()
     half.segment(0, SYN, b"")
-    out: list[bytes | int] = []
+    out: list[Piece] = []
     for n in range(MAX_PENDING_SEGMENTS + 1):
         out += half.segment(11 + n, ACK, b"z")  # bytes 1..10 never come
-    assert out[0] == 10
+    assert out[0][0] == 10
     assert joined(out[1:]) == b"z" * (MAX_PENDING_SEGMENTS + 1)
 
 
@@ -103,14 +108,14 @@ def test_flush_delivers_what_is_held_with_its_gaps() -> None:
     half.segment(1, ACK, b"ab")
     half.segment(6, ACK, b"fg")
     half.segment(10, ACK, b"j")
-    assert half.flush() == [3, b"fg", 2, b"j"]
+    assert bare(half.flush()) == [3, b"fg", 2, b"j"]
 
 
 def test_snap_length_cut_is_a_gap_inside_the_segment() -> None:
     half = HalfStream()
     half.segment(0, SYN, b"")
-    assert half.segment(1, ACK, b"abc", missing=5) == [b"abc", 5]
-    assert half.segment(9, ACK, b"ij") == [b"ij"]
+    assert bare(half.segment(1, ACK, b"abc", missing=5)) == [b"abc", 5]
+    assert bare(half.segment(9, ACK, b"ij")) == [b"ij"]
 
 
 def test_fin_and_rst_end_the_direction() -> None:
@@ -124,3 +129,14 @@ def test_fin_and_rst_end_the_direction() -> None:
     other.segment(7, ACK, b"x")
     other.segment(8, RST, b"")
     assert other.finished
+
+
+def test_held_data_keeps_the_record_it_came_in() -> None:
+    half = HalfStream()
+    half.segment(0, SYN, b"", ts=10, frame=1)
+    half.segment(1, ACK, b"ab", ts=20, frame=2)
+    assert half.segment(6, ACK, b"fg", ts=30, frame=3) == []  # bytes 3..5 not there yet
+    assert half.segment(9, ACK, b"j", ts=40, frame=4) == []
+    # The late bytes fill the hole: each piece comes with its own record, not the one that released it.
+    assert half.segment(3, ACK, b"cde", ts=50, frame=5) == [(b"cde", 50, 5), (b"fg", 30, 3)]
+    assert half.peer_ack(12) == [] and half.peer_ack(12) == [(1, 40, 4), (b"j", 40, 4)]  # a gap: the record after it

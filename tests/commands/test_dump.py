@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from mqtt_cli.core import ConnAck, Connect, PubAck, Publish, PubRec, encode
+from mqtt_cli.core import ConnAck, Connect, Properties, PubAck, Publish, PubRec, encode
 from tests.capture.helpers import session
-from tests.capture.pcapwriter import Conversation, pcap
+from tests.capture.pcapwriter import ETHERNET, Conversation, Interface, pcap, pcapng
 
 from ..conftest import REPO_ROOT, Run, cli_env
 
@@ -176,6 +176,29 @@ def test_type_and_topic_filters(capture: Path, args: list[str], expected: set[st
         assert [r["topic"] for r in records] == ["alarm/1", "alarm/2", "alarm/3"]
 
 
+def test_topic_filter_follows_topic_aliases_per_connection_and_direction(tmp_path: Path) -> None:
+    def aliased(conv: Conversation, topic: str, from_client: bool = True) -> None:
+        alias = Properties(topic_alias=1)
+        conv.send(encode(Publish(topic, b"sets", 0, properties=alias), 5), from_client)
+        conv.send(encode(Publish("", b"uses", 0, properties=alias), 5), from_client)
+
+    first = Conversation(cport=40001).handshake()
+    first.send(encode(Connect("one", protocol_version=5), 5))
+    first.send(encode(ConnAck(), 5), False)
+    aliased(first, "a/x")
+    aliased(first, "b/x", from_client=False)  # the same alias number the other way means another topic
+    second = Conversation(cport=40002, ts=first.ts + 10**6).handshake()
+    second.send(encode(Connect("two", protocol_version=5), 5))
+    second.send(encode(ConnAck(), 5), False)
+    aliased(second, "b/y")
+    path = tmp_path / "aliases.pcap"
+    path.write_bytes(pcap(first.frames() + second.frames()))
+    records = json_records(dump("--json", "--topic", "a/#", "--type", "PUBLISH", path))
+    assert [(r["client"], r["topic"], r["from_client"]) for r in records] == [("one", "a/x", True), ("one", "", True)]
+    records = json_records(dump("--json", "--topic", "b/#", path))
+    assert [(r["client"], r["topic"]) for r in records] == [("one", "b/x"), ("one", ""), ("two", "b/y"), ("two", "")]
+
+
 def test_client_filter_with_globs(capture: Path) -> None:
     records = json_records(dump("--json", "--client", "sensor-*", capture))
     assert {r["client"] for r in records} == {"sensor-1", "sensor-2"}
@@ -219,6 +242,51 @@ def test_tls_connection_is_reported(tmp_path: Path) -> None:
     path.write_bytes(pcap(Conversation(sport=8883).handshake().send(b"\x16\x03\x01\x00\x01\x01").frames()))
     result = dump(path)
     assert "TLS-encrypted connection: not decoded" in result.stdout.decode()
+
+
+def test_an_explicit_port_beats_the_default_tls_port(tmp_path: Path) -> None:
+    path = tmp_path / "plain-8883.pcap"
+    path.write_bytes(pcap(session(Conversation(sport=8883)).frames()))
+    assert [r["type"] for r in json_records(dump("--json", path))] == ["MALFORMED"]  # 8883 is TLS by default
+    assert [r["type"] for r in json_records(dump("--json", "-p", "8883", path))] == SESSION_TYPES
+    assert [r["type"] for r in json_records(dump("--json", "-p", "8883", "--tls-port", "8884", path))] == SESSION_TYPES
+    result = dump("--json", "-p", "8883", "--tls-port", "8883", path)
+    assert result.returncode == 2
+    assert "port 8883 given as both --port and --tls-port" in one_line_error(result)
+
+
+def test_unsupported_link_type_is_said(tmp_path: Path) -> None:
+    frames = session(Conversation()).frames()
+    wifi = tmp_path / "wifi.pcap"
+    wifi.write_bytes(pcap(frames, 105))  # IEEE 802.11: nothing in it can be read
+    result = dump(wifi)
+    assert result.returncode == 1 and result.stdout == b""
+    error = one_line_error(result)
+    assert "link type 105 (IEEE 802.11) is not supported" in error and f"all {len(frames)} frames skipped" in error
+    mixed = tmp_path / "mixed.pcapng"
+    mixed.write_bytes(pcapng([(0, ts, f) for ts, f in frames] + [(1, ts, f) for ts, f in frames[:3]],
+                             [Interface(ETHERNET), Interface(105)]))  # fmt: skip
+    result = dump("--json", mixed)
+    assert [r["type"] for r in json_records(result)] == SESSION_TYPES
+    assert result.stderr.decode() == (
+        f"mqtt: warning: link type 105 (IEEE 802.11) is not supported: 3 of {len(frames) + 3} frames skipped\n"
+    )
+
+
+def test_control_characters_are_escaped_for_terminals(tmp_path: Path) -> None:
+    conv = Conversation().handshake()
+    conv.send(encode(Connect("evil\x1b[31m")))
+    conv.send(encode(ConnAck()), False)
+    conv.send(encode(Publish("t/\x1b]0;title\x07\nnext", b"x", 1, packet_id=1)))
+    path = tmp_path / "escapes.pcap"
+    path.write_bytes(pcap(conv.frames()))
+    for args in ([], ["-v"], ["-q", "--stats"]):
+        out = dump(*args, path).stdout.decode()
+        assert "\x1b" not in out and "\x07" not in out, args
+        assert "evil\\x1b[31m" in out and "t/\\x1b]0;title\\x07\\nnext" in out, args
+    assert len(dump(path).stdout.decode().splitlines()) == 3  # one line per packet, the newline escaped too
+    records = json_records(dump("--json", path))  # JSON escapes them its own way, the values are kept
+    assert records[0]["client_id"] == "evil\x1b[31m" and records[2]["topic"] == "t/\x1b]0;title\x07\nnext"
 
 
 # --- errors ------------------------------------------------------------------------------------------------

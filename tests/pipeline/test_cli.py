@@ -71,6 +71,52 @@ def test_usage_errors_exit_2_before_spark_starts(
 
 
 @needs_spark
+def test_unwritable_output_and_a_directory_that_is_no_table_are_said_before_spark_starts(
+    run: Run, mqtt_exe: Path, tmp_path: Path
+) -> None:
+    capture = next(iter(sample_captures()))
+    result = run([mqtt_exe, "analyze", "ingest", capture, "--out", "/proc/newtable"], timeout=30)
+    assert result.returncode == 1
+    assert result.stderr == "mqtt: error: --out /proc/newtable: cannot write in /proc: No such file or directory\n"
+    (tmp_path / "notes.txt").write_text("not a table\n")
+    result = run([mqtt_exe, "analyze", "report", tmp_path], timeout=30)
+    assert result.returncode == 2
+    assert "not a Parquet table, it holds no .parquet file" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+@needs_spark
+@pytest.mark.slow
+def test_a_file_that_is_not_parquet_is_named(run: Run, mqtt_exe: Path, tmp_path: Path) -> None:
+    (tmp_path / "part-0.parquet").write_text("junk\n")
+    result = run([mqtt_exe, "analyze", "report", "--master", "local[1]", tmp_path], timeout=180)
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "part-0.parquet is not a Parquet file" in lines[0], result.stderr
+    assert "An error occurred while calling" not in lines[0]
+
+
+@needs_spark
+@pytest.mark.slow
+def test_timestamps_past_2262_stop_the_ingest_at_their_frame(run: Run, mqtt_exe: Path, tmp_path: Path) -> None:
+    from mqtt_cli.capture.records import format_ts
+    from tests.capture.helpers import session
+    from tests.capture.pcapwriter import Conversation, Interface, pcapng
+
+    frames = session(Conversation()).frames()
+    late = [(ts if n < 5 else ts * 1000) for n, (ts, _) in enumerate(frames)]  # from frame 6: the year 55800
+    capture = tmp_path / "future.pcapng"
+    capture.write_bytes(pcapng([(0, ts, f) for ts, (_, f) in zip(late, frames, strict=True)], [Interface()]))
+    assert len(dump_records(capture, "-p", "1883")) == 12  # mqtt dump writes any timestamp
+    table = tmp_path / "table"
+    result = run([mqtt_exe, "analyze", "ingest", "--master", "local[1]", "-o", table, capture], timeout=180)
+    assert result.returncode == 1
+    error = result.stderr.splitlines()[-1]
+    assert f"frame 6 has the timestamp {format_ts(late[5])}" in error and "the years 1677 to 2262" in error, error
+    assert "the packets before that point were ingested" in error
+
+
+@needs_spark
 @pytest.mark.slow
 def test_ingest_then_report(run: Run, mqtt_exe: Path, tmp_path: Path) -> None:
     capture = next(p for p in sample_captures() if p.name == "12-v5-properties.pcap")
