@@ -103,6 +103,7 @@ class SideStats:
     version: int = 0
     endpoint: str = ""
     error: str = ""
+    warned_flag: bool = False  # said once that this broker refused the bridge flag
 
 
 @dataclass(slots=True)
@@ -604,6 +605,14 @@ class Bridge:
             f"bridge {self.config.name}: {SIDE_NAMES[side]} connected to {st.endpoint} "
             f"(MQTT {version_name(st.version)}, session {'resumed' if event.session_present else 'new'})"
         )
+        if client.bridge_flag_refused and not st.warned_flag:
+            st.warned_flag = True
+            echo = any(r.direction == "both" for r in self.config.rules)
+            self.log(
+                f"bridge {self.config.name}: the {SIDE_NAMES[side]} broker does not accept the bridge flag: connected "
+                "without it, so it may send our own messages back"
+                + ("; a `both` rule can then loop between the brokers" if echo else "")
+            )
         self._notify_link()
         self._changed()
 

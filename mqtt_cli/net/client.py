@@ -149,6 +149,7 @@ class Client:
         self.refused: list[PublishAcknowledged] = []
         self.reconnects = 0
         self.pauses = 0  # linger pauses taken (see _reader)
+        self.bridge_flag_refused = False  # the broker did not take the bridge flag: connected without it
         self._changed = trio.Event()
         self._wake = trio.Event()
         self._qos0_pending = 0  # QoS 0 messages queued or being written
@@ -426,6 +427,12 @@ class Client:
             except BrokerRefused as err:
                 if version == 5 and len(versions) > 1 and err.reason_code in (0x84, -1):
                     continue  # auto: the broker does not speak 5.0; try 3.1.1
+                if version < 5 and self.conn.bridge and err.reason_code in (0x01, -1):
+                    # mosquitto's bridge flag (protocol level | 0x80) is no part of MQTT: a broker that does not
+                    # know it (RabbitMQ) refuses the level or closes. Without it, from now on.
+                    self.conn.bridge = False
+                    self.bridge_flag_refused = True
+                    return await self._handshake(version, clean)
                 if err.tls_reset and not s.tls_client_cert:
                     raise TLSFailed(
                         f"{self.endpoint} reset the TLS connection in answer to CONNECT: it likely wants a client "

@@ -216,6 +216,27 @@ def test_notification_is_0_on_a_broker_whose_other_side_cannot_be_reached(tmp_pa
     remote_state.close()
 
 
+def test_rabbitmq_as_the_remote_without_the_bridge_flag(tmp_path: Path, rabbitmq: Broker) -> None:
+    """RabbitMQ's MQTT plugin closes the connection on the bridge flag (protocol level 0x84): the bridge connects
+    again without it ("where the broker accepts it"), says so, and forwards both ways at QoS 1."""
+    local = ours(tmp_path / "local")
+    bridge = BridgeProcess(tmp_path / "bridge", local, rabbitmq, "-t", 'rb/# out 1 "" site/', "-t", "cmd/# in 1")
+    bridge.wait_connected(timeout=30)
+    assert "does not accept the bridge flag" in bridge.text()
+    time.sleep(0.3)
+    up = Watcher(rabbitmq, "site/#", qos=1)
+    publish(local, [("rb/a", b"up", 1, False)])
+    up.wait_count(1)
+    assert up.messages == [("site/rb/a", b"up", 1, False)]
+    down = Watcher(local, "cmd/#", qos=1)
+    publish(rabbitmq, [("cmd/x", b"down", 1, False)])
+    down.wait_count(1)
+    assert down.messages == [("cmd/x", b"down", 1, False)]
+    up.close()
+    down.close()
+    assert bridge.stop() == 0
+
+
 def test_refused_credentials_exit_5(tmp_path: Path, mosquitto_auth: Broker) -> None:
     local = ours(tmp_path / "local")
     r = mqtt(
