@@ -323,6 +323,9 @@ class Bridge:
             subs = self._subscriptions(side, client.conn.version)
             if not subs:
                 return
+            # Remembered before subscribing: a bridge stopped between its SUBACK and the end of this would leave a
+            # subscription in the session that no later run knows to remove.
+            self._filters_file(side, [sub.topic_filter for sub in subs], keep_old=True)
             connack = client.connack
             props = connack.properties if connack is not None else EMPTY_PROPERTIES
             if client.conn.version == 5 and props.subscription_identifier_available != 0:
@@ -351,28 +354,35 @@ class Bridge:
     async def _forget_old_filters(self, side: int, filters: list[str]) -> None:
         """Unsubscribes what an earlier rule set of this bridge subscribed to: the persistent session would keep
         it, and its messages would keep coming (the state file next to the journal remembers the filters)."""
-        journal = self.config.journal
-        if journal is None:
-            return
-        path = journal.with_name(journal.stem + ".filters.json")
-
-        def read() -> dict[str, list[str]]:
-            try:
-                found = json.loads(path.read_text())
-            except (OSError, ValueError):
-                return {}
-            return found if isinstance(found, dict) else {}
-
+        old = [f for f in self._filters_file(side, filters, keep_old=True) if f not in filters]
         name = SIDE_NAMES[side]
-        old = [f for f in read().get(name, []) if f not in filters]
         if old:
             await self.clients[side].unsubscribe(old)
             self.log(f"bridge {self.config.name}: {name}: unsubscribed from {', '.join(old)} (no longer in the rules)")
-        known = read()  # again: the other side may have written it meanwhile
-        known[name] = filters
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(known))
-        os.replace(tmp, path)
+        self._filters_file(side, filters, keep_old=False)
+
+    def _filters_file(self, side: int, filters: list[str], *, keep_old: bool) -> list[str]:
+        """Records the filters subscribed to on `side` (with those recorded before, when `keep_old`), in the state
+        file next to the journal; returns what it holds for `side` now. Nothing without a journal."""
+        journal = self.config.journal
+        if journal is None:
+            return list(filters)
+        path = journal.with_name(journal.stem + ".filters.json")
+        try:
+            known = json.loads(path.read_text())
+        except (OSError, ValueError):
+            known = {}
+        if not isinstance(known, dict):
+            known = {}
+        name = SIDE_NAMES[side]
+        before = known.get(name, []) if isinstance(known.get(name), list) else []
+        now = [*before, *(f for f in filters if f not in before)] if keep_old else list(filters)
+        if now != before:
+            known[name] = now
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(json.dumps(known))
+            os.replace(tmp, path)
+        return now
 
     async def _watch(self, scope: trio.CancelScope) -> None:
         """Ends the bridge when a side fails for good (refused credentials, say)."""

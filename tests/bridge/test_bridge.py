@@ -507,6 +507,10 @@ def test_rules_removed_between_runs_are_unsubscribed(tmp_path: Path) -> None:
     remote = ours(tmp_path / "remote")
     bridge = BridgeProcess(tmp_path / "bridge", local, remote, "-t", "old/# out 1", "-t", "kept/# out 1")
     bridge.wait_connected()
+    first = Watcher(remote, "#")
+    publish(local, [("old/y", b"through", 1, False)])  # subscribed: the first run's filters are in the session
+    first.wait_count(1)
+    first.close()
     assert bridge.stop() == 0
     bridge.args[bridge.args.index("old/# out 1")] = "new/# out 1"
     bridge.start()
