@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -71,6 +72,19 @@ def popen_mqtt(
     return subprocess.Popen(
         [MQTT, *map(str, args)], stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )
+
+
+def rr_answered_live(mqtt: Mqtt, rr: list[str], broker_args: list[str], topic: str, payload: str) -> tuple[int, bytes]:
+    """Runs `mqtt rr` (args `rr`) and publishes `payload` to its response `topic` (3.1.1, not retained) until rr,
+    once subscribed, takes one for its answer; returns rr's exit code and output."""
+    proc = popen_mqtt(*rr, "-W", "20", env=mqtt.env)  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 20
+    while proc.poll() is None and time.monotonic() < deadline:
+        mqtt("pub", *broker_args, "-t", topic, "-m", payload, "-V", "311")
+        time.sleep(0.2)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    return proc.returncode, out
 
 
 @pytest.fixture

@@ -2,14 +2,13 @@
 
 import json
 import re
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from ..broker.conftest import start_ours
 from ..brokers import Broker
-from .conftest import Mqtt, popen_mqtt
+from .conftest import Mqtt, rr_answered_live
 
 BINARY = bytes(range(256)) * 4
 
@@ -59,13 +58,7 @@ def test_rr_against_ours(mqtt: Mqtt, ours: Broker, topic: str) -> None:
     rr = ["rr", *at(ours), "-V", "311", "-t", f"{topic}/req", "-e", f"{topic}/resp", "-m", "q"]
     out = mqtt(*rr, "-W", "1")
     assert (out.returncode, out.text) == (27, ""), out.stderr
-    proc = popen_mqtt(*rr, "-W", "20", env=mqtt.env)  # type: ignore[attr-defined]
-    deadline = time.monotonic() + 20
-    while proc.poll() is None and time.monotonic() < deadline:  # answer until it is subscribed and hears one
-        mqtt("pub", *at(ours), "-t", f"{topic}/resp", "-m", "ready", "-V", "311")
-        time.sleep(0.2)
-    stdout, err = proc.communicate(timeout=20)
-    assert (proc.returncode, stdout) == (0, b"ready\n"), err
+    assert rr_answered_live(mqtt, rr, at(ours), f"{topic}/resp", "ready") == (0, b"ready\n")
 
 
 def test_client_id_prefix_keepalive_and_will_reach_the_broker(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:

@@ -12,7 +12,7 @@ from mqtt_cli.core.packets import Publish
 from mqtt_cli.core.properties import Properties
 
 from ..brokers import Broker
-from .conftest import Mqtt, popen_mqtt
+from .conftest import Mqtt, popen_mqtt, rr_answered_live
 
 
 def at(broker: Broker) -> list[str]:
@@ -53,13 +53,8 @@ def test_rr_timeout_and_311_fallback(mqtt: Mqtt, mosquitto: Broker, topic: str) 
     rr311 = ["rr", *at(mosquitto), "-V", "311", "-t", f"{topic}/req", "-e", f"{topic}/resp", "-m", "q", "-v"]
     result = mqtt(*rr311, "-W", "1")
     assert (result.returncode, result.text) == (27, ""), result.stderr
-    proc = popen_mqtt(*rr311, "-W", "20", env=mqtt.env)  # type: ignore[attr-defined]
-    deadline = time.monotonic() + 20
-    while proc.poll() is None and time.monotonic() < deadline:  # answer until it is subscribed and hears one
-        mqtt("pub", *at(mosquitto), "-t", f"{topic}/resp", "-m", "live", "-V", "311")
-        time.sleep(0.2)
-    out, err = proc.communicate(timeout=20)
-    assert (proc.returncode, out) == (0, f"{topic}/resp live\n".encode()), err
+    answer = rr_answered_live(mqtt, rr311, at(mosquitto), f"{topic}/resp", "live")
+    assert answer == (0, f"{topic}/resp live\n".encode())
 
 
 def test_config_profiles_and_precedence(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
