@@ -97,6 +97,8 @@ def run_client(main: Callable[[], Awaitable[int]]) -> NoReturn:
     went wrong, SIGINT (Ctrl-C) with 130 and SIGTERM with 143 (both after a clean DISCONNECT), a closed
     standard output (`| head`) quietly with 0."""
 
+    _STOP.__init__()  # type: ignore[misc]  # a fresh state for each run (tests run commands in one process)
+
     def stopped() -> NoReturn:
         raise typer.Exit(EXIT_TERMINATED if _STOP.signal == signal.SIGTERM else EXIT_INTERRUPTED)
 
