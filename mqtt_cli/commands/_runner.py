@@ -8,14 +8,17 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Iterator
-from typing import NoReturn
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, NoReturn
 
 import trio
 import typer
 
 from mqtt_cli import PROG_NAME
 from mqtt_cli.net.errors import ClientError
+
+if TYPE_CHECKING:
+    from mqtt_cli.net.client import Client, ClientSettings
 
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a command killed by it
@@ -35,9 +38,10 @@ def error(message: str) -> None:
 
 
 class _Stop:
-    """SIGINT/SIGTERM for a client command. The first signal cancels the command's work (`stoppable()`), inside
-    its connection, so that open_client() still sends DISCONNECT while the connection's tasks run (the broker
-    then drops the will); a second one, or a signal before there is a connection, ends everything at once.
+    """SIGINT/SIGTERM for a client command. The first signal cancels the command's work (the block of
+    `connected()`), inside its connection, so that open_client() still sends DISCONNECT while the connection's
+    tasks run (the broker then drops the will); a second one, or a signal before there is a connection, ends
+    everything at once.
 
     Not KeyboardInterrupt: trio delivers it to the main task wherever that task waits, the DISCONNECT being
     written included, and the will would then go out after a Ctrl-C (seen about one time in four with pub -l)."""
@@ -51,16 +55,20 @@ class _Stop:
 _STOP = _Stop()
 
 
-@contextlib.contextmanager
-def stoppable() -> Iterator[None]:
-    """Where a client command does its work, inside `async with open_client(...)`: a signal cancels it."""
-    with trio.CancelScope() as scope:
-        _STOP.scope = scope
-        try:
-            yield
-        finally:
-            _STOP.scope = None
-            _STOP.finishing = True
+@contextlib.asynccontextmanager
+async def connected(settings: ClientSettings) -> AsyncIterator[Client]:
+    """open_client() for a client command: its block is the command's work, which a signal cancels while the
+    connection goes on, to send DISCONNECT when the block is left."""
+    from mqtt_cli.net.client import open_client
+
+    async with open_client(settings) as client:
+        with trio.CancelScope() as scope:
+            _STOP.scope = scope
+            try:
+                yield client
+            finally:
+                _STOP.scope = None
+                _STOP.finishing = True
 
 
 async def _with_signals(main: Callable[[], Awaitable[int]]) -> int:

@@ -166,43 +166,41 @@ def pub(
         payload = sys.stdin.buffer.read()
 
     settings.auto_topic_aliases = stdin_line or json_lines
-    from ._runner import run_client, stoppable
+    from ._runner import connected, run_client
 
     async def main() -> int:
-        from mqtt_cli.net.client import open_client
 
-        async with open_client(settings) as client:
-            with stoppable():  # SIGINT/SIGTERM end the work here; the connection still says goodbye
-                if props and client.version != 5:
-                    fail(f"the broker speaks MQTT {_name(client.version)}: message properties need 5.0", o.EXIT_USAGE)
-                state = _Progress()
-                try:
-                    if stdin_line:
-                        await _publish_lines(client, topic or "", qos_value, retain, props, state)
-                    elif json_lines:
-                        await _publish_json_lines(ctx, client, topic, qos_value, retain, props, state)
-                    else:
-                        import trio
+        async with connected(settings) as client:  # stops on SIGINT/SIGTERM, then says goodbye
+            if props and client.version != 5:
+                fail(f"the broker speaks MQTT {_name(client.version)}: message properties need 5.0", o.EXIT_USAGE)
+            state = _Progress()
+            try:
+                if stdin_line:
+                    await _publish_lines(client, topic or "", qos_value, retain, props, state)
+                elif json_lines:
+                    await _publish_json_lines(ctx, client, topic, qos_value, retain, props, state)
+                else:
+                    import trio
 
-                        for i in range(repeat):
-                            if i and repeat_delay:
-                                await trio.sleep(repeat_delay)
-                            await client.publish(topic or "", payload, qos_value, retain, props)
-                    await client.wait_acknowledged()
-                except _BadLine as err:
-                    await _settle(client)
-                    fail(f"{err} ({_counts(client)})", o.EXIT_USAGE)
-                except Exception as err:
-                    from mqtt_cli.net.errors import ClientError
+                    for i in range(repeat):
+                        if i and repeat_delay:
+                            await trio.sleep(repeat_delay)
+                        await client.publish(topic or "", payload, qos_value, retain, props)
+                await client.wait_acknowledged()
+            except _BadLine as err:
+                await _settle(client)
+                fail(f"{err} ({_counts(client)})", o.EXIT_USAGE)
+            except Exception as err:
+                from mqtt_cli.net.errors import ClientError
 
-                    if not isinstance(err, ClientError):
-                        raise
-                    if client.refused:  # the refusal is the cause; mosquitto, for one, then drops the connection
-                        _refused(client, f"; then: {err}")
-                    err.args = (f"{err} ({_counts(client)})",)
+                if not isinstance(err, ClientError):
                     raise
-                if client.refused:
-                    _refused(client)
+                if client.refused:  # the refusal is the cause; mosquitto, for one, then drops the connection
+                    _refused(client, f"; then: {err}")
+                err.args = (f"{err} ({_counts(client)})",)
+                raise
+            if client.refused:
+                _refused(client)
         return 0
 
     run_client(main)

@@ -139,7 +139,7 @@ def rr(
     if verbose and mode != "json":
         mode = "verbose" if mode == "payload" else "verbose-hex"
 
-    from ._runner import run_client, stoppable
+    from ._runner import connected, run_client
 
     async def main() -> int:
         import os
@@ -151,7 +151,6 @@ def rr(
         from mqtt_cli.core.packets import Subscription
         from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
         from mqtt_cli.core.reasons import reason_name
-        from mqtt_cli.net.client import open_client
         from mqtt_cli.net.errors import ConnectionLost, PublishFailed, SubscribeRefused
 
         from ._output import Printer
@@ -159,36 +158,33 @@ def rr(
         printer = Printer(mode, None, not no_newline)
         correlation = correlation_data.encode() if correlation_data is not None else os.urandom(16)
         with trio.move_on_after(timeout) as waited:
-            async with open_client(settings) as client:
-                with stoppable():  # SIGINT/SIGTERM end the work here; the connection still says goodbye
-                    v5 = client.version == 5
-                    codes = await client.subscribe([Subscription(response_topic, qos_value)])
-                    if codes[0] >= 0x80:
-                        why = reason_name(codes[0], 9, client.version)
-                        raise SubscribeRefused(f"the broker refused the subscription to {response_topic!r}: {why}")
-                    props = (
-                        Properties(response_topic=response_topic, correlation_data=correlation)
-                        if v5
-                        else EMPTY_PROPERTIES
+            async with connected(settings) as client:  # stops on SIGINT/SIGTERM, then says goodbye
+                v5 = client.version == 5
+                codes = await client.subscribe([Subscription(response_topic, qos_value)])
+                if codes[0] >= 0x80:
+                    why = reason_name(codes[0], 9, client.version)
+                    raise SubscribeRefused(f"the broker refused the subscription to {response_topic!r}: {why}")
+                props = (
+                    Properties(response_topic=response_topic, correlation_data=correlation) if v5 else EMPTY_PROPERTIES
+                )
+                await client.publish(topic, payload, qos_value, False, props)
+                await client.wait_acknowledged()
+                if client.refused:
+                    raise PublishFailed(
+                        f"the broker refused the request: {reason_name(client.refused[0].reason_code, 4)}"
                     )
-                    await client.publish(topic, payload, qos_value, False, props)
-                    await client.wait_acknowledged()
-                    if client.refused:
-                        raise PublishFailed(
-                            f"the broker refused the request: {reason_name(client.refused[0].reason_code, 4)}"
-                        )
-                    async for item in client.messages:
-                        if not hasattr(item, "topic"):
-                            continue
-                        if v5 and item.properties.correlation_data != correlation:
-                            continue  # someone else's response
-                        if not v5 and item.retain:
-                            continue  # a stale retained message (3.1.1 brokers forward live messages with retain 0)
-                        printer(item, time.time())
-                        return 0
-                    if client.failure is not None:
-                        raise client.failure
-                    raise ConnectionLost("the connection ended before the response")
+                async for item in client.messages:
+                    if not hasattr(item, "topic"):
+                        continue
+                    if v5 and item.properties.correlation_data != correlation:
+                        continue  # someone else's response
+                    if not v5 and item.retain:
+                        continue  # a stale retained message (3.1.1 brokers forward live messages with retain 0)
+                    printer(item, time.time())
+                    return 0
+                if client.failure is not None:
+                    raise client.failure
+                raise ConnectionLost("the connection ended before the response")
         if waited.cancelled_caught:
             print(f"mqtt: no response within {timeout:g} s", file=sys.stderr, flush=True)
         return EXIT_TIMEOUT

@@ -183,7 +183,7 @@ def sub(
     if verbose and mode in ("payload", "hex"):
         mode = "verbose" if mode == "payload" else "verbose-hex"
 
-    from ._runner import run_client, stoppable
+    from ._runner import connected, run_client
 
     async def main() -> int:
         import sys
@@ -195,7 +195,6 @@ def sub(
         from mqtt_cli.core.packets import Subscription
         from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
         from mqtt_cli.core.topics import matches
-        from mqtt_cli.net.client import open_client
         from mqtt_cli.net.errors import ConnectionLost, SubscribeRefused
 
         from ._output import FormatError, Printer
@@ -204,75 +203,72 @@ def sub(
         excluded = list(exclude or [])
         code = 0
         with trio.move_on_after(timeout if timeout is not None else float("inf")) as waited:
-            async with open_client(settings) as client:
-                with stoppable():  # SIGINT/SIGTERM end the work here; the connection still says goodbye
-                    if v5_only and client.version != 5:
-                        fail(f"the broker speaks MQTT 3.1.1: {', '.join(v5_only)} need 5.0", o.EXIT_USAGE)
-                    if unsubscribe:
-                        await client.unsubscribe(unsubscribe)
-                    if not filters:
-                        return 0
-                    subs = [
-                        Subscription(
-                            f, qos_value, no_local and client.version == 5, retain_as_published, retain_handling
-                        )
-                        for f in filters
-                    ]
-                    props = (
-                        Properties(subscription_identifiers=[subscription_identifier])
-                        if subscription_identifier is not None
-                        else EMPTY_PROPERTIES
-                    )
-                    # Messages can come before SUBACK (a resumed session's queue): they are read and printed while
-                    # the subscription is answered, or a full message buffer would hold SUBACK back behind them.
-                    outcome: list[int] = []
+            async with connected(settings) as client:  # stops on SIGINT/SIGTERM, then says goodbye
+                if v5_only and client.version != 5:
+                    fail(f"the broker speaks MQTT 3.1.1: {', '.join(v5_only)} need 5.0", o.EXIT_USAGE)
+                if unsubscribe:
+                    await client.unsubscribe(unsubscribe)
+                if not filters:
+                    return 0
+                subs = [
+                    Subscription(f, qos_value, no_local and client.version == 5, retain_as_published, retain_handling)
+                    for f in filters
+                ]
+                props = (
+                    Properties(subscription_identifiers=[subscription_identifier])
+                    if subscription_identifier is not None
+                    else EMPTY_PROPERTIES
+                )
+                # Messages can come before SUBACK (a resumed session's queue): they are read and printed while
+                # the subscription is answered, or a full message buffer would hold SUBACK back behind them.
+                outcome: list[int] = []
 
-                    async def subscribe() -> None:
-                        codes = await client.subscribe(subs, props, marker=retained_only)
-                        refused = [(f, c) for f, c in zip(filters, codes, strict=False) if c >= 0x80]
-                        if refused:
-                            from mqtt_cli.core.reasons import reason_name
+                async def subscribe() -> None:
+                    codes = await client.subscribe(subs, props, marker=retained_only)
+                    refused = [(f, c) for f, c in zip(filters, codes, strict=False) if c >= 0x80]
+                    if refused:
+                        from mqtt_cli.core.reasons import reason_name
 
-                            what = ", ".join(f"{f!r}: {reason_name(c, 9, client.version)}" for f, c in refused)
-                            raise SubscribeRefused(f"the broker refused the subscription ({what})")
-                        if exit_on_suback:
-                            outcome.append(0)
-                            nursery.cancel_scope.cancel()
+                        what = ", ".join(f"{f!r}: {reason_name(c, 9, client.version)}" for f, c in refused)
+                        raise SubscribeRefused(f"the broker refused the subscription ({what})")
+                    if exit_on_suback:
+                        outcome.append(0)
+                        nursery.cancel_scope.cancel()
 
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(subscribe)
-                        received = 0
-                        async for item in client.messages:
-                            if type(item) is PongReceived:
-                                if retained_only:
-                                    await client.wait_acknowledged()
-                                    outcome.append(0)
-                                    break
-                                continue
-                            p = item
-                            if no_retained and p.retain:
-                                continue
-                            if retained_only and not p.retain:
-                                continue
-                            if excluded and any(matches(f, p.topic) for f in excluded):
-                                continue
-                            try:
-                                printer(p, time.time())
-                            except FormatError as err:
-                                print(f"mqtt: warning: {err}", flush=True, file=sys.stderr)
-                            if remove_retained and p.retain and p.payload:
-                                await client.publish(p.topic, b"", 1, True)
-                            received += 1
-                            if count is not None and received >= count:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(subscribe)
+                    received = 0
+                    async for item in client.messages:
+                        if type(item) is PongReceived:
+                            if retained_only:
                                 await client.wait_acknowledged()
                                 outcome.append(0)
                                 break
-                        nursery.cancel_scope.cancel()
-                    if outcome:
-                        return outcome[0]
-                    if client.failure is not None:
-                        raise client.failure
-                    raise ConnectionLost("the connection ended")
+                            continue
+                        p = item
+                        if no_retained and p.retain:
+                            continue
+                        if retained_only and not p.retain:
+                            continue
+                        if excluded and any(matches(f, p.topic) for f in excluded):
+                            continue
+                        try:
+                            printer(p, time.time())
+                        except FormatError as err:
+                            print(f"mqtt: warning: {err}", flush=True, file=sys.stderr)
+                        if remove_retained and p.retain and p.payload:
+                            await client.publish(p.topic, b"", 1, True)
+                        received += 1
+                        if count is not None and received >= count:
+                            await client.wait_acknowledged()
+                            outcome.append(0)
+                            break
+                    nursery.cancel_scope.cancel()
+                if outcome:
+                    return outcome[0]
+                if client.failure is not None:
+                    raise client.failure
+                raise ConnectionLost("the connection ended")
         if waited.cancelled_caught:
             print(f"mqtt: timed out after {timeout:g} s", file=sys.stderr, flush=True)
             code = EXIT_TIMEOUT
