@@ -54,9 +54,12 @@ RANGES: dict[str, tuple[float, float]] = {
     "session_expiry": (0, 0xFFFFFFFF),
     "qos": (0, 2),
 }
-#: Values -V accepts (mqtt_cli/commands/_options.py VERSIONS), and --tls-version.
+#: What -V (and a profile's or a bridge side's protocol_version) accepts, and the MQTT level each means.
+PROTOCOL_VERSIONS: dict[str, int | None] = {"31": 3, "3.1": 3, "311": 4, "3.1.1": 4, "5": 5, "5.0": 5, "auto": None,
+                                            "mqttv31": 3, "mqttv311": 4, "mqttv5": 5}  # fmt: skip
+#: Values of the keys that take one of a few, --tls-version's as mqtt_cli/net/transports.py reads them.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "protocol_version": ("31", "3.1", "311", "3.1.1", "5", "5.0", "auto", "mqttv31", "mqttv311", "mqttv5"),
+    "protocol_version": tuple(PROTOCOL_VERSIONS),
     "tls_version": ("tlsv1.2", "tlsv1.3", "1.2", "1.3"),
 }
 

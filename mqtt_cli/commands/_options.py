@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from mqtt_cli.profiles import PROTOCOL_VERSIONS
+
 from . import fail
 
 if TYPE_CHECKING:
@@ -162,8 +164,7 @@ CONNECTION_PARAMS = (
     "will_user_property",
 )  # fmt: skip
 
-VERSIONS = {"31": 3, "3.1": 3, "311": 4, "3.1.1": 4, "5": 5, "5.0": 5, "auto": None, "mqttv31": 3, "mqttv311": 4,
-             "mqttv5": 5}  # fmt: skip
+VERSIONS = PROTOCOL_VERSIONS
 _PROMPT_FLAGS = ("-P", "--password")
 CLIENT_COMMANDS = ("pub", "sub", "rr")
 _SHARED_VALUES = (
