@@ -8,7 +8,6 @@ underscores), the others are keys of ``[[bridge]]``. ``--print-config`` writes w
 from __future__ import annotations
 
 import os
-import re
 import socket
 import sys
 from pathlib import Path
@@ -565,11 +564,9 @@ def _side(t: dict[str, Any], where: str, default_id: str, flag_prefix: str = "")
             alpn=tuple([alpn] if isinstance(alpn, str) else alpn),
         )
         try:
-            ssl_context = make_ssl_context(options)
+            ssl_context = make_ssl_context(options, lambda name: _option_name(name, flag_prefix))
         except ValueError as err:
-            # make_ssl_context names the clients' options (--cafile): say this side's flag or TOML key instead.
-            message = re.sub(r"--([a-z-]+)", lambda m: _option_name(m.group(1), flag_prefix), str(err))
-            fail(f"{where}: {message}", EXIT_USAGE)
+            fail(f"{where}: {err}", EXIT_USAGE)
     keepalive = int(t.get("keepalive", 60))
     expiry = int(t.get("session_expiry", 0xFFFFFFFF))
     if not 0 <= keepalive <= 65535 or not 0 <= expiry <= 0xFFFFFFFF:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -108,24 +109,27 @@ class TLSOptions:
     alpn: tuple[str, ...] = ()
 
 
-def make_ssl_context(options: TLSOptions) -> ssl.SSLContext:
-    """A client context; raises ValueError for options that cannot work (a missing file, an unknown version)."""
+def make_ssl_context(options: TLSOptions, option_name: Callable[[str], str] = "--{}".format) -> ssl.SSLContext:
+    """A client context; raises ValueError for options that cannot work (a missing file, an unknown version).
+    `option_name` says how the caller's user names an option in messages (`cafile` -> `--cafile`, the clients';
+    the bridge has `--remote-cafile`, or a TOML key)."""
+    n = option_name
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
-    for name, value in (("--cafile", options.cafile), ("--cert", options.cert), ("--key", options.key)):
+    for name, value in (("cafile", options.cafile), ("cert", options.cert), ("key", options.key)):
         if value is not None and not Path(value).is_file():
-            raise ValueError(f"{name} {value}: no such file")
+            raise ValueError(f"{n(name)} {value}: no such file")
     if options.capath is not None and not Path(options.capath).is_dir():
-        raise ValueError(f"--capath {options.capath}: no such directory")
+        raise ValueError(f"{n('capath')} {options.capath}: no such directory")
     try:
         if options.cafile or options.capath:
             ctx.load_verify_locations(cafile=options.cafile, capath=options.capath)
         if options.cert:
             if options.key is None and b"PRIVATE KEY-----" not in Path(options.cert).read_bytes():
                 # OpenSSL would only say "[SSL] PEM lib"
-                raise ValueError(f"--cert {options.cert}: the file holds no private key: give it with --key")
+                raise ValueError(f"{n('cert')} {options.cert}: the file holds no private key: give it with {n('key')}")
             ctx.load_cert_chain(options.cert, options.key)
         elif options.key:
-            raise ValueError("--key needs --cert")
+            raise ValueError(f"{n('key')} needs {n('cert')}")
     except ssl.SSLError as err:
         raise ValueError(f"cannot load the TLS certificates: {err.reason or err}") from None
     except OSError as err:
@@ -136,7 +140,7 @@ def make_ssl_context(options: TLSOptions) -> ssl.SSLContext:
     if options.version:
         version = _TLS_VERSIONS.get(options.version.lower())
         if version is None:
-            raise ValueError(f"--tls-version {options.version}: use tlsv1.2 or tlsv1.3")
+            raise ValueError(f"{n('tls-version')} {options.version}: use tlsv1.2 or tlsv1.3")
         ctx.minimum_version = version
     if options.alpn:
         ctx.set_alpn_protocols(list(options.alpn))
