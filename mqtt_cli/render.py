@@ -232,6 +232,14 @@ def _details(rec: dict[str, Any], aliases: dict[tuple[Any, ...], str]) -> list[t
     return parts
 
 
+def printable(text: str) -> str:
+    """`text` with every non-printable character as its Python escape (ESC as \\x1b, a newline as \\n): client
+    ids and topics are the peer's bytes, and an escape sequence must not reach the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 class PacketLines:
     """One line per record: time, who, direction, type, fields. Coloured through rich on a terminal."""
 
@@ -243,7 +251,7 @@ class PacketLines:
         self._aliases: dict[tuple[Any, ...], str] = {}
 
     def parts(self, rec: dict[str, Any]) -> list[tuple[str, str]]:
-        return self.head(rec) + _details(rec, self._aliases)
+        return self.head(rec) + [(printable(text), style) for text, style in _details(rec, self._aliases)]
 
     def head(self, rec: dict[str, Any]) -> list[tuple[str, str]]:
         """Time, who, direction and type."""
@@ -259,7 +267,7 @@ class PacketLines:
                 parts.append((f"@{rec['offset']}", "blue"))
         else:
             side = client or (rec.get("src") if from_client else rec.get("dst")) or "?"
-            parts.append((side, "blue"))
+            parts.append((printable(side), "blue"))
             parts.append((" → " if from_client else " ← ", "bold"))
         parts.append((" " + ptype.ljust(11), TYPE_STYLES.get(ptype, "")))
         return parts
@@ -525,12 +533,12 @@ def stats_tables(stats: Any, capture: dict[str, int] | None = None, top: int = 1
             more = f", top {top}" if len(counter) > top else ""
             table = _table(f"{title}: {len(counter):,}{more}", col, "packets")
             for name, count in counter.most_common(top):
-                table.add_row(name or "(empty)", f"{count:,}")
+                table.add_row(Text(printable(name)) if name else "(empty)", f"{count:,}")  # no markup
             parts.append(table)
     if stats.errors:
         table = _table("Rule breaks and malformed data", "error", "packets")
         for name, count in stats.errors.most_common(top):
-            table.add_row(Text(name, style="red"), f"{count:,}")
+            table.add_row(Text(printable(name), style="red"), f"{count:,}")
         parts.append(table)
     flows = stats.open_flows
     title = f"QoS flows left unacknowledged: {len(flows):,}"
@@ -541,7 +549,8 @@ def stats_tables(stats: Any, capture: dict[str, int] | None = None, top: int = 1
             title + (f", first {top}" if len(flows) > top else ""), "client", "packet id", "QoS", "topic", "waiting for"
         )
         for flow in flows[:top]:
-            table.add_row(flow.client, str(flow.packet_id), str(flow.qos), flow.topic, flow.waiting)
+            client, topic = Text(printable(flow.client)), Text(printable(flow.topic))
+            table.add_row(client, str(flow.packet_id), str(flow.qos), topic, flow.waiting)
         parts.append(table)
     else:
         parts.append(Text(title, style="bold"))

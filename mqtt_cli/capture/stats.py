@@ -4,8 +4,7 @@ and QoS 1/2 flows whose acknowledgements never appeared in the capture."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["DumpStats", "OpenFlow"]
@@ -67,28 +66,6 @@ class DumpStats:
     @property
     def open_flows(self) -> list[OpenFlow]:
         return [flow for flow, _ in self._flows.values()]
-
-    def renamed(self, name: Callable[[str], str], error_name: Callable[[str], str] | None = None) -> DumpStats:
-        """A copy whose client ids and topics went through `name`, error kinds through `error_name` (escaped for
-        a terminal)."""
-
-        def counts(counter: Counter[str], name: Callable[[str], str] = name) -> Counter[str]:
-            out: Counter[str] = Counter()
-            for key, count in counter.items():
-                out[name(key)] += count
-            return out
-
-        flows = {
-            key: (replace(flow, client=name(flow.client), topic=name(flow.topic)), side)
-            for key, (flow, side) in self._flows.items()
-        }
-        return replace(
-            self,
-            by_client=counts(self.by_client),
-            by_topic=counts(self.by_topic),
-            errors=counts(self.errors, error_name or name),
-            _flows=flows,
-        )
 
     def _follow(self, rec: dict[str, Any], ptype: Any) -> None:
         pid = rec.get("packet_id")

@@ -228,7 +228,7 @@ class _Output:
                     from rich.console import Console
 
                     console = Console(highlight=False)
-                writer = _escaping(PacketTrees if self.verbose else PacketLines)(console=console, flush=self.live)
+                writer = (PacketTrees if self.verbose else PacketLines)(console=console, flush=self.live)
         keep, summary = self.keep, self.summary
         try:
             for rec in records:
@@ -240,27 +240,6 @@ class _Output:
         finally:
             if writer is not None:
                 writer.close()
-
-
-def _escaping(cls: type) -> Any:
-    """The renderer `cls` with control characters escaped in every part of a packet's line (client ids and topics
-    are the peer's bytes: an escape sequence must not reach the terminal). JSON escapes them itself."""
-
-    class Escaping(cls):  # type: ignore[valid-type,misc]
-        def head(self, rec: dict[str, Any]) -> list[tuple[str, str]]:
-            return [(_printable(text), style) for text, style in super().head(rec)]
-
-        def parts(self, rec: dict[str, Any]) -> list[tuple[str, str]]:
-            return [(_printable(text), style) for text, style in super().parts(rec)]
-
-    return Escaping
-
-
-def _printable(text: str) -> str:
-    """`text` with every non-printable character as its Python escape: ESC as \\x1b, a newline as \\n."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _unsupported_link_types(skipped: "Counter[int]", frames: int) -> None:
@@ -306,12 +285,9 @@ def _raw_chunks(path: str) -> Iterator[bytes]:
 
 def _print_stats(summary: "DumpStats", capture: dict[str, int] | None, json_lines: bool) -> None:
     from rich.console import Console
-    from rich.markup import escape
 
     from mqtt_cli.render import stats_tables
 
-    # Client ids and topics are the peer's text: no control characters or rich markup may get through.
-    summary = summary.renamed(lambda text: escape(_printable(text)), _printable)
     Console(stderr=json_lines, highlight=False).print(stats_tables(summary, capture))
 
 
