@@ -54,7 +54,10 @@ def serve(
         bool, typer.Option("--queue-drop-oldest", help="When a queue is full, drop its oldest message.")
     ] = False,
     max_inflight: Annotated[
-        int, typer.Option(help="QoS 1/2 messages in flight to a client that states no Receive Maximum (0: unlimited).")
+        int,
+        typer.Option(
+            help="QoS 1/2 messages in flight to a client that states no Receive Maximum (0: 65,535, all identifiers)."
+        ),
     ] = 20,
     max_packet_size: Annotated[int, typer.Option(help="Largest packet accepted, bytes (0: no limit).")] = 0,
     max_connections: Annotated[int, typer.Option(help="Connections accepted at once (0: unlimited).")] = 0,

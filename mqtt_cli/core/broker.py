@@ -323,7 +323,8 @@ class BrokerCore:
         self.connected += 1
         conn.session = session
         receive_maximum = props.receive_maximum if version == 5 else None
-        session.outgoing.receive_maximum = receive_maximum or c.max_inflight or None
+        # No limit still means 65,535: past that every packet identifier is in flight (2.2.1).
+        session.outgoing.receive_maximum = receive_maximum or c.max_inflight or 65535
         if version == 5:
             conn.client_max_packet_size = props.maximum_packet_size
             conn.topic_alias_maximum = c.max_topic_alias

@@ -164,6 +164,10 @@ class ClientConnection:
         # owner acknowledged while disconnected (packet id -> (QoS, reason code)), sent after the next CONNACK.
         self._held: dict[int, int] = {}
         self._owed: dict[int, tuple[int, int]] = {}
+        # QoS 1 identifiers the broker gave to another new message while we still held them (packet id -> how
+        # many more), and the acknowledgements of such copies owed while disconnected: one PUBACK per message.
+        self._held_copies: dict[int, int] = {}
+        self._owed_copies: list[int] = []
         self._pending_subscribe: dict[int, Subscribe] = {}
         self._pending_unsubscribe: dict[int, Unsubscribe] = {}
         self._reader = PacketReader(version, max_packet_size=maximum_packet_size)
@@ -360,6 +364,9 @@ class ClientConnection:
         """With `manual_ack`: acknowledges a QoS 1/2 message received (PUBACK or PUBREC, with `reason_code` on
         5.0). False when the broker no longer expects it (its session ended); while disconnected the
         acknowledgement is kept and sent after the next CONNACK that finds the session."""
+        copies = self._held_copies
+        if copies and packet_id in copies:
+            return self._acknowledge_copy(packet_id)
         qos = self._held.pop(packet_id, None)
         if qos is None:
             return False
@@ -370,6 +377,20 @@ class ClientConnection:
             self._out.append(b"\x40\x02" + packet_id.to_bytes(2, "big"))
             return True
         self._send_ack(packet_id, qos, reason_code)
+        return True
+
+    def _acknowledge_copy(self, packet_id: int) -> bool:
+        """acknowledge() for a QoS 1 identifier held more than once: one PUBACK, the identifier still held."""
+        copies = self._held_copies
+        left = copies[packet_id] - 1
+        if left:
+            copies[packet_id] = left
+        else:
+            del copies[packet_id]
+        if self.state is not _CONNECTED:
+            self._owed_copies.append(packet_id)
+        else:
+            self._out.append(b"\x40\x02" + packet_id.to_bytes(2, "big"))
         return True
 
     def _send_ack(self, packet_id: int, qos: int, reason_code: int) -> None:
@@ -387,7 +408,7 @@ class ClientConnection:
     @property
     def held(self) -> int:
         """manual_ack: messages delivered and not yet acknowledged."""
-        return len(self._held)
+        return len(self._held) + (sum(self._held_copies.values()) if self._held_copies else 0)
 
     def restore_incoming(self, packet_id: int, qos: int, *, acknowledged: bool) -> None:
         """Before connect(), from the owner's journal: a message received in an earlier process that is still
@@ -738,6 +759,9 @@ class ClientConnection:
                 for pid, (qos, rc) in self._owed.items():
                     self._send_ack(pid, qos, rc)
                 self._owed.clear()
+            for pid in self._owed_copies:
+                self._send_ack(pid, 1, 0)
+            self._owed_copies.clear()
             for packet in self._flows.resend():
                 if type(packet) is Publish:
                     self._out.append(encode(self._on_wire(packet), self.version))
@@ -747,6 +771,8 @@ class ClientConnection:
             self._incoming.clear()
             self._held.clear()  # the broker forgot these: nothing to acknowledge, no re-send to hold back
             self._owed.clear()
+            self._held_copies.clear()
+            self._owed_copies.clear()
             self.session_epoch += 1
             for entry in self._flows.clear():
                 p0 = entry.publish
@@ -804,16 +830,23 @@ class ClientConnection:
         pid: int = p.packet_id  # type: ignore[assignment]
         held = self._held
         if pid in held:
-            return  # a re-send of a message the owner has not finished with
-        if p.qos == 2 and pid in self._incoming:
+            if p.dup or p.qos != 1 or held[pid] != 1:
+                return  # a re-send of a message the owner has not finished with
+            # DUP 0: a new message under an identifier still in flight to us. A broker should not reuse it, but
+            # mosquitto does with max_inflight_messages 0 once 65,535 messages await our acknowledgement (a
+            # bridge whose other side stalls). Dropping it as a re-send left it unacknowledged and the broker's
+            # queue stuck behind it; at QoS 1 it is delivered, and acknowledged once per message.
+            self._held_copies[pid] = self._held_copies.get(pid, 0) + 1
+        elif p.qos == 2 and pid in self._incoming:
             self._out.append(encode(PubRec(pid), self.version))  # already ours: acknowledge again only
             return
-        if pid in self._owed:
+        elif pid in self._owed:
             return  # acknowledged while disconnected; the acknowledgement goes out after CONNACK
-        # Receive maximum is not enforced here: after a reconnect, a re-send that crossed our acknowledgement looks
-        # new and is held again, so our count runs ahead of the broker's (seen with mosquitto). The broker's own
-        # send quota bounds what it sends.
-        held[pid] = p.qos
+        else:
+            # Receive maximum is not enforced here: after a reconnect, a re-send that crossed our acknowledgement
+            # looks new and is held again, so our count runs ahead of the broker's (seen with mosquitto). The
+            # broker's own send quota bounds what it sends.
+            held[pid] = p.qos
         sink = self.on_message
         if sink is not None and not self._events:
             sink(p)

@@ -82,7 +82,8 @@ class OutgoingFlows:
     def window_open(self) -> bool:
         """True when one more QoS 1/2 PUBLISH may be sent now."""
         limit = self.receive_maximum
-        return limit is None or len(self._inflight) < limit
+        n = len(self._inflight)
+        return (limit is None or n < limit) and n + len(self.reserved) < 65535
 
     def _allocate(self) -> int:
         if len(self._inflight) + len(self.reserved) >= 65535:

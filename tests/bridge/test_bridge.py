@@ -3,6 +3,7 @@ killed bridge, no loops, notifications, journal damage, and one-line errors with
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import threading
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import paho.mqtt.client as paho
 import pytest
@@ -23,13 +25,14 @@ from .helpers import RUNNING, BridgeProcess, Watcher, publish
 pytestmark = pytest.mark.interop
 
 
-def mqtt(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def mqtt(*args: str, timeout: float = 30, input: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "mqtt_cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        stdin=subprocess.DEVNULL,
+        input=input,
+        stdin=subprocess.DEVNULL if input is None else None,
     )
 
 
@@ -39,7 +42,7 @@ def ours(workdir: Path, *args: str) -> Broker:
     return broker
 
 
-def mosq(workdir: Path, **kw: bool) -> Broker:
+def mosq(workdir: Path, **kw: Any) -> Broker:
     broker = start_mosquitto(workdir, **kw)
     RUNNING.append(broker)
     return broker
@@ -497,6 +500,42 @@ def test_linger_does_not_slow_a_flow_a_small_window_limits(tmp_path: Path) -> No
     took = time.monotonic() - start
     assert set(watcher.payloads()) == {b"%d" % i for i in range(n)}
     assert took < 10, f"{n} messages through a window of 20 took {took:.1f} s"
+    assert bridge.stop() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("local_kind", ["mosquitto", "ours"])
+def test_a_stalled_remote_with_more_than_65535_messages_behind_it(tmp_path: Path, local_kind: str) -> None:
+    """A broker with no in-flight limit (mosquitto's max_inflight_messages 0, our --max-inflight 0) sends a
+    3.1.1 bridge every queued message at once. With the remote stopped, more than 65,535 await the bridge's
+    acknowledgement. mosquitto then reuses identifiers still in flight (DUP 0): the bridge took those for
+    re-sends and dropped them, so 4,465 of these 70,000 never crossed and mosquitto's queue stayed stuck behind
+    them. Ours ran out of identifiers and disconnected the publisher."""
+    if local_kind == "ours":
+        local = ours(tmp_path / "local", "--max-inflight", "0", "--max-queued-messages", "0")
+    else:
+        local = mosq(tmp_path / "local", extra_conf="max_inflight_messages 0")
+    remote = mosq(tmp_path / "remote")
+    watcher = Watcher(remote, "s/#", qos=1)
+    bridge = BridgeProcess(
+        tmp_path / "b", local, remote, "-t", "s/# out 1",
+        "--local-protocol-version", "311", "--remote-protocol-version", "311",
+    )  # fmt: skip
+    bridge.wait_connected()
+    time.sleep(0.3)
+    n = 70_000
+    assert remote.proc is not None
+    remote.proc.send_signal(signal.SIGSTOP)
+    try:
+        lines = "".join(f"{i}\n" for i in range(n))
+        sent = mqtt("pub", "-h", local.host, "-p", str(local.port), "-t", "s/x", "-q", "1", "-l", input=lines)
+        assert sent.returncode == 0, sent.stderr
+    finally:
+        remote.proc.send_signal(signal.SIGCONT)
+    watcher.wait_count(n, timeout=60)
+    got = watcher.payloads()
+    missing = n - len(set(got) & {b"%d" % i for i in range(n)})
+    assert missing == 0, f"{missing} of {n} messages did not cross"
     assert bridge.stop() == 0
 
 

@@ -41,6 +41,29 @@ def test_qos1_acknowledged_only_when_told(version: int) -> None:
     assert broker.received() == []
 
 
+@pytest.mark.parametrize("version", [4, 5])
+def test_qos1_identifier_reused_while_held_is_a_new_message(version: int) -> None:
+    """mosquitto with max_inflight_messages 0 gives a new message an identifier still awaiting our PUBACK once
+    65,535 are in flight to us. DUP 0 says it is not a re-send: it is delivered, and each message gets its own
+    PUBACK. Dropping it as a re-send stalled a bridge's source broker behind it for good."""
+    client, broker = connected(version, manual_ack=True)
+    (first,) = broker.send(Publish("a", b"1", qos=1, packet_id=7))
+    (second,) = broker.send(Publish("a", b"2", qos=1, packet_id=7))
+    assert isinstance(first, MessageReceived) and isinstance(second, MessageReceived)
+    assert second.publish.payload == b"2" and client.held == 2
+    assert broker.send(Publish("a", b"2", qos=1, dup=True, packet_id=7)) == []  # a re-send still is one
+    assert client.acknowledge(7) and client.acknowledge(7)
+    assert broker.received() == [PubAck(7), PubAck(7)] and client.held == 0
+    assert not client.acknowledge(7)
+    # Acknowledged while disconnected: both PUBACKs go out after the CONNACK that finds the session.
+    broker.send(Publish("a", b"3", qos=1, packet_id=9), Publish("a", b"4", qos=1, packet_id=9))
+    client.receive_data(b"", 1.0)
+    client.events()
+    assert client.acknowledge(9) and client.acknowledge(9)
+    reconnect(client, broker)
+    assert broker.received() == [PubAck(9), PubAck(9)]
+
+
 def test_qos2_flow_is_reported_and_deduplicated() -> None:
     client, broker = connected(5, manual_ack=True)
     (event,) = broker.send(Publish("a", b"x", qos=2, packet_id=9))
