@@ -1,7 +1,7 @@
 """`mqtt bridge` against mosquitto's built-in bridge, in the same run: forwarding rate between two mosquittos.
 
     .venv/bin/python benchmarks/bridge.py [--reps 3] [--count 100000] [--size 64] [--qos 0,1] [--idle 3]
-                                          [--protocol 311|5] [--profile-ours DIR]
+                                          [--modes flood,backlog] [--protocol 311|5] [--profile-ours DIR]
 
 Each measurement starts two fresh Debian mosquittos on 127.0.0.1 (free ports, their own config files in a
 temporary directory; ../shared/bench/mosquitto.conf: no queue or inflight caps, persistence off):
@@ -17,12 +17,24 @@ the bridge flag on both) or 5 (`bridge_protocol_version mqttv50`; ours with no-l
 
 `mosquitto_sub -q QOS -F '%U %p'` on the remote broker (subscribed to bench/# before anything is sent) records
 every arrival with its time; once a probe message has crossed the bridge, `mosquitto_pub -l -q QOS -M 100`
-floods COUNT messages of SIZE bytes (each carrying its sequence number) into the local broker on bench/0; its
-standard input stays open until the subscriber has everything or has seen nothing new for --idle seconds
-(mosquitto_pub -l disconnects at end of input with QoS 1 messages still in flight). Rate = distinct messages
-received at the remote / (last arrival - first arrival) (duplicates are counted apart); lost = COUNT - distinct
-sequence numbers received. A run ends when COUNT messages (duplicates included) have arrived, after --idle
-seconds without arrivals, or --timeout seconds after the flood started.
+publishes COUNT messages of SIZE bytes (each carrying its sequence number) into the local broker on bench/0;
+its standard input stays open until the subscriber has everything or has seen nothing new for --idle seconds
+(mosquitto_pub -l disconnects at end of input with QoS 1 messages still in flight). Two modes (--modes):
+
+* flood: the bridges forward while the publisher publishes. The publisher's own pace bounds this one: its
+  window of 100 unacknowledged messages waits on a local broker that shares 2 cores with four other processes.
+  (Measured 2026-11-23: the same flood with mosquitto_sub on the local broker and no bridge at all arrives at
+  0.87x the rate through mosquitto's bridge; a 60-line Python relay using half our bridge's CPU scores 0.98-1.01.)
+* backlog (QoS 1 only): the remote broker is stopped (SIGSTOP) before the publisher starts and let go
+  (SIGCONT) once a subscriber on the local broker has seen all COUNT messages: the bridge then forwards a
+  backlog of COUNT messages, held by the local broker, the bridge and the sockets between, with no publisher
+  running. This is the forwarding rate itself. (QoS 0 is left out: both bridges bound what they keep for a
+  side that does not read, and drop the rest by design.)
+
+Rate = distinct messages received at the remote / (last arrival - first arrival) (duplicates are counted
+apart); lost = COUNT - distinct sequence numbers received. A run ends when COUNT messages (duplicates included)
+have arrived, after --idle seconds without arrivals, or --timeout seconds after the flood started (backlog: after
+the remote was let go).
 
 Nothing is pinned: with two brokers, a bridge and two clients on a 2-core machine, any pinning would decide
 the result; both bridges see the same scheduler. Within each repetition the two bridges run back to back, the
@@ -165,23 +177,41 @@ def line_count(path: Path) -> int:
 
 
 def run_one(
-    kind: str, qos: int, count: int, size: int, idle: float, timeout: float = 60, profile: Path | None = None
+    kind: str,
+    qos: int,
+    count: int,
+    size: int,
+    idle: float,
+    timeout: float = 60,
+    profile: Path | None = None,
+    mode: str = "flood",
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix=f"mqtt-bridge-bench-{kind}-"))
-    procs: dict[str, subprocess.Popen[Any] | None] = {"bridge": None, "sub": None, "pub": None, "spy": None}
+    procs: dict[str, subprocess.Popen[Any] | None] = {
+        "bridge": None, "sub": None, "pub": None, "spy": None, "tap": None,
+    }  # fmt: skip
+    stopped: subprocess.Popen[Any] | None = None  # backlog: the remote broker while SIGSTOPped
     load_before = os.getloadavg()[0]
     remote, rport = start_mosquitto(work, "remote")
     extra = mosquitto_bridge_conf(rport, qos) if kind == "mosquitto" else ""
     local, lport = start_mosquitto(work, "local", extra)
     bridge_exit = None
     try:
-        if kind == "ours":
+        if kind != "mosquitto":
             cmd = [
                 sys.executable, "-m", "mqtt_cli", "bridge",
                 "--local", f"mqtt://{HOST}:{lport}", "--remote", f"mqtt://{HOST}:{rport}",
                 "-t", f"bench/# out {qos}", "--state-dir", str(work / "state"),
                 "--local-protocol-version", PROTOCOL, "--remote-protocol-version", PROTOCOL, *EXTRA_OURS,
             ]  # fmt: skip
+            if kind == "yardstick":
+                cmd = [
+                    sys.executable,
+                    str(ROOT / "benchmarks" / "relay_yardstick.py"),
+                    str(lport),
+                    str(rport),
+                    str(qos),
+                ]
             procs["bridge"] = subprocess.Popen(
                 cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=(work / "bridge.log").open("ab"),
@@ -214,6 +244,15 @@ def run_one(
                 stdout=subprocess.DEVNULL, stderr=(work / "py-spy.log").open("ab"),
             )  # fmt: skip
             time.sleep(1)
+        tap_out = work / "tap.txt"
+        if mode == "backlog":
+            procs["tap"] = subprocess.Popen(
+                ["mosquitto_sub", "-h", HOST, "-p", str(lport), "-t", "bench/0", "-q", "0"],
+                stdout=tap_out.open("wb"), stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            time.sleep(0.5)
+            remote.send_signal(signal.SIGSTOP)
+            stopped = remote
         pad = "x" * max(0, size - 12)
         payload = b"".join(f"{i:011d} {pad}\n".encode() for i in range(count))
         pub = subprocess.Popen(
@@ -233,6 +272,15 @@ def run_one(
 
         writer = threading.Thread(target=feed, daemon=True)
         writer.start()
+        if mode == "backlog":
+            while line_count(tap_out) < count:
+                if time.monotonic() - started > timeout:
+                    raise RuntimeError(f"{kind}: the local broker did not get {count} messages (see {work})")
+                time.sleep(0.05)
+            stop(procs["tap"])
+            remote.send_signal(signal.SIGCONT)
+            stopped = None
+            started = time.monotonic()
         last, last_change = -1, time.monotonic()
         while True:
             time.sleep(0.1)
@@ -262,6 +310,8 @@ def run_one(
         if procs["bridge"] is not None:
             bridge_exit = stop(procs["bridge"], timeout=30)
     finally:
+        if stopped is not None:
+            stopped.send_signal(signal.SIGCONT)
         for p in procs.values():
             if p is not None and p.poll() is None:
                 p.kill()
@@ -283,7 +333,7 @@ def run_one(
     received = len(stamps)
     seconds = (stamps[-1] - stamps[0]) if received > 1 else float("nan")
     row: dict[str, Any] = {
-        "bench": "bridge", "kind": kind, "qos": qos, "count": count, "size": size, "protocol": PROTOCOL,
+        "bench": "bridge", "mode": mode, "kind": kind, "qos": qos, "count": count, "size": size, "protocol": PROTOCOL,
         "received": received, "distinct": len(seen), "lost": count - len(seen), "dups": dups,
         "seconds": round(seconds, 4), "received_per_s": round(received / seconds) if seconds > 0 else None,
         "distinct_per_s": round(len(seen) / seconds) if seconds > 0 else None,
@@ -341,12 +391,17 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--qos", default="0,1")
+    parser.add_argument("--modes", default="flood,backlog", help="flood, backlog or both (backlog: QoS 1 and 2)")
     parser.add_argument("--idle", type=float, default=3.0, help="stop after this many seconds without arrivals")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds a run may last after the flood starts")
     parser.add_argument("--max-inflight", type=int, default=None, help="the brokers' max_inflight_messages")
     parser.add_argument(
         "--protocol", choices=("311", "5"), default="311",
         help="MQTT version of both bridges on both sides (default 311, mosquitto's bridge default)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--yardstick", action="store_true",
+        help="also run benchmarks/relay_yardstick.py, the least a bridge can do (3.1.1, QoS 0/1), as a third bridge",
     )  # fmt: skip
     parser.add_argument("--profile-ours", type=Path, default=None)
     parser.add_argument("--no-save", action="store_true", help="do not write to benchmarks/results")
@@ -363,16 +418,23 @@ def main() -> int:
             return 2
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "mqtt_cli")], check=False)
     qoses = [int(q) for q in args.qos.split(",")]
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or not set(modes) <= {"flood", "backlog"}:
+        print(f"benchmarks/bridge.py: --modes takes flood, backlog or both, not {args.modes!r}", file=sys.stderr)
+        return 2
+    tests = [(mode, qos) for mode in modes for qos in qoses if mode == "flood" or qos > 0]
     rows: list[dict[str, Any]] = []
     day = time.strftime("%Y-%m-%d")
     raw_out = ROOT / "benchmarks" / "results" / f"bridge-{day}.jsonl"
     version = code_version()
     python = interpreter()
     for rep in range(args.reps):
-        for qos in qoses:
-            order = ["mosquitto", "ours"] if (rep + qos) % 2 == 0 else ["ours", "mosquitto"]
+        for n, (mode, qos) in enumerate(tests):
+            order = ["mosquitto", "ours"] if (rep + n) % 2 == 0 else ["ours", "mosquitto"]
+            if args.yardstick and PROTOCOL == "311" and qos < 2:
+                order.insert(1, "yardstick")
             for kind in order:
-                row = run_one(kind, qos, args.count, args.size, args.idle, args.timeout)
+                row = run_one(kind, qos, args.count, args.size, args.idle, args.timeout, mode=mode)
                 row["rep"] = rep
                 row["code"] = version
                 row["python"] = python
@@ -392,17 +454,17 @@ def main() -> int:
                 summarize_profile(raw, prof.with_suffix(".txt"))
     lines = [
         f"benchmarks/bridge.py --reps {args.reps} --count {args.count} --size {args.size} --qos {args.qos}"
-        f" --protocol {args.protocol}"
+        f" --modes {args.modes} --protocol {args.protocol}"
         + (f" --max-inflight {args.max_inflight}" if args.max_inflight is not None else "")
         + f"  ({time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs, not pinned, code {version},"
         f" ours on {python})",
         "mosquitto's bridge: " + BRIDGE_CONF_SHOWN,
-        f"{'test':<12}{'mosquitto/s':>13}{'ours/s':>11}{'ratio':>8}{'target':>8}"
+        f"{'test':<16}{'mosquitto/s':>13}{'ours/s':>11}{'ratio':>8}{'target':>8}"
         f"{'lost m/o':>12}{'ours cpu s':>12}{'load':>12}",
     ]
-    for qos in qoses:
-        m = [r for r in rows if r["kind"] == "mosquitto" and r["qos"] == qos]
-        o = [r for r in rows if r["kind"] == "ours" and r["qos"] == qos]
+    for mode, qos in tests:
+        m = [r for r in rows if r["kind"] == "mosquitto" and r["qos"] == qos and r["mode"] == mode]
+        o = [r for r in rows if r["kind"] == "ours" and r["qos"] == qos and r["mode"] == mode]
 
         def med(rs: list[dict[str, Any]], field: str) -> float:
             vals = [float(r[field]) for r in rs if isinstance(r.get(field), int | float)]
@@ -410,17 +472,26 @@ def main() -> int:
 
         mv, ov = med(m, "distinct_per_s"), med(o, "distinct_per_s")
         lost = f"{max((r['lost'] for r in m), default=0)}/{max((r['lost'] for r in o), default=0)}"
-        loads = [r["load_before"] for r in rows if r["qos"] == qos]
+        loads = [r["load_before"] for r in m + o]
         load = f"{min(loads):.1f}-{max(loads):.1f}" if loads else ""
         lines.append(
-            f"{'QoS ' + str(qos):<12}{mv:>13,.0f}{ov:>11,.0f}{ov / mv:>8.2f}{'>=' + str(TARGETS.get(qos, '')):>8}"
+            f"{f'QoS {qos} {mode}':<16}{mv:>13,.0f}{ov:>11,.0f}{ov / mv:>8.2f}{'>=' + str(TARGETS.get(qos, '')):>8}"
             f"{lost:>12}{med(o, 'bridge_cpu_s'):>12.2f}{load:>12}"
         )
-    for qos in qoses:
-        for kind in ("mosquitto", "ours"):
-            rs = [r for r in rows if r["kind"] == kind and r["qos"] == qos]
+        y = [r for r in rows if r["kind"] == "yardstick" and r["qos"] == qos and r["mode"] == mode]
+        if y:
+            yv = med(y, "distinct_per_s")
             lines.append(
-                f"  QoS {qos} {kind:<10} distinct/s {[r['distinct_per_s'] for r in rs]}"
+                f"{'  yardstick':<16}{'':>13}{yv:>11,.0f}{yv / mv:>8.2f}{'':>8}"
+                f"{max(r['lost'] for r in y):>12}{med(y, 'bridge_cpu_s'):>12.2f}"
+            )
+    for mode, qos in tests:
+        for kind in ("mosquitto", "ours", "yardstick"):
+            rs = [r for r in rows if r["kind"] == kind and r["qos"] == qos and r["mode"] == mode]
+            if not rs:
+                continue
+            lines.append(
+                f"  QoS {qos} {mode:<7} {kind:<10} distinct/s {[r['distinct_per_s'] for r in rs]}"
                 f" received {[r['received'] for r in rs]} lost {[r['lost'] for r in rs]} dups {[r['dups'] for r in rs]}"
             )
     text = "\n".join(lines)
