@@ -97,6 +97,13 @@ Reconnect = Annotated[
         help="Reconnect (with backoff, on the same session) when the connection is lost; no loss at QoS 1/2.",
     ),
 ]  # fmt: skip
+Debug = Annotated[
+    bool,
+    typer.Option(
+        "-d", "--debug", rich_help_panel=CONN,
+        help="Print each packet sent and received to standard output, in mosquitto_pub/sub -d's words.",
+    ),
+]  # fmt: skip
 Profile = Annotated[
     str | None,
     typer.Option(
@@ -158,7 +165,7 @@ WillUserProperty = Annotated[
 #: The parameter names of the options above, as they appear in a command's signature.
 CONNECTION_PARAMS = (
     "host", "port", "url", "unix", "client_id", "id_prefix", "keepalive", "protocol_version", "no_clean",
-    "session_expiry", "connect_timeout", "reconnect", "profile", "username", "password", "password_prompt",
+    "session_expiry", "connect_timeout", "reconnect", "debug", "profile", "username", "password", "password_prompt",
     "password_file", "cafile", "capath", "cert", "key", "insecure", "tls_version", "alpn", "will_topic",
     "will_payload", "will_qos", "will_retain", "will_delay", "will_expiry", "will_content_type",
     "will_user_property",
@@ -173,7 +180,7 @@ _SHARED_VALUES = (
     "--username --will-content-type --will-delay --will-message-expiry --will-payload --will-qos --will-topic "
     "--will-user-property -I -L -P -V -h -i -k -p -q -t -u -x"
 )
-_SHARED_FLAGS = "--disable-clean-session --insecure --password-prompt --reconnect --will-retain --help -c"
+_SHARED_FLAGS = "--debug --disable-clean-session --insecure --password-prompt --reconnect --will-retain --help -c -d"
 #: The options of each client command that take a value, and those that do not (tests/test_cli.py checks them
 #: against the commands): rewrite_optional_values() must know which tokens are values.
 VALUE_OPTIONS: dict[str, frozenset[str]] = {
@@ -412,8 +419,17 @@ def client_settings(
         connect_timeout=float(pick("connect_timeout", default=10.0)),
         tls_client_cert=bool(pick("cert")),
         reconnect=reconnect,
+        trace=_debug_line if p.get("debug") else None,
     )
     return Resolved(settings, url_topic, profile)
+
+
+def _debug_line(line: str) -> None:
+    """-d: to standard output, as mosquitto's clients print it, in order with the messages (same buffer)."""
+    sys.stdout.flush()  # what rich or print() wrote first
+    out = sys.stdout.buffer
+    out.write(line.encode("utf-8", "replace") + b"\n")
+    out.flush()
 
 
 def stdin_closed() -> bool:

@@ -92,6 +92,7 @@ def pub(
     session_expiry: o.SessionExpiry = None,
     connect_timeout: o.ConnectTimeout = None,
     reconnect: o.Reconnect = False,
+    debug: o.Debug = False,
     profile: o.Profile = None,
     username: o.Username = None,
     password: o.Password = None,

@@ -71,6 +71,7 @@ def rr(
     session_expiry: o.SessionExpiry = None,
     connect_timeout: o.ConnectTimeout = None,
     reconnect: o.Reconnect = False,
+    debug: o.Debug = False,
     profile: o.Profile = None,
     username: o.Username = None,
     password: o.Password = None,
@@ -157,8 +158,9 @@ def rr(
 
         printer = Printer(mode, None, not no_newline)
         correlation = correlation_data.encode() if correlation_data is not None else os.urandom(16)
-        with trio.move_on_after(timeout) as waited:
-            async with connected(settings) as client:  # stops on SIGINT/SIGTERM, then says goodbye
+        # -W counts from the connection and ends only the wait: DISCONNECT still goes out (no will).
+        async with connected(settings) as client:  # stops on SIGINT/SIGTERM, then says goodbye
+            with trio.move_on_after(timeout) as waited:
                 v5 = client.version == 5
                 codes = await client.subscribe([Subscription(response_topic, qos_value)])
                 if codes[0] >= 0x80:

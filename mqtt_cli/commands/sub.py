@@ -118,6 +118,7 @@ def sub(
     session_expiry: o.SessionExpiry = None,
     connect_timeout: o.ConnectTimeout = None,
     reconnect: o.Reconnect = False,
+    debug: o.Debug = False,
     profile: o.Profile = None,
     username: o.Username = None,
     password: o.Password = None,
@@ -202,8 +203,10 @@ def sub(
         printer = Printer(mode, fmt, not no_newline)
         excluded = list(exclude or [])
         code = 0
-        with trio.move_on_after(timeout if timeout is not None else float("inf")) as waited:
-            async with connected(settings) as client:  # stops on SIGINT/SIGTERM, then says goodbye
+        # -W counts from the connection, as with mosquitto_sub, and ends only the work: leaving `connected`
+        # then says goodbye with DISCONNECT (a timeout that ended the connection would publish the will).
+        async with connected(settings) as client:  # stops on SIGINT/SIGTERM, then says goodbye
+            with trio.move_on_after(timeout if timeout is not None else float("inf")) as waited:
                 if v5_only and client.version != 5:
                     fail(f"the broker speaks MQTT 3.1.1: {', '.join(v5_only)} need 5.0", o.EXIT_USAGE)
                 if unsubscribe:

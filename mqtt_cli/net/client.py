@@ -41,6 +41,7 @@ from mqtt_cli.core.packets import Publish, Subscription, Will
 from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
 
 from .errors import BrokerRefused, ClientError, ConnectFailed, ConnectionLost, PublishFailed, TLSFailed
+from .trace import PacketTrace
 from .transports import Endpoint, open_transport
 
 __all__ = ["Client", "ClientSettings", "open_client"]
@@ -103,6 +104,8 @@ class ClientSettings:
     read_gate: Callable[[], bool] | None = None
     # Seconds the reader may wait after a busy read before reading again (0: never); see _reader.
     linger: float = 0.0
+    # The clients' -d: a line for every packet sent and received, in libmosquitto's words (net/trace.py).
+    trace: Callable[[str], None] | None = None
 
 
 class Client:
@@ -134,6 +137,8 @@ class Client:
             on_message=s.on_message,
             on_acknowledged=s.on_acknowledged,
         )
+        if s.trace is not None:
+            self._trace(s.trace)
         self.endpoints = (s.endpoint, *s.alternates)
         self.endpoint = s.endpoint  # the one in use, or tried last
         self._endpoint_index = 0
@@ -170,6 +175,26 @@ class Client:
         self._raw: Any = None  # the plain socket under a TCP stream: the reader sends on it without a task switch
         self._unsent = b""  # what a direct send left over, for the writer
         self._writer_sending = False
+
+    def _trace(self, write: Callable[[str], None]) -> None:
+        """-d: the connection's bytes each way pass a PacketTrace on their way (its own methods, wrapped)."""
+        conn = self.conn
+        trace = PacketTrace(write, lambda: conn.client_id)
+        data_to_send, receive_data = conn.data_to_send, conn.receive_data
+
+        def traced_send(now: float | None = None) -> bytes:
+            data = data_to_send(now)
+            if data[:1] == b"\x10":  # CONNECT: a new connection, maybe another protocol version
+                trace.reset(conn.version)
+            trace.sent(data)
+            return data
+
+        def traced_receive(data: bytes, now: float) -> None:
+            trace.received(data)
+            receive_data(data, now)
+
+        conn.data_to_send = traced_send  # type: ignore[method-assign]
+        conn.receive_data = traced_receive  # type: ignore[method-assign]
 
     # --- public API ---------------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -355,3 +356,52 @@ def test_empty_payload_and_json_helper_as_mosquitto_sub(mqtt: Mqtt, mosquitto: B
             m["mid"] = 0
         assert [list(m.items()) for m in mine] == [list(m.items()) for m in oracle], (mine, oracle)
         assert mine[0]["payloadlen"] == 0 and mine[0]["payload"] is None
+
+
+@pytest.mark.parametrize("command", ["sub", "rr"])
+def test_timeout_says_goodbye_so_no_will_goes_out(mqtt: Mqtt, mosquitto: Broker, topic: str, command: str) -> None:
+    """-W ends the wait, not the connection: DISCONNECT goes out and the will does not (as mosquitto_sub -W).
+    The timeout ended the whole connection block, so the broker published the will of a client that left on time."""
+    args = ["-t", f"{topic}/q", "-e", f"{topic}/r", "-m", "?"] if command == "rr" else ["-t", f"{topic}/q"]
+    will = ["--will-topic", f"{topic}/will", "--will-payload", "gone", "--will-retain", "--will-qos", "1"]
+    out = mqtt(command, *at(mosquitto), *args, *will, "-W", "0.5")
+    assert out.returncode == 27, out.stderr
+    assert mqtt("pub", *at(mosquitto), "-t", f"{topic}/marker", "-m", "m", "-r").returncode == 0
+    wills = mqtt("sub", *at(mosquitto), "-t", f"{topic}/will", "-t", f"{topic}/marker", "--retained-only", "-v")
+    assert wills.text == f"{topic}/marker m\n"  # the will would be retained beside it
+
+
+def _debug_lines(text: str, client_id: str) -> list[str]:
+    """What -d printed, with the client's identifier and libmosquitto's own counter for QoS 0 (the wire has
+    none) made comparable."""
+    lines = [ln for ln in text.splitlines() if ln.startswith(("Client ", "Subscribed ", "Received "))]
+    return [re.sub(r"(q0, r[01], )m\d+,", r"\1m0,", ln.replace(f"Client {client_id} ", "Client ID ")) for ln in lines]
+
+
+@pytest.mark.parametrize("version", ["31", "311", "5"])
+@pytest.mark.parametrize("qos", ["0", "1", "2"])
+def test_debug_prints_what_mosquitto_pub_d_prints(mqtt: Mqtt, mosquitto: Broker, topic: str, version: str,
+                                                  qos: str) -> None:  # fmt: skip
+    mosq_version = {"31": "mqttv31", "311": "mqttv311", "5": "mqttv5"}[version]
+    common = ["-t", f"{topic}/d", "-m", "hello", "-q", qos, "-r", "-i", "dbg"]
+    ours = mqtt("pub", *at(mosquitto), *common, "-V", version, "-d")
+    theirs = subprocess.run(["mosquitto_pub", *at(mosquitto), *common, "-V", mosq_version, "-d"], capture_output=True,
+                            text=True, timeout=20)  # fmt: skip
+    assert ours.returncode == theirs.returncode == 0, ours.stderr
+    expected = _debug_lines(theirs.stdout, "dbg")
+    assert len(expected) >= 4  # CONNECT, CONNACK, PUBLISH, ..., DISCONNECT: the oracle printed something
+    assert _debug_lines(ours.text, "dbg") == expected
+
+
+def test_debug_prints_what_mosquitto_sub_d_prints(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    """Two filters (one SUBSCRIBE, a line per filter), a retained QoS 1 message, -C 1."""
+    assert mqtt("pub", *at(mosquitto), "-t", f"{topic}/s", "-m", "kept", "-r", "-q", "1").returncode == 0
+    common = ["-t", f"{topic}/s", "-t", f"{topic}/other", "-q", "1", "-C", "1", "-i", "dbg-sub", "-W", "20"]
+    ours = mqtt("sub", *at(mosquitto), *common, "-V", "311", "-d")
+    theirs = subprocess.run(["mosquitto_sub", *at(mosquitto), *common, "-V", "mqttv311", "-d"], capture_output=True,
+                            text=True, timeout=30)  # fmt: skip
+    assert ours.returncode == theirs.returncode == 0, ours.stderr
+    expected = _debug_lines(theirs.stdout, "dbg-sub")
+    assert any("received PUBLISH (d0, q1, r1, m1," in ln for ln in expected), expected
+    assert _debug_lines(ours.text, "dbg-sub") == expected
+    assert "kept" in ours.text.splitlines()  # the message itself, among the debug lines

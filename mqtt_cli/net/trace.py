@@ -1,0 +1,123 @@
+"""The clients' `-d`: every packet sent or received, one line each, worded as libmosquitto's debug log (what
+`mosquitto_pub -d` and `mosquitto_sub -d` print), so that habits, greps and notes carry over.
+
+The bytes are decoded a second time, apart from the connection's own reading: tracing costs nothing when off and
+cannot change what the connection does when on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mqtt_cli.core.codec import PacketReader
+from mqtt_cli.core.errors import RemoteProtocolError
+from mqtt_cli.core.packets import (
+    ConnAck,
+    Connect,
+    Disconnect,
+    PingReq,
+    PingResp,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+)
+
+
+def describe(packet: object, sending: bool, client_id: str) -> list[str]:
+    """libmosquitto's debug lines for one packet (several for a SUBSCRIBE or UNSUBSCRIBE of several filters)."""
+    who = f"Client {client_id or '(null)'}"
+    verb = "sending" if sending else "received"
+    t = type(packet)
+    if t is Publish:
+        p: Publish = packet  # type: ignore[assignment]
+        # QoS 0 has no packet identifier on the wire: m0 (libmosquitto shows its own counter when sending).
+        return [
+            f"{who} {verb} PUBLISH (d{int(p.dup)}, q{p.qos}, r{int(p.retain)}, m{p.packet_id or 0}, "
+            f"'{p.topic}', ... ({len(p.payload)} bytes))"
+        ]
+    if t is PubAck or t is PubComp:
+        a: PubAck = packet  # type: ignore[assignment]
+        name = "PUBACK" if t is PubAck else "PUBCOMP"
+        if sending:
+            return [f"{who} sending {name} (m{a.packet_id}, rc{a.reason_code})" if t is PubAck else
+                    f"{who} sending PUBCOMP (m{a.packet_id})"]  # fmt: skip
+        return [f"{who} received {name} (Mid: {a.packet_id}, RC:{a.reason_code})"]
+    if t is PubRec:
+        r: PubRec = packet  # type: ignore[assignment]
+        if sending:
+            return [f"{who} sending PUBREC (m{r.packet_id}, rc{r.reason_code})"]
+        return [f"{who} received PUBREC (Mid: {r.packet_id})"]
+    if t is PubRel:
+        rel: PubRel = packet  # type: ignore[assignment]
+        return [
+            f"{who} sending PUBREL (m{rel.packet_id})" if sending else f"{who} received PUBREL (Mid: {rel.packet_id})"
+        ]
+    if t is Subscribe:
+        s: Subscribe = packet  # type: ignore[assignment]
+        return [
+            f"{who} {verb} SUBSCRIBE (Mid: {s.packet_id}, Topic: {sub.topic_filter}, QoS: {sub.qos}, "
+            f"Options: 0x{sub.options & 0xFC:02x})"
+            for sub in s.subscriptions
+        ]
+    if t is Unsubscribe:
+        u: Unsubscribe = packet  # type: ignore[assignment]
+        return [f"{who} {verb} UNSUBSCRIBE (Mid: {u.packet_id}, Topic: {f})" for f in u.topic_filters]
+    if t is ConnAck:
+        return [f"{who} {verb} CONNACK ({packet.reason_code})"]  # type: ignore[attr-defined]
+    if t is Disconnect and not sending:
+        return [f"Received DISCONNECT ({packet.reason_code})"]  # type: ignore[attr-defined]
+    if t is SubAck and not sending:
+        codes = ", ".join(str(c) for c in packet.reason_codes)  # type: ignore[attr-defined]
+        # The second line is mosquitto_sub's own (its on_subscribe with -d), right after libmosquitto's.
+        return [f"{who} received SUBACK", f"Subscribed (mid: {packet.packet_id}): {codes}"]  # type: ignore[attr-defined]
+    names = {Connect: "CONNECT", Disconnect: "DISCONNECT", PingReq: "PINGREQ", PingResp: "PINGRESP",
+             SubAck: "SUBACK", UnsubAck: "UNSUBACK"}  # fmt: skip
+    return [f"{who} {verb} {names.get(t, t.__name__.upper())}"]
+
+
+class PacketTrace:
+    """Decodes what a client connection sends and receives and hands `write` a line per packet. `reset()` at
+    each new connection, with the protocol version it speaks."""
+
+    def __init__(self, write: Callable[[str], None], client_id: Callable[[], str]) -> None:
+        self.write = write
+        self.client_id = client_id
+        self._out = PacketReader(None, strict=False)
+        self._in = PacketReader(None, strict=False)
+        self._broken: set[bool] = set()  # directions whose framing broke on this connection: said once
+
+    def reset(self, version: int) -> None:
+        self._out = PacketReader(version, strict=False)
+        self._in = PacketReader(version, strict=False)
+        self._broken.clear()
+
+    def sent(self, data: bytes) -> None:
+        if data:
+            self._lines(self._out, data, True)
+
+    def received(self, data: bytes) -> None:
+        if data:
+            self._lines(self._in, data, False)
+
+    def _lines(self, reader: PacketReader, data: bytes, sending: bool) -> None:
+        if sending in self._broken:
+            return
+        try:
+            packets = reader.feed(data)
+        except RemoteProtocolError as err:  # broken framing: said once, then nothing more on this connection
+            self._broken.add(sending)
+            self.write(f"Client {self.client_id() or '(null)'} {'sending' if sending else 'received'} bad data: {err}")
+            return
+        cid = self.client_id()
+        for packet in packets:
+            if isinstance(packet, RemoteProtocolError):
+                self.write(f"Client {cid or '(null)'} {'sending' if sending else 'received'} a bad packet: {packet}")
+                continue
+            for line in describe(packet, sending, cid):
+                self.write(line)
