@@ -167,7 +167,7 @@ class ClientConnection:
         # QoS 1 identifiers the broker gave to another new message while we still held them (packet id -> how
         # many more), and the acknowledgements of such copies owed while disconnected: one PUBACK per message.
         self._held_copies: dict[int, int] = {}
-        self._owed_copies: list[int] = []
+        self._owed_copies: list[tuple[int, int]] = []  # (packet id, reason code)
         self._pending_subscribe: dict[int, Subscribe] = {}
         self._pending_unsubscribe: dict[int, Unsubscribe] = {}
         self._reader = PacketReader(version, max_packet_size=maximum_packet_size)
@@ -366,7 +366,7 @@ class ClientConnection:
         acknowledgement is kept and sent after the next CONNACK that finds the session."""
         copies = self._held_copies
         if copies and packet_id in copies:
-            return self._acknowledge_copy(packet_id)
+            return self._acknowledge_copy(packet_id, reason_code)
         qos = self._held.pop(packet_id, None)
         if qos is None:
             return False
@@ -379,7 +379,7 @@ class ClientConnection:
         self._send_ack(packet_id, qos, reason_code)
         return True
 
-    def _acknowledge_copy(self, packet_id: int) -> bool:
+    def _acknowledge_copy(self, packet_id: int, reason_code: int) -> bool:
         """acknowledge() for a QoS 1 identifier held more than once: one PUBACK, the identifier still held."""
         copies = self._held_copies
         left = copies[packet_id] - 1
@@ -388,9 +388,9 @@ class ClientConnection:
         else:
             del copies[packet_id]
         if self.state is not _CONNECTED:
-            self._owed_copies.append(packet_id)
+            self._owed_copies.append((packet_id, reason_code))
         else:
-            self._out.append(b"\x40\x02" + packet_id.to_bytes(2, "big"))
+            self._send_ack(packet_id, 1, reason_code)
         return True
 
     def _send_ack(self, packet_id: int, qos: int, reason_code: int) -> None:
@@ -759,8 +759,8 @@ class ClientConnection:
                 for pid, (qos, rc) in self._owed.items():
                     self._send_ack(pid, qos, rc)
                 self._owed.clear()
-            for pid in self._owed_copies:
-                self._send_ack(pid, 1, 0)
+            for pid, rc in self._owed_copies:
+                self._send_ack(pid, 1, rc)
             self._owed_copies.clear()
             for packet in self._flows.resend():
                 if type(packet) is Publish:

@@ -33,52 +33,47 @@ def describe(packet: object, sending: bool, client_id: str) -> list[str]:
     """libmosquitto's debug lines for one packet (several for a SUBSCRIBE or UNSUBSCRIBE of several filters)."""
     who = f"Client {client_id or '(null)'}"
     verb = "sending" if sending else "received"
-    t = type(packet)
-    if t is Publish:
-        p: Publish = packet  # type: ignore[assignment]
+    if isinstance(packet, Publish):
         # QoS 0 has no packet identifier on the wire: m0 (libmosquitto shows its own counter when sending).
         return [
-            f"{who} {verb} PUBLISH (d{int(p.dup)}, q{p.qos}, r{int(p.retain)}, m{p.packet_id or 0}, "
-            f"'{p.topic}', ... ({len(p.payload)} bytes))"
+            f"{who} {verb} PUBLISH (d{int(packet.dup)}, q{packet.qos}, r{int(packet.retain)}, "
+            f"m{packet.packet_id or 0}, '{packet.topic}', ... ({len(packet.payload)} bytes))"
         ]
-    if t is PubAck or t is PubComp:
-        a: PubAck = packet  # type: ignore[assignment]
-        name = "PUBACK" if t is PubAck else "PUBCOMP"
+    if isinstance(packet, PubAck):
         if sending:
-            return [f"{who} sending {name} (m{a.packet_id}, rc{a.reason_code})" if t is PubAck else
-                    f"{who} sending PUBCOMP (m{a.packet_id})"]  # fmt: skip
-        return [f"{who} received {name} (Mid: {a.packet_id}, RC:{a.reason_code})"]
-    if t is PubRec:
-        r: PubRec = packet  # type: ignore[assignment]
+            return [f"{who} sending PUBACK (m{packet.packet_id}, rc{packet.reason_code})"]
+        return [f"{who} received PUBACK (Mid: {packet.packet_id}, RC:{packet.reason_code})"]
+    if isinstance(packet, PubRec):
         if sending:
-            return [f"{who} sending PUBREC (m{r.packet_id}, rc{r.reason_code})"]
-        return [f"{who} received PUBREC (Mid: {r.packet_id})"]
-    if t is PubRel:
-        rel: PubRel = packet  # type: ignore[assignment]
+            return [f"{who} sending PUBREC (m{packet.packet_id}, rc{packet.reason_code})"]
+        return [f"{who} received PUBREC (Mid: {packet.packet_id})"]
+    if isinstance(packet, PubRel):
+        if sending:
+            return [f"{who} sending PUBREL (m{packet.packet_id})"]
+        return [f"{who} received PUBREL (Mid: {packet.packet_id})"]
+    if isinstance(packet, PubComp):
+        if sending:
+            return [f"{who} sending PUBCOMP (m{packet.packet_id})"]
+        return [f"{who} received PUBCOMP (Mid: {packet.packet_id}, RC:{packet.reason_code})"]
+    if isinstance(packet, Subscribe):
         return [
-            f"{who} sending PUBREL (m{rel.packet_id})" if sending else f"{who} received PUBREL (Mid: {rel.packet_id})"
-        ]
-    if t is Subscribe:
-        s: Subscribe = packet  # type: ignore[assignment]
-        return [
-            f"{who} {verb} SUBSCRIBE (Mid: {s.packet_id}, Topic: {sub.topic_filter}, QoS: {sub.qos}, "
+            f"{who} {verb} SUBSCRIBE (Mid: {packet.packet_id}, Topic: {sub.topic_filter}, QoS: {sub.qos}, "
             f"Options: 0x{sub.options & 0xFC:02x})"
-            for sub in s.subscriptions
+            for sub in packet.subscriptions
         ]
-    if t is Unsubscribe:
-        u: Unsubscribe = packet  # type: ignore[assignment]
-        return [f"{who} {verb} UNSUBSCRIBE (Mid: {u.packet_id}, Topic: {f})" for f in u.topic_filters]
-    if t is ConnAck:
-        return [f"{who} {verb} CONNACK ({packet.reason_code})"]  # type: ignore[attr-defined]
-    if t is Disconnect and not sending:
-        return [f"Received DISCONNECT ({packet.reason_code})"]  # type: ignore[attr-defined]
-    if t is SubAck and not sending:
-        codes = ", ".join(str(c) for c in packet.reason_codes)  # type: ignore[attr-defined]
+    if isinstance(packet, Unsubscribe):
+        return [f"{who} {verb} UNSUBSCRIBE (Mid: {packet.packet_id}, Topic: {f})" for f in packet.topic_filters]
+    if isinstance(packet, SubAck) and not sending:
+        codes = ", ".join(str(c) for c in packet.reason_codes)
         # The second line is mosquitto_sub's own (its on_subscribe with -d), right after libmosquitto's.
-        return [f"{who} received SUBACK", f"Subscribed (mid: {packet.packet_id}): {codes}"]  # type: ignore[attr-defined]
+        return [f"{who} received SUBACK", f"Subscribed (mid: {packet.packet_id}): {codes}"]
+    if isinstance(packet, ConnAck):
+        return [f"{who} {verb} CONNACK ({packet.reason_code})"]
+    if isinstance(packet, Disconnect) and not sending:
+        return [f"Received DISCONNECT ({packet.reason_code})"]
     names = {Connect: "CONNECT", Disconnect: "DISCONNECT", PingReq: "PINGREQ", PingResp: "PINGRESP",
              SubAck: "SUBACK", UnsubAck: "UNSUBACK"}  # fmt: skip
-    return [f"{who} {verb} {names.get(t, t.__name__.upper())}"]
+    return [f"{who} {verb} {names.get(type(packet), type(packet).__name__.upper())}"]
 
 
 class PacketTrace:
