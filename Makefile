@@ -15,6 +15,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ZIPAPP ?= dist/mqtt.pyz
 PYTEST_ARGS ?=
+# Workers for the suite (pytest-xdist): one per core. Tests that share a heavy peer (RabbitMQ) are kept on one
+# worker by their xdist_group (tests/conftest.py), so each peer starts once.
+PYTEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS ?=
 
 .PHONY: help install system-deps test lint serve zipapp completions bench clean distclean
@@ -37,7 +40,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 test: install lint ## ruff check, then the whole test suite (no test collected counts as a failure)
-	@echo "$(BIN)/pytest $(PYTEST_ARGS)"; rc=0; $(BIN)/pytest $(PYTEST_ARGS) || rc=$$?; \
+	@cmd="$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)"; echo "$$cmd"; rc=0; $$cmd || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	exit $$rc
 

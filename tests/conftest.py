@@ -63,5 +63,12 @@ def run() -> Run:
 
     return _run
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test`), keep the tests of one heavy session-wide peer on one worker."""
+    for item in items:
+        if "rabbitmq" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("rabbitmq"))
+
+
 # Real brokers (mosquitto, rabbitmq) on free loopback ports: fixtures in tests/brokers.py.
 pytest_plugins = ["tests.brokers"]

@@ -225,7 +225,9 @@ def test_record_command_stops_cleanly_on_ctrl_c(ours: Broker, tmp_path: Path, mq
         with Publisher(ours, "rec2/t", 0.05):
             deadline = time.monotonic() + 60
             while not _rows_written(out):  # a micro-batch with messages was written
-                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr and proc.stderr.read()
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()  # before reading its output, which would otherwise wait for it to end
+                    pytest.fail(f"no rows written within 60 s (exit {proc.wait()}): {proc.communicate()[1]}")
                 time.sleep(0.2)
             proc.send_signal(signal.SIGINT)
             _stdout, stderr = proc.communicate(timeout=60)
