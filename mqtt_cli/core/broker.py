@@ -61,10 +61,14 @@ class BrokerConfig:
     max_packet_size: int = 0  # the largest packet we accept (0: the protocol's maximum)
     max_buffered_bytes: int = 1 << 20  # bytes waiting for a slow socket before QoS 0 is dropped for it
     retain_available: bool = True
+    max_topic_levels: int = 200  # topic names and filters with more levels are refused (mosquitto's limit; 0: none)
     response_information_prefix: str = "response/"  # 5.0 Response Information: prefix + client id + "/"
     sys_interval: float = 10.0  # seconds between $SYS updates (0: none)
     instance: str = "0"  # makes assigned client identifiers unique across broker runs
     version: str = "mqtt-cli"
+    # Say why, for debugging: a Reason String in the DISCONNECT and CONNACK we send, and a refusing CONNACK for a
+    # malformed 5.0 CONNECT. Off by default, as mosquitto (both are optional in 5.0: 3.14.2.2.3, 3.1.4).
+    reason_strings: bool = False
 
 
 @dataclass(slots=True)
@@ -256,7 +260,8 @@ class BrokerCore:
             conn.version = packet.protocol_version
             if conn.version == 5:
                 conn.client_max_packet_size = packet.properties.maximum_packet_size
-            if conn.version == 5 and err.reason_code in REASONS_BY_PACKET[2]:
+            if conn.version == 5 and err.reason_code in REASONS_BY_PACKET[2] and self.config.reason_strings:
+                # The CONNACK is a MAY (5.0 3.1.4, 4.13); mosquitto closes without one.
                 self._send(conn, ConnAck(False, err.reason_code, Properties(reason_string=str(err)[:200])))
             self._close(conn, now, reason=None, detail=str(err), refused=True)
             return
@@ -696,7 +701,8 @@ class BrokerCore:
         if conn.closed:
             return
         if reason is not None and conn.connected and conn.version == 5 and reason in REASONS_BY_PACKET[14]:
-            self._send(conn, Disconnect(reason, Properties(reason_string=detail[:200]) if detail else EMPTY_PROPERTIES))
+            why = Properties(reason_string=detail[:200]) if detail and self.config.reason_strings else EMPTY_PROPERTIES
+            self._send(conn, Disconnect(reason, why))
         conn.closed = True
         conn.close_requested = True
         self.dirty.add(conn)
