@@ -34,7 +34,7 @@ from .packets import (
     Unsubscribe,
 )
 from .properties import EMPTY_PROPERTIES, Properties
-from .reasons import REASONS_BY_PACKET, v3_connack_code
+from .reasons import REASONS_BY_PACKET, SERVER_ONLY_DISCONNECT_REASONS, v3_connack_code
 from .records import replace
 from .retained import RetainedStore
 from .server import ServerConnection
@@ -45,6 +45,8 @@ __all__ = ["NEVER_EXPIRES", "BrokerConfig", "BrokerCore", "BrokerStats", "Notice
 
 NEVER_EXPIRES = 0xFFFFFFFF
 _PINGRESP = encode(PingResp())
+# Packet types only a server sends: from a client, a protocol error (0x82) whatever their contents hold.
+_SERVER_TO_CLIENT_ONLY = frozenset({2, 9, 11, 13})  # CONNACK, SUBACK, UNSUBACK, PINGRESP
 
 
 @dataclass(slots=True)
@@ -244,6 +246,10 @@ class BrokerCore:
         packet = err.packet
         if isinstance(err, UnsupportedProtocolVersion) and not conn.connected:
             level = err.details.get("protocol_level", 0)
+            if err.details.get("protocol_name") not in ("MQTT", "MQIsdp"):
+                # Not MQTT at all [MQTT-3.1.2-1]: closed without an answer in any version's format (mosquitto).
+                self._close(conn, now, reason=None, detail=str(err), refused=True)
+                return
             if level >= 5:
                 conn.version = 5
                 self._send(conn, ConnAck(False, 0x84))
@@ -264,6 +270,10 @@ class BrokerCore:
                 # The CONNACK is a MAY (5.0 3.1.4, 4.13); mosquitto closes without one.
                 self._send(conn, ConnAck(False, err.reason_code, Properties(reason_string=str(err)[:200])))
             self._close(conn, now, reason=None, detail=str(err), refused=True)
+            return
+        if err.packet_type in _SERVER_TO_CLIENT_ONLY:
+            # Its type alone breaks the protocol: that is the error to report, before whatever its body breaks.
+            self._close(conn, now, reason=0x82, detail=f"a client does not send this packet type: {err}")
             return
         self._close(conn, now, reason=err.reason_code, detail=str(err))
 
@@ -662,6 +672,10 @@ class BrokerCore:
         session = conn.session
         assert session is not None
         if conn.version == 5:
+            if p.reason_code in SERVER_ONLY_DISCONNECT_REASONS:
+                # [MQTT-3.14.2-1]: not a code a client may send; an abnormal end, so the will is published.
+                self._close(conn, now, reason=0x82, detail=f"DISCONNECT with 0x{p.reason_code:02X}, a server's code")
+                return
             expiry = p.properties.session_expiry_interval
             if expiry is not None:
                 if session.expiry_interval == 0 and expiry != 0:

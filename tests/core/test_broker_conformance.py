@@ -58,3 +58,101 @@ def test_malformed_v5_connect_closes_without_connack_by_default_MQTT_3_1_4_1(bro
     assert isinstance(ack, ConnAck) and ack.reason_code == 0x81 and ack.properties.reason_string
     assert c.closed
 
+
+
+# --- packets a server never receives, malformed fixed headers (#9) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\x20\x02\x00\x00",  # CONNACK
+        b"\x20\x01\x00",  # CONNACK cut short: still its type that counts
+        b"\x90\x04\x00\x01\x00\x00",  # SUBACK
+        b"\x90\x02\x00\x01",  # SUBACK without codes
+        b"\xb0\x03\x00\x01\x00",  # UNSUBACK
+        b"\xd0\x00",  # PINGRESP
+        b"\xd0\x01\x00",  # PINGRESP with a body
+        b"\xd1\x00",  # PINGRESP with flags
+    ],
+)
+def test_server_only_packet_types_are_a_protocol_error_before_their_contents_MQTT_4_13_1(
+    broker: BrokerCore, raw: bytes
+) -> None:
+    c = client(broker, "c", 5)
+    assert c.send_raw(raw) == [Disconnect(0x82)]
+    assert c.closed
+
+
+@pytest.mark.parametrize("version", [4, 5])
+@pytest.mark.parametrize("ptype", range(16))
+def test_every_packet_type_with_bad_fixed_header_flags_closes_MQTT_2_1_3_1(
+    broker: BrokerCore, version: int, ptype: int
+) -> None:
+    c = client(broker, "c", version)
+    # PUBLISH's flags are its own (QoS 3 is the bad one); every other type has fixed flags.
+    first = 0x36 if ptype == 3 else (ptype << 4) | (0x0F ^ (0x02 if ptype in (6, 8, 10) else 0x00))
+    got = c.send_raw(bytes((first, 2, 0, 1)))
+    assert c.closed
+    if version == 5:
+        assert len(got) == 1 and isinstance(got[0], Disconnect) and got[0].reason_code in (0x81, 0x82)
+    else:
+        assert got == []
+
+
+@pytest.mark.parametrize("raw", [b"\xc0\x01\x00", b"\xc0\x80\x80\x80\x80\x01", b"\x00\x00", b"\xe0\x80\x00"])
+def test_bad_remaining_length_or_body_closes_MQTT_3_12_4_1(broker: BrokerCore, raw: bytes) -> None:
+    c = client(broker, "c", 5)
+    got = c.send_raw(raw)
+    assert c.closed
+    assert len(got) == 1 and got[0].reason_code == 0x81
+
+
+@pytest.mark.parametrize("code", [0x87, 0x89, 0x8B, 0x8D, 0x8E, 0x8F, 0x9A, 0x9B, 0x9C, 0x9D, 0x9E, 0x9F, 0xA0, 0xA1, 0xA2])
+def test_disconnect_with_a_server_only_reason_code_is_a_protocol_error_MQTT_3_14_2_1(
+    broker: BrokerCore, code: int
+) -> None:
+    from mqtt_cli.core.packets import Will
+
+    watcher = client(broker, "w", 5)
+    watcher.subscribe("will")
+    c = client(broker, "c", 5, will=Will("will", b"gone"))
+    assert c.send(Disconnect(code)) == [Disconnect(0x82)]
+    assert c.closed
+    (will,) = watcher.received()
+    assert will.topic == "will"  # not a normal disconnection: the will goes out
+
+
+def test_client_reason_codes_in_disconnect_are_accepted(broker: BrokerCore) -> None:
+    for code in (0x00, 0x04, 0x80, 0x81, 0x82, 0x83, 0x8C, 0x90, 0x93, 0x94, 0x95, 0x96, 0x97, 0x98, 0x99):
+        c = client(broker, f"c{code}", 5)
+        assert c.send(Disconnect(code)) == []
+        assert c.closed
+
+
+@pytest.mark.parametrize(
+    "name",
+    [b"", b"MQTTTT", b"mqtt", b"MQIsdpX", b"\x00\x04MQ"],
+    ids=["empty", "too-long", "lower-case", "mqisdp-long", "cut-short"],
+)
+@pytest.mark.parametrize("level", [3, 4, 5])
+def test_a_connect_with_a_wrong_protocol_name_is_closed_unanswered_MQTT_3_1_2_1(
+    broker: BrokerCore, name: bytes, level: int
+) -> None:
+    c = Client(broker, level)
+    body = name if name.startswith(b"\x00\x04") else _s(name) + bytes((level, 2, 0, 60)) + (b"\x00" if level == 5 else b"")
+    if not name.startswith(b"\x00\x04"):
+        body += _s("c")
+    assert c.send_raw(_frame(0x10, body)) == []
+    assert c.closed
+
+
+@pytest.mark.parametrize("name, level", [("MQTT", 3), ("MQTT", 6), ("MQIsdp", 4), ("MQTT", 2)])
+def test_a_connect_with_an_unknown_level_gets_connack_1_MQTT_3_1_2_2(
+    broker: BrokerCore, name: str, level: int
+) -> None:
+    c = Client(broker, 4)
+    broker.receive(c.conn, _frame(0x10, _s(name) + bytes((level, 2, 0, 60)) + _s("c")), 0.0)
+    assert c.closed
+    # 3.x form (return code 1), or 5.0 form (0x84, empty properties) for a level above 4.
+    assert bytes(c.conn.out) == (b"\x20\x03\x00\x84\x00" if level & 0x7F >= 5 else b"\x20\x02\x00\x01")
