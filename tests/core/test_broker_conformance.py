@@ -59,7 +59,6 @@ def test_malformed_v5_connect_closes_without_connack_by_default_MQTT_3_1_4_1(bro
     assert c.closed
 
 
-
 # --- packets a server never receives, malformed fixed headers (#9) ------------------------------------------
 
 
@@ -108,7 +107,9 @@ def test_bad_remaining_length_or_body_closes_MQTT_3_12_4_1(broker: BrokerCore, r
     assert len(got) == 1 and got[0].reason_code == 0x81
 
 
-@pytest.mark.parametrize("code", [0x87, 0x89, 0x8B, 0x8D, 0x8E, 0x8F, 0x9A, 0x9B, 0x9C, 0x9D, 0x9E, 0x9F, 0xA0, 0xA1, 0xA2])
+@pytest.mark.parametrize(
+    "code", [0x87, 0x89, 0x8B, 0x8D, 0x8E, 0x8F, 0x9A, 0x9B, 0x9C, 0x9D, 0x9E, 0x9F, 0xA0, 0xA1, 0xA2]
+)
 def test_disconnect_with_a_server_only_reason_code_is_a_protocol_error_MQTT_3_14_2_1(
     broker: BrokerCore, code: int
 ) -> None:
@@ -140,7 +141,9 @@ def test_a_connect_with_a_wrong_protocol_name_is_closed_unanswered_MQTT_3_1_2_1(
     broker: BrokerCore, name: bytes, level: int
 ) -> None:
     c = Client(broker, level)
-    body = name if name.startswith(b"\x00\x04") else _s(name) + bytes((level, 2, 0, 60)) + (b"\x00" if level == 5 else b"")
+    body = (
+        name if name.startswith(b"\x00\x04") else _s(name) + bytes((level, 2, 0, 60)) + (b"\x00" if level == 5 else b"")
+    )
     if not name.startswith(b"\x00\x04"):
         body += _s("c")
     assert c.send_raw(_frame(0x10, body)) == []
@@ -148,9 +151,7 @@ def test_a_connect_with_a_wrong_protocol_name_is_closed_unanswered_MQTT_3_1_2_1(
 
 
 @pytest.mark.parametrize("name, level", [("MQTT", 3), ("MQTT", 6), ("MQIsdp", 4), ("MQTT", 2)])
-def test_a_connect_with_an_unknown_level_gets_connack_1_MQTT_3_1_2_2(
-    broker: BrokerCore, name: str, level: int
-) -> None:
+def test_a_connect_with_an_unknown_level_gets_connack_1_MQTT_3_1_2_2(broker: BrokerCore, name: str, level: int) -> None:
     c = Client(broker, 4)
     broker.receive(c.conn, _frame(0x10, _s(name) + bytes((level, 2, 0, 60)) + _s("c")), 0.0)
     assert c.closed
