@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .codec import encode
-from .errors import RemoteProtocolError, UnsupportedProtocolVersion
+from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
 from .flows import FlowState
 from .packets import (
     Auth,
@@ -40,6 +41,7 @@ from .retained import RetainedStore
 from .server import ServerConnection
 from .session import Delivery, Message, QueueLimits, Session, SubscriptionOptions
 from .topics import TopicTrie, parse_shared, topic_filter_error
+from .wire import control_character
 
 __all__ = ["NEVER_EXPIRES", "BrokerConfig", "BrokerCore", "BrokerStats", "Notice"]
 
@@ -127,6 +129,7 @@ class BrokerCore:
         self._shared_turn: dict[tuple[str, str], int] = {}
         self._next_sys = now + c.sys_interval if c.sys_interval else None
         self._clock = now  # the latest time given by the network layer (for _send, which is not given one)
+        self._topics_ok: set[str] = set()  # topics and filters that passed _topic_problem (bounded)
 
     # --- the network layer's entry points ------------------------------------------------------------------
 
@@ -288,6 +291,13 @@ class BrokerCore:
         conn.bridge = p.bridge and version != 5
         props = p.properties
         client_id = p.client_id
+        problem = _text_problem(client_id, "client identifier") or _text_problem(p.username, "user name")
+        if problem is None and p.will is not None:
+            why = self._topic_problem(p.will.topic)
+            problem = f"will topic: {why[1]}" if why is not None else None
+        if problem is not None:
+            self._protocol_error(conn, MalformedPacket(f"CONNECT {problem}", packet=p, packet_type=1), now)
+            return
         assigned = None
         if not client_id:
             if version == 3 or (version == 4 and not p.clean_start):
@@ -420,6 +430,11 @@ class BrokerCore:
                 props = props.replace(topic_alias=None)
             if props.subscription_identifier is not None:
                 self._close(conn, now, reason=0x82, detail="PUBLISH from a client with a subscription identifier")
+                return
+        if topic not in self._topics_ok:
+            why = self._topic_problem(topic)
+            if why is not None:
+                self._close(conn, now, reason=why[0], detail=f"PUBLISH topic name: {why[1]}")
                 return
         if p.retain and not self.config.retain_available:
             self._close(conn, now, reason=0x9A, detail="retain is not available")
@@ -621,9 +636,39 @@ class BrokerCore:
 
     # --- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------------------------------------
 
+    def _filters_problem(self, conn: ServerConnection, filters: Iterable[str], what: str, now: float) -> bool:
+        """Closes the connection (True) when a filter holds a control character or too many levels (mosquitto:
+        0x81 for both in SUBSCRIBE and UNSUBSCRIBE)."""
+        for flt in filters:
+            if flt not in self._topics_ok:
+                why = self._topic_problem(flt)
+                if why is not None:
+                    self._close(conn, now, reason=0x81, detail=f"{what} topic filter: {why[1]}")
+                    return True
+        return False
+
+    def _topic_problem(self, topic: str) -> tuple[int, str] | None:
+        """Why the broker refuses a topic name or filter that the protocol allows: a control character (a MAY of
+        1.5.4, a log-injection risk) or more levels than `max_topic_levels`. (reason code, detail) or None; topics
+        found fine are remembered, so a topic seen before costs one set lookup."""
+        at = control_character(topic)
+        if at >= 0:
+            return 0x81, f"control character U+{ord(topic[at]):04X} at character {at}"
+        limit = self.config.max_topic_levels
+        # Counted as mosquitto does (TOPIC_HIERARCHY_LIMIT): separators, so 201 levels pass and 202 do not.
+        if limit and topic.count("/") > limit:
+            return 0x82, f"{topic.count('/') + 1} levels, over the limit of {limit}"
+        ok = self._topics_ok
+        if len(ok) >= 4096:
+            ok.clear()
+        ok.add(topic)
+        return None
+
     def _on_subscribe(self, conn: ServerConnection, p: Subscribe, now: float) -> None:
         session = conn.session
         assert session is not None
+        if self._filters_problem(conn, (sub.topic_filter for sub in p.subscriptions), "SUBSCRIBE", now):
+            return
         version = conn.version
         sid = p.properties.subscription_identifier if version == 5 else None
         codes = []
@@ -657,6 +702,8 @@ class BrokerCore:
     def _on_unsubscribe(self, conn: ServerConnection, p: Unsubscribe, now: float) -> None:
         session = conn.session
         assert session is not None
+        if self._filters_problem(conn, p.topic_filters, "UNSUBSCRIBE", now):
+            return
         codes = []
         for flt in p.topic_filters:
             existed = session.subscriptions.pop(flt, None) is not None
@@ -847,6 +894,13 @@ def _merge(targets: dict[str, tuple[int, bool, tuple[int, ...]]], client_id: str
     else:
         sids = prev[2] + sid if sid and sid[0] not in prev[2] else prev[2]  # one SUBSCRIBE's filters share one id
         targets[client_id] = (max(prev[0], opts.qos), prev[1] or opts.retain_as_published, sids)
+
+
+def _text_problem(text: str | None, what: str) -> str | None:
+    if text is None:
+        return None
+    at = control_character(text)
+    return None if at < 0 else f"{what} holds control character U+{ord(text[at]):04X} at character {at}"
 
 
 def _first(item: tuple[Any, ...]) -> Any:

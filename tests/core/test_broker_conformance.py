@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
-from mqtt_cli.core.packets import ConnAck, Connect, Disconnect
+from mqtt_cli.core.packets import ConnAck, Connect, Disconnect, Publish, SubAck, Subscribe, Subscription
 from tests.core.test_broker import Client, client
 
 
@@ -157,3 +157,93 @@ def test_a_connect_with_an_unknown_level_gets_connack_1_MQTT_3_1_2_2(broker: Bro
     assert c.closed
     # 3.x form (return code 1), or 5.0 form (0x84, empty properties) for a level above 4.
     assert bytes(c.conn.out) == (b"\x20\x03\x00\x84\x00" if level & 0x7F >= 5 else b"\x20\x02\x00\x01")
+
+
+# --- control characters and topic levels (mosquitto's choices) -----------------------------------------------
+
+_CONTROLS = ["\x01", "\x1f", "\x7f", "\x80", "\x9f"]
+
+
+@pytest.mark.parametrize("ch", _CONTROLS)
+@pytest.mark.parametrize("version", [4, 5])
+@pytest.mark.parametrize("field", ["client_id", "username", "will_topic"])
+def test_control_characters_in_connect_fields_are_malformed_MQTT_1_5_4_2(
+    broker: BrokerCore, ch: str, version: int, field: str
+) -> None:
+    from mqtt_cli.core.packets import Will
+
+    kw: dict[str, object] = {}
+    client_id = "c"
+    if field == "client_id":
+        client_id = f"c{ch}"
+    elif field == "username":
+        kw["username"] = f"u{ch}"
+    else:
+        kw["will"] = Will(f"w{ch}", b"")
+    c = Client(broker, version)
+    assert c.send(Connect(client_id, protocol_version=version, **kw)) == []  # type: ignore[arg-type]
+    assert c.closed
+    assert not broker.sessions
+
+
+@pytest.mark.parametrize("ch", _CONTROLS)
+@pytest.mark.parametrize("version", [4, 5])
+def test_control_characters_in_topics_and_filters_are_malformed_MQTT_1_5_4_2(
+    broker: BrokerCore, ch: str, version: int
+) -> None:
+    from mqtt_cli.core.packets import Unsubscribe
+
+    watcher = client(broker, "w", version)
+    watcher.subscribe("#")
+    expected = [Disconnect(0x81)] if version == 5 else []
+    for packet in (
+        Publish(f"a{ch}", b"x"),
+        Publish(f"a{ch}", b"x", 1, packet_id=1),
+        Subscribe(1, (Subscription(f"a{ch}"),)),
+        Unsubscribe(1, (f"a/{ch}",)),
+    ):
+        c = client(broker, "c", version)
+        assert c.send(packet) == expected, packet
+        assert c.closed
+    assert watcher.received() == []  # nothing was delivered
+
+
+def test_text_without_control_characters_passes(broker: BrokerCore) -> None:
+    c = client(broker, "c-\u00a0\u00e9\u4e2d", 5, username="u\u00a0")
+    assert c.subscribe("t/\u00a0/+") == [SubAck(1, (0,))]
+    (p,) = c.send(Publish("t/\u00a0/\u00ff", b"x"))
+    assert p.topic == "t/\u00a0/\u00ff"
+
+
+def _levels(n: int) -> str:
+    return "/".join(["a"] * n)
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_topics_over_the_level_limit_are_refused_as_mosquitto(broker: BrokerCore, version: int) -> None:
+    from mqtt_cli.core.packets import Unsubscribe, Will
+
+    c = client(broker, "ok", version)
+    assert c.subscribe(_levels(201)) == [SubAck(1, (0,))]  # mosquitto counts 200 separators, not levels
+    assert [p.topic for p in c.send(Publish(_levels(201), b"x"))] == [_levels(201)]
+    for packet, code in (
+        (Publish(_levels(202), b"x", 1, packet_id=1), 0x82),
+        (Subscribe(1, (Subscription(_levels(202)),)), 0x81),
+        (Unsubscribe(1, (_levels(202),)), 0x81),
+    ):
+        c = client(broker, "c", version)
+        assert c.send(packet) == ([Disconnect(code)] if version == 5 else []), packet
+        assert c.closed
+    c = Client(broker, version)
+    assert c.send(Connect("w", protocol_version=version, will=Will(_levels(202), b""))) == []
+    assert c.closed
+
+
+def test_the_level_limit_is_configurable() -> None:
+    broker = BrokerCore(BrokerConfig(sys_interval=0, max_topic_levels=3))
+    c = client(broker, "c", 5)
+    assert c.subscribe("a/b/c/d") == [SubAck(1, (0,))]
+    assert c.subscribe("a/b/c/d/e", pid=2) == [Disconnect(0x81)]
+    unlimited = BrokerCore(BrokerConfig(sys_interval=0, max_topic_levels=0))
+    c = client(unlimited, "c", 5)
+    assert c.subscribe(_levels(5000)) == [SubAck(1, (0,))]
