@@ -247,3 +247,55 @@ def test_the_level_limit_is_configurable() -> None:
     unlimited = BrokerCore(BrokerConfig(sys_interval=0, max_topic_levels=0))
     c = client(unlimited, "c", 5)
     assert c.subscribe(_levels(5000)) == [SubAck(1, (0,))]
+
+
+# --- MQTT 3.1 CONNECT forms (#12), as mosquitto answers them ------------------------------------------------
+
+_V31_ACCEPTED = {
+    "id-1": (0x02, "a", b""),
+    "id-23": (0x02, "x" * 23, b""),
+    "id-24": (0x00, "x" * 24, b""),  # 3.1 says 23 at most; mosquitto (and we) take longer ones
+    "id-65535": (0x02, "x" * 65535, b""),
+    "no-clean-session": (0x00, "a", b""),
+    "reserved-flag": (0x03, "a", b""),
+    "user-and-password": (0xC2, "a", _s("u") + _s("p")),
+    "user-flag-without-user": (0x82, "a", b""),
+    "password-flag-without-password": (0xC2, "a", _s("u")),
+    "both-flags-without-fields": (0xC2, "a", b""),
+    "will-qos2-retain": (0x36, "a", _s("w/t") + _s("bye")),
+    "will-qos1-empty-payload": (0x0E, "a", _s("w/t") + _s("")),
+}
+
+
+@pytest.mark.parametrize("form", _V31_ACCEPTED)
+def test_mqtt_3_1_connect_forms_are_answered(broker: BrokerCore, form: str) -> None:
+    flags, client_id, rest = _V31_ACCEPTED[form]
+    c = Client(broker, 3)
+    got = c.send_raw(_frame(0x10, _s("MQIsdp") + bytes((3, flags, 0, 60)) + _s(client_id) + rest))
+    assert got == [ConnAck(False, 0)]
+    assert not c.closed
+
+
+@pytest.mark.parametrize("flags", [0x00, 0x02])
+def test_mqtt_3_1_empty_client_id_is_refused_with_2(broker: BrokerCore, flags: int) -> None:
+    c = Client(broker, 3)
+    assert c.send_raw(_frame(0x10, _s("MQIsdp") + bytes((3, flags, 0, 60)) + _s(""))) == [ConnAck(False, 2)]
+    assert c.closed
+
+
+@pytest.mark.parametrize(
+    "flags, rest",
+    [(0x42, _s("p")), (0x06, _s("w")), (0x1E, _s("w") + _s("p"))],
+    ids=["password-without-user-flag", "will-without-payload", "will-qos3"],
+)
+def test_mqtt_3_1_broken_connects_are_closed(broker: BrokerCore, flags: int, rest: bytes) -> None:
+    c = Client(broker, 3)
+    assert c.send_raw(_frame(0x10, _s("MQIsdp") + bytes((3, flags, 0, 60)) + _s("a") + rest)) == []
+    assert c.closed
+
+
+def test_mqtt_3_1_1_keeps_its_stricter_rules_MQTT_3_1_2_3_MQTT_3_1_2_22(broker: BrokerCore) -> None:
+    for flags, rest in ((0x03, b""), (0x82, b"")):
+        c = Client(broker, 4)
+        assert c.send_raw(_frame(0x10, _s("MQTT") + bytes((4, flags, 0, 60)) + _s("a") + rest)) == []
+        assert c.closed
