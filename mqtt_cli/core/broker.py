@@ -57,8 +57,10 @@ class BrokerConfig:
 
     max_keepalive: int = 65535  # 5.0: Server Keep Alive above it; 3.x: refused above it (when < 65535); 0: no limit
     max_topic_alias: int = 10  # topic aliases a 5.0 client may set
-    receive_maximum: int = 65535  # QoS 1/2 PUBLISH a 5.0 client may have unacknowledged towards us
-    max_inflight: int = 20  # our outgoing QoS 1/2 window for clients that state no Receive Maximum (0: none)
+    # mosquitto's max_inflight_messages: our outgoing QoS 1/2 window for clients that state no Receive Maximum, and
+    # the Receive Maximum announced to 5.0 clients (QoS 2 they may have unreleased towards us; beyond it: 0x93).
+    # 0: no limit (65,535, all packet identifiers), none announced.
+    max_inflight: int = 20
     max_queued_messages: int = 1000  # per client, while offline or over the window (0: unlimited)
     max_queued_bytes: int = 0
     queue_drop_oldest: bool = False
@@ -362,8 +364,8 @@ class BrokerCore:
                 named["assigned_client_identifier"] = assigned
             if server_keepalive is not None:
                 named["server_keep_alive"] = server_keepalive
-            if c.receive_maximum != 65535:
-                named["receive_maximum"] = c.receive_maximum
+            if 0 < c.max_inflight < 65535:
+                named["receive_maximum"] = c.max_inflight
             if c.max_topic_alias:
                 named["topic_alias_maximum"] = c.max_topic_alias
             if c.max_packet_size:
@@ -465,8 +467,10 @@ class BrokerCore:
             if not session.incoming.publish_received(p):
                 self._send(conn, PubRec(p.packet_id))  # type: ignore[arg-type]  # a re-send: acknowledge only
                 return
-            if len(session.incoming) > self.config.receive_maximum and conn.version == 5:
-                self._close(conn, now, reason=0x93, detail="receive maximum exceeded")
+            limit = self.config.max_inflight
+            if limit and len(session.incoming) > limit and conn.version == 5:
+                # [MQTT-3.3.4-8]: more QoS 2 unreleased than the Receive Maximum we announced.
+                self._close(conn, now, reason=0x93, detail=f"receive maximum {limit} exceeded")
                 return
         message = Message(topic, p.payload, qos, p.retain, props, conn.client_id, now)
         matched = self._route(message, now)

@@ -353,7 +353,7 @@ def test_topic_alias_over_maximum(broker: BrokerCore) -> None:
 
 
 def test_receive_maximum_exceeded() -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, receive_maximum=2))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, max_inflight=2))
     pub = client(broker, "p", 5)
     pub.send(Publish("t", b"", 2, packet_id=1))
     pub.send(Publish("t", b"", 2, packet_id=2))
