@@ -472,15 +472,18 @@ class BrokerCore:
                 # [MQTT-3.3.4-8]: more QoS 2 unreleased than the Receive Maximum we announced.
                 self._close(conn, now, reason=0x93, detail=f"receive maximum {limit} exceeded")
                 return
+            # PUBREC first, 0x00 whether anyone subscribed or not, as mosquitto: the message is ours from here, and
+            # the publisher hears so before its own subscription (if any) hears the message.
+            self._write(conn, b"\x50\x02" + p.packet_id.to_bytes(2, "big"))  # type: ignore[union-attr]
         message = Message(topic, p.payload, qos, p.retain, props, conn.client_id, now)
         matched = self._route(message, now)
-        if qos:
-            # PUBACK / PUBREC written directly: the short form is the same in every version.
+        if qos == 1:
+            # PUBACK written directly: the short form is the same in every version.
             pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
             if matched or conn.version < 5:
-                self._write(conn, (b"\x40\x02" if qos == 1 else b"\x50\x02") + pid)
+                self._write(conn, b"\x40\x02" + pid)
             else:
-                self._write(conn, (b"\x40\x03" if qos == 1 else b"\x50\x03") + pid + b"\x10")  # no subscribers
+                self._write(conn, b"\x40\x03" + pid + b"\x10")  # no matching subscribers
 
     def _on_puback(self, conn: ServerConnection, p: PubAck | PubRec | PubComp, now: float) -> None:
         session = conn.session

@@ -299,3 +299,59 @@ def test_mqtt_3_1_1_keeps_its_stricter_rules_MQTT_3_1_2_3_MQTT_3_1_2_22(broker: 
         c = Client(broker, 4)
         assert c.send_raw(_frame(0x10, _s("MQTT") + bytes((4, flags, 0, 60)) + _s("a") + rest)) == []
         assert c.closed
+
+
+# --- Receive Maximum (#10) ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_inflight, announced", [(20, 20), (1, 1), (65534, 65534), (0, None), (65535, None)])
+def test_max_inflight_is_announced_as_receive_maximum(max_inflight: int, announced: int | None) -> None:
+    broker = BrokerCore(BrokerConfig(sys_interval=0, max_inflight=max_inflight))
+    ack = Client(broker, 5).connect("c")
+    assert ack.properties.receive_maximum == announced
+
+
+def test_default_receive_maximum_is_mosquittos_20(broker: BrokerCore) -> None:
+    assert Client(broker, 5).connect("c").properties.receive_maximum == 20
+
+
+def test_exceeding_receive_maximum_is_disconnected_with_0x93_MQTT_3_3_4_9(broker: BrokerCore) -> None:
+    from mqtt_cli.core.packets import PubRec, PubRel
+
+    c = client(broker, "c", 5)
+    for pid in range(1, 21):
+        assert c.send(Publish("t", b"", 2, packet_id=pid)) == [PubRec(pid)]
+    assert c.send(PubRel(1)) != []  # one released: room for one more
+    assert c.send(Publish("t", b"", 2, packet_id=21)) == [PubRec(21)]
+    assert c.send(Publish("t", b"", 2, packet_id=22)) == [Disconnect(0x93)]
+    assert c.closed
+
+
+def test_no_receive_maximum_means_65535_unreleased(broker: BrokerCore) -> None:
+    broker = BrokerCore(BrokerConfig(sys_interval=0, max_inflight=0))
+    c = client(broker, "c", 5)
+    data = b"".join(_frame(0x34, _s("t") + pid.to_bytes(2, "big") + b"\x00") for pid in range(1, 65536))
+    got = c.send_raw(data)
+    assert len(got) == 65535 and not c.closed
+
+
+# --- QoS 2 PUBREC: 0x00, before onward delivery (mosquitto) ----------------------------------------------------
+
+
+def test_qos2_pubrec_is_0_without_subscribers_and_puback_still_0x10(broker: BrokerCore) -> None:
+    from mqtt_cli.core.packets import PubAck, PubRec
+
+    c = client(broker, "c", 5)
+    assert c.send(Publish("nobody", b"", 2, packet_id=1)) == [PubRec(1)]
+    assert c.send(Publish("nobody", b"", 1, packet_id=2)) == [PubAck(2, 0x10)]
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_qos2_pubrec_goes_before_the_publishers_own_copy(broker: BrokerCore, version: int) -> None:
+    from mqtt_cli.core.packets import PubRec
+
+    c = client(broker, "c", version)
+    c.subscribe(Subscription("t", 2))
+    got = c.send(Publish("t", b"x", 2, packet_id=7))
+    assert got[0] == PubRec(7)
+    assert isinstance(got[1], Publish) and got[1].payload == b"x"
