@@ -359,19 +359,20 @@ class BrokerCore:
         conn.connected = True
         ack_props = EMPTY_PROPERTIES
         if version == 5:
+            # In mosquitto's order, for those who compare packets byte by byte.
             named: dict[str, Any] = {}
-            if assigned is not None:
-                named["assigned_client_identifier"] = assigned
-            if server_keepalive is not None:
-                named["server_keep_alive"] = server_keepalive
-            if 0 < c.max_inflight < 65535:
-                named["receive_maximum"] = c.max_inflight
             if c.max_topic_alias:
                 named["topic_alias_maximum"] = c.max_topic_alias
-            if c.max_packet_size:
-                named["maximum_packet_size"] = c.max_packet_size
+            if server_keepalive is not None:
+                named["server_keep_alive"] = server_keepalive
+            if assigned is not None:
+                named["assigned_client_identifier"] = assigned
             if not c.retain_available:
                 named["retain_available"] = 0
+            if c.max_packet_size:
+                named["maximum_packet_size"] = c.max_packet_size
+            if 0 < c.max_inflight < 65535:
+                named["receive_maximum"] = c.max_inflight
             if props.request_response_information == 1 and c.response_information_prefix:
                 # 4.10: a topic tree of the client's own for its response topics.
                 named["response_information"] = f"{c.response_information_prefix}{client_id}/"

@@ -355,3 +355,12 @@ def test_qos2_pubrec_goes_before_the_publishers_own_copy(broker: BrokerCore, ver
     got = c.send(Publish("t", b"x", 2, packet_id=7))
     assert got[0] == PubRec(7)
     assert isinstance(got[1], Publish) and got[1].payload == b"x"
+
+
+def test_connack_properties_come_in_mosquittos_order() -> None:
+    broker = BrokerCore(BrokerConfig(sys_interval=0, max_keepalive=30, retain_available=False, max_packet_size=1000))
+    c = Client(broker, 5)
+    broker.receive(c.conn, _frame(0x10, _s("MQTT") + bytes((5, 2, 0, 60, 0)) + _s("")), 0.0)
+    ids = [pid for pid, _ in c.reader.feed(bytes(c.conn.out))[0].properties.items]
+    # What mosquitto 2.0.11 sends with max_keepalive 30, retain_available false and max_packet_size 1000.
+    assert ids == [0x22, 0x13, 0x12, 0x25, 0x27, 0x21]
