@@ -326,8 +326,17 @@ class BrokerCore:
         # Session take-over (3.1.4-3): the old connection goes, its will according to its delay.
         session = self.sessions.get(client_id)
         if session is not None and session.connection is not None:
+            if not p.clean_start and session.expiry_interval:
+                # The session goes on with the new connection: the old will is replaced, not published; it is
+                # published when the take-over ends the session (5.0 3.1.2.5; mosquitto).
+                session.will = None
             self._close(session.connection, now, reason=0x8E, detail="session taken over")
             session = self.sessions.get(client_id)  # gone if it was to end with its connection
+        elif session is not None and session.will_at is not None:
+            # A new connection before the will delay passed: the will is not published, whether or not this
+            # connection starts clean [MQTT-3.1.3-9] (5.0 3.1.2.5 [MQTT-3.1.2-8]).
+            session.will = None
+            session.will_at = None
         if session is not None and p.clean_start:
             self._end_session(session, now)
             session = None

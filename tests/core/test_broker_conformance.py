@@ -11,6 +11,7 @@ import pytest
 
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
 from mqtt_cli.core.packets import ConnAck, Connect, Disconnect, Publish, SubAck, Subscribe, Subscription
+from mqtt_cli.core.properties import Properties
 from tests.core.test_broker import Client, client
 
 
@@ -364,3 +365,73 @@ def test_connack_properties_come_in_mosquittos_order() -> None:
     ids = [pid for pid, _ in c.reader.feed(bytes(c.conn.out))[0].properties.items]
     # What mosquitto 2.0.11 sends with max_keepalive 30, retain_available false and max_packet_size 1000.
     assert ids == [0x22, 0x13, 0x12, 0x25, 0x27, 0x21]
+
+
+# --- wills on take-over (#3) and will delay (#4) -------------------------------------------------------------
+
+
+def _will_client(broker: BrokerCore, version: int, expiry: int, clean: bool, delay: int | None = None) -> Client:
+    from mqtt_cli.core.packets import Will
+
+    will_props = Properties(will_delay_interval=delay) if delay is not None else Properties()
+    will = Will("will/t", b"gone", properties=will_props if version == 5 else Properties())
+    props = Properties(session_expiry_interval=expiry) if version == 5 else Properties()
+    c = Client(broker, version)
+    ack = c.connect("c", clean_start=clean, will=will, properties=props)
+    assert ack.reason_code == 0
+    return c
+
+
+@pytest.mark.parametrize("old_keeps", [True, False])
+@pytest.mark.parametrize("new_clean", [True, False])
+@pytest.mark.parametrize("version", [4, 5])
+def test_take_over_publishes_the_old_will_only_when_the_session_ends_MQTT_3_1_4_3(
+    broker: BrokerCore, version: int, old_keeps: bool, new_clean: bool
+) -> None:
+    watcher = client(broker, "w", version)
+    watcher.subscribe("will/#")
+    _will_client(broker, version, 100 if old_keeps else 0, clean=not old_keeps)
+    props = Properties(session_expiry_interval=100) if version == 5 else Properties()
+    Client(broker, version).connect("c", clean_start=new_clean, properties=props)
+    got = [p.topic for p in watcher.received()]
+    ends = new_clean or not old_keeps
+    assert got == (["will/t"] if ends else [])
+
+
+@pytest.mark.parametrize("new_clean", [True, False])
+def test_a_reconnect_within_the_will_delay_cancels_the_will_MQTT_3_1_3_9_MQTT_3_1_2_8(
+    broker: BrokerCore, new_clean: bool
+) -> None:
+    watcher = client(broker, "w", 5)
+    watcher.subscribe("will/#")
+    c = _will_client(broker, 5, expiry=100, clean=False, delay=3)
+    c.lose(now=10.0)
+    broker.tick(11.0)
+    Client(broker, 5).connect("c", now=12.0, clean_start=new_clean, properties=Properties(session_expiry_interval=100))
+    broker.tick(20.0)
+    assert watcher.received() == []
+
+
+def test_a_delayed_will_goes_when_its_delay_has_passed_MQTT_3_1_2_8(broker: BrokerCore) -> None:
+    watcher = client(broker, "w", 5)
+    watcher.subscribe("will/#")
+    c = _will_client(broker, 5, expiry=100, clean=True, delay=3)
+    c.lose(now=10.0)
+    assert broker.tick(10.0) == 13.0
+    broker.tick(12.9)
+    assert watcher.received() == []
+    broker.tick(13.0)
+    assert [p.topic for p in watcher.received()] == ["will/t"]
+
+
+@pytest.mark.parametrize("expiry, at", [(0, 10.0), (2, 12.0)])
+def test_a_delayed_will_goes_when_the_session_ends_first(broker: BrokerCore, expiry: int, at: float) -> None:
+    watcher = client(broker, "w", 5)
+    watcher.subscribe("will/#")
+    c = _will_client(broker, 5, expiry=expiry, clean=True, delay=30)
+    c.lose(now=10.0)
+    broker.tick(at - 0.1)
+    if at > 10.0:
+        assert watcher.received() == []
+    broker.tick(at)
+    assert [p.topic for p in watcher.received()] == ["will/t"]
