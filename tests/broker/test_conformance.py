@@ -227,3 +227,45 @@ def test_a_reconnect_within_the_will_delay_cancels_it_MQTT_3_1_3_9(any_broker: B
     assert watcher.quiet(3.0) == []
     again.close()
     watcher.close()
+
+
+# --- #5: a message over the client's Maximum Packet Size --------------------------------------------------------
+
+
+def test_a_message_too_large_for_a_client_is_skipped_not_stalled_MQTT_3_1_2_25(ours: Broker) -> None:
+    """Ours only: mosquitto 2.0.11 sends nothing more at QoS 1/2 to that client after such a message (the stall
+    the issue describes)."""
+    from mqtt_cli.core.packets import PubAck
+
+    any_broker = ours
+
+    topic = uid("conf/big")
+    sub = Raw(any_broker, 5)
+    sub.connect(uid("s"), properties=Properties(maximum_packet_size=64, receive_maximum=2))
+    sub.subscribe(topic, 2)
+    pub = Raw(any_broker, 5)
+    pub.connect(uid("p"))
+    sequence = [(q, b"." * 100) for q in (1, 2, 1, 2, 1, 2)] + [(q, b"small %d" % q) for q in (1, 2, 0, 1, 2)]
+    for pid, (qos, payload) in enumerate(sequence, 1):
+        pub.send(Publish(topic, payload, qos, packet_id=pid if qos else None))
+        if qos == 2:  # mosquitto passes a QoS 2 message on at PUBREL
+            assert pub.next() == PubRec(pid)
+            pub.send(PubRel(pid))
+            assert pub.next() == PubComp(pid)
+        elif qos == 1:
+            assert isinstance(pub.next(), PubAck)
+    got = []
+    while len(got) < 5:
+        p = sub.next(5.0)
+        if isinstance(p, PubRel):
+            sub.send(PubComp(p.packet_id))
+            continue
+        assert isinstance(p, Publish), (p, got)
+        got.append(p.payload)
+        if p.qos == 1:
+            sub.send(PubAck(p.packet_id))  # type: ignore[arg-type]
+        elif p.qos == 2:
+            sub.send(PubRec(p.packet_id))  # type: ignore[arg-type]
+    assert got == [b"small 1", b"small 2", b"small 0", b"small 1", b"small 2"]
+    for c in (sub, pub):
+        c.close()

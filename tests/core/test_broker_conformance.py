@@ -435,3 +435,40 @@ def test_a_delayed_will_goes_when_the_session_ends_first(broker: BrokerCore, exp
         assert watcher.received() == []
     broker.tick(at)
     assert [p.topic for p in watcher.received()] == ["will/t"]
+
+
+# --- #5: a client's Maximum Packet Size ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("online", [True, False])
+def test_messages_too_large_for_a_client_are_skipped_as_delivered_MQTT_3_1_2_25(
+    broker: BrokerCore, online: bool
+) -> None:
+    from mqtt_cli.core.packets import PubAck, PubComp, PubRec, PubRel
+
+    props = Properties(maximum_packet_size=40, receive_maximum=2, session_expiry_interval=100)
+    sub = client(broker, "s", 5, clean_start=False, properties=props)
+    sub.subscribe(Subscription("t", 2))
+    if not online:
+        sub.lose()
+    pub = client(broker, "p", 5)
+    payloads = [b"." * 50] * 6 + [b"a", b"b", b"c", b"d"]
+    for pid, payload in enumerate(payloads, 1):
+        pub.send(Publish("t", payload, 1 + pid % 2, packet_id=pid))
+        pub.send(PubRel(pid))
+    if not online:
+        sub = Client(broker, 5)
+        assert sub.connect("s", clean_start=False, properties=props).session_present
+        pending = sub.after_connack
+    else:
+        pending = sub.received()
+    got = []
+    while pending:
+        p = pending.pop(0)
+        if isinstance(p, PubRel):
+            pending += sub.send(PubComp(p.packet_id))
+            continue
+        got.append(p.payload)
+        pending += sub.send(PubAck(p.packet_id) if p.qos == 1 else PubRec(p.packet_id))
+    assert got == [b"a", b"b", b"c", b"d"]
+    assert len(broker.sessions["s"].outgoing) == 0 and not broker.sessions["s"].queue
