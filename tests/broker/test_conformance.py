@@ -269,3 +269,32 @@ def test_a_message_too_large_for_a_client_is_skipped_not_stalled_MQTT_3_1_2_25(o
     assert got == [b"small 1", b"small 2", b"small 0", b"small 1", b"small 2"]
     for c in (sub, pub):
         c.close()
+
+
+# --- #6: message expiry while the subscriber is offline -------------------------------------------------------
+
+
+def test_queued_messages_expire_offline_and_carry_what_is_left_MQTT_3_3_2_5_MQTT_3_3_2_6(any_broker: Broker) -> None:
+    from mqtt_cli.core.packets import PubAck
+
+    topic = uid("conf/expire")
+    cid = uid("s")
+    sub = Raw(any_broker, 5)
+    sub.connect(cid, properties=Properties(session_expiry_interval=300))
+    sub.subscribe(topic, 2)
+    sub.send(Disconnect())
+    sub.close()
+    pub = Raw(any_broker, 5)
+    pub.connect(uid("p"))
+    pub.send(Publish(topic, b"short", 1, packet_id=1, properties=Properties(message_expiry_interval=1)))
+    assert isinstance(pub.next(), PubAck)
+    pub.send(Publish(topic, b"long", 1, packet_id=2, properties=Properties(message_expiry_interval=60)))
+    assert isinstance(pub.next(), PubAck)
+    time.sleep(2.2)
+    sub = Raw(any_broker, 5)
+    assert sub.connect(cid, clean_start=False, properties=Properties(session_expiry_interval=0)).session_present
+    got = sub.quiet(1.0)
+    assert [p.payload for p in got] == [b"long"]
+    assert 55 <= got[0].properties.message_expiry_interval <= 58
+    for c in (sub, pub):
+        c.close()

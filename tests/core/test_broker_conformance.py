@@ -472,3 +472,31 @@ def test_messages_too_large_for_a_client_are_skipped_as_delivered_MQTT_3_1_2_25(
         pending += sub.send(PubAck(p.packet_id) if p.qos == 1 else PubRec(p.packet_id))
     assert got == [b"a", b"b", b"c", b"d"]
     assert len(broker.sessions["s"].outgoing) == 0 and not broker.sessions["s"].queue
+
+
+# --- #6: message expiry --------------------------------------------------------------------------------------
+
+
+def test_queued_and_retained_messages_expire_and_carry_what_is_left_MQTT_3_3_2_5_MQTT_3_3_2_6(
+    broker: BrokerCore,
+) -> None:
+    keep = Properties(session_expiry_interval=100)
+    sub = client(broker, "s", 5, properties=keep)
+    sub.subscribe(Subscription("ex/#", 2))
+    sub.lose(now=0.0)
+    pub = client(broker, "p", 5)
+    for pid, (qos, expiry) in enumerate([(1, 2), (2, 2), (1, 30), (2, 30), (0, 2)], 1):
+        props = Properties(message_expiry_interval=expiry)
+        pub.send(Publish(f"ex/{qos}/{expiry}", b"", qos, packet_id=pid if qos else None, properties=props), 0.0)
+    pub.send(Publish("ex/retained", b"r", 1, True, packet_id=9, properties=Properties(message_expiry_interval=20)))
+    again = Client(broker, 5)
+    again.connect("s", now=10.5, clean_start=False, properties=keep)
+    got = [(p.topic, p.properties.message_expiry_interval) for p in again.after_connack]
+    assert got == [("ex/1/30", 20), ("ex/2/30", 20), ("ex/retained", 10)]  # 19.5 s left: rounded up
+    fresh = Client(broker, 5)
+    fresh.connect("fresh", now=19.0)
+    (_, retained) = fresh.send(Subscribe(1, (Subscription("ex/#", 1),)), 19.0)
+    assert retained.topic == "ex/retained" and retained.properties.message_expiry_interval == 1
+    fresh = Client(broker, 5)
+    fresh.connect("fresh2", now=20.0)
+    assert fresh.send(Subscribe(1, (Subscription("ex/#", 1),)), 25.0) == [SubAck(1, (1,))]
