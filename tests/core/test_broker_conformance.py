@@ -500,3 +500,64 @@ def test_queued_and_retained_messages_expire_and_carry_what_is_left_MQTT_3_3_2_5
     fresh = Client(broker, 5)
     fresh.connect("fresh2", now=20.0)
     assert fresh.send(Subscribe(1, (Subscription("ex/#", 1),)), 25.0) == [SubAck(1, (1,))]
+
+
+# --- #7: property values out of range ------------------------------------------------------------------------
+
+# (property block, what) for each ranged property a client can send, with an out-of-range value.
+_BAD_CONNECT_PROPERTIES = {
+    "request_problem_information=2": b"\x17\x02",
+    "request_problem_information=0xED": b"\x17\xed",
+    "request_response_information=2": b"\x19\x02",
+    "receive_maximum=0": b"\x21\x00\x00",
+    "maximum_packet_size=0": b"\x27\x00\x00\x00\x00",
+    "server-only maximum_qos": b"\x24\x01",
+}
+_BAD_PUBLISH_PROPERTIES = {
+    "payload_format_indicator=2": b"\x01\x02",
+    "payload_format_indicator=0xED": b"\x01\xed",
+    "payload_format_indicator=0xFF": b"\x01\xff",
+    "topic_alias=0": b"\x23\x00\x00",
+    "subscription_identifier=0": b"\x0b\x00",
+}
+
+
+def _props_block(raw: bytes) -> bytes:
+    return bytes((len(raw),)) + raw
+
+
+@pytest.mark.parametrize("raw", _BAD_CONNECT_PROPERTIES.values(), ids=_BAD_CONNECT_PROPERTIES)
+def test_connect_properties_out_of_range_close_MQTT_3_1_2_MQTT_2_2_2_2(broker: BrokerCore, raw: bytes) -> None:
+    c = Client(broker, 5)
+    assert c.send_raw(_frame(0x10, _s("MQTT") + bytes((5, 2, 0, 60)) + _props_block(raw) + _s("c"))) == []
+    assert c.closed and not broker.sessions
+
+
+@pytest.mark.parametrize("raw", [b"\x01\x02", b"\x01\xed"], ids=["2", "0xED"])
+def test_will_payload_format_indicator_out_of_range_closes(broker: BrokerCore, raw: bytes) -> None:
+    c = Client(broker, 5)
+    body = _s("MQTT") + bytes((5, 0x06, 0, 60, 0)) + _s("c") + _props_block(raw) + _s("w") + _s("x")
+    assert c.send_raw(_frame(0x10, body)) == []
+    assert c.closed and not broker.sessions
+
+
+@pytest.mark.parametrize("raw", _BAD_PUBLISH_PROPERTIES.values(), ids=_BAD_PUBLISH_PROPERTIES)
+@pytest.mark.parametrize("qos", [0, 1])
+def test_publish_properties_out_of_range_are_a_protocol_error(broker: BrokerCore, raw: bytes, qos: int) -> None:
+    c = client(broker, "c", 5)
+    pid = b"\x00\x01" if qos else b""
+    assert c.send_raw(_frame(0x30 | qos << 1, _s("t") + pid + _props_block(raw) + b"x")) == [Disconnect(0x82)]
+    assert c.closed
+
+
+def test_subscription_identifier_0_in_subscribe_is_a_protocol_error(broker: BrokerCore) -> None:
+    c = client(broker, "c", 5)
+    assert c.send_raw(_frame(0x82, b"\x00\x01" + _props_block(b"\x0b\x00") + _s("t") + b"\x00")) == [Disconnect(0x82)]
+
+
+def test_every_single_byte_property_has_a_range() -> None:
+    from mqtt_cli.core.properties import PROPERTY_TABLE, WireType
+
+    for spec in PROPERTY_TABLE.values():
+        if spec.wire_type is WireType.BYTE:
+            assert spec.value_range == (0, 1), spec.name
