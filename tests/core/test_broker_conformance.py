@@ -561,3 +561,46 @@ def test_every_single_byte_property_has_a_range() -> None:
     for spec in PROPERTY_TABLE.values():
         if spec.wire_type is WireType.BYTE:
             assert spec.value_range == (0, 1), spec.name
+
+
+# --- #8: thousands of user properties cost linear time -------------------------------------------------------
+
+
+def _connect_with_user_properties(n: int) -> bytes:
+    from mqtt_cli.core.wire import encode_vbi
+
+    props = b"".join(b"\x26" + _s(f"k{i}") + _s("v") for i in range(n))
+    return _frame(0x10, _s("MQTT") + bytes((5, 0x06, 0, 60)) + encode_vbi(len(props)) + props + _s("c") + b"\x00"
+                  + _s("w") + _s(""))  # fmt: skip
+
+
+def test_user_properties_cost_linear_time() -> None:
+    """Ten times the user properties may cost about ten times as long, never a hundred (quadratic). The ratio is
+    generous (machines are noisy); the quadratic case this guards against came out above 100."""
+    import gc
+    import timeit
+
+    def accept(data: bytes) -> None:
+        broker = BrokerCore(BrokerConfig(sys_interval=0))
+        c = broker.open("x", 0.0)
+        broker.receive(c, data, 0.0)
+        assert bytes(c.out[:4]) == b"\x20\x09\x00\x00"  # accepted
+        broker.connection_lost(c, 0.0)
+
+    small, large = _connect_with_user_properties(5_000), _connect_with_user_properties(50_000)
+    gc.disable()
+    try:
+        t_small = min(timeit.repeat(lambda: accept(small), number=1, repeat=3))
+        t_large = min(timeit.repeat(lambda: accept(large), number=1, repeat=3))
+    finally:
+        gc.enable()
+    assert t_large / t_small < 40, (t_small, t_large)
+
+
+def test_user_properties_keep_their_order_and_named_lookups_still_work() -> None:
+    from mqtt_cli.core.properties import Properties as P
+
+    many = P([(0x26, (f"k{i}", "v")) for i in range(100)] + [(0x11, 7)] + [(0x26, ("k0", "again"))])
+    assert many.session_expiry_interval == 7 and many.get(0x11) == 7 and many.receive_maximum is None
+    assert many.user_properties[0] == ("k0", "v") and many.user_properties[-1] == ("k0", "again")
+    assert many.get(0x26) == ("k0", "v")  # the first value, as for a short list
