@@ -298,3 +298,35 @@ def test_queued_messages_expire_offline_and_carry_what_is_left_MQTT_3_3_2_5_MQTT
     assert 55 <= got[0].properties.message_expiry_interval <= 58
     for c in (sub, pub):
         c.close()
+
+
+# --- #11: outgoing topic aliases ----------------------------------------------------------------------------------
+
+
+def test_server_topic_aliases_MQTT_3_3_2_13(ours: Broker) -> None:
+    """Ours only: mosquitto 2.0.11 never sends topic aliases (they are optional, 3.3.2.3.4)."""
+    from mqtt_cli.core.packets import PubAck
+
+    topic = uid("conf/alias")
+    c = Raw(ours, 5)
+    c.connect(uid("a"), properties=Properties(topic_alias_maximum=1))
+    c.subscribe(topic, 2)
+    for i in range(3):
+        c.send(
+            Publish(
+                topic,
+                b"topic alias %d" % i,
+                1,
+                packet_id=i + 1,
+                properties=Properties(user_properties=[("user", "prop")]),
+            )
+        )
+    got = []
+    while len(got) < 3:
+        p = c.next(5.0)
+        if isinstance(p, Publish):
+            got.append(p)
+            c.send(PubAck(p.packet_id))  # type: ignore[arg-type]
+    assert [(p.topic, p.properties.topic_alias) for p in got] == [(topic, 1), ("", 1), ("", 1)]
+    assert all(p.properties.user_properties == (("user", "prop"),) for p in got)
+    c.close()

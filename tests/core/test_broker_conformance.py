@@ -604,3 +604,68 @@ def test_user_properties_keep_their_order_and_named_lookups_still_work() -> None
     assert many.session_expiry_interval == 7 and many.get(0x11) == 7 and many.receive_maximum is None
     assert many.user_properties[0] == ("k0", "v") and many.user_properties[-1] == ("k0", "again")
     assert many.get(0x26) == ("k0", "v")  # the first value, as for a short list
+
+
+# --- #11: topic aliases towards clients that allow them ------------------------------------------------------
+
+
+def _topics_and_aliases(packets: list[object]) -> list[tuple[str, int | None]]:
+    return [(p.topic, p.properties.topic_alias) for p in packets if isinstance(p, Publish)]
+
+
+def test_broker_assigns_topic_aliases_to_a_client_that_allows_them_MQTT_3_3_2_13(broker: BrokerCore) -> None:
+    from mqtt_cli.core.packets import PubAck
+
+    sub = client(broker, "s", 5, properties=Properties(topic_alias_maximum=2))
+    assert broker.sessions["s"].connection.aliases_out == {}
+    sub.subscribe(Subscription("a/#", 1))
+    plain = client(broker, "plain", 5)  # asks for no aliases: gets none
+    plain.subscribe(Subscription("a/#", 1))
+    pub = client(broker, "p", 5)
+    for i, topic in enumerate(["a/1", "a/1", "a/2", "a/3", "a/2", "a/1", "a/3"], 1):
+        props = Properties(user_properties=[("n", str(i))])
+        pub.send(Publish(topic, b"%d" % i, i % 2, packet_id=i if i % 2 else None, properties=props))
+    got = sub.received()
+    assert _topics_and_aliases(got) == [
+        ("a/1", 1),
+        ("", 1),
+        ("a/2", 2),
+        ("a/3", None),  # both aliases taken: in full
+        ("", 2),
+        ("", 1),
+        ("a/3", None),
+    ]
+    assert [p.properties.user_properties for p in got] == [(("n", str(i)),) for i in range(1, 8)]
+    assert [p.payload for p in got] == [b"%d" % i for i in range(1, 8)]
+    assert _topics_and_aliases(plain.received()) == [
+        (t, None) for t in ["a/1", "a/1", "a/2", "a/3", "a/2", "a/1", "a/3"]
+    ]
+    for p in got:
+        if p.qos:
+            sub.send(PubAck(p.packet_id))
+
+
+def test_topic_aliases_start_afresh_on_each_connection_and_resends_carry_the_topic(broker: BrokerCore) -> None:
+    allow = Properties(topic_alias_maximum=5, session_expiry_interval=100)
+    sub = client(broker, "s", 5, clean_start=False, properties=allow)
+    sub.subscribe(Subscription("t", 1))
+    pub = client(broker, "p", 5)
+    pub.send(Publish("t", b"1", 1, packet_id=1))
+    pub.send(Publish("t", b"2", 1, packet_id=2))
+    assert _topics_and_aliases(sub.received()) == [("t", 1), ("", 1)]
+    sub.lose()
+    again = Client(broker, 5)
+    again.connect("s", clean_start=False, properties=allow)
+    resent = again.after_connack
+    assert _topics_and_aliases(resent) == [("t", None), ("t", None)] and all(p.dup for p in resent)
+    pub.send(Publish("t", b"3", 1, packet_id=3))
+    assert _topics_and_aliases(again.received()) == [("t", 1)]  # a new connection: the alias is set again
+
+
+def test_a_message_too_large_does_not_set_an_alias(broker: BrokerCore) -> None:
+    sub = client(broker, "s", 5, properties=Properties(topic_alias_maximum=5, maximum_packet_size=30))
+    sub.subscribe(Subscription("t/#", 0))
+    pub = client(broker, "p", 5)
+    pub.send(Publish("t/x", b"." * 40))
+    pub.send(Publish("t/x", b"small"))
+    assert _topics_and_aliases(sub.received()) == [("t/x", 1)]
