@@ -573,7 +573,8 @@ def _decode_subscribe(first: int, data: bytes, pos: int, end: int, version: int,
         pos += 1
         qos = options & 3
         if qos == 3:
-            errs.append(MalformedPacket(f"SUBSCRIBE asks QoS 3 for {flt!r}"))
+            # 5.0 3.8.3.1 calls it a protocol error (0x82); 3.1.1 a malformed packet [MQTT-3.8.3-4].
+            errs.append((ProtocolError if version == 5 else MalformedPacket)(f"SUBSCRIBE asks QoS 3 for {flt!r}"))
         if err := topic_filter_error(flt):
             errs.append(RemoteProtocolError(f"SUBSCRIBE {err}", reason_code=0x8F))
         if version == 5:

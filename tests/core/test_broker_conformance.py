@@ -669,3 +669,39 @@ def test_a_message_too_large_does_not_set_an_alias(broker: BrokerCore) -> None:
     pub.send(Publish("t/x", b"." * 40))
     pub.send(Publish("t/x", b"small"))
     assert _topics_and_aliases(sub.received()) == [("t/x", 1)]
+
+
+# --- where we follow the spec and mosquitto does not --------------------------------------------------------
+
+
+def test_maximum_qos_3_in_subscribe_is_a_protocol_error_in_5_0(broker: BrokerCore) -> None:
+    c = client(broker, "c", 5)
+    assert c.send_raw(_frame(0x82, b"\x00\x01\x00" + _s("t") + b"\x03")) == [Disconnect(0x82)]  # mosquitto: 0x81
+    c = client(broker, "c4", 4)
+    assert c.send_raw(_frame(0x82, b"\x00\x01" + _s("t") + b"\x03")) == []
+    assert c.closed
+
+
+def test_a_wildcard_in_a_publish_topic_is_0x90_MQTT_3_3_2_2(broker: BrokerCore) -> None:
+    c = client(broker, "c", 5)
+    assert c.send_raw(_frame(0x30, _s("a/#") + b"\x00x")) == [Disconnect(0x90)]  # mosquitto: 0x82
+
+
+def test_an_unknown_pubrel_gets_pubcomp_0x92_in_5_0(broker: BrokerCore) -> None:
+    from mqtt_cli.core.packets import PubComp, PubRel
+
+    assert client(broker, "c", 5).send(PubRel(9)) == [PubComp(9, 0x92)]  # mosquitto: 0x00
+    assert client(broker, "c4", 4).send(PubRel(9)) == [PubComp(9)]
+
+
+def test_an_empty_will_topic_is_refused_and_closed_MQTT_4_7_3_1(broker: BrokerCore) -> None:
+    for version in (3, 4, 5):
+        for delay in (b"", b"\x05\x18\x00\x00\x00\x05"):
+            if delay and version != 5:
+                continue
+            c = Client(broker, version)
+            name, props = (b"MQIsdp", b"") if version == 3 else (b"MQTT", b"\x00" if version == 5 else b"")
+            will_props = (bytes((len(delay),)) + delay) if version == 5 else b""
+            body = _s(name) + bytes((version, 0x06, 0, 60)) + props + _s("c") + will_props + _s("") + _s("x")
+            assert c.send_raw(_frame(0x10, body)) == []
+            assert c.closed and not broker.sessions
