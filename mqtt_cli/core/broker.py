@@ -263,9 +263,11 @@ class BrokerCore:
                 self._send(conn, ConnAck(False, 1))
             self._close(conn, now, reason=None, detail=str(err), refused=True)
             return
-        if err.reason_code == 0x8F and isinstance(packet, Subscribe) and conn.connected and conn.version == 5:
-            # A 5.0 client learns of a bad filter from its SUBACK (0x8F), and keeps its connection.
-            self._on_subscribe(conn, packet, now)
+        if err.reason_code == 0x8F and isinstance(packet, Subscribe | Unsubscribe):
+            # Not a topic filter at all (a misplaced wildcard, an empty filter, a broken $share/): a malformed
+            # packet (4.7, 4.13), closed with 0x81 as mosquitto does. 0x8F is for a filter "correctly formed" but
+            # not allowed (3.9.3), which this broker has none of.
+            self._close(conn, now, reason=0x81, detail=str(err))
             return
         if isinstance(packet, Connect) and not conn.connected:
             conn.version = packet.protocol_version

@@ -458,3 +458,14 @@ def test_control_characters_in_topics_close_like_mosquitto(any_broker: Broker, v
         c.send_raw(packet)
         got = c.until_closed()
         assert got in ([], [Disconnect(0x81)]), got
+
+
+@pytest.mark.parametrize("flt", ["a#", "+a", "a/#/b", ""])
+@pytest.mark.parametrize("version", [4, 5])
+def test_invalid_topic_filters_close_like_mosquitto_MQTT_4_7_1_1(any_broker: Broker, version: int, flt: str) -> None:
+    pp = b"\x00" if version == 5 else b""
+    for packet in (frame(0x82, b"\x00\x01" + pp + s(flt) + b"\x00"), frame(0xA2, b"\x00\x01" + pp + s(flt))):
+        c = Raw(any_broker, version)
+        c.connect(uid("flt"))
+        c.send_raw(packet)
+        assert c.until_closed() == ([Disconnect(0x81)] if version == 5 else [])

@@ -705,3 +705,20 @@ def test_an_empty_will_topic_is_refused_and_closed_MQTT_4_7_3_1(broker: BrokerCo
             body = _s(name) + bytes((version, 0x06, 0, 60)) + props + _s("c") + will_props + _s("") + _s("x")
             assert c.send_raw(_frame(0x10, body)) == []
             assert c.closed and not broker.sessions
+
+
+@pytest.mark.parametrize("flt", ["a#", "+a", "a/#/b", "", "$share/g", "$share/g/", "$share/g+/a"])
+@pytest.mark.parametrize("version", [4, 5])
+def test_an_invalid_topic_filter_is_malformed_MQTT_4_7_1_1_MQTT_4_8_2_2(
+    broker: BrokerCore, flt: str, version: int
+) -> None:
+    pp = b"\x00" if version == 5 else b""
+    expected = [Disconnect(0x81)] if version == 5 else []
+    for packet in (
+        _frame(0x82, b"\x00\x01" + pp + _s("ok") + b"\x00" + _s(flt) + b"\x00"),
+        _frame(0xA2, b"\x00\x01" + pp + _s(flt)),
+    ):
+        c = client(broker, "c", version)
+        assert c.send_raw(packet) == expected
+        assert c.closed
+    assert not broker.subscriptions.match("ok")  # nothing of the refused SUBSCRIBE was applied
