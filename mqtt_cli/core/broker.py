@@ -392,6 +392,8 @@ class BrokerCore:
                 named["response_information"] = f"{c.response_information_prefix}{client_id}/"
             ack_props = Properties(**named)
         self._send(conn, ConnAck(session_present and version > 3, 0, ack_props))  # 3.1 has no such flag
+        if conn.closed:  # not even the CONNACK fits the client's Maximum Packet Size
+            return
         self.stats.clients_maximum = max(self.stats.clients_maximum, self.connected)
         self.notices.append(Notice("connected", client_id, conn.peer, f"MQTT level {version}"))
         if session_present:
@@ -877,9 +879,11 @@ class BrokerCore:
             data = encode(replace(packet, properties=lean), conn.version)
             if len(data) <= limit:
                 return data
-        if not isinstance(packet, Disconnect | ConnAck) and not conn.closed:
+        if not isinstance(packet, Disconnect) and not conn.closed:
             what = type(packet).__name__.upper()
-            self._close(conn, self._clock, reason=0x95, detail=f"{what} over the client's maximum packet size {limit}")
+            detail = f"{what} over the client's maximum packet size {limit}"
+            # A CONNACK that cannot go leaves nothing to talk about: closed without a word (as mosquitto).
+            self._close(conn, self._clock, reason=None if isinstance(packet, ConnAck) else 0x95, detail=detail)
         return None
 
     def _write(self, conn: ServerConnection, data: bytes) -> None:

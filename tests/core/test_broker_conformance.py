@@ -722,3 +722,9 @@ def test_an_invalid_topic_filter_is_malformed_MQTT_4_7_1_1_MQTT_4_8_2_2(
         assert c.send_raw(packet) == expected
         assert c.closed
     assert not broker.subscriptions.match("ok")  # nothing of the refused SUBSCRIBE was applied
+
+
+def test_a_connack_over_the_clients_maximum_packet_size_closes_MQTT_3_1_2_24(broker: BrokerCore) -> None:
+    c = Client(broker, 5)
+    assert c.send(Connect("c", protocol_version=5, properties=Properties(maximum_packet_size=5))) == []
+    assert c.closed and not broker.sessions and broker.connected == 0
