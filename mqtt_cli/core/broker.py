@@ -486,7 +486,7 @@ class BrokerCore:
                 return
             limit = self.config.max_inflight
             if limit and len(session.incoming) > limit and conn.version == 5:
-                # [MQTT-3.3.4-8]: more QoS 2 unreleased than the Receive Maximum we announced.
+                # [MQTT-3.3.4-7]: more QoS 2 unreleased than the Receive Maximum we announced.
                 self._close(conn, now, reason=0x93, detail=f"receive maximum {limit} exceeded")
                 return
             # PUBREC first, 0x00 whether anyone subscribed or not, as mosquitto: the message is ours from here, and
