@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .codec import encode
-from .errors import RemoteProtocolError, UnsupportedProtocolVersion
+from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
 from .flows import FlowState
 from .packets import (
     Auth,
@@ -34,17 +35,20 @@ from .packets import (
     Unsubscribe,
 )
 from .properties import EMPTY_PROPERTIES, Properties
-from .reasons import REASONS_BY_PACKET, v3_connack_code
+from .reasons import REASONS_BY_PACKET, SERVER_ONLY_DISCONNECT_REASONS, v3_connack_code
 from .records import replace
 from .retained import RetainedStore
 from .server import ServerConnection
 from .session import Delivery, Message, QueueLimits, Session, SubscriptionOptions
 from .topics import TopicTrie, parse_shared, topic_filter_error
+from .wire import control_character
 
 __all__ = ["NEVER_EXPIRES", "BrokerConfig", "BrokerCore", "BrokerStats", "Notice"]
 
 NEVER_EXPIRES = 0xFFFFFFFF
 _PINGRESP = encode(PingResp())
+# Packet types only a server sends: from a client, a protocol error (0x82) whatever their contents hold.
+_SERVER_TO_CLIENT_ONLY = frozenset({2, 9, 11, 13})  # CONNACK, SUBACK, UNSUBACK, PINGRESP
 
 
 @dataclass(slots=True)
@@ -53,18 +57,24 @@ class BrokerConfig:
 
     max_keepalive: int = 65535  # 5.0: Server Keep Alive above it; 3.x: refused above it (when < 65535); 0: no limit
     max_topic_alias: int = 10  # topic aliases a 5.0 client may set
-    receive_maximum: int = 65535  # QoS 1/2 PUBLISH a 5.0 client may have unacknowledged towards us
-    max_inflight: int = 20  # our outgoing QoS 1/2 window for clients that state no Receive Maximum (0: none)
+    # mosquitto's max_inflight_messages: our outgoing QoS 1/2 window for clients that state no Receive Maximum, and
+    # the Receive Maximum announced to 5.0 clients (QoS 2 they may have unreleased towards us; beyond it: 0x93).
+    # 0: no limit (65,535, all packet identifiers), none announced.
+    max_inflight: int = 20
     max_queued_messages: int = 1000  # per client, while offline or over the window (0: unlimited)
     max_queued_bytes: int = 0
     queue_drop_oldest: bool = False
     max_packet_size: int = 0  # the largest packet we accept (0: the protocol's maximum)
     max_buffered_bytes: int = 1 << 20  # bytes waiting for a slow socket before QoS 0 is dropped for it
     retain_available: bool = True
+    max_topic_levels: int = 200  # topic names and filters with more levels are refused (mosquitto's limit; 0: none)
     response_information_prefix: str = "response/"  # 5.0 Response Information: prefix + client id + "/"
     sys_interval: float = 10.0  # seconds between $SYS updates (0: none)
     instance: str = "0"  # makes assigned client identifiers unique across broker runs
     version: str = "mqtt-cli"
+    # Say why, for debugging: a Reason String in the DISCONNECT and CONNACK we send, and a refusing CONNACK for a
+    # malformed 5.0 CONNECT. Off by default, as mosquitto (both are optional in 5.0: 3.14.2.2.3, 3.1.4).
+    reason_strings: bool = False
 
 
 @dataclass(slots=True)
@@ -121,6 +131,7 @@ class BrokerCore:
         self._shared_turn: dict[tuple[str, str], int] = {}
         self._next_sys = now + c.sys_interval if c.sys_interval else None
         self._clock = now  # the latest time given by the network layer (for _send, which is not given one)
+        self._topics_ok: set[str] = set()  # topics and filters that passed _topic_problem (bounded)
 
     # --- the network layer's entry points ------------------------------------------------------------------
 
@@ -240,6 +251,10 @@ class BrokerCore:
         packet = err.packet
         if isinstance(err, UnsupportedProtocolVersion) and not conn.connected:
             level = err.details.get("protocol_level", 0)
+            if err.details.get("protocol_name") not in ("MQTT", "MQIsdp"):
+                # Not MQTT at all [MQTT-3.1.2-1]: closed without an answer in any version's format (mosquitto).
+                self._close(conn, now, reason=None, detail=str(err), refused=True)
+                return
             if level >= 5:
                 conn.version = 5
                 self._send(conn, ConnAck(False, 0x84))
@@ -248,17 +263,24 @@ class BrokerCore:
                 self._send(conn, ConnAck(False, 1))
             self._close(conn, now, reason=None, detail=str(err), refused=True)
             return
-        if err.reason_code == 0x8F and isinstance(packet, Subscribe) and conn.connected and conn.version == 5:
-            # A 5.0 client learns of a bad filter from its SUBACK (0x8F), and keeps its connection.
-            self._on_subscribe(conn, packet, now)
+        if err.reason_code == 0x8F and isinstance(packet, Subscribe | Unsubscribe):
+            # Not a topic filter at all (a misplaced wildcard, an empty filter, a broken $share/): a malformed
+            # packet (4.7, 4.13), closed with 0x81 as mosquitto does. 0x8F is for a filter "correctly formed" but
+            # not allowed (3.9.3), which this broker has none of.
+            self._close(conn, now, reason=0x81, detail=str(err))
             return
         if isinstance(packet, Connect) and not conn.connected:
             conn.version = packet.protocol_version
             if conn.version == 5:
                 conn.client_max_packet_size = packet.properties.maximum_packet_size
-            if conn.version == 5 and err.reason_code in REASONS_BY_PACKET[2]:
+            if conn.version == 5 and err.reason_code in REASONS_BY_PACKET[2] and self.config.reason_strings:
+                # The CONNACK is a MAY (5.0 3.1.4, 4.13); mosquitto closes without one.
                 self._send(conn, ConnAck(False, err.reason_code, Properties(reason_string=str(err)[:200])))
             self._close(conn, now, reason=None, detail=str(err), refused=True)
+            return
+        if err.packet_type in _SERVER_TO_CLIENT_ONLY:
+            # Its type alone breaks the protocol: that is the error to report, before whatever its body breaks.
+            self._close(conn, now, reason=0x82, detail=f"a client does not send this packet type: {err}")
             return
         self._close(conn, now, reason=err.reason_code, detail=str(err))
 
@@ -273,6 +295,13 @@ class BrokerCore:
         conn.bridge = p.bridge and version != 5
         props = p.properties
         client_id = p.client_id
+        problem = _text_problem(client_id, "client identifier") or _text_problem(p.username, "user name")
+        if problem is None and p.will is not None:
+            why = self._topic_problem(p.will.topic)
+            problem = f"will topic: {why[1]}" if why is not None else None
+        if problem is not None:
+            self._protocol_error(conn, MalformedPacket(f"CONNECT {problem}", packet=p, packet_type=1), now)
+            return
         assigned = None
         if not client_id:
             if version == 3 or (version == 4 and not p.clean_start):
@@ -299,8 +328,17 @@ class BrokerCore:
         # Session take-over (3.1.4-3): the old connection goes, its will according to its delay.
         session = self.sessions.get(client_id)
         if session is not None and session.connection is not None:
+            if not p.clean_start and session.expiry_interval:
+                # The session goes on with the new connection: the old will is replaced, not published; it is
+                # published when the take-over ends the session (5.0 3.1.2.5; mosquitto).
+                session.will = None
             self._close(session.connection, now, reason=0x8E, detail="session taken over")
             session = self.sessions.get(client_id)  # gone if it was to end with its connection
+        elif session is not None and session.will_at is not None:
+            # A new connection before the will delay passed: the will is not published, whether or not this
+            # connection starts clean [MQTT-3.1.3-9] (5.0 3.1.2.5 [MQTT-3.1.2-8]).
+            session.will = None
+            session.will_at = None
         if session is not None and p.clean_start:
             self._end_session(session, now)
             session = None
@@ -328,28 +366,34 @@ class BrokerCore:
         if version == 5:
             conn.client_max_packet_size = props.maximum_packet_size
             conn.topic_alias_maximum = c.max_topic_alias
+            if props.topic_alias_maximum:
+                conn.aliases_out = {}
+                conn.alias_out_maximum = props.topic_alias_maximum
             conn.reader.version = 5
         conn.connected = True
         ack_props = EMPTY_PROPERTIES
         if version == 5:
+            # In mosquitto's order, for those who compare packets byte by byte.
             named: dict[str, Any] = {}
-            if assigned is not None:
-                named["assigned_client_identifier"] = assigned
-            if server_keepalive is not None:
-                named["server_keep_alive"] = server_keepalive
-            if c.receive_maximum != 65535:
-                named["receive_maximum"] = c.receive_maximum
             if c.max_topic_alias:
                 named["topic_alias_maximum"] = c.max_topic_alias
-            if c.max_packet_size:
-                named["maximum_packet_size"] = c.max_packet_size
+            if server_keepalive is not None:
+                named["server_keep_alive"] = server_keepalive
+            if assigned is not None:
+                named["assigned_client_identifier"] = assigned
             if not c.retain_available:
                 named["retain_available"] = 0
+            if c.max_packet_size:
+                named["maximum_packet_size"] = c.max_packet_size
+            if 0 < c.max_inflight < 65535:
+                named["receive_maximum"] = c.max_inflight
             if props.request_response_information == 1 and c.response_information_prefix:
                 # 4.10: a topic tree of the client's own for its response topics.
                 named["response_information"] = f"{c.response_information_prefix}{client_id}/"
             ack_props = Properties(**named)
         self._send(conn, ConnAck(session_present and version > 3, 0, ack_props))  # 3.1 has no such flag
+        if conn.closed:  # not even the CONNACK fits the client's Maximum Packet Size
+            return
         self.stats.clients_maximum = max(self.stats.clients_maximum, self.connected)
         self.notices.append(Notice("connected", client_id, conn.peer, f"MQTT level {version}"))
         if session_present:
@@ -406,6 +450,11 @@ class BrokerCore:
             if props.subscription_identifier is not None:
                 self._close(conn, now, reason=0x82, detail="PUBLISH from a client with a subscription identifier")
                 return
+        if topic not in self._topics_ok:
+            why = self._topic_problem(topic)
+            if why is not None:
+                self._close(conn, now, reason=why[0], detail=f"PUBLISH topic name: {why[1]}")
+                return
         if p.retain and not self.config.retain_available:
             self._close(conn, now, reason=0x9A, detail="retain is not available")
             return
@@ -435,18 +484,23 @@ class BrokerCore:
             if not session.incoming.publish_received(p):
                 self._send(conn, PubRec(p.packet_id))  # type: ignore[arg-type]  # a re-send: acknowledge only
                 return
-            if len(session.incoming) > self.config.receive_maximum and conn.version == 5:
-                self._close(conn, now, reason=0x93, detail="receive maximum exceeded")
+            limit = self.config.max_inflight
+            if limit and len(session.incoming) > limit and conn.version == 5:
+                # [MQTT-3.3.4-7]: more QoS 2 unreleased than the Receive Maximum we announced.
+                self._close(conn, now, reason=0x93, detail=f"receive maximum {limit} exceeded")
                 return
+            # PUBREC first, 0x00 whether anyone subscribed or not, as mosquitto: the message is ours from here, and
+            # the publisher hears so before its own subscription (if any) hears the message.
+            self._write(conn, b"\x50\x02" + p.packet_id.to_bytes(2, "big"))  # type: ignore[union-attr]
         message = Message(topic, p.payload, qos, p.retain, props, conn.client_id, now)
         matched = self._route(message, now)
-        if qos:
-            # PUBACK / PUBREC written directly: the short form is the same in every version.
+        if qos == 1:
+            # PUBACK written directly: the short form is the same in every version.
             pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
             if matched or conn.version < 5:
-                self._write(conn, (b"\x40\x02" if qos == 1 else b"\x50\x02") + pid)
+                self._write(conn, b"\x40\x02" + pid)
             else:
-                self._write(conn, (b"\x40\x03" if qos == 1 else b"\x50\x03") + pid + b"\x10")  # no subscribers
+                self._write(conn, b"\x40\x03" + pid + b"\x10")  # no matching subscribers
 
     def _on_puback(self, conn: ServerConnection, p: PubAck | PubRec | PubComp, now: float) -> None:
         session = conn.session
@@ -570,7 +624,19 @@ class BrokerCore:
         if qos:
             kept = (props or message.properties) if version == 5 else EMPTY_PROPERTIES  # 3.x has no properties
             pid = session.outgoing.send_fields(message.topic, message.payload, qos, retain, kept, message).packet_id
-        data = message.wire(version, qos, retain, pid, props)
+        aliases = conn.aliases_out
+        new_alias = 0
+        if aliases is None:
+            data = message.wire(version, qos, retain, pid, props)
+        else:
+            # The client takes topic aliases: a topic sent before goes as its alias and an empty topic name.
+            alias = aliases.get(message.topic, 0)
+            if not alias and len(aliases) < conn.alias_out_maximum:
+                alias = new_alias = len(aliases) + 1
+            if alias:
+                data = message.wire_aliased(qos, retain, pid, props, alias, new_alias != 0)
+            else:  # all aliases taken: the topic in full
+                data = message.wire(version, qos, retain, pid, props)
         limit = conn.client_max_packet_size
         if limit is not None and len(data) > limit:
             # 3.1.2.11.4: a packet over the client's maximum is not sent, as if it had been delivered.
@@ -579,6 +645,8 @@ class BrokerCore:
             self.stats.publish_dropped += 1
             session.dropped += 1
             return
+        if new_alias:
+            aliases[message.topic] = new_alias  # type: ignore[index]  # only once the client has it
         self.stats.publish_sent += 1
         self._write(conn, data)
 
@@ -606,9 +674,39 @@ class BrokerCore:
 
     # --- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------------------------------------
 
+    def _filters_problem(self, conn: ServerConnection, filters: Iterable[str], what: str, now: float) -> bool:
+        """Closes the connection (True) when a filter holds a control character or too many levels (mosquitto:
+        0x81 for both in SUBSCRIBE and UNSUBSCRIBE)."""
+        for flt in filters:
+            if flt not in self._topics_ok:
+                why = self._topic_problem(flt)
+                if why is not None:
+                    self._close(conn, now, reason=0x81, detail=f"{what} topic filter: {why[1]}")
+                    return True
+        return False
+
+    def _topic_problem(self, topic: str) -> tuple[int, str] | None:
+        """Why the broker refuses a topic name or filter that the protocol allows: a control character (a MAY of
+        1.5.4, a log-injection risk) or more levels than `max_topic_levels`. (reason code, detail) or None; topics
+        found fine are remembered, so a topic seen before costs one set lookup."""
+        at = control_character(topic)
+        if at >= 0:
+            return 0x81, f"control character U+{ord(topic[at]):04X} at character {at}"
+        limit = self.config.max_topic_levels
+        # Counted as mosquitto does (TOPIC_HIERARCHY_LIMIT): separators, so 201 levels pass and 202 do not.
+        if limit and topic.count("/") > limit:
+            return 0x82, f"{topic.count('/') + 1} levels, over the limit of {limit}"
+        ok = self._topics_ok
+        if len(ok) >= 4096:
+            ok.clear()
+        ok.add(topic)
+        return None
+
     def _on_subscribe(self, conn: ServerConnection, p: Subscribe, now: float) -> None:
         session = conn.session
         assert session is not None
+        if self._filters_problem(conn, (sub.topic_filter for sub in p.subscriptions), "SUBSCRIBE", now):
+            return
         version = conn.version
         sid = p.properties.subscription_identifier if version == 5 else None
         codes = []
@@ -642,6 +740,8 @@ class BrokerCore:
     def _on_unsubscribe(self, conn: ServerConnection, p: Unsubscribe, now: float) -> None:
         session = conn.session
         assert session is not None
+        if self._filters_problem(conn, p.topic_filters, "UNSUBSCRIBE", now):
+            return
         codes = []
         for flt in p.topic_filters:
             existed = session.subscriptions.pop(flt, None) is not None
@@ -657,6 +757,10 @@ class BrokerCore:
         session = conn.session
         assert session is not None
         if conn.version == 5:
+            if p.reason_code in SERVER_ONLY_DISCONNECT_REASONS:
+                # [MQTT-3.14.2-1]: not a code a client may send; an abnormal end, so the will is published.
+                self._close(conn, now, reason=0x82, detail=f"DISCONNECT with 0x{p.reason_code:02X}, a server's code")
+                return
             expiry = p.properties.session_expiry_interval
             if expiry is not None:
                 if session.expiry_interval == 0 and expiry != 0:
@@ -696,7 +800,8 @@ class BrokerCore:
         if conn.closed:
             return
         if reason is not None and conn.connected and conn.version == 5 and reason in REASONS_BY_PACKET[14]:
-            self._send(conn, Disconnect(reason, Properties(reason_string=detail[:200]) if detail else EMPTY_PROPERTIES))
+            why = Properties(reason_string=detail[:200]) if detail and self.config.reason_strings else EMPTY_PROPERTIES
+            self._send(conn, Disconnect(reason, why))
         conn.closed = True
         conn.close_requested = True
         self.dirty.add(conn)
@@ -774,9 +879,11 @@ class BrokerCore:
             data = encode(replace(packet, properties=lean), conn.version)
             if len(data) <= limit:
                 return data
-        if not isinstance(packet, Disconnect | ConnAck) and not conn.closed:
+        if not isinstance(packet, Disconnect) and not conn.closed:
             what = type(packet).__name__.upper()
-            self._close(conn, self._clock, reason=0x95, detail=f"{what} over the client's maximum packet size {limit}")
+            detail = f"{what} over the client's maximum packet size {limit}"
+            # A CONNACK that cannot go leaves nothing to talk about: closed without a word (as mosquitto).
+            self._close(conn, self._clock, reason=None if isinstance(packet, ConnAck) else 0x95, detail=detail)
         return None
 
     def _write(self, conn: ServerConnection, data: bytes) -> None:
@@ -827,6 +934,13 @@ def _merge(targets: dict[str, tuple[int, bool, tuple[int, ...]]], client_id: str
     else:
         sids = prev[2] + sid if sid and sid[0] not in prev[2] else prev[2]  # one SUBSCRIBE's filters share one id
         targets[client_id] = (max(prev[0], opts.qos), prev[1] or opts.retain_as_published, sids)
+
+
+def _text_problem(text: str | None, what: str) -> str | None:
+    if text is None:
+        return None
+    at = control_character(text)
+    return None if at < 0 else f"{what} holds control character U+{ord(text[at]):04X} at character {at}"
 
 
 def _first(item: tuple[Any, ...]) -> Any:

@@ -438,7 +438,7 @@ def _decode_connect(first: int, data: bytes, pos: int, end: int, version: int, e
     cflags = data[pos]
     keepalive = (data[pos + 1] << 8) | data[pos + 2]
     pos += 3
-    if cflags & 0x01:
+    if cflags & 0x01 and level > 3:  # 3.1 left the bit unused without forbidding it (mosquitto accepts it)
         errs.append(MalformedPacket("CONNECT reserved flag (bit 0 of the connect flags) is set"))
     will_flag = cflags & 0x04
     will_qos = (cflags >> 3) & 3
@@ -469,9 +469,10 @@ def _decode_connect(first: int, data: bytes, pos: int, end: int, version: int, e
         will_payload, pos = read_binary(data, pos, end, "will payload")
         will = Will(will_topic, will_payload, will_qos, will_retain, will_props)
     username = password = None
-    if has_username:
+    # 3.1 clients set the user name and password flags with the fields left out: mosquitto ignores the flags then.
+    if has_username and not (level == 3 and pos == end):
         username, pos = _str(data, pos, end, "user name", errs)
-    if has_password:
+    if has_password and not (level == 3 and pos == end):
         password, pos = read_binary(data, pos, end, "password")
     _check_end(pos, end, "CONNECT", errs)
     return Connect(
@@ -572,7 +573,8 @@ def _decode_subscribe(first: int, data: bytes, pos: int, end: int, version: int,
         pos += 1
         qos = options & 3
         if qos == 3:
-            errs.append(MalformedPacket(f"SUBSCRIBE asks QoS 3 for {flt!r}"))
+            # 5.0 3.8.3.1 calls it a protocol error (0x82); 3.1.1 a malformed packet [MQTT-3.8.3-4].
+            errs.append((ProtocolError if version == 5 else MalformedPacket)(f"SUBSCRIBE asks QoS 3 for {flt!r}"))
         if err := topic_filter_error(flt):
             errs.append(RemoteProtocolError(f"SUBSCRIBE {err}", reason_code=0x8F))
         if version == 5:
