@@ -9,6 +9,7 @@ import pytest
 from tests.broker.conftest import start_ours
 from tests.brokers import Broker, start_mosquitto
 
+
 @pytest.fixture(scope="module")
 def ours(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     broker = start_ours(tmp_path_factory.mktemp("ours"))

@@ -17,7 +17,6 @@ from tests.conformance.wire import (
     Will,
     ack,
     client,
-    closed_without,
     connect,
     packet,
     publish,

@@ -5,6 +5,7 @@ Every read has a deadline (the socket's timeout), so no test can hang on a broke
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import time
@@ -356,10 +357,8 @@ class Conn:
         self.sock.close()
 
     def send(self, data: bytes) -> None:
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # closed first: tests check closed()
             self.sock.sendall(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the broker closed first: the test checks that with closed()
 
     def _fill(self, timeout: float) -> bool:
         """False on end of stream."""
