@@ -61,6 +61,16 @@ def serve(
     ] = 20,
     max_packet_size: Annotated[int, typer.Option(help="Largest packet accepted, bytes (0: no limit).")] = 0,
     max_connections: Annotated[int, typer.Option(help="Connections accepted at once (0: unlimited).")] = 0,
+    max_topic_levels: Annotated[
+        int, typer.Option(help="Levels a topic name or filter may have; more are refused (0: no limit).")
+    ] = 200,
+    reason_strings: Annotated[
+        bool,
+        typer.Option(
+            "--reason-strings",
+            help="Say why in 5.0 DISCONNECT and refusing CONNACK (Reason String), for debugging; off as mosquitto.",
+        ),
+    ] = False,
     sys_interval: Annotated[float, typer.Option(help="Seconds between $SYS updates (0: none).")] = 10.0,
 ) -> None:
     """Run an MQTT 3.1 / 3.1.1 / 5.0 broker.
@@ -91,6 +101,7 @@ def serve(
         ("--max-inflight", max_inflight),
         ("--max-packet-size", max_packet_size),
         ("--max-connections", max_connections),
+        ("--max-topic-levels", max_topic_levels),
     ):
         if value < 0:
             fail(f"{name} {value} is negative; 0 means unlimited", 2)
@@ -140,6 +151,8 @@ def serve(
             queue_drop_oldest=queue_drop_oldest,
             max_packet_size=max_packet_size,
             sys_interval=sys_interval,
+            max_topic_levels=max_topic_levels,
+            reason_strings=reason_strings,
             instance=os.urandom(4).hex(),
             version=version_text(),
         ),

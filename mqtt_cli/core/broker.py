@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .codec import encode
-from .errors import RemoteProtocolError, UnsupportedProtocolVersion
+from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
 from .flows import FlowState
 from .packets import (
     Auth,
@@ -34,17 +35,20 @@ from .packets import (
     Unsubscribe,
 )
 from .properties import EMPTY_PROPERTIES, Properties
-from .reasons import REASONS_BY_PACKET, v3_connack_code
+from .reasons import REASONS_BY_PACKET, SERVER_ONLY_DISCONNECT_REASONS, v3_connack_code
 from .records import replace
 from .retained import RetainedStore
 from .server import ServerConnection
 from .session import Delivery, Message, QueueLimits, Session, SubscriptionOptions
 from .topics import TopicTrie, parse_shared, topic_filter_error
+from .wire import control_character
 
 __all__ = ["NEVER_EXPIRES", "BrokerConfig", "BrokerCore", "BrokerStats", "Notice"]
 
 NEVER_EXPIRES = 0xFFFFFFFF
 _PINGRESP = encode(PingResp())
+# Packet types only a server sends: from a client, a protocol error (0x82) whatever their contents hold.
+_SERVER_TO_CLIENT_ONLY = frozenset({2, 9, 11, 13})  # CONNACK, SUBACK, UNSUBACK, PINGRESP
 
 
 @dataclass(slots=True)
@@ -61,10 +65,14 @@ class BrokerConfig:
     max_packet_size: int = 0  # the largest packet we accept (0: the protocol's maximum)
     max_buffered_bytes: int = 1 << 20  # bytes waiting for a slow socket before QoS 0 is dropped for it
     retain_available: bool = True
+    max_topic_levels: int = 200  # topic names and filters with more levels are refused (mosquitto's limit; 0: none)
     response_information_prefix: str = "response/"  # 5.0 Response Information: prefix + client id + "/"
     sys_interval: float = 10.0  # seconds between $SYS updates (0: none)
     instance: str = "0"  # makes assigned client identifiers unique across broker runs
     version: str = "mqtt-cli"
+    # Say why, for debugging: a Reason String in the DISCONNECT and CONNACK we send, and a refusing CONNACK for a
+    # malformed 5.0 CONNECT. Off by default, as mosquitto (both are optional in 5.0: 3.14.2.2.3, 3.1.4).
+    reason_strings: bool = False
 
 
 @dataclass(slots=True)
@@ -121,6 +129,7 @@ class BrokerCore:
         self._shared_turn: dict[tuple[str, str], int] = {}
         self._next_sys = now + c.sys_interval if c.sys_interval else None
         self._clock = now  # the latest time given by the network layer (for _send, which is not given one)
+        self._topics_ok: set[str] = set()  # topics and filters that passed _topic_problem (bounded)
 
     # --- the network layer's entry points ------------------------------------------------------------------
 
@@ -240,6 +249,10 @@ class BrokerCore:
         packet = err.packet
         if isinstance(err, UnsupportedProtocolVersion) and not conn.connected:
             level = err.details.get("protocol_level", 0)
+            if err.details.get("protocol_name") not in ("MQTT", "MQIsdp"):
+                # Not MQTT at all [MQTT-3.1.2-1]: closed without an answer in any version's format (mosquitto).
+                self._close(conn, now, reason=None, detail=str(err), refused=True)
+                return
             if level >= 5:
                 conn.version = 5
                 self._send(conn, ConnAck(False, 0x84))
@@ -256,9 +269,14 @@ class BrokerCore:
             conn.version = packet.protocol_version
             if conn.version == 5:
                 conn.client_max_packet_size = packet.properties.maximum_packet_size
-            if conn.version == 5 and err.reason_code in REASONS_BY_PACKET[2]:
+            if conn.version == 5 and err.reason_code in REASONS_BY_PACKET[2] and self.config.reason_strings:
+                # The CONNACK is a MAY (5.0 3.1.4, 4.13); mosquitto closes without one.
                 self._send(conn, ConnAck(False, err.reason_code, Properties(reason_string=str(err)[:200])))
             self._close(conn, now, reason=None, detail=str(err), refused=True)
+            return
+        if err.packet_type in _SERVER_TO_CLIENT_ONLY:
+            # Its type alone breaks the protocol: that is the error to report, before whatever its body breaks.
+            self._close(conn, now, reason=0x82, detail=f"a client does not send this packet type: {err}")
             return
         self._close(conn, now, reason=err.reason_code, detail=str(err))
 
@@ -273,6 +291,13 @@ class BrokerCore:
         conn.bridge = p.bridge and version != 5
         props = p.properties
         client_id = p.client_id
+        problem = _text_problem(client_id, "client identifier") or _text_problem(p.username, "user name")
+        if problem is None and p.will is not None:
+            why = self._topic_problem(p.will.topic)
+            problem = f"will topic: {why[1]}" if why is not None else None
+        if problem is not None:
+            self._protocol_error(conn, MalformedPacket(f"CONNECT {problem}", packet=p, packet_type=1), now)
+            return
         assigned = None
         if not client_id:
             if version == 3 or (version == 4 and not p.clean_start):
@@ -405,6 +430,11 @@ class BrokerCore:
                 props = props.replace(topic_alias=None)
             if props.subscription_identifier is not None:
                 self._close(conn, now, reason=0x82, detail="PUBLISH from a client with a subscription identifier")
+                return
+        if topic not in self._topics_ok:
+            why = self._topic_problem(topic)
+            if why is not None:
+                self._close(conn, now, reason=why[0], detail=f"PUBLISH topic name: {why[1]}")
                 return
         if p.retain and not self.config.retain_available:
             self._close(conn, now, reason=0x9A, detail="retain is not available")
@@ -606,9 +636,39 @@ class BrokerCore:
 
     # --- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------------------------------------
 
+    def _filters_problem(self, conn: ServerConnection, filters: Iterable[str], what: str, now: float) -> bool:
+        """Closes the connection (True) when a filter holds a control character or too many levels (mosquitto:
+        0x81 for both in SUBSCRIBE and UNSUBSCRIBE)."""
+        for flt in filters:
+            if flt not in self._topics_ok:
+                why = self._topic_problem(flt)
+                if why is not None:
+                    self._close(conn, now, reason=0x81, detail=f"{what} topic filter: {why[1]}")
+                    return True
+        return False
+
+    def _topic_problem(self, topic: str) -> tuple[int, str] | None:
+        """Why the broker refuses a topic name or filter that the protocol allows: a control character (a MAY of
+        1.5.4, a log-injection risk) or more levels than `max_topic_levels`. (reason code, detail) or None; topics
+        found fine are remembered, so a topic seen before costs one set lookup."""
+        at = control_character(topic)
+        if at >= 0:
+            return 0x81, f"control character U+{ord(topic[at]):04X} at character {at}"
+        limit = self.config.max_topic_levels
+        # Counted as mosquitto does (TOPIC_HIERARCHY_LIMIT): separators, so 201 levels pass and 202 do not.
+        if limit and topic.count("/") > limit:
+            return 0x82, f"{topic.count('/') + 1} levels, over the limit of {limit}"
+        ok = self._topics_ok
+        if len(ok) >= 4096:
+            ok.clear()
+        ok.add(topic)
+        return None
+
     def _on_subscribe(self, conn: ServerConnection, p: Subscribe, now: float) -> None:
         session = conn.session
         assert session is not None
+        if self._filters_problem(conn, (sub.topic_filter for sub in p.subscriptions), "SUBSCRIBE", now):
+            return
         version = conn.version
         sid = p.properties.subscription_identifier if version == 5 else None
         codes = []
@@ -642,6 +702,8 @@ class BrokerCore:
     def _on_unsubscribe(self, conn: ServerConnection, p: Unsubscribe, now: float) -> None:
         session = conn.session
         assert session is not None
+        if self._filters_problem(conn, p.topic_filters, "UNSUBSCRIBE", now):
+            return
         codes = []
         for flt in p.topic_filters:
             existed = session.subscriptions.pop(flt, None) is not None
@@ -657,6 +719,10 @@ class BrokerCore:
         session = conn.session
         assert session is not None
         if conn.version == 5:
+            if p.reason_code in SERVER_ONLY_DISCONNECT_REASONS:
+                # [MQTT-3.14.2-1]: not a code a client may send; an abnormal end, so the will is published.
+                self._close(conn, now, reason=0x82, detail=f"DISCONNECT with 0x{p.reason_code:02X}, a server's code")
+                return
             expiry = p.properties.session_expiry_interval
             if expiry is not None:
                 if session.expiry_interval == 0 and expiry != 0:
@@ -696,7 +762,8 @@ class BrokerCore:
         if conn.closed:
             return
         if reason is not None and conn.connected and conn.version == 5 and reason in REASONS_BY_PACKET[14]:
-            self._send(conn, Disconnect(reason, Properties(reason_string=detail[:200]) if detail else EMPTY_PROPERTIES))
+            why = Properties(reason_string=detail[:200]) if detail and self.config.reason_strings else EMPTY_PROPERTIES
+            self._send(conn, Disconnect(reason, why))
         conn.closed = True
         conn.close_requested = True
         self.dirty.add(conn)
@@ -827,6 +894,13 @@ def _merge(targets: dict[str, tuple[int, bool, tuple[int, ...]]], client_id: str
     else:
         sids = prev[2] + sid if sid and sid[0] not in prev[2] else prev[2]  # one SUBSCRIBE's filters share one id
         targets[client_id] = (max(prev[0], opts.qos), prev[1] or opts.retain_as_published, sids)
+
+
+def _text_problem(text: str | None, what: str) -> str | None:
+    if text is None:
+        return None
+    at = control_character(text)
+    return None if at < 0 else f"{what} holds control character U+{ord(text[at]):04X} at character {at}"
 
 
 def _first(item: tuple[Any, ...]) -> Any:

@@ -438,7 +438,7 @@ def _decode_connect(first: int, data: bytes, pos: int, end: int, version: int, e
     cflags = data[pos]
     keepalive = (data[pos + 1] << 8) | data[pos + 2]
     pos += 3
-    if cflags & 0x01:
+    if cflags & 0x01 and level > 3:  # 3.1 left the bit unused without forbidding it (mosquitto accepts it)
         errs.append(MalformedPacket("CONNECT reserved flag (bit 0 of the connect flags) is set"))
     will_flag = cflags & 0x04
     will_qos = (cflags >> 3) & 3
@@ -469,9 +469,10 @@ def _decode_connect(first: int, data: bytes, pos: int, end: int, version: int, e
         will_payload, pos = read_binary(data, pos, end, "will payload")
         will = Will(will_topic, will_payload, will_qos, will_retain, will_props)
     username = password = None
-    if has_username:
+    # 3.1 clients set the user name and password flags with the fields left out: mosquitto ignores the flags then.
+    if has_username and not (level == 3 and pos == end):
         username, pos = _str(data, pos, end, "user name", errs)
-    if has_password:
+    if has_password and not (level == 3 and pos == end):
         password, pos = read_binary(data, pos, end, "password")
     _check_end(pos, end, "CONNECT", errs)
     return Connect(

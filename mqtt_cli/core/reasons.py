@@ -6,6 +6,7 @@ from enum import IntEnum
 
 __all__ = [
     "REASONS_BY_PACKET",
+    "SERVER_ONLY_DISCONNECT_REASONS",
     "ConnackReturnCode",
     "ReasonCode",
     "reason_name",
@@ -145,6 +146,12 @@ REASONS_BY_PACKET: dict[int, frozenset[int]] = {
     ),
     15: frozenset({0x00, 0x18, 0x19}),
 }
+
+# DISCONNECT reason codes that the table of 3.14.2.1 gives to the Server alone: a client sending one breaks
+# [MQTT-3.14.2-1] (a protocol error).
+SERVER_ONLY_DISCONNECT_REASONS = frozenset(
+    {0x87, 0x89, 0x8B, 0x8D, 0x8E, 0x8F, 0x9A, 0x9B, 0x9C, 0x9D, 0x9E, 0x9F, 0xA0, 0xA1, 0xA2}
+)
 
 # 5.0 reason code -> nearest 3.x CONNACK return code, for a server answering a 3.x client.
 _V5_TO_V3_CONNACK = {

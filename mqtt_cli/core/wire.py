@@ -6,10 +6,13 @@ they raise `MalformedPacket` when a field runs past `end`.
 
 from __future__ import annotations
 
+import re
+
 from .errors import LocalProtocolError, MalformedPacket
 
 __all__ = [
     "MAX_VBI",
+    "control_character",
     "encode_binary",
     "encode_string",
     "encode_vbi",
@@ -101,6 +104,16 @@ def read_string(data: bytes, pos: int, end: int, what: str) -> tuple[str, int]:
     if "\x00" in text:
         raise MalformedPacket(f"{what} contains U+0000 (at byte {data.find(0, pos + 2, stop)})")
     return text, stop
+
+
+_CONTROL = re.compile("[\x01-\x1f\x7f-\x9f]")
+
+
+def control_character(text: str) -> int:
+    """Where `text` holds a control character U+0001-U+001F or U+007F-U+009F (1.5.4: a receiver MAY treat one
+    as malformed, as mosquitto does in client ids, user names and topics); -1 when it holds none."""
+    found = _CONTROL.search(text)
+    return -1 if found is None else found.start()
 
 
 def encode_string(text: str, what: str) -> bytes:
