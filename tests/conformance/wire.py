@@ -430,12 +430,14 @@ class Conn:
         raise AssertionError(f"unexpected {got}")
 
     def open(self) -> bool:
-        """A PINGREQ is still answered."""
+        """A PINGREQ is still answered (packets before the PINGRESP are passed over)."""
         self.send(PINGREQ)
         try:
-            return self.recv().type == T.PINGRESP
+            while self.recv().type != T.PINGRESP:
+                pass
         except (Closed, TimeoutError):
             return False
+        return True
 
 
 def client(broker: Broker, client_id: str, version: int = 5, **kw: object) -> Conn:
