@@ -239,3 +239,12 @@ def test_MQTT_3_8_3_1_filter_length_prefix_is_exact(broker: Broker, version: int
         body = struct.pack(">H", 1) + (b"\x00" if version == 5 else b"") + s("ab")[:1] + b"\x05ab\x00"
         c.send(packet(T.SUBSCRIBE, 2, body))
         refused(c, version == 5, 0x81)
+
+
+@spec(v311=("3.3.2-1", "1.5.3-1"), v5=("3.3.2-1", "1.5.4-1"))
+@pytest.mark.parametrize("bad", [b"a/\xff", b"a/\xed\xb0\x80"], ids=["invalid", "surrogate"])
+@VERSIONS
+def test_MQTT_3_3_2_1_topic_ill_formed_utf8_closes(broker: Broker, version: int, bad: bytes) -> None:
+    with client(broker, uid(), version) as c:
+        c.send(publish(bad, b"x", v5=version == 5))
+        refused(c, version == 5, 0x81)
