@@ -70,7 +70,7 @@ def test_MQTT_3_1_2_3_reserved_connect_flag_closes(broker: Broker, version: int)
 
 
 @spec(
-    v311=("3.1.2-4", "3.1.4-3", "3.2.2-2", "3.2.2-3", "4.1.0-1", "4.1.0-2"),
+    v311=("3.1.2-4", "3.1.4-3", "3.2.2-2", "3.2.2-3", "4.1.0-1", "4.1.0-2", "3.1.3-2"),
     v5=("3.1.2-5", "3.1.2-6", "3.1.4-4", "3.2.2-3", "3.1.2-23", "4.1.0-1", "3.1.3-2"),
 )
 @VERSIONS
@@ -291,7 +291,7 @@ def test_MQTT_3_1_3_5_short_alphanumeric_client_id_allowed(broker: Broker, versi
         assert c.recv().type == T.PINGRESP
 
 
-@spec(v311=("3.1.3-6",), v5=("3.1.3-6", "3.1.3-7", "3.2.2-16"))
+@spec(v311=("3.1.3-6",), v5=("3.1.3-6", "3.1.3-7", "3.2.2-16", "3.2.2-8"))
 @VERSIONS
 def test_MQTT_3_1_3_6_empty_client_id_assigned(broker: Broker, version: int) -> None:
     ids = set()

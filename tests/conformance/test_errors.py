@@ -207,7 +207,7 @@ def test_MQTT_3_2_2_22_keep_alive_used_as_sent(broker: Broker) -> None:
         assert c.connack_packet.prop(P.SERVER_KEEP_ALIVE) in (None, 7)  # type: ignore[attr-defined]
 
 
-@spec(v5=("4.12.0-1",))
+@spec(v5=("4.12.0-1", "3.2.2-8"))
 def test_MQTT_4_12_0_1_unknown_authentication_method_refused(broker: Broker) -> None:
     with Conn(broker, True) as c:
         c.send(connect(uid(), 5, properties=[(P.AUTH_METHOD, "SCRAM-SHA-1")]))

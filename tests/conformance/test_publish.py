@@ -88,7 +88,7 @@ def test_MQTT_3_3_2_3_topic_matches_filter(
         sub.silent(0.2)
 
 
-@spec(v311=("3.3.4-1", "2.3.1-6", "4.3.2-2"), v5=("3.3.4-1", "2.2.1-5", "4.3.2-4"))
+@spec(v311=("3.3.4-1", "2.3.1-6", "4.3.2-2"), v5=("3.3.4-1", "2.2.1-5", "4.3.2-4", "3.4.2-1", "3.5.2-1", "3.7.2-1"))
 @VERSIONS
 def test_MQTT_3_3_4_1_answer_by_qos(broker: Broker, version: int) -> None:
     with client(broker, uid(), version) as c:
@@ -133,7 +133,7 @@ def test_MQTT_4_3_3_2_qos2_receiver_no_duplicates(broker: Broker, version: int) 
 
 @spec(
     v311=("4.3.3-1", "2.3.1-4", "2.3.1-6", "4.3.2-1"),
-    v5=("4.3.3-1", "4.3.3-2", "4.3.3-3", "4.3.3-4", "4.3.3-5", "2.2.1-4", "2.2.1-5", "4.3.2-1", "4.3.2-2"),
+    v5=("4.3.3-1", "4.3.3-2", "4.3.3-3", "4.3.3-4", "4.3.3-5", "2.2.1-4", "2.2.1-5", "4.3.2-1", "4.3.2-2", "3.6.2-1"),
 )
 @VERSIONS
 def test_MQTT_4_3_3_1_server_as_qos2_sender(broker: Broker, version: int) -> None:
@@ -172,7 +172,7 @@ def test_MQTT_3_3_1_3_outgoing_dup_is_our_own(broker: Broker, version: int) -> N
         assert got.qos == 0 and not got.dup and got.payload == b"abc"
 
 
-@spec(v311=("3.3.1-1", "4.4.0-1", "4.3.2-1"), v5=("3.3.1-1", "4.4.0-1", "4.3.2-3", "4.3.3-3"))
+@spec(v311=("3.3.1-1", "4.4.0-1", "4.3.2-1"), v5=("3.3.1-1", "4.4.0-1", "4.3.2-3", "4.3.3-3", "4.3.3-6"))
 @VERSIONS
 def test_MQTT_3_3_1_1_resent_on_reconnect_with_dup(broker: Broker, version: int) -> None:
     cid, topic = uid(), uid("t")
