@@ -57,8 +57,10 @@ class BrokerConfig:
 
     max_keepalive: int = 65535  # 5.0: Server Keep Alive above it; 3.x: refused above it (when < 65535); 0: no limit
     max_topic_alias: int = 10  # topic aliases a 5.0 client may set
-    receive_maximum: int = 65535  # QoS 1/2 PUBLISH a 5.0 client may have unacknowledged towards us
-    max_inflight: int = 20  # our outgoing QoS 1/2 window for clients that state no Receive Maximum (0: none)
+    # mosquitto's max_inflight_messages: our outgoing QoS 1/2 window for clients that state no Receive Maximum, and
+    # the Receive Maximum announced to 5.0 clients (QoS 2 they may have unreleased towards us; beyond it: 0x93).
+    # 0: no limit (65,535, all packet identifiers), none announced.
+    max_inflight: int = 20
     max_queued_messages: int = 1000  # per client, while offline or over the window (0: unlimited)
     max_queued_bytes: int = 0
     queue_drop_oldest: bool = False
@@ -324,8 +326,17 @@ class BrokerCore:
         # Session take-over (3.1.4-3): the old connection goes, its will according to its delay.
         session = self.sessions.get(client_id)
         if session is not None and session.connection is not None:
+            if not p.clean_start and session.expiry_interval:
+                # The session goes on with the new connection: the old will is replaced, not published; it is
+                # published when the take-over ends the session (5.0 3.1.2.5; mosquitto).
+                session.will = None
             self._close(session.connection, now, reason=0x8E, detail="session taken over")
             session = self.sessions.get(client_id)  # gone if it was to end with its connection
+        elif session is not None and session.will_at is not None:
+            # A new connection before the will delay passed: the will is not published, whether or not this
+            # connection starts clean [MQTT-3.1.3-9] (5.0 3.1.2.5 [MQTT-3.1.2-8]).
+            session.will = None
+            session.will_at = None
         if session is not None and p.clean_start:
             self._end_session(session, now)
             session = None
@@ -357,19 +368,20 @@ class BrokerCore:
         conn.connected = True
         ack_props = EMPTY_PROPERTIES
         if version == 5:
+            # In mosquitto's order, for those who compare packets byte by byte.
             named: dict[str, Any] = {}
-            if assigned is not None:
-                named["assigned_client_identifier"] = assigned
-            if server_keepalive is not None:
-                named["server_keep_alive"] = server_keepalive
-            if c.receive_maximum != 65535:
-                named["receive_maximum"] = c.receive_maximum
             if c.max_topic_alias:
                 named["topic_alias_maximum"] = c.max_topic_alias
-            if c.max_packet_size:
-                named["maximum_packet_size"] = c.max_packet_size
+            if server_keepalive is not None:
+                named["server_keep_alive"] = server_keepalive
+            if assigned is not None:
+                named["assigned_client_identifier"] = assigned
             if not c.retain_available:
                 named["retain_available"] = 0
+            if c.max_packet_size:
+                named["maximum_packet_size"] = c.max_packet_size
+            if 0 < c.max_inflight < 65535:
+                named["receive_maximum"] = c.max_inflight
             if props.request_response_information == 1 and c.response_information_prefix:
                 # 4.10: a topic tree of the client's own for its response topics.
                 named["response_information"] = f"{c.response_information_prefix}{client_id}/"
@@ -465,18 +477,23 @@ class BrokerCore:
             if not session.incoming.publish_received(p):
                 self._send(conn, PubRec(p.packet_id))  # type: ignore[arg-type]  # a re-send: acknowledge only
                 return
-            if len(session.incoming) > self.config.receive_maximum and conn.version == 5:
-                self._close(conn, now, reason=0x93, detail="receive maximum exceeded")
+            limit = self.config.max_inflight
+            if limit and len(session.incoming) > limit and conn.version == 5:
+                # [MQTT-3.3.4-8]: more QoS 2 unreleased than the Receive Maximum we announced.
+                self._close(conn, now, reason=0x93, detail=f"receive maximum {limit} exceeded")
                 return
+            # PUBREC first, 0x00 whether anyone subscribed or not, as mosquitto: the message is ours from here, and
+            # the publisher hears so before its own subscription (if any) hears the message.
+            self._write(conn, b"\x50\x02" + p.packet_id.to_bytes(2, "big"))  # type: ignore[union-attr]
         message = Message(topic, p.payload, qos, p.retain, props, conn.client_id, now)
         matched = self._route(message, now)
-        if qos:
-            # PUBACK / PUBREC written directly: the short form is the same in every version.
+        if qos == 1:
+            # PUBACK written directly: the short form is the same in every version.
             pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
             if matched or conn.version < 5:
-                self._write(conn, (b"\x40\x02" if qos == 1 else b"\x50\x02") + pid)
+                self._write(conn, b"\x40\x02" + pid)
             else:
-                self._write(conn, (b"\x40\x03" if qos == 1 else b"\x50\x03") + pid + b"\x10")  # no subscribers
+                self._write(conn, b"\x40\x03" + pid + b"\x10")  # no matching subscribers
 
     def _on_puback(self, conn: ServerConnection, p: PubAck | PubRec | PubComp, now: float) -> None:
         session = conn.session

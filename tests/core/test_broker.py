@@ -353,7 +353,7 @@ def test_topic_alias_over_maximum(broker: BrokerCore) -> None:
 
 
 def test_receive_maximum_exceeded() -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, receive_maximum=2))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, max_inflight=2))
     pub = client(broker, "p", 5)
     pub.send(Publish("t", b"", 2, packet_id=1))
     pub.send(Publish("t", b"", 2, packet_id=2))
@@ -495,9 +495,10 @@ def test_response_information(broker: BrokerCore) -> None:
 # --- found in review: the client's maximum packet size, re-sent expiry, $SYS, stray acknowledgements -----------
 
 
-def test_reason_strings_are_left_out_over_the_client_maximum_packet_size(broker: BrokerCore) -> None:
+def test_reason_strings_are_left_out_over_the_client_maximum_packet_size() -> None:
+    broker = BrokerCore(BrokerConfig(sys_interval=0, reason_strings=True))
     # [MQTT-3.14.2-3]/[MQTT-3.1.2-24]: a DISCONNECT with its reason string would be 34 bytes here.
-    c = client(broker, "c", 5, properties=Properties(maximum_packet_size=10))
+    c = client(broker, "c", 5, properties=Properties(maximum_packet_size=11))  # the CONNACK is 11 bytes
     (d,) = c.send(Publish("", b"x", properties=Properties(topic_alias=3)))  # an alias never set
     assert isinstance(d, Disconnect) and d.reason_code == 0x82 and d.properties.reason_string is None
     assert c.closed
@@ -506,7 +507,7 @@ def test_reason_strings_are_left_out_over_the_client_maximum_packet_size(broker:
     assert ack.reason_code == 0 and ack.properties.assigned_client_identifier
     assert ack.properties.response_information is None
     # A take-over's DISCONNECT goes without its reason string (25 bytes with it).
-    old = client(broker, "t", 5, properties=Properties(maximum_packet_size=8))  # the CONNACK is 8 bytes
+    old = client(broker, "t", 5, properties=Properties(maximum_packet_size=11))
     Client(broker, 5).connect("t")
     (d,) = old.received()
     assert isinstance(d, Disconnect) and d.reason_code == 0x8E and d.properties.reason_string is None

@@ -11,6 +11,7 @@ import pytest
 
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
 from mqtt_cli.core.packets import ConnAck, Connect, Disconnect, Publish, SubAck, Subscribe, Subscription
+from mqtt_cli.core.properties import Properties
 from tests.core.test_broker import Client, client
 
 
@@ -299,3 +300,264 @@ def test_mqtt_3_1_1_keeps_its_stricter_rules_MQTT_3_1_2_3_MQTT_3_1_2_22(broker: 
         c = Client(broker, 4)
         assert c.send_raw(_frame(0x10, _s("MQTT") + bytes((4, flags, 0, 60)) + _s("a") + rest)) == []
         assert c.closed
+
+
+# --- Receive Maximum (#10) ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_inflight, announced", [(20, 20), (1, 1), (65534, 65534), (0, None), (65535, None)])
+def test_max_inflight_is_announced_as_receive_maximum(max_inflight: int, announced: int | None) -> None:
+    broker = BrokerCore(BrokerConfig(sys_interval=0, max_inflight=max_inflight))
+    ack = Client(broker, 5).connect("c")
+    assert ack.properties.receive_maximum == announced
+
+
+def test_default_receive_maximum_is_mosquittos_20(broker: BrokerCore) -> None:
+    assert Client(broker, 5).connect("c").properties.receive_maximum == 20
+
+
+def test_exceeding_receive_maximum_is_disconnected_with_0x93_MQTT_3_3_4_9(broker: BrokerCore) -> None:
+    from mqtt_cli.core.packets import PubRec, PubRel
+
+    c = client(broker, "c", 5)
+    for pid in range(1, 21):
+        assert c.send(Publish("t", b"", 2, packet_id=pid)) == [PubRec(pid)]
+    assert c.send(PubRel(1)) != []  # one released: room for one more
+    assert c.send(Publish("t", b"", 2, packet_id=21)) == [PubRec(21)]
+    assert c.send(Publish("t", b"", 2, packet_id=22)) == [Disconnect(0x93)]
+    assert c.closed
+
+
+def test_no_receive_maximum_means_65535_unreleased(broker: BrokerCore) -> None:
+    broker = BrokerCore(BrokerConfig(sys_interval=0, max_inflight=0))
+    c = client(broker, "c", 5)
+    data = b"".join(_frame(0x34, _s("t") + pid.to_bytes(2, "big") + b"\x00") for pid in range(1, 65536))
+    got = c.send_raw(data)
+    assert len(got) == 65535 and not c.closed
+
+
+# --- QoS 2 PUBREC: 0x00, before onward delivery (mosquitto) ----------------------------------------------------
+
+
+def test_qos2_pubrec_is_0_without_subscribers_and_puback_still_0x10(broker: BrokerCore) -> None:
+    from mqtt_cli.core.packets import PubAck, PubRec
+
+    c = client(broker, "c", 5)
+    assert c.send(Publish("nobody", b"", 2, packet_id=1)) == [PubRec(1)]
+    assert c.send(Publish("nobody", b"", 1, packet_id=2)) == [PubAck(2, 0x10)]
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_qos2_pubrec_goes_before_the_publishers_own_copy(broker: BrokerCore, version: int) -> None:
+    from mqtt_cli.core.packets import PubRec
+
+    c = client(broker, "c", version)
+    c.subscribe(Subscription("t", 2))
+    got = c.send(Publish("t", b"x", 2, packet_id=7))
+    assert got[0] == PubRec(7)
+    assert isinstance(got[1], Publish) and got[1].payload == b"x"
+
+
+def test_connack_properties_come_in_mosquittos_order() -> None:
+    broker = BrokerCore(BrokerConfig(sys_interval=0, max_keepalive=30, retain_available=False, max_packet_size=1000))
+    c = Client(broker, 5)
+    broker.receive(c.conn, _frame(0x10, _s("MQTT") + bytes((5, 2, 0, 60, 0)) + _s("")), 0.0)
+    ids = [pid for pid, _ in c.reader.feed(bytes(c.conn.out))[0].properties.items]
+    # What mosquitto 2.0.11 sends with max_keepalive 30, retain_available false and max_packet_size 1000.
+    assert ids == [0x22, 0x13, 0x12, 0x25, 0x27, 0x21]
+
+
+# --- wills on take-over (#3) and will delay (#4) -------------------------------------------------------------
+
+
+def _will_client(broker: BrokerCore, version: int, expiry: int, clean: bool, delay: int | None = None) -> Client:
+    from mqtt_cli.core.packets import Will
+
+    will_props = Properties(will_delay_interval=delay) if delay is not None else Properties()
+    will = Will("will/t", b"gone", properties=will_props if version == 5 else Properties())
+    props = Properties(session_expiry_interval=expiry) if version == 5 else Properties()
+    c = Client(broker, version)
+    ack = c.connect("c", clean_start=clean, will=will, properties=props)
+    assert ack.reason_code == 0
+    return c
+
+
+@pytest.mark.parametrize("old_keeps", [True, False])
+@pytest.mark.parametrize("new_clean", [True, False])
+@pytest.mark.parametrize("version", [4, 5])
+def test_take_over_publishes_the_old_will_only_when_the_session_ends_MQTT_3_1_4_3(
+    broker: BrokerCore, version: int, old_keeps: bool, new_clean: bool
+) -> None:
+    watcher = client(broker, "w", version)
+    watcher.subscribe("will/#")
+    _will_client(broker, version, 100 if old_keeps else 0, clean=not old_keeps)
+    props = Properties(session_expiry_interval=100) if version == 5 else Properties()
+    Client(broker, version).connect("c", clean_start=new_clean, properties=props)
+    got = [p.topic for p in watcher.received()]
+    ends = new_clean or not old_keeps
+    assert got == (["will/t"] if ends else [])
+
+
+@pytest.mark.parametrize("new_clean", [True, False])
+def test_a_reconnect_within_the_will_delay_cancels_the_will_MQTT_3_1_3_9_MQTT_3_1_2_8(
+    broker: BrokerCore, new_clean: bool
+) -> None:
+    watcher = client(broker, "w", 5)
+    watcher.subscribe("will/#")
+    c = _will_client(broker, 5, expiry=100, clean=False, delay=3)
+    c.lose(now=10.0)
+    broker.tick(11.0)
+    Client(broker, 5).connect("c", now=12.0, clean_start=new_clean, properties=Properties(session_expiry_interval=100))
+    broker.tick(20.0)
+    assert watcher.received() == []
+
+
+def test_a_delayed_will_goes_when_its_delay_has_passed_MQTT_3_1_2_8(broker: BrokerCore) -> None:
+    watcher = client(broker, "w", 5)
+    watcher.subscribe("will/#")
+    c = _will_client(broker, 5, expiry=100, clean=True, delay=3)
+    c.lose(now=10.0)
+    assert broker.tick(10.0) == 13.0
+    broker.tick(12.9)
+    assert watcher.received() == []
+    broker.tick(13.0)
+    assert [p.topic for p in watcher.received()] == ["will/t"]
+
+
+@pytest.mark.parametrize("expiry, at", [(0, 10.0), (2, 12.0)])
+def test_a_delayed_will_goes_when_the_session_ends_first(broker: BrokerCore, expiry: int, at: float) -> None:
+    watcher = client(broker, "w", 5)
+    watcher.subscribe("will/#")
+    c = _will_client(broker, 5, expiry=expiry, clean=True, delay=30)
+    c.lose(now=10.0)
+    broker.tick(at - 0.1)
+    if at > 10.0:
+        assert watcher.received() == []
+    broker.tick(at)
+    assert [p.topic for p in watcher.received()] == ["will/t"]
+
+
+# --- #5: a client's Maximum Packet Size ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("online", [True, False])
+def test_messages_too_large_for_a_client_are_skipped_as_delivered_MQTT_3_1_2_25(
+    broker: BrokerCore, online: bool
+) -> None:
+    from mqtt_cli.core.packets import PubAck, PubComp, PubRec, PubRel
+
+    props = Properties(maximum_packet_size=40, receive_maximum=2, session_expiry_interval=100)
+    sub = client(broker, "s", 5, clean_start=False, properties=props)
+    sub.subscribe(Subscription("t", 2))
+    if not online:
+        sub.lose()
+    pub = client(broker, "p", 5)
+    payloads = [b"." * 50] * 6 + [b"a", b"b", b"c", b"d"]
+    for pid, payload in enumerate(payloads, 1):
+        pub.send(Publish("t", payload, 1 + pid % 2, packet_id=pid))
+        pub.send(PubRel(pid))
+    if not online:
+        sub = Client(broker, 5)
+        assert sub.connect("s", clean_start=False, properties=props).session_present
+        pending = sub.after_connack
+    else:
+        pending = sub.received()
+    got = []
+    while pending:
+        p = pending.pop(0)
+        if isinstance(p, PubRel):
+            pending += sub.send(PubComp(p.packet_id))
+            continue
+        got.append(p.payload)
+        pending += sub.send(PubAck(p.packet_id) if p.qos == 1 else PubRec(p.packet_id))
+    assert got == [b"a", b"b", b"c", b"d"]
+    assert len(broker.sessions["s"].outgoing) == 0 and not broker.sessions["s"].queue
+
+
+# --- #6: message expiry --------------------------------------------------------------------------------------
+
+
+def test_queued_and_retained_messages_expire_and_carry_what_is_left_MQTT_3_3_2_5_MQTT_3_3_2_6(
+    broker: BrokerCore,
+) -> None:
+    keep = Properties(session_expiry_interval=100)
+    sub = client(broker, "s", 5, properties=keep)
+    sub.subscribe(Subscription("ex/#", 2))
+    sub.lose(now=0.0)
+    pub = client(broker, "p", 5)
+    for pid, (qos, expiry) in enumerate([(1, 2), (2, 2), (1, 30), (2, 30), (0, 2)], 1):
+        props = Properties(message_expiry_interval=expiry)
+        pub.send(Publish(f"ex/{qos}/{expiry}", b"", qos, packet_id=pid if qos else None, properties=props), 0.0)
+    pub.send(Publish("ex/retained", b"r", 1, True, packet_id=9, properties=Properties(message_expiry_interval=20)))
+    again = Client(broker, 5)
+    again.connect("s", now=10.5, clean_start=False, properties=keep)
+    got = [(p.topic, p.properties.message_expiry_interval) for p in again.after_connack]
+    assert got == [("ex/1/30", 20), ("ex/2/30", 20), ("ex/retained", 10)]  # 19.5 s left: rounded up
+    fresh = Client(broker, 5)
+    fresh.connect("fresh", now=19.0)
+    (_, retained) = fresh.send(Subscribe(1, (Subscription("ex/#", 1),)), 19.0)
+    assert retained.topic == "ex/retained" and retained.properties.message_expiry_interval == 1
+    fresh = Client(broker, 5)
+    fresh.connect("fresh2", now=20.0)
+    assert fresh.send(Subscribe(1, (Subscription("ex/#", 1),)), 25.0) == [SubAck(1, (1,))]
+
+
+# --- #7: property values out of range ------------------------------------------------------------------------
+
+# (property block, what) for each ranged property a client can send, with an out-of-range value.
+_BAD_CONNECT_PROPERTIES = {
+    "request_problem_information=2": b"\x17\x02",
+    "request_problem_information=0xED": b"\x17\xed",
+    "request_response_information=2": b"\x19\x02",
+    "receive_maximum=0": b"\x21\x00\x00",
+    "maximum_packet_size=0": b"\x27\x00\x00\x00\x00",
+    "server-only maximum_qos": b"\x24\x01",
+}
+_BAD_PUBLISH_PROPERTIES = {
+    "payload_format_indicator=2": b"\x01\x02",
+    "payload_format_indicator=0xED": b"\x01\xed",
+    "payload_format_indicator=0xFF": b"\x01\xff",
+    "topic_alias=0": b"\x23\x00\x00",
+    "subscription_identifier=0": b"\x0b\x00",
+}
+
+
+def _props_block(raw: bytes) -> bytes:
+    return bytes((len(raw),)) + raw
+
+
+@pytest.mark.parametrize("raw", _BAD_CONNECT_PROPERTIES.values(), ids=_BAD_CONNECT_PROPERTIES)
+def test_connect_properties_out_of_range_close_MQTT_3_1_2_MQTT_2_2_2_2(broker: BrokerCore, raw: bytes) -> None:
+    c = Client(broker, 5)
+    assert c.send_raw(_frame(0x10, _s("MQTT") + bytes((5, 2, 0, 60)) + _props_block(raw) + _s("c"))) == []
+    assert c.closed and not broker.sessions
+
+
+@pytest.mark.parametrize("raw", [b"\x01\x02", b"\x01\xed"], ids=["2", "0xED"])
+def test_will_payload_format_indicator_out_of_range_closes(broker: BrokerCore, raw: bytes) -> None:
+    c = Client(broker, 5)
+    body = _s("MQTT") + bytes((5, 0x06, 0, 60, 0)) + _s("c") + _props_block(raw) + _s("w") + _s("x")
+    assert c.send_raw(_frame(0x10, body)) == []
+    assert c.closed and not broker.sessions
+
+
+@pytest.mark.parametrize("raw", _BAD_PUBLISH_PROPERTIES.values(), ids=_BAD_PUBLISH_PROPERTIES)
+@pytest.mark.parametrize("qos", [0, 1])
+def test_publish_properties_out_of_range_are_a_protocol_error(broker: BrokerCore, raw: bytes, qos: int) -> None:
+    c = client(broker, "c", 5)
+    pid = b"\x00\x01" if qos else b""
+    assert c.send_raw(_frame(0x30 | qos << 1, _s("t") + pid + _props_block(raw) + b"x")) == [Disconnect(0x82)]
+    assert c.closed
+
+
+def test_subscription_identifier_0_in_subscribe_is_a_protocol_error(broker: BrokerCore) -> None:
+    c = client(broker, "c", 5)
+    assert c.send_raw(_frame(0x82, b"\x00\x01" + _props_block(b"\x0b\x00") + _s("t") + b"\x00")) == [Disconnect(0x82)]
+
+
+def test_every_single_byte_property_has_a_range() -> None:
+    from mqtt_cli.core.properties import PROPERTY_TABLE, WireType
+
+    for spec in PROPERTY_TABLE.values():
+        if spec.wire_type is WireType.BYTE:
+            assert spec.value_range == (0, 1), spec.name
