@@ -107,7 +107,7 @@ def test_MQTT_3_1_2_5_messages_stored_while_offline(broker: Broker, version: int
     # the clean connection above ended the session: nothing is waiting for a third one
     with client(broker, cid, version, clean=False, properties=expiry) as c:
         assert not c.connack_packet.session_present  # type: ignore[attr-defined]
-        c.silent()
+        c.quiet()
 
 
 @spec(v311=("3.1.2-5", "4.4.0-1"), v5=("4.4.0-1",))
@@ -141,8 +141,9 @@ def test_MQTT_3_1_2_6_clean_start_discards_session(broker: Broker, version: int)
     with client(broker, cid, version, clean=True) as c:
         assert not c.connack_packet.session_present  # type: ignore[attr-defined]
         with client(broker, uid(), version) as p:
-            p.send(publish(topic, b"x", v5=version == 5))
-        c.silent()
+            p.send(publish(topic, b"x", v5=version == 5) + PINGREQ)
+            p.expect(T.PINGRESP)
+        c.quiet()
 
 
 @spec(v311=("3.1.2-7",))
@@ -187,7 +188,7 @@ def test_MQTT_3_14_4_3_disconnect_discards_will(broker: Broker, version: int) ->
         c.send(packet(T.DISCONNECT, 0, b""))
         c.closed()
         c.close()
-        w.silent(0.5)
+        w.quiet()
 
 
 @spec(v311=("3.1.2-17",), v5=("3.1.2-15",))
@@ -367,7 +368,7 @@ def test_MQTT_3_1_4_5_nothing_after_refused_connect_is_processed(broker: Broker,
     with client(broker, uid(), version) as w:
         w.send(subscribe(1, (topic, 0), v5=version == 5))
         w.expect(T.SUBACK)
-        w.silent()
+        w.quiet()
 
 
 @spec(v311=("3.2.0-1",), v5=("3.2.0-1", "3.2.0-2"))

@@ -85,7 +85,7 @@ def test_MQTT_3_3_2_3_topic_matches_filter(
         settle(pub)
         got = [sub.expect(T.PUBLISH).topic for _ in matched]
         assert got == [f"{prefix}/{t}" for t in matched]
-        sub.silent(0.2)
+        sub.quiet()
 
 
 @spec(v311=("3.3.4-1", "2.3.1-6", "4.3.2-2"), v5=("3.3.4-1", "2.2.1-5", "4.3.2-4", "3.4.2-1", "3.5.2-1", "3.7.2-1"))
@@ -128,7 +128,7 @@ def test_MQTT_4_3_3_2_qos2_receiver_no_duplicates(broker: Broker, version: int) 
         assert pub.expect(T.PUBCOMP).pid == 9
         qos2_in(pub, topic, b"new", 9, version)
         assert [sub.expect(T.PUBLISH).payload for _ in range(2)] == [b"once", b"new"]
-        sub.silent(0.2)
+        sub.quiet()
 
 
 @spec(
@@ -152,7 +152,7 @@ def test_MQTT_4_3_3_1_server_as_qos2_sender(broker: Broker, version: int) -> Non
         sub.send(ack(T.PUBCOMP, a.pid) + ack(T.PUBREC, b.pid))
         assert sub.expect(T.PUBREL).pid == b.pid
         sub.send(ack(T.PUBCOMP, b.pid) + ack(T.PUBACK, c.pid))
-        sub.silent(0.2)
+        sub.quiet()
 
 
 @spec(v311=("3.3.1-2", "3.3.1-3", "4.3.1-1", "2.3.1-5"), v5=("3.3.1-2", "3.3.1-3", "4.3.1-1", "2.2.1-2"))
@@ -195,7 +195,7 @@ def test_MQTT_3_3_1_1_resent_on_reconnect_with_dup(broker: Broker, version: int)
         assert by_type[T.PUBLISH].payload == b"q1"
         assert by_type[T.PUBREL].pid == first[1].pid
         again.send(ack(T.PUBACK, first[0].pid) + ack(T.PUBCOMP, first[1].pid))
-        again.silent(0.3)
+        again.quiet()
         again.send(connect(cid, version))
 
 
@@ -274,7 +274,7 @@ def test_MQTT_3_3_1_7_qos0_retained_replaces(broker: Broker) -> None:
         with subscriber(broker, 4, (topic, 1)) as late:
             got = late.expect(T.PUBLISH)
             assert (got.payload, got.qos) == (b"two", 0)
-            late.silent(0.2)
+            late.quiet()
         pub.send(publish(topic, b"", retain=True, v5=False))
         settle(pub)
 
@@ -289,7 +289,7 @@ def test_MQTT_3_3_1_10_empty_retained_clears(broker: Broker, version: int) -> No
         settle(pub)
         assert [live.expect(T.PUBLISH).payload for _ in range(2)] == [b"kept", b""]  # processed normally
     with subscriber(broker, version, (topic, 0)) as late:
-        late.silent(0.3)
+        late.quiet()
 
 
 @spec(v311=("3.3.1-12",), v5=("3.3.1-8",))
@@ -302,6 +302,6 @@ def test_MQTT_3_3_1_12_non_retained_leaves_retained_alone(broker: Broker, versio
         settle(pub)
         with subscriber(broker, version, (topic, 0)) as late:
             assert late.expect(T.PUBLISH).payload == b"kept"
-            late.silent(0.2)
+            late.quiet()
         pub.send(publish(topic, b"", retain=True, v5=version == 5))
         settle(pub)

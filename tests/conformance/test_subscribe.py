@@ -79,7 +79,7 @@ def test_MQTT_3_8_4_3_identical_filter_replaces_subscription(broker: Broker, ver
             got_pub = sub.expect(T.PUBLISH)
             assert got_pub.payload == b"once" and got_pub.qos == 1  # one subscription, the new QoS
             sub.send(ack(T.PUBACK, got_pub.pid))
-            sub.silent(0.2)
+            sub.quiet()
         pub.send(publish(topic, b"", retain=True, v5=version == 5))
         settle(pub)
 
@@ -145,13 +145,13 @@ def test_MQTT_3_10_4_1_unsubscribe_exact_filter(broker: Broker, version: int) ->
             pub.send(publish(f"{prefix}/a", b"via-plus", v5=version == 5))
             settle(pub)
         assert sub.expect(T.PUBLISH).payload == b"via-plus"
-        sub.silent(0.2)  # only the '+' subscription is left: one copy
+        sub.quiet()  # only the '+' subscription is left: one copy
         sub.send(unsubscribe(2, f"{prefix}/+", v5=version == 5))
         sub.expect(T.UNSUBACK)
         with client(broker, uid(), version) as pub:
             pub.send(publish(f"{prefix}/a", b"none", v5=version == 5))
             settle(pub)
-        sub.silent(0.2)
+        sub.quiet()
 
 
 @spec(v311=("3.10.4-3",), v5=("3.10.4-3",))
@@ -228,7 +228,7 @@ def test_MQTT_4_7_3_4_no_normalisation(broker: Broker, version: int) -> None:
             settle(pub)
         got = sub.expect(T.PUBLISH)
         assert got.topic == f"{prefix}/{bom}"  # the BOM is kept, not stripped
-        sub.silent(0.2)
+        sub.quiet()
 
 
 @spec(v311=("3.8.3-1",), v5=("3.8.3-1",))

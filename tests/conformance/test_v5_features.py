@@ -74,7 +74,7 @@ def test_MQTT_3_8_3_3_no_local(broker: Broker) -> None:
         c.expect(T.SUBACK)
         c.send(publish(topic, b"mine") + PINGREQ)
         assert c.recv().type == T.PINGRESP
-        c.silent(0.2)
+        c.quiet()
 
 
 @spec(v5=("3.8.3-4",))
@@ -114,7 +114,7 @@ def test_MQTT_3_3_1_10_retain_handling(broker: Broker, handling: int) -> None:
                 if expected:
                     assert sub.expect(T.PUBLISH).payload == b"kept"
                 else:
-                    sub.silent(0.2)
+                    sub.quiet()
         pub.send(publish(topic, b"", retain=True))
         settle(pub)
 
@@ -283,14 +283,14 @@ def test_MQTT_3_3_2_5_message_expiry(broker: Broker) -> None:
         pub.expect(T.PUBACK)
         pub.send(publish(topic, b"long", qos=1, pid=2, properties=[(P.MESSAGE_EXPIRY, 100)]))
         pub.expect(T.PUBACK)
-    time.sleep(2.1)
+    time.sleep(1.5)
     with client(broker, cid, 5, clean=False, properties=expiry) as c:
         got = c.expect(T.PUBLISH)
         assert got.payload == b"long"
         left = got.prop(P.MESSAGE_EXPIRY)
-        assert isinstance(left, int) and 95 <= left <= 98
+        assert isinstance(left, int) and 95 <= left <= 99
         c.send(ack(T.PUBACK, got.pid))
-        c.silent(0.2)
+        c.quiet()
         c.send(connect(cid, 5))
 
 
@@ -309,11 +309,11 @@ def test_MQTT_4_3_3_13_qos2_completed_after_expiry(broker: Broker) -> None:
 def test_MQTT_3_1_3_9_reconnect_within_will_delay_cancels_will(broker: Broker, clean: bool) -> None:
     cid, topic = uid(), uid("will")
     with sub5(broker, (topic, 0)) as watch:
-        c = client(broker, cid, 5, properties=[(P.SESSION_EXPIRY, 30)], will=Will(topic, props=[(P.WILL_DELAY, 2)]))
+        c = client(broker, cid, 5, properties=[(P.SESSION_EXPIRY, 30)], will=Will(topic, props=[(P.WILL_DELAY, 1)]))
         c.close()
         time.sleep(0.2)
         with client(broker, cid, 5, clean=clean, properties=[(P.SESSION_EXPIRY, 30)]) as again:
-            watch.silent(2.3)
+            watch.silent(1.3)
             again.send(connect(cid, 5))
 
 
@@ -337,7 +337,7 @@ def test_MQTT_3_1_2_8_will_on_takeover_only_when_session_ends(broker: Broker) ->
         with client(broker, cid, 5, clean=False, properties=keep) as second:
             first.closed()
             first.close()
-            watch.silent(0.4)  # the session goes on: no will
+            watch.quiet()  # the session goes on: no will
             second.send(connect(cid, 5))
 
 
@@ -384,8 +384,9 @@ def test_MQTT_4_8_2_6_shared_message_refused_is_not_sent_elsewhere(broker: Broke
                 continue
             assert got.qos == 1  # the granted QoS
             conn.send(ack(T.PUBACK, got.pid, 0x80))
+            settle(conn)
             other = b if conn is a else a
-            other.silent(0.4)
+            other.quiet()
             break
         else:
             raise AssertionError("no member of the group got the message")
@@ -410,7 +411,9 @@ def test_MQTT_4_1_0_2_session_discarded_after_expiry(ours: Broker) -> None:
 
 
 @spec(v5=("4.3.3-7",))
-def test_MQTT_4_3_3_7_no_expiry_once_sent(broker: Broker) -> None:
+def test_MQTT_4_3_3_7_no_expiry_once_sent(ours: Broker) -> None:
+    # ours only: mosquitto 2.0.11 drops such a message on some runs and re-sends it on others
+    broker = ours
     cid, topic = uid(), uid("t")
     keep = [(P.SESSION_EXPIRY, 30)]
     sub = sub5(broker, (topic, 2), cid=cid, properties=keep)
@@ -441,7 +444,7 @@ def test_MQTT_4_4_0_2_refused_message_not_resent(broker: Broker) -> None:
     settle(sub)
     sub.close()
     with client(broker, cid, 5, clean=False, properties=keep) as again:
-        again.silent(0.3)
+        again.quiet()
         again.send(connect(cid, 5))
 
 

@@ -454,6 +454,13 @@ class Conn:
             return
         raise AssertionError(f"unexpected {got}")
 
+    def quiet(self) -> None:
+        """Nothing is waiting for this client: a PINGREQ's PINGRESP is the next packet (a broker answers in
+        order, so whatever it meant to send before the PINGREQ would come first)."""
+        self.send(PINGREQ)
+        got = self.recv()
+        assert got.type == T.PINGRESP, f"unexpected {got}"
+
     def open(self) -> bool:
         """A PINGREQ is still answered (packets before the PINGRESP are passed over)."""
         self.send(PINGREQ)
