@@ -858,7 +858,14 @@ class BrokerCore:
             data = encode(replace(packet, properties=lean), conn.version)
             if len(data) <= limit:
                 return data
-        if not isinstance(packet, Disconnect | ConnAck) and not conn.closed:
+        if isinstance(packet, ConnAck) and not conn.closed:
+            # Not even the CONNACK fits: closed unanswered, as mosquitto does (no DISCONNECT may come before a
+            # CONNACK, [MQTT-3.14.0-1]); the client never had a usable connection, so its will is dropped too.
+            if conn.session is not None and conn.session.connection is conn:
+                conn.session.will = None
+            detail = f"CONNACK over the client's maximum packet size {limit}"
+            self._close(conn, self._clock, reason=None, detail=detail, refused=True)
+        elif not isinstance(packet, Disconnect | ConnAck) and not conn.closed:
             what = type(packet).__name__.upper()
             self._close(conn, self._clock, reason=0x95, detail=f"{what} over the client's maximum packet size {limit}")
         return None

@@ -230,3 +230,12 @@ def test_MQTT_2_2_2_1_property_length_always_present(broker: Broker) -> None:
         c.send(connect(uid(), 5) + props(None)[:0])
         got = c.connack()
         assert len(got.body) >= 3  # flags, reason code, property length (0 when there are none)
+
+
+@spec(v5=("3.1.2-24", "3.14.0-1"))
+def test_MQTT_3_1_2_24_connack_too_large_for_the_client_closes(broker: Broker) -> None:
+    """A Maximum Packet Size of 8 leaves no room for the CONNACK's properties: both brokers close unanswered
+    (ours used to keep the connection open without a CONNACK)."""
+    with Conn(broker, True) as c:
+        c.send(connect(uid(), 5, properties=[(P.MAXIMUM_PACKET_SIZE, 8)]))
+        assert c.closed() == []

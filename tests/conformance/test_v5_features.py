@@ -283,12 +283,12 @@ def test_MQTT_3_3_2_5_message_expiry(broker: Broker) -> None:
         pub.expect(T.PUBACK)
         pub.send(publish(topic, b"long", qos=1, pid=2, properties=[(P.MESSAGE_EXPIRY, 100)]))
         pub.expect(T.PUBACK)
-    time.sleep(1.5)
+    time.sleep(2.1)  # mosquitto counts whole seconds: 1.5 s is not always past an expiry of 1
     with client(broker, cid, 5, clean=False, properties=expiry) as c:
         got = c.expect(T.PUBLISH)
         assert got.payload == b"long"
         left = got.prop(P.MESSAGE_EXPIRY)
-        assert isinstance(left, int) and 95 <= left <= 99
+        assert isinstance(left, int) and 95 <= left <= 98
         c.send(ack(T.PUBACK, got.pid))
         c.quiet()
         c.send(connect(cid, 5))
