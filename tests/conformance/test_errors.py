@@ -16,6 +16,7 @@ from tests.conformance.wire import (
     P,
     T,
     Will,
+    ack,
     client,
     connect,
     packet,
@@ -239,3 +240,45 @@ def test_MQTT_3_1_2_24_connack_too_large_for_the_client_closes(broker: Broker) -
     with Conn(broker, True) as c:
         c.send(connect(uid(), 5, properties=[(P.MAXIMUM_PACKET_SIZE, 8)]))
         assert c.closed() == []
+
+
+OPEN, SILENT = -1, -2  # mosquitto keeps the connection / closes it without a DISCONNECT
+
+PROTOCOL_ERRORS = {
+    "qos0-dup": (publish("a/b", b"x", dup=True), 0x81, OPEN),
+    "topic-alias-0": (publish("a/b", b"x", properties=[(P.TOPIC_ALIAS, 0)]), 0x82, 0x81),
+    "unknown-topic-alias": (publish("", b"x", properties=[(P.TOPIC_ALIAS, 3)]), 0x82, 0x82),
+    "property-twice": (publish("a/b", b"x", properties=[(P.MESSAGE_EXPIRY, 5), (P.MESSAGE_EXPIRY, 6)]), 0x82, SILENT),
+    "payload-format-2": (publish("a/b", b"x", properties=[(P.PAYLOAD_FORMAT, 2)]), 0x82, OPEN),
+    "property-of-another-packet": (publish("a/b", b"x", properties=[(P.SESSION_EXPIRY, 5)]), 0x81, 0x81),
+    "subscription-identifier-0": (subscribe(1, ("a", 0), properties=[(P.SUBSCRIPTION_ID, 0)]), 0x82, 0x81),
+    "retain-handling-3": (subscribe(1, ("a", 0x30)), 0x82, 0x81),
+    "session-expiry-after-0": (packet(T.DISCONNECT, 0, b"\x00" + props([(P.SESSION_EXPIRY, 30)])), 0x82, 0x82),
+}
+
+
+@spec(v5=("4.13.1-1", "3.3.1-2", "3.3.2-8", "4.13.2-1"))
+@pytest.mark.parametrize("case", list(PROTOCOL_ERRORS))
+def test_MQTT_4_13_1_1_errors_and_their_reason_codes(broker: Broker, case: str) -> None:
+    """Packets a client may not send, the code each broker answers with (5.0 2.4 / 4.13 choose between 0x81
+    Malformed Packet and 0x82 Protocol Error; mosquitto 2.0.11 lets some through)."""
+    raw, ours_code, mosquitto_code = PROTOCOL_ERRORS[case]
+    expected = ours_code if broker.kind == "ours" else mosquitto_code
+    with client(broker, uid(), 5) as c:
+        c.send(raw)
+        if expected == OPEN:
+            assert c.open()
+        elif expected == SILENT:
+            assert c.closed() == []
+        else:
+            assert [(p.type, p.reason) for p in c.closed()] == [(T.DISCONNECT, expected)]
+
+
+@spec(v5=("3.6.2-1",))
+def test_MQTT_3_6_2_1_pubrec_for_an_unknown_identifier(broker: Broker) -> None:
+    with client(broker, uid(), 5) as c:
+        c.send(ack(T.PUBREC, 77))
+        got = c.expect(T.PUBREL)
+        # ours: 0x92 Packet Identifier not found (5.0 3.6.2.1); mosquitto 2.0.11: 0x00
+        assert (got.pid, got.reason) == (77, 0x92 if broker.kind == "ours" else 0x00)
+        assert c.open()

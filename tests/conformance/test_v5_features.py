@@ -18,6 +18,7 @@ from tests.conformance.wire import (
     ack,
     client,
     connect,
+    disconnect,
     publish,
     refused,
     spec,
@@ -469,3 +470,31 @@ def test_MQTT_3_7_2_2_acknowledgements_fit_maximum_packet_size(broker: Broker) -
             assert len(p.body) + 2 <= 32, p
         # ours answers an unknown PUBREL with 0x92 (5.0 3.7.2.1); mosquitto 2.0.11 with 0x00
         assert unknown.reason == (0x92 if broker.kind == "ours" else 0x00)
+
+
+@spec(v5=("3.3.4-9", "4.9.0-2"))
+def test_MQTT_3_3_4_9_receive_maximum_counts_qos2_until_pubcomp(broker: Broker) -> None:
+    topic = uid("rm")
+    with sub5(broker, (topic, 2), properties=[(P.RECEIVE_MAXIMUM, 1)]) as sub, client(broker, uid(), 5) as pub:
+        qos2_in(pub, topic, b"1", 1, 5)
+        qos2_in(pub, topic, b"2", 2, 5)
+        first = sub.expect(T.PUBLISH)
+        sub.send(ack(T.PUBREC, first.pid))
+        assert sub.expect(T.PUBREL).pid == first.pid
+        sub.quiet()  # PUBREC is not the end of the exchange: no second PUBLISH yet
+        sub.send(ack(T.PUBCOMP, first.pid))
+        assert sub.expect(T.PUBLISH).payload == b"2"
+
+
+@spec(v5=("3.1.2-23", "4.1.0-2"))
+def test_MQTT_3_1_2_23_disconnect_can_end_the_session(broker: Broker) -> None:
+    cid = uid()
+    keep = [(P.SESSION_EXPIRY, 30)]
+    with client(broker, cid, 5, properties=keep) as c:
+        c.send(subscribe(1, (uid("t"), 1)))
+        c.expect(T.SUBACK)
+        c.send(disconnect(0, [(P.SESSION_EXPIRY, 0)]))
+        assert c.closed() == []
+    with client(broker, cid, 5, clean=False, properties=keep) as c:
+        assert not c.connack_packet.session_present  # type: ignore[attr-defined]
+        c.send(disconnect(0))
