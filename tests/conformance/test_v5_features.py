@@ -498,3 +498,39 @@ def test_MQTT_3_1_2_23_disconnect_can_end_the_session(broker: Broker) -> None:
     with client(broker, cid, 5, clean=False, properties=keep) as c:
         assert not c.connack_packet.session_present  # type: ignore[attr-defined]
         c.send(disconnect(0))
+
+
+@spec(v5=("4.8.2-4",))
+def test_MQTT_4_8_2_4_shared_message_completed_on_reconnect(broker: Broker) -> None:
+    cid, group, topic = uid(), uid("g"), uid("sh")
+    keep = [(P.SESSION_EXPIRY, 30)]
+    member = sub5(broker, (f"$share/{group}/{topic}", 1), cid=cid, properties=keep)
+    with client(broker, uid(), 5) as pub:
+        pub.send(publish(topic, b"x", qos=1, pid=1))
+        pub.expect(T.PUBACK)
+    first = member.expect(T.PUBLISH)
+    member.close()
+    with client(broker, cid, 5, clean=False, properties=keep) as again:
+        got = again.expect(T.PUBLISH)
+        assert got.dup and got.pid == first.pid and got.payload == b"x"
+        again.send(ack(T.PUBACK, got.pid))
+        again.send(connect(cid, 5))
+
+
+@spec(v5=("4.8.2-5",))
+def test_MQTT_4_8_2_5_shared_message_not_passed_on_when_the_session_ends(broker: Broker) -> None:
+    group, topic = uid("g"), uid("sh")
+    shared = (f"$share/{group}/{topic}", 1)
+    with sub5(broker, shared) as a, sub5(broker, shared) as b, client(broker, uid(), 5) as pub:
+        pub.send(publish(topic, b"x", qos=1, pid=1))
+        pub.expect(T.PUBACK)
+        got_a = got_b = None
+        try:
+            got_a = a.recv(0.5)
+        except TimeoutError:
+            got_b = b.expect(T.PUBLISH)
+        holder, other = (a, b) if got_a is not None else (b, a)
+        assert (got_a or got_b) is not None
+        holder.close()  # session expiry 0: the session ends with the connection
+        time.sleep(0.3)  # for the broker to see the close
+        other.quiet()
