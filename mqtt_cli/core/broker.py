@@ -364,6 +364,9 @@ class BrokerCore:
         if version == 5:
             conn.client_max_packet_size = props.maximum_packet_size
             conn.topic_alias_maximum = c.max_topic_alias
+            if props.topic_alias_maximum:
+                conn.aliases_out = {}
+                conn.alias_out_maximum = props.topic_alias_maximum
             conn.reader.version = 5
         conn.connected = True
         ack_props = EMPTY_PROPERTIES
@@ -617,7 +620,19 @@ class BrokerCore:
         if qos:
             kept = (props or message.properties) if version == 5 else EMPTY_PROPERTIES  # 3.x has no properties
             pid = session.outgoing.send_fields(message.topic, message.payload, qos, retain, kept, message).packet_id
-        data = message.wire(version, qos, retain, pid, props)
+        aliases = conn.aliases_out
+        new_alias = 0
+        if aliases is None:
+            data = message.wire(version, qos, retain, pid, props)
+        else:
+            # The client takes topic aliases: a topic sent before goes as its alias and an empty topic name.
+            alias = aliases.get(message.topic, 0)
+            if not alias and len(aliases) < conn.alias_out_maximum:
+                alias = new_alias = len(aliases) + 1
+            if alias:
+                data = message.wire_aliased(qos, retain, pid, props, alias, new_alias != 0)
+            else:  # all aliases taken: the topic in full
+                data = message.wire(version, qos, retain, pid, props)
         limit = conn.client_max_packet_size
         if limit is not None and len(data) > limit:
             # 3.1.2.11.4: a packet over the client's maximum is not sent, as if it had been delivered.
@@ -626,6 +641,8 @@ class BrokerCore:
             self.stats.publish_dropped += 1
             session.dropped += 1
             return
+        if new_alias:
+            aliases[message.topic] = new_alias  # type: ignore[index]  # only once the client has it
         self.stats.publish_sent += 1
         self._write(conn, data)
 

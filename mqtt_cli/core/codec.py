@@ -572,9 +572,9 @@ def _decode_subscribe(first: int, data: bytes, pos: int, end: int, version: int,
         options = data[pos]
         pos += 1
         qos = options & 3
-        if qos == 3:  # 5.0 3.8.3.1 names it a Protocol Error; 3.1.1 3.8.3-4 malformed
-            err_type = ProtocolError if version == 5 else MalformedPacket
-            errs.append(err_type(f"SUBSCRIBE asks QoS 3 for {flt!r}"))
+        if qos == 3:
+            # 5.0 3.8.3.1 calls it a protocol error (0x82); 3.1.1 a malformed packet [MQTT-3.8.3-4].
+            errs.append((ProtocolError if version == 5 else MalformedPacket)(f"SUBSCRIBE asks QoS 3 for {flt!r}"))
         if err := topic_filter_error(flt):
             errs.append(RemoteProtocolError(f"SUBSCRIBE {err}", reason_code=0x8F))
         if version == 5:

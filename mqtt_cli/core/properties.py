@@ -163,6 +163,7 @@ _TYPE_MAX = {
     _W.VARIABLE_BYTE_INT: MAX_VBI,
 }
 _USER_PROPERTY = int(_P.USER_PROPERTY)
+_USER_PROPERTY_PACKETS = PROPERTY_TABLE[_USER_PROPERTY].packets  # also repeatable in each of them
 _SUBSCRIPTION_IDENTIFIER = int(_P.SUBSCRIPTION_IDENTIFIER)
 _RESPONSE_TOPIC = int(_P.RESPONSE_TOPIC)
 
@@ -201,7 +202,7 @@ class Properties:
     ``props.content_type``, ``props.user_properties`` (a tuple of pairs), ``props.subscription_identifiers``.
     """
 
-    __slots__ = ("items",)
+    __slots__ = ("_index", "items")
     items: tuple[tuple[int, Any], ...]
 
     def __init__(self, items: Iterable[tuple[int, Any]] = (), /, **named: Any) -> None:
@@ -257,6 +258,8 @@ class Properties:
 
     def get(self, pid: int, default: Any = None) -> Any:
         """The first value of property `pid`, or `default`."""
+        if len(self.items) > _INDEX_FROM:
+            return _first_values(self).get(pid, default)
         for key, value in self.items:
             if key == pid:
                 return value
@@ -343,8 +346,27 @@ def _normalise(spec: PropertySpec | None, value: Any) -> Any:
 _set_items = Properties.items.__set__  # type: ignore[attr-defined]  # the slot, bypassing immutability
 
 
+# Past this many items (thousands of user properties, say), looking a property up goes through an index of first
+# values, built once: a scan per lookup would make reading a packet's few named properties cost n each.
+_INDEX_FROM = 16
+_set_index = Properties._index.__set__  # type: ignore[attr-defined]
+
+
+def _first_values(props: Properties) -> dict[int, Any]:
+    try:
+        return props._index  # type: ignore[no-any-return]
+    except AttributeError:
+        first: dict[int, Any] = {}
+        for key, value in reversed(props.items):
+            first[key] = value
+        _set_index(props, first)
+        return first
+
+
 def _getter(pid: int) -> property:
     def get(self: Properties) -> Any:
+        if len(self.items) > _INDEX_FROM:
+            return _first_values(self).get(pid)
         for key, value in self.items:
             if key == pid:
                 return value
@@ -468,11 +490,30 @@ def decode_properties(
     where = _PACKET_NAMES.get(packet_type, str(packet_type))
     errors_before = len(errors)
     items: list[tuple[int, Any]] = []
+    append = items.append
+    user_ok = packet_type in _USER_PROPERTY_PACKETS
     seen: set[int] = set()
     while pos < stop:
         at = pos
         pid = data[pos]
         pos += 1
+        if pid == 0x26 and user_ok and pos + 2 <= stop:
+            # User properties come by the thousand in some packets: read a well-formed pair here, in one step;
+            # anything odd about it (cut short, bad UTF-8, U+0000) takes the general path below, which says what.
+            key_end = pos + 2 + ((data[pos] << 8) | data[pos + 1])
+            if key_end + 2 <= stop:
+                value_end = key_end + 2 + ((data[key_end] << 8) | data[key_end + 1])
+                if value_end <= stop:
+                    try:
+                        key = data[pos + 2 : key_end].decode()
+                        val = data[key_end + 2 : value_end].decode()
+                    except UnicodeDecodeError:
+                        pass
+                    else:
+                        if "\x00" not in key and "\x00" not in val:
+                            append((0x26, (key, val)))
+                            pos = value_end
+                            continue
         spec = PROPERTY_TABLE.get(pid)
         if spec is None:
             # An unknown identifier leaves the rest of the block unreadable.

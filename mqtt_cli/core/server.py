@@ -19,7 +19,9 @@ __all__ = ["ServerConnection"]
 
 class ServerConnection:
     __slots__ = (
+        "alias_out_maximum",
         "aliases_in",
+        "aliases_out",
         "bridge",
         "client_id",
         "client_max_packet_size",
@@ -57,6 +59,10 @@ class ServerConnection:
         self.out = bytearray()  # bytes waiting for the writer
         self.wants_drain = False  # deliveries wait for `out` to drain below the broker's limit
         self.aliases_in: dict[int, str] = {}  # 5.0 topic aliases set by the client
+        # Ours towards a 5.0 client that allows them (Topic Alias Maximum in CONNECT): topic -> alias. None when it
+        # does not, so that deliveries to other clients do not look at it.
+        self.aliases_out: dict[str, int] | None = None
+        self.alias_out_maximum = 0
         self.topic_alias_maximum = 0  # ours, as announced in CONNACK
         self.client_max_packet_size: int | None = None  # 5.0: the client's Maximum Packet Size
         self.context: Any = None  # the network layer's own bookkeeping

@@ -11,10 +11,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .codec import encode
+from .codec import encode, encode_topic_name, frame_publish
 from .flows import IncomingFlows, OutgoingFlows
 from .packets import Publish, Will
-from .properties import EMPTY_PROPERTIES, Properties
+from .properties import EMPTY_PROPERTIES, Properties, encode_properties, properties_from_items
 
 __all__ = ["Delivery", "Message", "QueueLimits", "Session", "SubscriptionOptions"]
 
@@ -96,6 +96,21 @@ class Message:
         if qos:
             return b"".join((parts[0], packet_id.to_bytes(2, "big"), parts[1]))  # type: ignore[union-attr]
         return parts[0]
+
+
+    def wire_aliased(
+        self, qos: int, retain: bool, packet_id: int | None, props: Properties | None, alias: int, new: bool
+    ) -> bytes:
+        """The 5.0 PUBLISH bytes for a client that takes topic aliases (3.3.2.3.4): with Topic Alias `alias`, and
+        the topic name only when the alias is `new` (empty otherwise). Not cached: the alias is per connection."""
+        items = (*(self.properties if props is None else props).items, (_TOPIC_ALIAS, alias))
+        block = encode_properties(properties_from_items(items), 3)  # small blocks are encoded once and remembered
+        first = 0x30 | qos << 1 | (1 if retain else 0)
+        topic = encode_topic_name(self.topic) if new else b"\x00\x00"
+        return frame_publish(first, topic, packet_id.to_bytes(2, "big") if packet_id else b"", block, self.payload)
+
+
+_TOPIC_ALIAS = 0x23
 
 
 def _topic_end(raw: bytes) -> int:

@@ -298,3 +298,163 @@ def test_queued_messages_expire_offline_and_carry_what_is_left_MQTT_3_3_2_5_MQTT
     assert 55 <= got[0].properties.message_expiry_interval <= 58
     for c in (sub, pub):
         c.close()
+
+
+# --- #11: outgoing topic aliases ----------------------------------------------------------------------------------
+
+
+def test_server_topic_aliases_MQTT_3_3_2_13(ours: Broker) -> None:
+    """Ours only: mosquitto 2.0.11 never sends topic aliases (they are optional, 3.3.2.3.4)."""
+    from mqtt_cli.core.packets import PubAck
+
+    topic = uid("conf/alias")
+    c = Raw(ours, 5)
+    c.connect(uid("a"), properties=Properties(topic_alias_maximum=1))
+    c.subscribe(topic, 2)
+    for i in range(3):
+        c.send(
+            Publish(
+                topic,
+                b"topic alias %d" % i,
+                1,
+                packet_id=i + 1,
+                properties=Properties(user_properties=[("user", "prop")]),
+            )
+        )
+    got = []
+    while len(got) < 3:
+        p = c.next(5.0)
+        if isinstance(p, Publish):
+            got.append(p)
+            c.send(PubAck(p.packet_id))  # type: ignore[arg-type]
+    assert [(p.topic, p.properties.topic_alias) for p in got] == [(topic, 1), ("", 1), ("", 1)]
+    assert all(p.properties.user_properties == (("user", "prop"),) for p in got)
+    c.close()
+
+
+# --- choices: what both brokers send, byte for byte --------------------------------------------------------------
+
+
+def _v5_connect(client_id: str, flags: int = 0x02, props: bytes = b"\x00", rest: bytes = b"") -> bytes:
+    return frame(0x10, s("MQTT") + bytes((5, flags, 0, 60)) + props + s(client_id) + rest)
+
+
+@pytest.mark.parametrize(
+    "connect",
+    [
+        _v5_connect("c", flags=0x03),  # reserved flag
+        _v5_connect("c", props=b"\x02\x17\x02"),  # request problem information 2
+        _v5_connect("c", flags=0x06, rest=b"\x00" + s("") + s("p")),  # empty will topic
+        _v5_connect("c", flags=0x06, rest=b"\x00" + s("w/#") + s("p")),  # wildcard will topic
+        _v5_connect("c\x01"),  # control character in the client id
+        _v5_connect("c", flags=0x82, rest=s("u\x1f")),  # ... in the user name
+        _v5_connect("c", flags=0x06, rest=b"\x00" + s("w\x7f") + s("p")),  # ... in the will topic
+        frame(0x10, s("MQTT") + bytes((4, 0x06, 0, 60)) + s("c") + s("") + s("p")),  # 3.1.1, empty will topic
+        frame(0x10, s("MQTT") + bytes((4, 0x02, 0, 60)) + s("c\x9f")),  # 3.1.1, control character
+        frame(0x10, s("MQTTX") + bytes((4, 0x02, 0, 60)) + s("c")),  # not MQTT
+        frame(0x10, s("") + bytes((4, 0x02, 0, 60)) + s("c")),
+    ],
+    ids=[
+        "reserved-flag",
+        "rpi-2",
+        "empty-will-topic",
+        "wildcard-will-topic",
+        "ctrl-client-id",
+        "ctrl-user-name",
+        "ctrl-will-topic",
+        "v4-empty-will-topic",
+        "v4-ctrl-client-id",
+        "protocol-name-long",
+        "protocol-name-empty",
+    ],
+)
+def test_a_broken_connect_is_closed_without_an_answer_like_mosquitto_MQTT_3_1_4_1(
+    any_broker: Broker, connect: bytes
+) -> None:
+    c = Raw(any_broker, 5)
+    c.send_raw(connect)
+    assert c.until_closed() == []
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_connack_and_disconnect_bytes_match_mosquitto(ours: Broker, mosq: Broker, version: int) -> None:
+    """No Reason String, no User Property, the same properties in the same order."""
+    seen = {}
+    for broker in (ours, mosq):
+        c = Raw(broker, version)
+        c.send(Connect("same-id", protocol_version=version))
+        c.sock.settimeout(DEADLINE)
+        connack = c.sock.recv(100)
+        c.send(Connect("same-id", protocol_version=version))  # a second CONNECT: a protocol error
+        rest = b""
+        while True:
+            data = c.sock.recv(100)
+            if not data:
+                break
+            rest += data
+        seen[broker.kind] = (connack, rest)
+    assert seen["ours"][0] == seen["mosquitto"][0]
+    # 5.0: we send DISCONNECT 0x82 (a SHOULD of 4.13); mosquitto 2.0.11 closes without one.
+    assert seen["ours"][1] == (b"\xe0\x01\x82" if version == 5 else b"")
+    assert seen["mosquitto"][1] == b""
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_qos2_pubrec_is_0_before_delivery_like_mosquitto(any_broker: Broker, version: int) -> None:
+    c = Raw(any_broker, version)
+    c.connect(uid("q2"))
+    topic = uid("conf/nosub")
+    c.send(Publish(topic, b"x", 2, packet_id=3))
+    assert c.next() == PubRec(3)
+    c.subscribe(topic, 2)
+    c.send(Publish(topic, b"y", 2, packet_id=4))
+    assert c.next() == PubRec(4)
+    c.send(PubRel(4))
+    got = c.quiet(1.0)
+    assert PubComp(4) in got and any(isinstance(p, Publish) and p.payload == b"y" for p in got)
+    c.close()
+
+
+def test_receive_maximum_20_is_announced_like_mosquitto(any_broker: Broker) -> None:
+    c = Raw(any_broker, 5)
+    assert c.connect(uid("rm")).properties.receive_maximum == 20
+    c.close()
+
+
+def test_more_qos2_than_the_receive_maximum_is_0x93_MQTT_3_3_4_9(ours: Broker) -> None:
+    """Ours only: mosquitto 2.0.11 answers the 21st with PUBREC 0x97 (quota exceeded), no DISCONNECT."""
+    c = Raw(ours, 5)
+    c.connect(uid("rm"))
+    topic = uid("conf/rm")
+    for pid in range(1, 21):
+        c.send(Publish(topic, b"", 2, packet_id=pid))
+        assert c.next() == PubRec(pid)
+    c.send(Publish(topic, b"", 2, packet_id=21))
+    assert c.until_closed() == [Disconnect(0x93)]
+
+
+@pytest.mark.parametrize(
+    "raw", [b"\x20\x02\x00\x00", b"\x90\x03\x00\x01\x00", b"\xb0\x02\x00\x01", b"\xd0\x00", b"\xd0\x01\x00"]
+)
+def test_packets_only_a_server_sends_are_a_protocol_error_MQTT_4_13_1(ours: Broker, raw: bytes) -> None:
+    """Ours: DISCONNECT 0x82 and close. mosquitto 2.0.11 closes without DISCONNECT on CONNACK, SUBACK and UNSUBACK,
+    and ignores a PINGRESP, with or without a body (the connection stays open)."""
+    c = Raw(ours, 5)
+    c.connect(uid("srv"))
+    c.send_raw(raw)
+    assert c.until_closed() == [Disconnect(0x82)]
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_control_characters_in_topics_close_like_mosquitto(any_broker: Broker, version: int) -> None:
+    pp = b"\x00" if version == 5 else b""
+    for packet in (
+        frame(0x82, b"\x00\x01" + pp + s("a\x01") + b"\x00"),
+        frame(0xA2, b"\x00\x01" + pp + s("a\x1f")),
+        frame(0x32, s("a\x7f") + b"\x00\x01" + pp + b"x"),
+    ):
+        c = Raw(any_broker, version)
+        c.connect(uid("ctrl"))
+        c.send_raw(packet)
+        got = c.until_closed()
+        assert got in ([], [Disconnect(0x81)]), got

@@ -561,3 +561,147 @@ def test_every_single_byte_property_has_a_range() -> None:
     for spec in PROPERTY_TABLE.values():
         if spec.wire_type is WireType.BYTE:
             assert spec.value_range == (0, 1), spec.name
+
+
+# --- #8: thousands of user properties cost linear time -------------------------------------------------------
+
+
+def _connect_with_user_properties(n: int) -> bytes:
+    from mqtt_cli.core.wire import encode_vbi
+
+    props = b"".join(b"\x26" + _s(f"k{i}") + _s("v") for i in range(n))
+    return _frame(0x10, _s("MQTT") + bytes((5, 0x06, 0, 60)) + encode_vbi(len(props)) + props + _s("c") + b"\x00"
+                  + _s("w") + _s(""))  # fmt: skip
+
+
+def test_user_properties_cost_linear_time() -> None:
+    """Ten times the user properties may cost about ten times as long, never a hundred (quadratic). The ratio is
+    generous (machines are noisy); the quadratic case this guards against came out above 100."""
+    import gc
+    import timeit
+
+    def accept(data: bytes) -> None:
+        broker = BrokerCore(BrokerConfig(sys_interval=0))
+        c = broker.open("x", 0.0)
+        broker.receive(c, data, 0.0)
+        assert bytes(c.out[:4]) == b"\x20\x09\x00\x00"  # accepted
+        broker.connection_lost(c, 0.0)
+
+    small, large = _connect_with_user_properties(5_000), _connect_with_user_properties(50_000)
+    gc.disable()
+    try:
+        t_small = min(timeit.repeat(lambda: accept(small), number=1, repeat=3))
+        t_large = min(timeit.repeat(lambda: accept(large), number=1, repeat=3))
+    finally:
+        gc.enable()
+    assert t_large / t_small < 40, (t_small, t_large)
+
+
+def test_user_properties_keep_their_order_and_named_lookups_still_work() -> None:
+    from mqtt_cli.core.properties import Properties as P
+
+    many = P([(0x26, (f"k{i}", "v")) for i in range(100)] + [(0x11, 7)] + [(0x26, ("k0", "again"))])
+    assert many.session_expiry_interval == 7 and many.get(0x11) == 7 and many.receive_maximum is None
+    assert many.user_properties[0] == ("k0", "v") and many.user_properties[-1] == ("k0", "again")
+    assert many.get(0x26) == ("k0", "v")  # the first value, as for a short list
+
+
+# --- #11: topic aliases towards clients that allow them ------------------------------------------------------
+
+
+def _topics_and_aliases(packets: list[object]) -> list[tuple[str, int | None]]:
+    return [(p.topic, p.properties.topic_alias) for p in packets if isinstance(p, Publish)]
+
+
+def test_broker_assigns_topic_aliases_to_a_client_that_allows_them_MQTT_3_3_2_13(broker: BrokerCore) -> None:
+    from mqtt_cli.core.packets import PubAck
+
+    sub = client(broker, "s", 5, properties=Properties(topic_alias_maximum=2))
+    assert broker.sessions["s"].connection.aliases_out == {}
+    sub.subscribe(Subscription("a/#", 1))
+    plain = client(broker, "plain", 5)  # asks for no aliases: gets none
+    plain.subscribe(Subscription("a/#", 1))
+    pub = client(broker, "p", 5)
+    for i, topic in enumerate(["a/1", "a/1", "a/2", "a/3", "a/2", "a/1", "a/3"], 1):
+        props = Properties(user_properties=[("n", str(i))])
+        pub.send(Publish(topic, b"%d" % i, i % 2, packet_id=i if i % 2 else None, properties=props))
+    got = sub.received()
+    assert _topics_and_aliases(got) == [
+        ("a/1", 1),
+        ("", 1),
+        ("a/2", 2),
+        ("a/3", None),  # both aliases taken: in full
+        ("", 2),
+        ("", 1),
+        ("a/3", None),
+    ]
+    assert [p.properties.user_properties for p in got] == [(("n", str(i)),) for i in range(1, 8)]
+    assert [p.payload for p in got] == [b"%d" % i for i in range(1, 8)]
+    assert _topics_and_aliases(plain.received()) == [
+        (t, None) for t in ["a/1", "a/1", "a/2", "a/3", "a/2", "a/1", "a/3"]
+    ]
+    for p in got:
+        if p.qos:
+            sub.send(PubAck(p.packet_id))
+
+
+def test_topic_aliases_start_afresh_on_each_connection_and_resends_carry_the_topic(broker: BrokerCore) -> None:
+    allow = Properties(topic_alias_maximum=5, session_expiry_interval=100)
+    sub = client(broker, "s", 5, clean_start=False, properties=allow)
+    sub.subscribe(Subscription("t", 1))
+    pub = client(broker, "p", 5)
+    pub.send(Publish("t", b"1", 1, packet_id=1))
+    pub.send(Publish("t", b"2", 1, packet_id=2))
+    assert _topics_and_aliases(sub.received()) == [("t", 1), ("", 1)]
+    sub.lose()
+    again = Client(broker, 5)
+    again.connect("s", clean_start=False, properties=allow)
+    resent = again.after_connack
+    assert _topics_and_aliases(resent) == [("t", None), ("t", None)] and all(p.dup for p in resent)
+    pub.send(Publish("t", b"3", 1, packet_id=3))
+    assert _topics_and_aliases(again.received()) == [("t", 1)]  # a new connection: the alias is set again
+
+
+def test_a_message_too_large_does_not_set_an_alias(broker: BrokerCore) -> None:
+    sub = client(broker, "s", 5, properties=Properties(topic_alias_maximum=5, maximum_packet_size=30))
+    sub.subscribe(Subscription("t/#", 0))
+    pub = client(broker, "p", 5)
+    pub.send(Publish("t/x", b"." * 40))
+    pub.send(Publish("t/x", b"small"))
+    assert _topics_and_aliases(sub.received()) == [("t/x", 1)]
+
+
+# --- where we follow the spec and mosquitto does not --------------------------------------------------------
+
+
+def test_maximum_qos_3_in_subscribe_is_a_protocol_error_in_5_0(broker: BrokerCore) -> None:
+    c = client(broker, "c", 5)
+    assert c.send_raw(_frame(0x82, b"\x00\x01\x00" + _s("t") + b"\x03")) == [Disconnect(0x82)]  # mosquitto: 0x81
+    c = client(broker, "c4", 4)
+    assert c.send_raw(_frame(0x82, b"\x00\x01" + _s("t") + b"\x03")) == []
+    assert c.closed
+
+
+def test_a_wildcard_in_a_publish_topic_is_0x90_MQTT_3_3_2_2(broker: BrokerCore) -> None:
+    c = client(broker, "c", 5)
+    assert c.send_raw(_frame(0x30, _s("a/#") + b"\x00x")) == [Disconnect(0x90)]  # mosquitto: 0x82
+
+
+def test_an_unknown_pubrel_gets_pubcomp_0x92_in_5_0(broker: BrokerCore) -> None:
+    from mqtt_cli.core.packets import PubComp, PubRel
+
+    assert client(broker, "c", 5).send(PubRel(9)) == [PubComp(9, 0x92)]  # mosquitto: 0x00
+    assert client(broker, "c4", 4).send(PubRel(9)) == [PubComp(9)]
+
+
+def test_an_empty_will_topic_is_refused_and_closed_MQTT_4_7_3_1(broker: BrokerCore) -> None:
+    for version in (3, 4, 5):
+        for delay in (b"", b"\x05\x18\x00\x00\x00\x05"):
+            if delay and version != 5:
+                continue
+            c = Client(broker, version)
+            name, props = (b"MQIsdp", b"") if version == 3 else (b"MQTT", b"\x00" if version == 5 else b"")
+            will_props = (bytes((len(delay),)) + delay) if version == 5 else b""
+            body = _s(name) + bytes((version, 0x06, 0, 60)) + props + _s("c") + will_props + _s("") + _s("x")
+            assert c.send_raw(_frame(0x10, body)) == []
+            assert c.closed and not broker.sessions
