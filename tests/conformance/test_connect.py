@@ -419,3 +419,13 @@ def test_MQTT_3_2_2_1_connack_flags_and_capabilities(broker: Broker, version: in
             assert ack.prop(P.MAXIMUM_QOS) is None and ack.prop(P.RETAIN_AVAILABLE) is None
         c.send(subscribe(1, (uid("t"), 2), v5=version == 5))
         assert c.expect(T.SUBACK).codes == [2]
+
+
+@spec(v311=("4.7.3-1", "3.1.4-1"), v5=("4.7.3-1", "3.1.4-1"))
+@pytest.mark.parametrize("version,delay", [(4, None), (5, None), (5, 5)], ids=["3.1.1", "5.0", "5.0-will-delay"])
+def test_MQTT_4_7_3_1_empty_will_topic_refused(broker: Broker, version: int, delay: int | None) -> None:
+    will = Will("", props=[(P.WILL_DELAY, delay)] if delay else None)
+    with Conn(broker, version == 5) as c:
+        c.send(connect(uid(), version, will=will))
+        seen = c.closed()
+        assert all(p.type == T.CONNACK and p.reason >= 0x80 for p in seen), seen
