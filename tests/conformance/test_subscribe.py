@@ -178,10 +178,11 @@ def test_MQTT_4_7_2_1_wildcards_do_not_match_dollar_topics(broker: Broker, versi
         c.send(publish(f"${name}/{name}", b"x", v5=version == 5))
         got = c.expect(T.PUBLISH)
         while got.topic.startswith("$SYS") or not got.topic.startswith("$"):
-            got = c.expect(T.PUBLISH)  # other modules' traffic and $SYS reach '#'; ours is what counts
-        assert got.topic == f"${name}/{name}"
+            got = c.expect(T.PUBLISH)  # leftovers of earlier tests may reach '#'; ours is what counts
+        assert got.topic == f"${name}/{name}"  # by the '$...' filter only: one copy, then nothing
         c.send(unsubscribe(2, "#", v5=version == 5))
-        c.expect(T.UNSUBACK, timeout=5) if broker.kind == "ours" else None
+        while (got := c.recv()).type == T.PUBLISH:
+            assert not got.topic.startswith("$"), got
 
 
 @spec(v311=("4.7.3-1",), v5=("4.7.3-1",))
