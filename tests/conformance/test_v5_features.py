@@ -60,11 +60,13 @@ def test_MQTT_3_3_2_17_properties_forwarded_unaltered(broker: Broker) -> None:
 def test_MQTT_3_1_3_10_will_user_properties_in_order(broker: Broker) -> None:
     topic = uid("will")
     users = [(P.USER_PROPERTY, ("z", "1")), (P.USER_PROPERTY, ("a", "2")), (P.USER_PROPERTY, ("z", "0"))]
+    others = [(P.PAYLOAD_FORMAT, 1), (P.CONTENT_TYPE, "ct"), (P.RESPONSE_TOPIC, "r/t"), (P.CORRELATION_DATA, b"cd")]
     with sub5(broker, (topic, 0)) as watch:
-        c = client(broker, uid(), 5, will=Will(topic, b"w", props=users))
+        c = client(broker, uid(), 5, will=Will(topic, b"w", props=others + users))
         c.close()
         got = watch.expect(T.PUBLISH)
         assert [p for p in got.props if p[0] == P.USER_PROPERTY] == users
+        assert [p for p in got.props if p[0] != P.USER_PROPERTY] == others  # the will's properties go with it
 
 
 @spec(v5=("3.8.3-3",))
