@@ -254,6 +254,9 @@ PROTOCOL_ERRORS = {
     "subscription-identifier-0": (subscribe(1, ("a", 0), properties=[(P.SUBSCRIPTION_ID, 0)]), 0x82, 0x81),
     "retain-handling-3": (subscribe(1, ("a", 0x30)), 0x82, 0x81),
     "session-expiry-after-0": (packet(T.DISCONNECT, 0, b"\x00" + props([(P.SESSION_EXPIRY, 30)])), 0x82, 0x82),
+    "puback-reason-not-in-table": (packet(T.PUBACK, 0, b"\x00\x01\x05"), 0x82, OPEN),
+    "pubrel-reason-not-in-table": (packet(T.PUBREL, 2, b"\x00\x01\x10"), 0x82, OPEN),
+    "packet-type-0": (packet(0, 0, b""), 0x81, 0x82),
 }
 
 
