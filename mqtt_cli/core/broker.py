@@ -263,9 +263,11 @@ class BrokerCore:
                 self._send(conn, ConnAck(False, 1))
             self._close(conn, now, reason=None, detail=str(err), refused=True)
             return
-        if err.reason_code == 0x8F and isinstance(packet, Subscribe) and conn.connected and conn.version == 5:
-            # A 5.0 client learns of a bad filter from its SUBACK (0x8F), and keeps its connection.
-            self._on_subscribe(conn, packet, now)
+        if err.reason_code == 0x8F and isinstance(packet, Subscribe | Unsubscribe):
+            # Not a topic filter at all (a misplaced wildcard, an empty filter, a broken $share/): a malformed
+            # packet (4.7, 4.13), closed with 0x81 as mosquitto does. 0x8F is for a filter "correctly formed" but
+            # not allowed (3.9.3), which this broker has none of.
+            self._close(conn, now, reason=0x81, detail=str(err))
             return
         if isinstance(packet, Connect) and not conn.connected:
             conn.version = packet.protocol_version
@@ -390,6 +392,8 @@ class BrokerCore:
                 named["response_information"] = f"{c.response_information_prefix}{client_id}/"
             ack_props = Properties(**named)
         self._send(conn, ConnAck(session_present and version > 3, 0, ack_props))  # 3.1 has no such flag
+        if conn.closed:  # not even the CONNACK fits the client's Maximum Packet Size
+            return
         self.stats.clients_maximum = max(self.stats.clients_maximum, self.connected)
         self.notices.append(Notice("connected", client_id, conn.peer, f"MQTT level {version}"))
         if session_present:
@@ -482,7 +486,7 @@ class BrokerCore:
                 return
             limit = self.config.max_inflight
             if limit and len(session.incoming) > limit and conn.version == 5:
-                # [MQTT-3.3.4-8]: more QoS 2 unreleased than the Receive Maximum we announced.
+                # [MQTT-3.3.4-7]: more QoS 2 unreleased than the Receive Maximum we announced.
                 self._close(conn, now, reason=0x93, detail=f"receive maximum {limit} exceeded")
                 return
             # PUBREC first, 0x00 whether anyone subscribed or not, as mosquitto: the message is ours from here, and
@@ -875,16 +879,11 @@ class BrokerCore:
             data = encode(replace(packet, properties=lean), conn.version)
             if len(data) <= limit:
                 return data
-        if isinstance(packet, ConnAck) and not conn.closed:
-            # Not even the CONNACK fits: closed unanswered, as mosquitto does (no DISCONNECT may come before a
-            # CONNACK, [MQTT-3.14.0-1]); the client never had a usable connection, so its will is dropped too.
-            if conn.session is not None and conn.session.connection is conn:
-                conn.session.will = None
-            detail = f"CONNACK over the client's maximum packet size {limit}"
-            self._close(conn, self._clock, reason=None, detail=detail, refused=True)
-        elif not isinstance(packet, Disconnect | ConnAck) and not conn.closed:
+        if not isinstance(packet, Disconnect) and not conn.closed:
             what = type(packet).__name__.upper()
-            self._close(conn, self._clock, reason=0x95, detail=f"{what} over the client's maximum packet size {limit}")
+            detail = f"{what} over the client's maximum packet size {limit}"
+            # A CONNACK that cannot go leaves nothing to talk about: closed without a word (as mosquitto).
+            self._close(conn, self._clock, reason=None if isinstance(packet, ConnAck) else 0x95, detail=detail)
         return None
 
     def _write(self, conn: ServerConnection, data: bytes) -> None:

@@ -234,6 +234,9 @@ class BrokerServer:
             self._flush()  # a closing connection's last bytes (DISCONNECT, refusing CONNACK) get their writer
             core.connection_lost(conn, trio.current_time())
             self._flush()
+            if core.timers_changed:  # its will delay or session expiry may be the next thing due
+                core.timers_changed = False
+                self._ticker_wake.set()
             if net.writing:  # it sends what is left (a DISCONNECT, a refusing CONNACK), then closes
                 net.closing = trio.Event()
                 with trio.move_on_after(DRAIN_ON_SHUTDOWN):

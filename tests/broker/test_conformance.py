@@ -135,7 +135,7 @@ def persistent(version: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("version", [4, 5])
 @pytest.mark.parametrize("how", ["reconnect", "take-over"])
-def test_pubrel_is_always_answered_across_reconnects_MQTT_4_3_3_10(any_broker: Broker, version: int, how: str) -> None:
+def test_pubrel_is_always_answered_across_reconnects_MQTT_4_3_3_11(any_broker: Broker, version: int, how: str) -> None:
     cid = uid("q2")
     c = Raw(any_broker, version)
     c.connect(cid, **persistent(version))
@@ -303,7 +303,7 @@ def test_queued_messages_expire_offline_and_carry_what_is_left_MQTT_3_3_2_5_MQTT
 # --- #11: outgoing topic aliases ----------------------------------------------------------------------------------
 
 
-def test_server_topic_aliases_MQTT_3_3_2_13(ours: Broker) -> None:
+def test_server_topic_aliases_MQTT_3_3_2_11(ours: Broker) -> None:
     """Ours only: mosquitto 2.0.11 never sends topic aliases (they are optional, 3.3.2.3.4)."""
     from mqtt_cli.core.packets import PubAck
 
@@ -421,7 +421,7 @@ def test_receive_maximum_20_is_announced_like_mosquitto(any_broker: Broker) -> N
     c.close()
 
 
-def test_more_qos2_than_the_receive_maximum_is_0x93_MQTT_3_3_4_9(ours: Broker) -> None:
+def test_more_qos2_than_the_receive_maximum_is_0x93_MQTT_3_3_4_7(ours: Broker) -> None:
     """Ours only: mosquitto 2.0.11 answers the 21st with PUBREC 0x97 (quota exceeded), no DISCONNECT."""
     c = Raw(ours, 5)
     c.connect(uid("rm"))
@@ -436,7 +436,7 @@ def test_more_qos2_than_the_receive_maximum_is_0x93_MQTT_3_3_4_9(ours: Broker) -
 @pytest.mark.parametrize(
     "raw", [b"\x20\x02\x00\x00", b"\x90\x03\x00\x01\x00", b"\xb0\x02\x00\x01", b"\xd0\x00", b"\xd0\x01\x00"]
 )
-def test_packets_only_a_server_sends_are_a_protocol_error_MQTT_4_13_1(ours: Broker, raw: bytes) -> None:
+def test_packets_only_a_server_sends_are_a_protocol_error_MQTT_4_13_1_1(ours: Broker, raw: bytes) -> None:
     """Ours: DISCONNECT 0x82 and close. mosquitto 2.0.11 closes without DISCONNECT on CONNACK, SUBACK and UNSUBACK,
     and ignores a PINGRESP, with or without a body (the connection stays open)."""
     c = Raw(ours, 5)
@@ -458,3 +458,14 @@ def test_control_characters_in_topics_close_like_mosquitto(any_broker: Broker, v
         c.send_raw(packet)
         got = c.until_closed()
         assert got in ([], [Disconnect(0x81)]), got
+
+
+@pytest.mark.parametrize("flt", ["a#", "+a", "a/#/b", ""])
+@pytest.mark.parametrize("version", [4, 5])
+def test_invalid_topic_filters_close_like_mosquitto_MQTT_4_7_1_1(any_broker: Broker, version: int, flt: str) -> None:
+    pp = b"\x00" if version == 5 else b""
+    for packet in (frame(0x82, b"\x00\x01" + pp + s(flt) + b"\x00"), frame(0xA2, b"\x00\x01" + pp + s(flt))):
+        c = Raw(any_broker, version)
+        c.connect(uid("flt"))
+        c.send_raw(packet)
+        assert c.until_closed() == ([Disconnect(0x81)] if version == 5 else [])

@@ -76,7 +76,7 @@ def test_malformed_v5_connect_closes_without_connack_by_default_MQTT_3_1_4_1(bro
         b"\xd1\x00",  # PINGRESP with flags
     ],
 )
-def test_server_only_packet_types_are_a_protocol_error_before_their_contents_MQTT_4_13_1(
+def test_server_only_packet_types_are_a_protocol_error_before_their_contents_MQTT_4_13_1_1(
     broker: BrokerCore, raw: bytes
 ) -> None:
     c = client(broker, "c", 5)
@@ -101,7 +101,7 @@ def test_every_packet_type_with_bad_fixed_header_flags_closes_MQTT_2_1_3_1(
 
 
 @pytest.mark.parametrize("raw", [b"\xc0\x01\x00", b"\xc0\x80\x80\x80\x80\x01", b"\x00\x00", b"\xe0\x80\x00"])
-def test_bad_remaining_length_or_body_closes_MQTT_3_12_4_1(broker: BrokerCore, raw: bytes) -> None:
+def test_bad_remaining_length_or_body_closes_MQTT_4_13_1_1(broker: BrokerCore, raw: bytes) -> None:
     c = client(broker, "c", 5)
     got = c.send_raw(raw)
     assert c.closed
@@ -168,7 +168,7 @@ _CONTROLS = ["\x01", "\x1f", "\x7f", "\x80", "\x9f"]
 @pytest.mark.parametrize("ch", _CONTROLS)
 @pytest.mark.parametrize("version", [4, 5])
 @pytest.mark.parametrize("field", ["client_id", "username", "will_topic"])
-def test_control_characters_in_connect_fields_are_malformed_MQTT_1_5_4_2(
+def test_control_characters_in_connect_fields_are_malformed(
     broker: BrokerCore, ch: str, version: int, field: str
 ) -> None:
     from mqtt_cli.core.packets import Will
@@ -189,9 +189,7 @@ def test_control_characters_in_connect_fields_are_malformed_MQTT_1_5_4_2(
 
 @pytest.mark.parametrize("ch", _CONTROLS)
 @pytest.mark.parametrize("version", [4, 5])
-def test_control_characters_in_topics_and_filters_are_malformed_MQTT_1_5_4_2(
-    broker: BrokerCore, ch: str, version: int
-) -> None:
+def test_control_characters_in_topics_and_filters_are_malformed(broker: BrokerCore, ch: str, version: int) -> None:
     from mqtt_cli.core.packets import Unsubscribe
 
     watcher = client(broker, "w", version)
@@ -295,7 +293,7 @@ def test_mqtt_3_1_broken_connects_are_closed(broker: BrokerCore, flags: int, res
     assert c.closed
 
 
-def test_mqtt_3_1_1_keeps_its_stricter_rules_MQTT_3_1_2_3_MQTT_3_1_2_22(broker: BrokerCore) -> None:
+def test_mqtt_3_1_1_keeps_its_stricter_rules_MQTT_3_1_2_3_MQTT_3_1_2_19(broker: BrokerCore) -> None:
     for flags, rest in ((0x03, b""), (0x82, b"")):
         c = Client(broker, 4)
         assert c.send_raw(_frame(0x10, _s("MQTT") + bytes((4, flags, 0, 60)) + _s("a") + rest)) == []
@@ -316,7 +314,7 @@ def test_default_receive_maximum_is_mosquittos_20(broker: BrokerCore) -> None:
     assert Client(broker, 5).connect("c").properties.receive_maximum == 20
 
 
-def test_exceeding_receive_maximum_is_disconnected_with_0x93_MQTT_3_3_4_9(broker: BrokerCore) -> None:
+def test_exceeding_receive_maximum_is_disconnected_with_0x93_MQTT_3_3_4_7(broker: BrokerCore) -> None:
     from mqtt_cli.core.packets import PubRec, PubRel
 
     c = client(broker, "c", 5)
@@ -527,7 +525,7 @@ def _props_block(raw: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("raw", _BAD_CONNECT_PROPERTIES.values(), ids=_BAD_CONNECT_PROPERTIES)
-def test_connect_properties_out_of_range_close_MQTT_3_1_2_MQTT_2_2_2_2(broker: BrokerCore, raw: bytes) -> None:
+def test_connect_properties_out_of_range_close_MQTT_3_1_4_1(broker: BrokerCore, raw: bytes) -> None:
     c = Client(broker, 5)
     assert c.send_raw(_frame(0x10, _s("MQTT") + bytes((5, 2, 0, 60)) + _props_block(raw) + _s("c"))) == []
     assert c.closed and not broker.sessions
@@ -613,7 +611,7 @@ def _topics_and_aliases(packets: list[object]) -> list[tuple[str, int | None]]:
     return [(p.topic, p.properties.topic_alias) for p in packets if isinstance(p, Publish)]
 
 
-def test_broker_assigns_topic_aliases_to_a_client_that_allows_them_MQTT_3_3_2_13(broker: BrokerCore) -> None:
+def test_broker_assigns_topic_aliases_to_a_client_that_allows_them_MQTT_3_3_2_11(broker: BrokerCore) -> None:
     from mqtt_cli.core.packets import PubAck
 
     sub = client(broker, "s", 5, properties=Properties(topic_alias_maximum=2))
@@ -645,7 +643,9 @@ def test_broker_assigns_topic_aliases_to_a_client_that_allows_them_MQTT_3_3_2_13
             sub.send(PubAck(p.packet_id))
 
 
-def test_topic_aliases_start_afresh_on_each_connection_and_resends_carry_the_topic(broker: BrokerCore) -> None:
+def test_topic_aliases_start_afresh_on_each_connection_and_resends_carry_the_topic_MQTT_3_3_2_7(
+    broker: BrokerCore,
+) -> None:
     allow = Properties(topic_alias_maximum=5, session_expiry_interval=100)
     sub = client(broker, "s", 5, clean_start=False, properties=allow)
     sub.subscribe(Subscription("t", 1))
@@ -705,3 +705,26 @@ def test_an_empty_will_topic_is_refused_and_closed_MQTT_4_7_3_1(broker: BrokerCo
             body = _s(name) + bytes((version, 0x06, 0, 60)) + props + _s("c") + will_props + _s("") + _s("x")
             assert c.send_raw(_frame(0x10, body)) == []
             assert c.closed and not broker.sessions
+
+
+@pytest.mark.parametrize("flt", ["a#", "+a", "a/#/b", "", "$share/g", "$share/g/", "$share/g+/a"])
+@pytest.mark.parametrize("version", [4, 5])
+def test_an_invalid_topic_filter_is_malformed_MQTT_4_7_1_1_MQTT_4_8_2_2(
+    broker: BrokerCore, flt: str, version: int
+) -> None:
+    pp = b"\x00" if version == 5 else b""
+    expected = [Disconnect(0x81)] if version == 5 else []
+    for packet in (
+        _frame(0x82, b"\x00\x01" + pp + _s("ok") + b"\x00" + _s(flt) + b"\x00"),
+        _frame(0xA2, b"\x00\x01" + pp + _s(flt)),
+    ):
+        c = client(broker, "c", version)
+        assert c.send_raw(packet) == expected
+        assert c.closed
+    assert not broker.subscriptions.match("ok")  # nothing of the refused SUBSCRIBE was applied
+
+
+def test_a_connack_over_the_clients_maximum_packet_size_closes_MQTT_3_1_2_24(broker: BrokerCore) -> None:
+    c = Client(broker, 5)
+    assert c.send(Connect("c", protocol_version=5, properties=Properties(maximum_packet_size=5))) == []
+    assert c.closed and not broker.sessions and broker.connected == 0
