@@ -4,6 +4,7 @@ test is marked with (`@spec(v311=..., v5=...)`) has its row, naming that test. R
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections import Counter
 from pathlib import Path
@@ -48,13 +49,18 @@ def doc_rows() -> dict[tuple[str, str], tuple[str, set[str], str]]:
     return rows
 
 
-def defined(ref: str) -> bool:
-    path, name = ref.split("::")
+@functools.cache
+def _functions(path: str) -> frozenset[str]:
     file = ROOT / path
     if not file.exists():
-        return False
+        return frozenset()
     tree = ast.parse(file.read_text())
-    return any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name for n in tree.body)
+    return frozenset(n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
+
+
+def defined(ref: str) -> bool:
+    path, name = ref.split("::")
+    return name in _functions(path)
 
 
 def test_every_test_named_in_the_doc_exists() -> None:
@@ -96,3 +102,19 @@ def test_summary_counts_match_the_tables() -> None:
             f"{counts['not testable']} | {counts['not tested']} |"
         )
         assert line in text, f"summary line for {version} should read: {line}"
+
+
+def test_statement_ids_in_test_names_are_statements() -> None:
+    """Anywhere in tests/, a name carrying `MQTT_x_y_z_n` names a statement that exists in 3.1.1 or 5.0, and
+    no name carries a cut-short id such as `MQTT_4_13_1`."""
+    known = {ident for _, ident in doc_rows()}
+    problems = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and "MQTT_" in node.name:
+                for token in re.findall(r"MQTT((?:_\d+)+)", node.name):
+                    parts = token.strip("_").split("_")
+                    ident = f"MQTT-{'.'.join(parts[:-1])}-{parts[-1]}" if len(parts) == 4 else None
+                    if ident not in known:
+                        problems.append(f"{path.relative_to(ROOT)}::{node.name}: MQTT{token}")
+    assert not problems, "test names with statement ids that do not exist:\n" + "\n".join(problems)
