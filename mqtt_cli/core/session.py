@@ -97,7 +97,6 @@ class Message:
             return b"".join((parts[0], packet_id.to_bytes(2, "big"), parts[1]))  # type: ignore[union-attr]
         return parts[0]
 
-
     def wire_aliased(
         self, qos: int, retain: bool, packet_id: int | None, props: Properties | None, alias: int, new: bool
     ) -> bytes:
