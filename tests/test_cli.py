@@ -115,7 +115,37 @@ def test_prog_name_is_mqtt_however_started(run: Run) -> None:
 def test_usage_errors_exit_2(run: Run, mqtt_exe: Path, args: list[str]) -> None:
     result = run([mqtt_exe, *args])
     assert result.returncode == 2
-    assert "Usage: mqtt" in result.stdout + result.stderr
+    if not args or args == ["completions"]:  # nothing to act on: the help
+        assert "Usage: mqtt" in result.stdout + result.stderr
+        return
+    # one line, no box, and where to read more
+    assert result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
+    assert re.fullmatch(r"mqtt: error: .+ \(see 'mqtt[a-z ]* (-h|--help)'\)\n", result.stderr), result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["pub", "-p", "70000"], {}, "mqtt: error: -p/--port: input should be less than or equal to 65535"),
+        (["pub", "-t", "a", "-m", "x"], {"MQTT_PORT": "70000"}, "mqtt: error: MQTT_PORT=70000: input should be"),
+        (["sub", "-q", "3"], {}, "mqtt: error: -q/--qos: input should be less than or equal to 2"),
+        (["pub", "--bogus"], {}, "mqtt: error: no such option --bogus (see 'mqtt pub --help')"),
+        (["pub", "--qoss", "1"], {}, "mqtt: error: no such option --qoss (did you mean --qos?)"),
+        (["sub", "--retian-handling", "1"], {}, "(did you mean --retain-handling?)"),
+        (["pubb"], {}, "mqtt: error: no such command 'pubb' (did you mean pub?)"),
+        (["dump", "--tpye", "PUBLISH", "x.pcap"], {}, "(did you mean --type?)"),
+        (["config", "show", "--bogus"], {}, "(see 'mqtt config show -h')"),
+    ],
+)
+def test_usage_errors_are_one_line_naming_the_real_source(
+    run: Run, mqtt_exe: Path, args: list[str], env: dict[str, str], expected: str
+) -> None:
+    """Where the bad value came from (the flag, or the environment variable and its value), no box, and a
+    suggestion only when one is close (click's own suggested --host and --qos for --bogus)."""
+    result = run([mqtt_exe, *args], env=cli_env(**env))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and expected in result.stderr, result.stderr
+    assert "env var" not in result.stderr and "Possible options" not in result.stderr
 
 
 SCRIPT = """

@@ -104,12 +104,16 @@ Debug = Annotated[
         help="Print each packet sent and received to standard output, in mosquitto_pub/sub -d's words.",
     ),
 ]  # fmt: skip
+#: How every command names a profile (clients, `mqtt config set/show`).
+PROFILE_FLAG = "--profile"
+PROFILE_ENV = "MQTT_PROFILE"
 Profile = Annotated[
     str | None,
     typer.Option(
-        "--profile", envvar="MQTT_PROFILE", help="Defaults from this profile (mqtt config).", rich_help_panel=CONN
+        PROFILE_FLAG, envvar=PROFILE_ENV, metavar="NAME", help="Defaults from this profile (mqtt config).",
+        rich_help_panel=CONN,
     ),
-]
+]  # fmt: skip
 Username = Annotated[
     str | None, typer.Option("-u", "--username", envvar="MQTT_USERNAME", help="User name.", rich_help_panel=CRED)
 ]

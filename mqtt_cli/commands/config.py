@@ -5,6 +5,7 @@ from typing import Annotated, Any
 import typer
 
 from . import fail
+from ._options import PROFILE_ENV, PROFILE_FLAG
 
 app = typer.Typer(
     name="config",
@@ -51,7 +52,9 @@ def _convert(key: str, raw: str) -> Any:
 def set_(
     key: Annotated[str, typer.Argument(help="host, port, username, password_file, cafile, ... (see `config list`).")],
     value: Annotated[str | None, typer.Argument(help="The value; leave out with --unset.")] = None,
-    profile: Annotated[str, typer.Option("--profile", help="Profile to edit.")] = "default",
+    profile: Annotated[
+        str, typer.Option(PROFILE_FLAG, envvar=PROFILE_ENV, metavar="NAME", help="Profile to edit.")
+    ] = "default",
     unset: Annotated[bool, typer.Option("--unset", help="Remove the key.")] = False,
 ) -> None:
     """Set (or --unset) one key of a profile."""
@@ -78,7 +81,10 @@ def set_(
 
 @app.command("show")
 def show(
-    profile: Annotated[str, typer.Argument(help="Profile to show.")] = "default",
+    profile: Annotated[
+        str | None,
+        typer.Option(PROFILE_FLAG, envvar=PROFILE_ENV, metavar="NAME", help="Profile to show (default: default)."),
+    ] = None,
     reveal: Annotated[bool, typer.Option("--reveal", help="Show passwords instead of ****.")] = False,
 ) -> None:
     """Print a profile's keys and values."""
@@ -87,7 +93,7 @@ def show(
     try:
         values = load_profile(profile)
     except ProfileError as err:
-        fail(str(err))
+        fail(str(err), EXIT_USAGE if "no profile" in str(err) else 1)
     for key, value in values.items():
         shown = "****" if key in _SECRET and not reveal else value
         typer.echo(f"{key} = {shown!r}" if isinstance(shown, str) else f"{key} = {str(shown).lower()}")

@@ -6,6 +6,7 @@ at start-up (about 1 ms per option).
 """
 
 import contextlib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -154,17 +155,8 @@ def pub(
         what = "-s" if stdin_file else "-l" if stdin_line else "--json-lines"
         fail(f"{what} reads standard input, but it is closed: pipe the messages in, or use -m or -f", o.EXIT_USAGE)
     payload = b""
-    if message is not None:
-        payload = message.encode()
-    elif file is not None:
-        try:
-            payload = file.read_bytes()
-        except OSError as err:
-            fail(f"-f {file}: {err.strerror}", o.EXIT_USAGE)
-    elif stdin_file:
-        import sys
-
-        payload = sys.stdin.buffer.read()
+    if message is not None or file is not None or stdin_file:
+        payload = read_payload(message, file, stdin_file, topic or "", qos_value, props, settings.version)
 
     settings.auto_topic_aliases = stdin_line or json_lines
     from ._runner import connected, run_client
@@ -205,6 +197,35 @@ def pub(
         return 0
 
     run_client(main)
+
+
+def read_payload(
+    message: str | None, file: Path | None, stdin: bool, topic: str, qos: int, props: "Properties", version: int | None
+) -> bytes:
+    """The one message of -m, -f or -s; exits 2 for one that no PUBLISH can carry, before connecting, and
+    without reading more of it than a PUBLISH can carry."""
+    import sys
+
+    from mqtt_cli.core.codec import max_publish_payload
+
+    limit = max_publish_payload(topic, qos, props, version) if topic else max_publish_payload("t", qos, props, version)
+    what = "-m" if message is not None else f"-f {file}" if file is not None else "-s (standard input)"
+    size = None
+    if message is not None:
+        payload = message.encode()
+    elif file is not None:
+        try:
+            with file.open("rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                payload = f.read(limit + 1) if size <= limit else b""
+        except OSError as err:
+            fail(f"-f {file}: {err.strerror}", o.EXIT_USAGE)
+    else:
+        payload = sys.stdin.buffer.read(limit + 1)
+    if (size or 0) > limit or len(payload) > limit:
+        shown = f"{size:,} bytes" if size else f"more than {limit:,} bytes"
+        fail(f"{what}: {shown}, more than one MQTT message can carry ({limit:,} bytes with this topic)", o.EXIT_USAGE)
+    return payload
 
 
 class _BadLine(ValueError):

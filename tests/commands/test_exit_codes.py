@@ -35,7 +35,7 @@ def at(broker: Broker) -> list[str]:
         (["pub", "-t", "a", "-l", "--repeat", "2"], "--repeat"),
         (["pub", "-t", "a", "-m", "x", "-P"], "no terminal"),
         (["pub", "-t", "a", "-m", "x", "-V", "311", "-P", "pw"], "needs a user name"),
-        (["pub", "-t", "a", "-m", "x", "--cafile", "/no/ca.pem"], "no such file"),
+        (["pub", "-t", "a", "-m", "x", "--cafile", "/no/ca.pem"], "--cafile /no/ca.pem: No such file or directory"),
         (["pub", "-t", "a", "-m", "x", "--will-payload", "w"], "need --will-topic"),
         (["sub"], "no topic"),
         (["sub", "-t", "a/#/b"], "topic filter"),

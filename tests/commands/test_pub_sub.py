@@ -405,3 +405,34 @@ def test_debug_prints_what_mosquitto_sub_d_prints(mqtt: Mqtt, mosquitto: Broker,
     assert any("received PUBLISH (d0, q1, r1, m1," in ln for ln in expected), expected
     assert _debug_lines(ours.text, "dbg-sub") == expected
     assert "kept" in ours.text.splitlines()  # the message itself, among the debug lines
+
+
+def test_json_helper_prints_properties_as_mosquitto_sub(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    """-F %j/%J hold a 5.0 message's "properties" object exactly as Debian's mosquitto_sub 2.0 writes it:
+    libmosquitto's names, wire order, user properties in one object (a repeated name repeated as a key),
+    correlation data as a string; compared as text, only the time and the packet identifier set aside."""
+    props = ["--user-property", "k=v", "--user-property", "k=w", "--content-type", "text/json", "--response-topic",
+             "r/t", "--correlation-data", "abc", "--message-expiry", "86400", "--payload-format", "1",
+             "--user-property", "a=b"]  # fmt: skip
+    for i, form in enumerate(("%j", "%J")):
+        sessions = {"ours": f"{topic}-ours{i}", "mosquitto": f"{topic}-mosq{i}"}
+        args = ["-V", "5", "-t", f"{topic}/{i}/#", "-q", "1", "-c", "-C", "2", "-W", "20"]
+        for name in sessions.values():
+            assert mqtt("sub", *at(mosquitto), *args, "-i", name, "-E").returncode == 0
+        messages = (("obj", '{"a":1}'), ("plain", '[1, 2.0, 0.1, 1e300, "é\\n", {"k": null, "k": true}]'))
+        for sub_topic, message in messages:
+            pub = mqtt("pub", *at(mosquitto), "-V", "5", "-t", f"{topic}/{i}/{sub_topic}", "-m", message, "-q", "1",
+                       *props)  # fmt: skip
+            assert pub.returncode == 0, pub.stderr
+        ours = mqtt("sub", *at(mosquitto), *args, "-i", sessions["ours"], "-F", form)
+        theirs = subprocess.run(["mosquitto_sub", *at(mosquitto), *args, "-i", sessions["mosquitto"], "-F", form],
+                                capture_output=True, timeout=30)  # fmt: skip
+        assert ours.returncode == theirs.returncode == 0, (ours.stderr, theirs.stderr)
+
+        def steady(text: str) -> str:
+            text = re.sub(r'"tst":"[^"]*"', '"tst":""', text)
+            text = re.sub(r'"mid":\d+', '"mid":0', text)
+            return re.sub(r'"message-expiry-interval":\d+', '"message-expiry-interval":0', text)  # counts down
+
+        assert '"properties":{"user-properties":{"k":"v","k":"w","a":"b"},' in ours.text, ours.text
+        assert steady(ours.text) == steady(theirs.stdout.decode())
