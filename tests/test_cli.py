@@ -256,3 +256,30 @@ def test_password_prompt_rewrite(args: list[str], expected: list[str]) -> None:
     from mqtt_cli.commands._options import rewrite_optional_values
 
     assert rewrite_optional_values(args) == expected
+
+
+# Short options with two meanings, on purpose: -V is the version before a command and the protocol version in the
+# clients (mosquitto's letter); serve's -l names a listener, pub's reads standard input line by line (mosquitto's).
+SHORT_EXCEPTIONS = {"-V": {"--version", "--protocol-version"}, "-l": {"--listen", "--stdin-line"},
+                    "-i": {"--id", "--client-id"}}  # fmt: skip
+
+
+def test_a_short_option_means_the_same_in_every_command() -> None:
+    """-t is a topic (filter) everywhere, -q a QoS, -s standard input, -c a kept session...: `mqtt dump -t 'cap/#'`
+    once took -t for the packet type."""
+    meanings: dict[str, set[str]] = {}
+
+    def walk(command: typer.core.TyperCommand | typer.core.TyperGroup) -> None:
+        for param in command.params:
+            opts = getattr(param, "opts", [])
+            longs = [o for o in opts if o.startswith("--")]
+            for short in (o for o in opts if len(o) == 2 and o.startswith("-")):
+                meanings.setdefault(short, set()).add(longs[0] if longs else param.name)
+        for sub in getattr(command, "commands", {}).values():
+            walk(sub)
+
+    walk(typer.main.get_command(app))
+    mixed = {s: longs for s, longs in meanings.items() if len(longs) > 1 and longs != SHORT_EXCEPTIONS.get(s)}
+    assert not mixed, mixed
+    assert meanings["-t"] == {"--topic"} and meanings["-q"] == {"--qos"}
+    assert meanings["-c"] == {"--disable-clean-session"} and meanings["-s"] == {"--stdin-file"}

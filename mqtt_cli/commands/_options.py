@@ -188,18 +188,18 @@ _SHARED_FLAGS = "--debug --disable-clean-session --insecure --password-prompt --
 #: The options of each client command that take a value, and those that do not (tests/test_cli.py checks them
 #: against the commands): rewrite_optional_values() must know which tokens are values.
 VALUE_OPTIONS: dict[str, frozenset[str]] = {
-    "pub": frozenset(f"""{_SHARED_VALUES} --content-type --correlation-data --file --message --message-expiry
+    "pub": frozenset(f"""{_SHARED_VALUES} --content-type --correlation-data --file --format --message --message-expiry
         --payload-format --repeat --repeat-delay --response-topic --topic-alias --user-property -f -m""".split()),
-    "sub": frozenset(f"""{_SHARED_VALUES} --count --filter-out --format --retain-handling --subscription-identifier
-        --timeout --unsubscribe -C -F -T -U -W""".split()),
-    "rr": frozenset(f"{_SHARED_VALUES} --correlation-data --file --message --response-topic --timeout -W -e -f -m"
-                    .split()),
+    "sub": frozenset(f"""{_SHARED_VALUES} --count --filter-out --format --output --print-format --retain-handling
+        --subscription-identifier --timeout --unsubscribe -C -F -T -U -W""".split()),
+    "rr": frozenset(f"""{_SHARED_VALUES} --correlation-data --file --format --message --response-topic --timeout -W -e
+        -f -m""".split()),
 }  # fmt: skip
 FLAG_OPTIONS: dict[str, frozenset[str]] = {
     "pub": frozenset(f"""{_SHARED_FLAGS} --json-lines --null-message --retain --stdin-file --stdin-line -l -n -r
         -s""".split()),
     "sub": frozenset(f"""{_SHARED_FLAGS} --exit-on-subscribe --hex --json --no-local --no-newline --no-retained
-        --remove-retained --retain-as-published --retained-only --verbose -E -N -R -v""".split()),
+        --remove-retained --retain-as-published --retained-only --stats --verbose -E -N -R -v""".split()),
     "rr": frozenset(f"{_SHARED_FLAGS} --hex --json --no-newline --null-message --stdin-file --verbose -N -n -s -v"
                     .split()),
 }  # fmt: skip

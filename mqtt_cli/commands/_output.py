@@ -1,4 +1,5 @@
-"""How `mqtt sub` and `mqtt rr` print a message: payload, -v, --hex, -F format strings, --json.
+"""How `mqtt sub` and `mqtt rr` print a message: payload (--format text, hex, base64, json), -v, -F format strings,
+--json.
 
 Bytes go to standard output as they are (binary payloads intact), one write and one flush per message, so a
 pipe sees every message at once. On a terminal, -v colours the topic with rich; piped output has no colour.
@@ -226,23 +227,40 @@ def format_message(fmt: str, p: Publish, now: float) -> bytes:
 
 
 class Printer:
-    """Writes messages in one of the output forms; `mode`: payload, verbose, hex, format, json."""
+    """Writes messages in one of the output forms; `mode`: payload, verbose (topic first), format (-F), json
+    (--json); `form`: how the payload is written in payload and verbose modes (sub --format)."""
 
-    def __init__(self, mode: str, fmt: str | None = None, newline: bool = True, stream: BinaryIO | None = None):
+    def __init__(
+        self,
+        mode: str,
+        fmt: str | None = None,
+        newline: bool = True,
+        stream: BinaryIO | None = None,
+        form: str = "text",
+    ):
         self.mode = mode
         self.fmt = fmt
+        self.form = form
         self.end = b"\n" if newline else b""
         self.out = stream or sys.stdout.buffer
         self.console: Any = None
-        if mode == "verbose" and stream is None and sys.stdout.isatty():
+        self.pretty = stream is None  # a file gets one message per line
+        if mode == "verbose" and form == "text" and stream is None and sys.stdout.isatty():
             from rich.console import Console
 
             self.console = Console(highlight=False, soft_wrap=True)
 
+    def _payload(self, p: Publish) -> bytes:
+        if self.form == "text":
+            return p.payload
+        from ._payload import PayloadFormat, encode_payload
+
+        return encode_payload(p.payload, PayloadFormat(self.form), self.pretty)
+
     def __call__(self, p: Publish, now: float) -> None:
         mode = self.mode
         if mode == "payload":
-            data = p.payload + self.end
+            data = self._payload(p) + self.end
         elif mode == "verbose":
             if self.console is not None:
                 from rich.text import Text
@@ -252,11 +270,7 @@ class Printer:
                 self.console.print(text, end=self.end.decode())
                 return
             # an empty payload shows as "(null)", as with mosquitto_sub -v
-            data = p.topic.encode() + b" " + (p.payload or b"(null)") + self.end
-        elif mode == "hex":
-            data = p.payload.hex().encode() + self.end
-        elif mode == "verbose-hex":
-            data = p.topic.encode() + b" " + p.payload.hex().encode() + self.end
+            data = p.topic.encode() + b" " + (self._payload(p) or b"(null)") + self.end
         elif mode == "format":
             assert self.fmt is not None
             data = format_message(self.fmt, p, now) + self.end

@@ -66,16 +66,15 @@ def dump(
         bool, typer.Option("--verbose", "-v", help="Every field and property, payloads in hex and text.")
     ] = False,
     stats: Annotated[
-        bool, typer.Option("--stats", "-s", help="End with a summary (to standard error with --json).")
+        bool, typer.Option("--stats", help="End with a summary (to standard error with --json).")
     ] = False,
     quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="No per-packet output (with --stats: the summary only).")
+        bool, typer.Option("--quiet", help="No per-packet output (with --stats: the summary only).")
     ] = False,
     packet_type: Annotated[
         list[str] | None,
         typer.Option(
             "--type",
-            "-t",
             help="Only packets of this type, e.g. PUBLISH (repeatable, or comma-separated).",
             show_default=False,
         ),
@@ -84,6 +83,7 @@ def dump(
         list[str] | None,
         typer.Option(
             "--topic",
+            "-t",
             help="Only packets with a topic matching this filter, wildcards allowed (repeatable).",
             show_default=False,
         ),
@@ -92,7 +92,6 @@ def dump(
         list[str] | None,
         typer.Option(
             "--client",
-            "-c",
             help="Only packets of connections with this client id; globs allowed (repeatable).",
             show_default=False,
         ),

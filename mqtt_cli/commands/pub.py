@@ -6,7 +6,6 @@ at start-up (about 1 ms per option).
 """
 
 import contextlib
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -56,6 +55,13 @@ def pub(
             help="Each line of standard input is a message in the JSON form `mqtt sub --json` writes.",
         ),
     ] = False,
+    encoding: Annotated[
+        str | None,
+        typer.Option(
+            "--format", metavar="text|hex|base64", rich_help_panel=MSG,
+            help="How -m, -f, -s and each -l line give the payload: as it is (text, the default), hex or base64.",
+        ),
+    ] = None,
     qos: Annotated[
         int | None, typer.Option("-q", "--qos", min=0, max=2, help="QoS (default: 0).", rich_help_panel=MSG)
     ] = None,
@@ -132,6 +138,11 @@ def pub(
     if len(sources) != 1:
         what = "no message given" if not sources else f"{' and '.join(sources)} both give the message"
         fail(f"{what}: use one of -m, -f, -s, -l, -n or --json-lines", o.EXIT_USAGE)
+    from ._payload import PUB_FORMATS, PayloadFormat, parse_format
+
+    form = parse_format(encoding, PUB_FORMATS)
+    if json_lines and form is not PayloadFormat.text:
+        fail('--json-lines gives each payload with its "encoding": drop --format', o.EXIT_USAGE)
     if repeat > 1 and (stdin_line or json_lines):
         fail("--repeat works with -m, -f, -s and -n, not with -l or --json-lines", o.EXIT_USAGE)
     resolved = o.client_settings(params, ctx)
@@ -156,7 +167,9 @@ def pub(
         fail(f"{what} reads standard input, but it is closed: pipe the messages in, or use -m or -f", o.EXIT_USAGE)
     payload = b""
     if message is not None or file is not None or stdin_file:
-        payload = read_payload(message, file, stdin_file, topic or "", qos_value, props, settings.version)
+        from ._payload import read_payload
+
+        payload = read_payload(message, file, stdin_file, topic or "", qos_value, props, settings.version, form)
 
     settings.auto_topic_aliases = stdin_line or json_lines
     from ._runner import connected, run_client
@@ -169,7 +182,7 @@ def pub(
             state = _Progress()
             try:
                 if stdin_line:
-                    await _publish_lines(client, topic or "", qos_value, retain, props, state)
+                    await _publish_lines(client, topic or "", qos_value, retain, props, state, form)
                 elif json_lines:
                     await _publish_json_lines(ctx, client, topic, qos_value, retain, props, state)
                 else:
@@ -197,35 +210,6 @@ def pub(
         return 0
 
     run_client(main)
-
-
-def read_payload(
-    message: str | None, file: Path | None, stdin: bool, topic: str, qos: int, props: "Properties", version: int | None
-) -> bytes:
-    """The one message of -m, -f or -s; exits 2 for one that no PUBLISH can carry, before connecting, and
-    without reading more of it than a PUBLISH can carry."""
-    import sys
-
-    from mqtt_cli.core.codec import max_publish_payload
-
-    limit = max_publish_payload(topic, qos, props, version) if topic else max_publish_payload("t", qos, props, version)
-    what = "-m" if message is not None else f"-f {file}" if file is not None else "-s (standard input)"
-    size = None
-    if message is not None:
-        payload = message.encode()
-    elif file is not None:
-        try:
-            with file.open("rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                payload = f.read(limit + 1) if size <= limit else b""
-        except OSError as err:
-            fail(f"-f {file}: {err.strerror}", o.EXIT_USAGE)
-    else:
-        payload = sys.stdin.buffer.read(limit + 1)
-    if (size or 0) > limit or len(payload) > limit:
-        shown = f"{size:,} bytes" if size else f"more than {limit:,} bytes"
-        fail(f"{what}: {shown}, more than one MQTT message can carry ({limit:,} bytes with this topic)", o.EXIT_USAGE)
-    return payload
 
 
 class _BadLine(ValueError):
@@ -316,12 +300,23 @@ async def _lines() -> Any:
 
 
 async def _publish_lines(
-    client: "Client", topic: str, qos: int, retain: bool, props: "Properties", state: "_Progress"
+    client: "Client", topic: str, qos: int, retain: bool, props: "Properties", state: "_Progress", form: Any
 ) -> None:
     publish = client.publish
+    if form == "text":
+        async for line in _lines():
+            state.line += 1
+            await publish(topic, line, qos, retain, props)
+        return
+    from ._payload import decode_payload
+
     async for line in _lines():
         state.line += 1
-        await publish(topic, line, qos, retain, props)
+        try:
+            payload = decode_payload(line, form)
+        except ValueError as err:
+            raise _BadLine(f"standard input line {state.line}: --format {form}: {err}") from None
+        await publish(topic, payload, qos, retain, props)
 
 
 async def _publish_json_lines(

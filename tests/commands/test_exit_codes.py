@@ -75,6 +75,39 @@ def test_bad_usage_exits_2_before_connecting(mqtt: Mqtt, args: list[str], messag
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # one line: what, where, what to do
 
 
+@pytest.mark.parametrize("command", ["pub", "rr"])
+@pytest.mark.parametrize("source", ["-f", "-s"])
+def test_a_message_larger_than_mqtt_can_carry_is_refused_unread(
+    mqtt: Mqtt, tmp_path: Path, command: str, source: str
+) -> None:
+    """256 MiB: more than any PUBLISH carries (268,435,455 bytes of remaining length, the topic included): a usage
+    error before connecting (port 1 has no broker), without reading the file (sparse: reading it would take
+    seconds and the memory)."""
+    huge = tmp_path / "huge.bin"
+    with huge.open("wb") as f:
+        f.truncate(256 << 20)
+    args = ["-t", "a", "-e", "b"] if command == "rr" else ["-t", "a"]
+    started = time.monotonic()
+    if source == "-f":
+        result = mqtt(command, *args, "-f", huge, "-p", "1")
+    else:
+        with huge.open("rb") as f:
+            proc = subprocess.run([*mqtt_argv(), command, *args, "-s", "-p", "1"], stdin=f, capture_output=True,
+                                  env=mqtt.env, timeout=60)  # type: ignore[attr-defined]  # fmt: skip
+        result = proc
+    elapsed = time.monotonic() - started
+    stderr = result.stderr if isinstance(result.stderr, str) else result.stderr.decode()
+    assert result.returncode == 2, stderr
+    assert "more than one MQTT message can carry (268,435,4" in stderr and stderr.count("\n") == 1, stderr
+    assert elapsed < 10
+
+
+def mqtt_argv() -> list[str]:
+    from .conftest import MQTT
+
+    return [MQTT]
+
+
 @pytest.mark.parametrize("args", [["pub", "-q", "3", "-t", "a", "-m", "x"], ["sub", "--no-such-flag"]])
 def test_click_usage_errors_exit_2(mqtt: Mqtt, args: list[str]) -> None:
     assert mqtt(*args).returncode == 2

@@ -436,3 +436,62 @@ def test_json_helper_prints_properties_as_mosquitto_sub(mqtt: Mqtt, mosquitto: B
 
         assert '"properties":{"user-properties":{"k":"v","k":"w","a":"b"},' in ours.text, ours.text
         assert steady(ours.text) == steady(theirs.stdout.decode())
+
+
+def test_pub_format_sends_binary_typed_on_a_line(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    name = f"{topic}-fmt"
+    persistent_sub(mqtt, mosquitto, topic, name)
+    sent = [
+        ("pub", "-t", f"{topic}/h", "-q", "1", "--format", "hex", "-m", "00ff 10"),
+        ("pub", "-t", f"{topic}/b", "-q", "1", "--format", "base64", "-m", "AAEC"),
+    ]
+    for args in sent:
+        result = mqtt(*args, *at(mosquitto))
+        assert (result.returncode, result.stderr) == (0, ""), args
+    lines = mqtt("pub", *at(mosquitto), "-t", f"{topic}/l", "-q", "1", "--format", "hex", "-l", input=b"0a0b\nff\n")
+    assert (lines.returncode, lines.stderr) == (0, "")
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/#", "-q", "1", "-c", "-i", name, "-C", "4", "-W", "20",
+               "-F", "%t %x")  # fmt: skip
+    assert out.text.splitlines() == [f"{topic}/h 00ff10", f"{topic}/b 000102", f"{topic}/l 0a0b", f"{topic}/l ff"]
+    bad = mqtt("pub", *at(mosquitto), "-t", f"{topic}/l", "--format", "hex", "-l", input=b"0a\nzz\n")
+    assert bad.returncode == 2 and "standard input line 2: --format hex: not hexadecimal" in bad.stderr
+
+
+def test_sub_format_output_and_stats(mqtt: Mqtt, mosquitto: Broker, topic: str, tmp_path: Path) -> None:
+    """--format writes each payload as text, hex, base64 or pretty JSON; --output appends to a file, one message a
+    line; --stats counts per topic and QoS on standard error when sub ends."""
+    name = f"{topic}-out"
+    messages = [("j", b'{"a":[1,2]}', "1"), ("j", b"not json", "1"), ("b", bytes([0, 255]), "0"), ("b", b"x", "1")]
+
+    def publish_all() -> None:
+        persistent_sub(mqtt, mosquitto, topic, name)
+        for sub_topic, payload, qos in messages:
+            result = mqtt("pub", *at(mosquitto), "-t", f"{topic}/{sub_topic}", "-q", qos, "-s", input=payload)
+            assert result.returncode == 0, result.stderr
+
+    def receive(*args: str) -> tuple[bytes, str]:
+        out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/#", "-q", "1", "-c", "-i", name, "-C", "3", "-W", "20",
+                   *args)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return out.stdout, out.stderr
+
+    messages[2] = ("b", bytes([0, 255]), "1")  # QoS 0 is not kept for the offline session
+    publish_all()
+    stdout, stderr = receive("--format", "json")
+    assert stdout == b'{\n  "a": [\n    1,\n    2\n  ]\n}\nnot json\n\x00\xff\n'
+    assert stderr == ""
+    publish_all()
+    stdout, _ = receive("--format", "base64", "-v")
+    assert stdout.decode().splitlines() == [f"{topic}/j eyJhIjpbMSwyXX0=", f"{topic}/j bm90IGpzb24=", f"{topic}/b AP8="]
+    out_file = tmp_path / "messages.txt"
+    out_file.write_text("kept\n")
+    publish_all()
+    stdout, stderr = receive("--format", "json", "--output", str(out_file), "--stats")
+    assert stdout == b""
+    assert out_file.read_bytes() == b'kept\n{"a": [1, 2]}\nnot json\n\x00\xff\n'  # appended, one a line
+    assert stderr.splitlines() == ["mqtt: 3 messages received", "  count  QoS  topic", f"      2    1  {topic}/j",
+                                   f"      1    1  {topic}/b"]  # fmt: skip
+    bad = mqtt("sub", *at(mosquitto), "-t", "a", "--output", str(tmp_path / "no" / "f"), "-E")
+    assert bad.returncode == 2 and bad.stderr.startswith("mqtt: error: --output ") and "No such file" in bad.stderr
+    yaml = mqtt("sub", "-t", "a", "--format", "yaml")
+    assert yaml.stderr == "mqtt: error: --format 'yaml': use text, hex, base64, json\n"
