@@ -495,3 +495,41 @@ def test_sub_format_output_and_stats(mqtt: Mqtt, mosquitto: Broker, topic: str, 
     assert bad.returncode == 2 and bad.stderr.startswith("mqtt: error: --output ") and "No such file" in bad.stderr
     yaml = mqtt("sub", "-t", "a", "--format", "yaml")
     assert yaml.stderr == "mqtt: error: --format 'yaml': use text, hex, base64, json\n"
+
+
+def test_one_json_naming_of_properties_in_dump_sub_and_pub(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    """`dump --json` and `sub --json` name the 5.0 properties alike (the attributes of Properties), and `pub
+    --json-lines` takes either's line back (and the `[[name, value], ...]` list dump wrote until 0.1.0)."""
+    from mqtt_cli.core.codec import encode
+    from mqtt_cli.core.packets import Publish
+    from mqtt_cli.core.properties import Properties
+
+    props = Properties(
+        payload_format_indicator=1, message_expiry_interval=86400, content_type="text/plain", response_topic="r/t",
+        correlation_data=b"\x00\x01", user_properties=[("k", "v"), ("k", "w")],
+    )  # fmt: skip
+    expected = {
+        "payload_format_indicator": 1, "message_expiry_interval": 86400, "content_type": "text/plain",
+        "response_topic": "r/t", "correlation_data": "0001", "user_properties": [["k", "v"], ["k", "w"]],
+    }  # fmt: skip
+    packet = encode(Publish(f"{topic}/dumped", b"hi", 1, packet_id=1, properties=props), 5)
+    dumped = mqtt("dump", "--json", "--protocol-version", "5", "--hex", packet.hex())
+    assert dumped.returncode == 0, dumped.stderr
+    record = json.loads(dumped.stdout)
+    assert record["properties"] == expected
+
+    name = f"{topic}-names"
+    persistent_sub(mqtt, mosquitto, topic, name, "-V", "5")
+    old_form = {"topic": f"{topic}/old", "payload": "x", "qos": 1,
+                "properties": [["user_property", ["a", "b"]], ["content_type", "c"]]}  # fmt: skip
+    lines = json.dumps({**record, "payload": "hi"}) + "\n" + json.dumps(old_form) + "\n"
+    pub = mqtt("pub", *at(mosquitto), "-V", "5", "--json-lines", input=lines.encode())
+    assert (pub.returncode, pub.stderr) == (0, "")
+    out = mqtt("sub", *at(mosquitto), "-V", "5", "-t", f"{topic}/#", "-q", "1", "-c", "-i", name, "-C", "2", "--json",
+               "-W", "20")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    first, second = (json.loads(line) for line in out.text.splitlines())
+    assert first["properties"]["message_expiry_interval"] <= 86400  # counts down while queued
+    first["properties"]["message_expiry_interval"] = 86400
+    assert (first["topic"], first["payload"], first["properties"]) == (f"{topic}/dumped", "hi", expected)
+    assert second["properties"] == {"user_properties": [["a", "b"]], "content_type": "c"}
