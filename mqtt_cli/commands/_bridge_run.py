@@ -98,7 +98,7 @@ async def _status(bridges: list[Bridge], json_status: bool, interval: float, sto
                 # command whose output is closed, rather than bridge on unwatched.
                 _quiet_stdout()
                 for b in bridges:
-                    b.log(f"bridge {b.config.name}: the status output was closed: stopping")
+                    b.log(f"{b.who}: the status output was closed: stopping")
                 stop.set()
                 return
         elif tty and not stop.is_set():

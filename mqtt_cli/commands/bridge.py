@@ -442,9 +442,9 @@ def _state_home() -> Path:
 def _build(b: dict[str, Any], where: str, *, from_flags: bool = False) -> Any:
     """A BridgeConfig from one [[bridge]] table (flags come as one too); one-line errors, exit 2."""
     from mqtt_cli.core.bridge import BridgeRuleError, parse_rule
-    from mqtt_cli.net.bridge import BridgeConfig
+    from mqtt_cli.net.bridge import DEFAULT_NAME, BridgeConfig
 
-    name = str(b.get("name", "bridge"))
+    name = str(b.get("name", DEFAULT_NAME))
     if not name or any(c in name for c in "/\\\0") or name.startswith("."):
         fail(f"{where}: name {name!r} cannot be a file name: use letters, digits, - _ .", EXIT_USAGE)
     topics = b.get("topics")
