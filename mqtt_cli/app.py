@@ -19,6 +19,7 @@ from typer._click import exceptions as click_exceptions
 
 from mqtt_cli import COMPLETE_VAR, PROG_NAME, version_text
 from mqtt_cli.commands import _coerce, _options, _usage
+from mqtt_cli.exit_codes import EXIT_FAILURE
 
 HELP = """\
 One command for everything around MQTT.
@@ -117,7 +118,7 @@ class _Group(_coerce.Group):
             sys.exit(err.exit_code)
         except typer.Abort:
             print(f"{PROG_NAME}: aborted", file=sys.stderr)
-            sys.exit(1)
+            sys.exit(EXIT_FAILURE)
         sys.exit(code if isinstance(code, int) else 0)
 
 

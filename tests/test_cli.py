@@ -283,3 +283,26 @@ def test_a_short_option_means_the_same_in_every_command() -> None:
     assert not mixed, mixed
     assert meanings["-t"] == {"--topic"} and meanings["-q"] == {"--qos"}
     assert meanings["-c"] == {"--disable-clean-session"} and meanings["-s"] == {"--stdin-file"}
+
+
+def test_the_connection_options_and_the_exit_codes_are_defined_once() -> None:
+    """pub, sub and rr get their connection options from one definition (_options.with_connection), and every
+    exit code comes from mqtt_cli/exit_codes.py: no command module numbers one itself."""
+    from mqtt_cli.commands._options import CONNECTION_PARAMS
+
+    group = typer.main.get_command(app)
+
+    def connection_options(name: str) -> set[tuple[str, ...]]:
+        command = group.commands[name]  # type: ignore[attr-defined]
+        return {tuple(p.opts) for p in command.params if p.name in CONNECTION_PARAMS}
+
+    assert connection_options("pub") == connection_options("sub") == connection_options("rr")
+    assert len(connection_options("pub")) == len(CONNECTION_PARAMS)
+    numbered = re.compile(r"^EXIT_\w+ = \d+|exit_code = \d+", re.MULTILINE)
+    for path in (REPO_ROOT / "mqtt_cli").rglob("*.py"):
+        if path.name in ("exit_codes.py", "analyze.py", "serve.py"):  # analyze, serve: other branches' work
+            continue
+        source = path.read_text()
+        assert not numbered.search(source), path
+        if path.parent.name == "commands" and path.stem in ("pub", "sub", "rr"):
+            assert "o.Host" not in source and "locals()" not in source, path

@@ -5,9 +5,6 @@ Imported inside command functions only.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import os
 import sys
 from enum import StrEnum
@@ -51,6 +48,9 @@ def parse_format(value: str | None, allowed: tuple[PayloadFormat, ...], flag: st
 
 def decode_payload(data: bytes, form: PayloadFormat) -> bytes:
     """The bytes `data` stands for in `form` (pub --format); raises ValueError saying what is wrong."""
+    import base64
+    import binascii
+
     if form is PayloadFormat.hex:
         try:
             return bytes.fromhex(data.decode("ascii"))
@@ -66,6 +66,9 @@ def decode_payload(data: bytes, form: PayloadFormat) -> bytes:
 
 def encode_payload(data: bytes, form: PayloadFormat, pretty: bool = True) -> bytes:
     """`data` written in `form` (sub --format); with json, a payload that is not JSON is written as it is."""
+    import base64
+    import json
+
     if form is PayloadFormat.hex:
         return data.hex().encode()
     if form is PayloadFormat.base64:
@@ -114,6 +117,8 @@ def read_payload(
     if (size or 0) > read_limit or len(data) > read_limit:
         shown = f"{size:,} bytes" if size else f"more than {read_limit:,} bytes"
         fail(f"{what}: {shown}, more than one MQTT message can carry ({limit:,} bytes with this topic)", EXIT_USAGE)
+    if form is PayloadFormat.text:
+        return data
     try:
         payload = decode_payload(data, form)
     except ValueError as err:

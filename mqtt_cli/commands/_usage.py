@@ -10,7 +10,6 @@ on/off flag) in place of typer's type names (``<int range> [1<=x<=65535]``, ``<b
 Only typer and the standard library are imported (error_line is imported when an error is shown).
 """
 
-import difflib
 import os
 from typing import Any
 
@@ -38,6 +37,8 @@ def _hint(param: Any, ctx: Any) -> str:
 
 
 def _close(word: str, choices: list[str]) -> list[str]:
+    import difflib  # only when there is an error to show
+
     return difflib.get_close_matches(word, choices, n=3, cutoff=SUGGEST_CUTOFF)
 
 

@@ -15,9 +15,10 @@ from typing import Annotated, Any
 
 import typer
 
+from mqtt_cli.exit_codes import EXIT_USAGE
+
 from . import fail
 
-EXIT_USAGE = 2
 BRIDGE = "Bridge"
 LOCAL = "Local broker"
 REMOTE = "Remote broker"

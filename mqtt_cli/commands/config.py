@@ -4,6 +4,8 @@ from typing import Annotated, Any
 
 import typer
 
+from mqtt_cli.exit_codes import EXIT_FAILURE, EXIT_USAGE
+
 from . import fail
 from ._options import PROFILE_ENV, PROFILE_FLAG
 
@@ -12,7 +14,6 @@ app = typer.Typer(
     help="Connection profiles: defaults for pub, sub and rr (--profile NAME; 'default' when none is given).",
     no_args_is_help=True,
 )
-EXIT_USAGE = 2
 _SECRET = ("password",)
 
 
@@ -93,7 +94,7 @@ def show(
     try:
         values = load_profile(profile)
     except ProfileError as err:
-        fail(str(err), EXIT_USAGE if "no profile" in str(err) else 1)
+        fail(str(err), EXIT_USAGE if "no profile" in str(err) else EXIT_FAILURE)
     for key, value in values.items():
         shown = "****" if key in _SECRET and not reveal else value
         typer.echo(f"{key} = {shown!r}" if isinstance(shown, str) else f"{key} = {str(shown).lower()}")

@@ -15,6 +15,10 @@ import typer
 from mqtt_cli import PROG_NAME
 from mqtt_cli.commands import fail
 
+# Exit codes of `mqtt dump` (docs/exit-codes.md): 1 also for a truncated or corrupt capture, after decoding
+# everything readable in it; 3 when the input is not a capture at all.
+from mqtt_cli.exit_codes import EXIT_FAILURE, EXIT_NOT_A_CAPTURE, EXIT_USAGE
+
 from ._capture import Detect, Ports, ProtocolVersion, TlsPorts, capture_ports, checked
 
 if TYPE_CHECKING:
@@ -22,12 +26,6 @@ if TYPE_CHECKING:
 
     from mqtt_cli.capture.filters import RecordFilter
     from mqtt_cli.capture.stats import DumpStats
-
-#: Exit codes of `mqtt dump` (docs/exit-codes.md): 1 also for a truncated or corrupt capture, after decoding
-#: everything readable in it; 3 when the input is not a capture at all.
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_NOT_A_CAPTURE = 3
 
 _RAW_CHUNK = 1 << 16
 _PROGRESS_MIN_BYTES = 8 << 20

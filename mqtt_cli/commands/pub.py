@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from mqtt_cli.exit_codes import EXIT_PUBLISH_FAILED
+
 from . import _options as o
 from . import fail
 
@@ -22,6 +24,7 @@ MSG = "Message"
 V5 = "MQTT 5.0 message properties"
 
 
+@o.with_connection
 def pub(
     ctx: typer.Context,
     topic: Annotated[
@@ -87,46 +90,14 @@ def pub(
     topic_alias: Annotated[
         int | None, typer.Option("--topic-alias", min=1, max=65535, help="Topic alias to use.", rich_help_panel=V5)
     ] = None,
-    host: o.Host = None,
-    port: o.Port = None,
-    url: o.Url = None,
-    unix: o.Unix = None,
-    client_id: o.ClientId = None,
-    id_prefix: o.IdPrefix = None,
-    keepalive: o.Keepalive = None,
-    protocol_version: o.ProtocolVersion = None,
-    no_clean: o.NoClean = None,
-    session_expiry: o.SessionExpiry = None,
-    connect_timeout: o.ConnectTimeout = None,
-    reconnect: o.Reconnect = False,
-    debug: o.Debug = False,
-    profile: o.Profile = None,
-    username: o.Username = None,
-    password: o.Password = None,
-    password_prompt: o.PasswordPrompt = False,
-    password_file: o.PasswordFile = None,
-    cafile: o.CaFile = None,
-    capath: o.CaPath = None,
-    cert: o.Cert = None,
-    key: o.Key = None,
-    insecure: o.Insecure = None,
-    tls_version: o.TlsVersion = None,
-    alpn: o.Alpn = None,
-    will_topic: o.WillTopic = None,
-    will_payload: o.WillPayload = None,
-    will_qos: o.WillQos = 0,
-    will_retain: o.WillRetain = False,
-    will_delay: o.WillDelay = None,
-    will_expiry: o.WillExpiry = None,
-    will_content_type: o.WillContentType = None,
-    will_user_property: o.WillUserProperty = None,
+    *,
+    conn: dict[str, Any],
 ) -> None:
     """Publish messages; exit 0 only when every one was acknowledged at its QoS (QoS 0: written).
 
     Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 7 a message was
     refused or not acknowledged, 8 connection lost, 130 interrupted, 143 terminated (docs/exit-codes.md).
     """
-    params = {k: v for k, v in locals().items() if k in o.CONNECTION_PARAMS}
     sources = [
         name
         for name, given in (
@@ -145,7 +116,7 @@ def pub(
         fail('--json-lines gives each payload with its "encoding": drop --format', o.EXIT_USAGE)
     if repeat > 1 and (stdin_line or json_lines):
         fail("--repeat works with -m, -f, -s and -n, not with -l or --json-lines", o.EXIT_USAGE)
-    resolved = o.client_settings(params, ctx)
+    resolved = o.client_settings(conn, ctx)
     settings = resolved.settings
     topic = topic or resolved.url_topic
     if topic is None and not json_lines:
@@ -224,7 +195,8 @@ def _refused(client: "Client", then: str = "") -> None:
     from mqtt_cli.core.reasons import reason_name
 
     reason = reason_name(client.refused[0].reason_code, 4)
-    fail(f"the broker refused {len(client.refused)} message(s): {reason} ({_counts(client)}){then}", 7)
+    refused = f"the broker refused {len(client.refused)} message(s): {reason} ({_counts(client)}){then}"
+    fail(refused, EXIT_PUBLISH_FAILED)
 
 
 def _name(version: int) -> str:

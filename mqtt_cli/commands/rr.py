@@ -7,18 +7,20 @@ responder must know where to answer by convention.
 """
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from mqtt_cli.exit_codes import EXIT_TIMEOUT
 
 from . import _options as o
 from . import fail
 
 RR = "Request"
 OUT = "Output"
-EXIT_TIMEOUT = 27
 
 
+@o.with_connection
 def rr(
     ctx: typer.Context,
     topic: Annotated[
@@ -66,39 +68,8 @@ def rr(
     no_newline: Annotated[
         bool, typer.Option("-N", "--no-newline", help="No newline after the response.", rich_help_panel=OUT)
     ] = False,
-    host: o.Host = None,
-    port: o.Port = None,
-    url: o.Url = None,
-    unix: o.Unix = None,
-    client_id: o.ClientId = None,
-    id_prefix: o.IdPrefix = None,
-    keepalive: o.Keepalive = None,
-    protocol_version: o.ProtocolVersion = None,
-    no_clean: o.NoClean = None,
-    session_expiry: o.SessionExpiry = None,
-    connect_timeout: o.ConnectTimeout = None,
-    reconnect: o.Reconnect = False,
-    debug: o.Debug = False,
-    profile: o.Profile = None,
-    username: o.Username = None,
-    password: o.Password = None,
-    password_prompt: o.PasswordPrompt = False,
-    password_file: o.PasswordFile = None,
-    cafile: o.CaFile = None,
-    capath: o.CaPath = None,
-    cert: o.Cert = None,
-    key: o.Key = None,
-    insecure: o.Insecure = None,
-    tls_version: o.TlsVersion = None,
-    alpn: o.Alpn = None,
-    will_topic: o.WillTopic = None,
-    will_payload: o.WillPayload = None,
-    will_qos: o.WillQos = 0,
-    will_retain: o.WillRetain = False,
-    will_delay: o.WillDelay = None,
-    will_expiry: o.WillExpiry = None,
-    will_content_type: o.WillContentType = None,
-    will_user_property: o.WillUserProperty = None,
+    *,
+    conn: dict[str, Any],
 ) -> None:
     """Send a request and print the matching response (MQTT 5.0 response topic and correlation data).
 
@@ -108,7 +79,6 @@ def rr(
     Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 6 subscription
     refused, 7 request refused, 8 connection lost, 27 no response within -W, 130 interrupted, 143 terminated.
     """
-    params = {k: v for k, v in locals().items() if k in o.CONNECTION_PARAMS}
     given = [n for n, g in (("-m", message is not None), ("-f", file is not None), ("-s", stdin_file),
                             ("-n", null_message)) if g]  # fmt: skip
     if len(given) != 1:
@@ -119,7 +89,7 @@ def rr(
     from ._payload import SUB_FORMATS, parse_format
 
     form = parse_format("hex" if hex_out else encoding, SUB_FORMATS)
-    resolved = o.client_settings(params, ctx)
+    resolved = o.client_settings(conn, ctx)
     settings = resolved.settings
     topic = topic or resolved.url_topic
     if not topic or not response_topic:

@@ -1,9 +1,11 @@
 """``mqtt sub``: subscribe and print messages, with bounded waits (-C, -W, -E, --retained-only)."""
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from mqtt_cli.exit_codes import EXIT_TIMEOUT
 
 from . import _options as o
 from . import fail
@@ -14,10 +16,9 @@ if TYPE_CHECKING:
 SUB = "Subscription"
 OUT = "Output"
 STOP = "When to stop"
-EXIT_SUBSCRIBE_REFUSED = 6
-EXIT_TIMEOUT = 27
 
 
+@o.with_connection
 def sub(
     ctx: typer.Context,
     topic: Annotated[
@@ -132,46 +133,14 @@ def sub(
     remove_retained: Annotated[
         bool, typer.Option("--remove-retained", help="Clear each retained message received.", rich_help_panel=STOP)
     ] = False,
-    host: o.Host = None,
-    port: o.Port = None,
-    url: o.Url = None,
-    unix: o.Unix = None,
-    client_id: o.ClientId = None,
-    id_prefix: o.IdPrefix = None,
-    keepalive: o.Keepalive = None,
-    protocol_version: o.ProtocolVersion = None,
-    no_clean: o.NoClean = None,
-    session_expiry: o.SessionExpiry = None,
-    connect_timeout: o.ConnectTimeout = None,
-    reconnect: o.Reconnect = False,
-    debug: o.Debug = False,
-    profile: o.Profile = None,
-    username: o.Username = None,
-    password: o.Password = None,
-    password_prompt: o.PasswordPrompt = False,
-    password_file: o.PasswordFile = None,
-    cafile: o.CaFile = None,
-    capath: o.CaPath = None,
-    cert: o.Cert = None,
-    key: o.Key = None,
-    insecure: o.Insecure = None,
-    tls_version: o.TlsVersion = None,
-    alpn: o.Alpn = None,
-    will_topic: o.WillTopic = None,
-    will_payload: o.WillPayload = None,
-    will_qos: o.WillQos = 0,
-    will_retain: o.WillRetain = False,
-    will_delay: o.WillDelay = None,
-    will_expiry: o.WillExpiry = None,
-    will_content_type: o.WillContentType = None,
-    will_user_property: o.WillUserProperty = None,
+    *,
+    conn: dict[str, Any],
 ) -> None:
     """Subscribe and print the messages received.
 
     Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 6 subscription
     refused, 8 connection lost, 27 -W timeout, 130 interrupted, 143 terminated (docs/exit-codes.md).
     """
-    params = {k: v for k, v in locals().items() if k in o.CONNECTION_PARAMS}
     outputs = [n for n, given in (("-F", fmt is not None), ("--json", json_out),
                                   ("--format", encoding is not None or hex_out)) if given]  # fmt: skip
     if len(outputs) > 1:
@@ -181,7 +150,7 @@ def sub(
     form = parse_format("hex" if hex_out else encoding, SUB_FORMATS)
     if no_retained and retained_only:
         fail("-R skips retained messages and --retained-only prints only them: use one", o.EXIT_USAGE)
-    resolved = o.client_settings(params, ctx, reconnect_session_expiry=3600)
+    resolved = o.client_settings(conn, ctx, reconnect_session_expiry=3600)
     settings = resolved.settings
     filters = list(topic or [])
     if not filters and resolved.url_topic:
