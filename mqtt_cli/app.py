@@ -114,7 +114,9 @@ class _Group(_coerce.Group):
             err.show()  # the help itself
             sys.exit(err.exit_code)
         except click_exceptions.ClickException as err:
-            print(_usage.error_line(err), file=sys.stderr)
+            argv = kwargs.get("args") or []
+            command = argv[0] if argv and argv[0] in COMMANDS else None
+            print(_usage.error_line(err, command), file=sys.stderr)
             sys.exit(err.exit_code)
         except typer.Abort:
             print(f"{PROG_NAME}: aborted", file=sys.stderr)

@@ -47,8 +47,9 @@ def _sentence(text: str) -> str:
     return text[:1].lower() + text[1:] if text[:2] != text[:2].upper() else text
 
 
-def error_line(err: Any) -> str:
-    """One line for a click usage error: `mqtt: error: WHAT (see 'mqtt pub --help')`."""
+def error_line(err: Any, command: str | None = None) -> str:
+    """One line for a click usage error: `mqtt: error: WHAT (see 'mqtt pub --help')`; `command` names the
+    command for errors the parser raises without a context."""
     ctx = getattr(err, "ctx", None)
     if isinstance(err, click_exceptions.NoSuchOption):
         names = sorted({o for p in (ctx.command.get_params(ctx) if ctx else []) for o in getattr(p, "opts", [])
@@ -68,17 +69,21 @@ def error_line(err: Any) -> str:
         close = []
     if close:
         what += f" (did you mean {' or '.join(close)}?)"
-    where = ctx.command_path if ctx is not None else PROG_NAME
-    help_name = "--help"
-    if ctx is not None and ctx.help_option_names:
-        help_name = ctx.help_option_names[0]
+    if ctx is not None:
+        where, help_name = ctx.command_path, (ctx.help_option_names or ["--help"])[0]
+    else:
+        where = f"{PROG_NAME} {command}" if command else PROG_NAME
+        help_name = "--help"
     return f"{PROG_NAME}: error: {what} (see '{where} {help_name}')"
 
 
 #: Placeholders for option names that do not say what the value is.
-_WORDS = {"CAFILE": "FILE", "CERT": "FILE", "KEY": "FILE", "CAPATH": "DIR", "UNIX": "PATH", "OUT": "FILTER",
-          "UNSUBSCRIBE": "FILTER", "PROPERTY": "KEY=VALUE", "COUNT": "N", "REPEAT": "N", "IDENTIFIER": "N",
-          "EXPIRY": "SECONDS", "DELAY": "SECONDS", "KEEPALIVE": "SECONDS", "ALPN": "PROTOCOL"}  # fmt: skip
+_OPTIONS = {"--filter-out": "FILTER", "--unsubscribe": "FILTER", "--out": "DIR", "--local": "URL", "--remote": "URL",
+            "--linger": "MS"}  # fmt: skip
+_WORDS = {"CAFILE": "FILE", "CERT": "FILE", "KEY": "FILE", "CAPATH": "DIR", "UNIX": "PATH", "PROPERTY": "KEY=VALUE",
+          "COUNT": "N", "REPEAT": "N", "IDENTIFIER": "N", "EXPIRY": "SECONDS", "DELAY": "SECONDS",
+          "KEEPALIVE": "SECONDS", "ALPN": "PROTOCOL", "INFLIGHT": "N", "CONNECTIONS": "N", "MESSAGES": "N",
+          "ALIAS": "N", "SIZE": "BYTES"}  # fmt: skip
 
 
 def _metavar(param: Any) -> str:
@@ -90,11 +95,14 @@ def _metavar(param: Any) -> str:
     lo, hi = info.min, info.max
     if isinstance(lo, int) and isinstance(hi, int) and 0 < hi - lo + 1 <= 3:
         return "|".join(str(v) for v in range(lo, hi + 1))
-    if desc.annotation is float or getattr(desc.annotation, "__args__", (None,))[0] is float:
-        word = "SECONDS"  # every float option here is a duration
+    longs = [o for o in param.opts if o.startswith("--")]
+    name = longs[0] if longs else param.opts[0]
+    word = name.lstrip("-").split("-")[-1].upper()
+    if name in _OPTIONS:
+        word = _OPTIONS[name]
+    elif desc.annotation is float or getattr(desc.annotation, "__args__", (None,))[0] is float:
+        word = "SECONDS"  # the float options are durations (those that are not are in _OPTIONS)
     else:
-        longs = [o for o in param.opts if o.startswith("--")]
-        word = (longs[0] if longs else param.opts[0]).lstrip("-").split("-")[-1].upper()
         word = _WORDS.get(word, word)
     if isinstance(lo, int) and isinstance(hi, int) and hi <= 65535:
         return f"{word} {lo}..{hi}"

@@ -75,6 +75,7 @@ def bridge(
         typer.Option(
             "-t",
             "--topic",
+            metavar="RULE",
             help="A rule in mosquitto's grammar: 'PATTERN [in|out|both [QOS [LOCAL_PREFIX REMOTE_PREFIX]]]' "
             '(out and QoS 0 by default; "" for an empty field). Repeatable.',
             rich_help_panel=BRIDGE,
@@ -92,6 +93,7 @@ def bridge(
         tuple[float, float] | None,
         typer.Option(
             "--restart-timeout",
+            metavar="FIRST CAP",
             help="Reconnect backoff: first delay and cap, seconds (jittered, doubling; default 0.5 30).",
             rich_help_panel=BRIDGE,
         ),
