@@ -46,6 +46,8 @@ def test_help_lists_the_commands_that_exist(run: Run, mqtt_cmd: list[str]) -> No
     listed = help_commands(result.stdout)
     assert "completions" in listed
     assert sorted(listed) == sorted(registered_commands())
+    # in the order a user needs them, completions last
+    assert listed[:7] == ["serve", "pub", "sub", "rr", "bridge", "dump", "analyze"] and listed[-1] == "completions"
 
 
 def test_help_has_no_placeholders(run: Run, mqtt_exe: Path) -> None:
@@ -306,3 +308,21 @@ def test_the_connection_options_and_the_exit_codes_are_defined_once() -> None:
         assert not numbered.search(source), path
         if path.parent.name == "commands" and path.stem in ("pub", "sub", "rr"):
             assert "o.Host" not in source and "locals()" not in source, path
+
+
+def test_help_placeholders_are_readable(run: Run, mqtt_exe: Path) -> None:
+    """No `<bool>` after an on/off flag, no typer type names (`<int range>`, `<float,float>...`, `<list[str]>`) or
+    `[0<=x<=2]` ranges: a placeholder says what to give (PORT 1..65535, 0|1|2, FILE, SECONDS)."""
+    group = typer.main.get_command(app)
+    paths = [[name] for name in group.commands]  # type: ignore[attr-defined]
+    paths += [[name, sub] for name in ("config", "analyze") for sub in group.commands[name].commands]  # type: ignore[attr-defined]
+    for path in paths:
+        result = run([mqtt_exe, *path, "--help"])
+        assert result.returncode == 0, (path, result.stderr)
+        options = [line for line in result.stdout.splitlines() if re.match(r"^│ +(\* +)?--", line)]
+        assert options, path
+        for line in options:
+            assert not re.search(r"<(bool|int|float|str|list|Path|tuple)|<=x|x<=|x>=", line), (path, line)
+    pub = run([mqtt_exe, "pub", "--help"]).stdout
+    assert re.search(r"--qos +-q +0\|1\|2 ", pub) and re.search(r"--port +-p +PORT 1\.\.65535 ", pub), pub
+    assert re.search(r"--retain +-r +Retain", pub), pub  # a flag: nothing between its names and its help
