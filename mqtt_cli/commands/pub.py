@@ -109,11 +109,13 @@ def pub(
     if len(sources) != 1:
         what = "no message given" if not sources else f"{' and '.join(sources)} both give the message"
         fail(f"{what}: use one of -m, -f, -s, -l, -n or --json-lines", o.EXIT_USAGE)
-    from ._payload import PUB_FORMATS, PayloadFormat, parse_format
+    form = None  # text: the bytes as they are (_payload is imported only when there is more to do)
+    if encoding is not None:
+        from ._payload import PUB_FORMATS, PayloadFormat, parse_format
 
-    form = parse_format(encoding, PUB_FORMATS)
-    if json_lines and form is not PayloadFormat.text:
-        fail('--json-lines gives each payload with its "encoding": drop --format', o.EXIT_USAGE)
+        form = parse_format(encoding, PUB_FORMATS)
+        if json_lines and form is not PayloadFormat.text:
+            fail('--json-lines gives each payload with its "encoding": drop --format', o.EXIT_USAGE)
     if repeat > 1 and (stdin_line or json_lines):
         fail("--repeat works with -m, -f, -s and -n, not with -l or --json-lines", o.EXIT_USAGE)
     resolved = o.client_settings(conn, ctx)
@@ -137,10 +139,13 @@ def pub(
         what = "-s" if stdin_file else "-l" if stdin_line else "--json-lines"
         fail(f"{what} reads standard input, but it is closed: pipe the messages in, or use -m or -f", o.EXIT_USAGE)
     payload = b""
-    if message is not None or file is not None or stdin_file:
-        from ._payload import read_payload
+    if message is not None and form is None and len(message) < 65536:
+        payload = message.encode()  # within what any PUBLISH carries: nothing to check
+    elif message is not None or file is not None or stdin_file:
+        from ._payload import PayloadFormat, read_payload
 
-        payload = read_payload(message, file, stdin_file, topic or "", qos_value, props, settings.version, form)
+        payload = read_payload(message, file, stdin_file, topic or "", qos_value, props, settings.version,
+                               form or PayloadFormat.text)  # fmt: skip
 
     settings.auto_topic_aliases = stdin_line or json_lines
     from ._runner import connected, run_client
@@ -153,7 +158,7 @@ def pub(
             state = _Progress()
             try:
                 if stdin_line:
-                    await _publish_lines(client, topic or "", qos_value, retain, props, state, form)
+                    await _publish_lines(client, topic or "", qos_value, retain, props, state, form or "text")
                 elif json_lines:
                     await _publish_json_lines(ctx, client, topic, qos_value, retain, props, state)
                 else:
