@@ -137,6 +137,9 @@ def test_usage_errors_exit_2(run: Run, mqtt_exe: Path, args: list[str]) -> None:
         (["pubb"], {}, "mqtt: error: no such command 'pubb' (did you mean pub?)"),
         (["dump", "--tpye", "PUBLISH", "x.pcap"], {}, "(did you mean --type?)"),
         (["config", "show", "--bogus"], {}, "(see 'mqtt config show -h')"),
+        (["config", "set"], {}, "mqtt: error: missing argument KEY (see 'mqtt config set -h')"),
+        (["analyze", "ingest", "x.pcap"], {}, "mqtt: error: missing option -o/--out"),
+        (["bridge", "--restart-timeout", "1"], {}, "requires 2 arguments (see 'mqtt bridge --help')"),
     ],
 )
 def test_usage_errors_are_one_line_naming_the_real_source(

@@ -61,6 +61,10 @@ def error_line(err: Any, command: str | None = None) -> str:
         commands = list(getattr(ctx.command, "commands", {})) if ctx is not None else []
         what = f"no such command {name!r}"
         close = _close(name, commands)
+    elif isinstance(err, click_exceptions.MissingParameter) and getattr(err, "param", None) is not None:
+        kind = "argument" if isinstance(err.param, typer.core.TyperArgument) else "option"
+        what = f"missing {kind} {_hint(err.param, None)}"
+        close = []
     elif isinstance(err, click_exceptions.BadParameter) and getattr(err, "param", None) is not None:
         what = f"{_hint(err.param, ctx)}: {_sentence(str(err.message))}"
         close = []
