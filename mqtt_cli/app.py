@@ -7,6 +7,7 @@ builds pub alone. A command imports what it needs (trio, rich, mqtt_cli.net, ...
 """
 
 import importlib
+import sys
 from collections.abc import Iterator, MutableMapping
 from typing import Annotated, Any, NoReturn
 
@@ -14,9 +15,11 @@ import typer
 import typer.completion
 import typer.main
 import typer.models
+from typer._click import exceptions as click_exceptions
 
 from mqtt_cli import COMPLETE_VAR, PROG_NAME, version_text
-from mqtt_cli.commands import _coerce, _options
+from mqtt_cli.commands import _coerce, _options, _usage
+from mqtt_cli.exit_codes import EXIT_FAILURE
 
 HELP = """\
 One command for everything around MQTT.
@@ -30,15 +33,15 @@ Exit codes: 0 success, 1 runtime error, 2 usage error, 130 interrupted.
 # Client commands: -h is --host there (as in mosquitto_pub/sub), so their help is --help only.
 _CLIENT = {"help_option_names": ["--help"]}
 COMMANDS: dict[str, tuple[str, dict[str, Any]]] = {
-    "completions": ("completions:completions", {"no_args_is_help": True}),
-    "dump": ("dump:dump", {"no_args_is_help": True}),
     "serve": ("serve:serve", {}),
     "pub": ("pub:pub", {"context_settings": _CLIENT}),
     "sub": ("sub:sub", {"context_settings": _CLIENT}),
     "rr": ("rr:rr", {"context_settings": _CLIENT}),
     "bridge": ("bridge:bridge", {"context_settings": _CLIENT}),
-    "config": ("config:app", {}),  # a typer app of its own: config set/show/list
+    "dump": ("dump:dump", {"no_args_is_help": True}),
     "analyze": ("analyze:app", {}),  # a typer app of its own: analyze ingest/report/record (pyspark, lazily)
+    "config": ("config:app", {}),  # a typer app of its own: config set/show/list
+    "completions": ("completions:completions", {"no_args_is_help": True}),
 }
 
 
@@ -51,17 +54,21 @@ def _build(name: str) -> Any:
     """The click command for ``name``, as typer builds it for app.command()/app.add_typer()."""
     target, options = _load(name), COMMANDS[name][1]
     if isinstance(target, typer.Typer):
-        return typer.main.get_group_from_info(
+        group = typer.main.get_group_from_info(
             typer.models.TyperInfo(target, name=name),
             pretty_exceptions_short=app.pretty_exceptions_short,
             rich_markup_mode=app.rich_markup_mode,
             suggest_commands=app.suggest_commands,
         )
+        _usage.tidy_help(group)
+        return group
     # _coerce.Command converts option values without pydantic (most of a one-shot `mqtt pub` otherwise).
     info = typer.models.CommandInfo(name=name, cls=_coerce.Command, callback=target, **options)
-    return typer.main.get_command_from_info(
+    command = typer.main.get_command_from_info(
         info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode
     )
+    _usage.tidy_help(command)
+    return command
 
 
 class _LazyCommands(MutableMapping[str, Any]):
@@ -96,6 +103,25 @@ class _Group(_coerce.Group):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.commands = _LazyCommands(self.commands)
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        """click's standalone mode, but a usage error is one line (mqtt_cli/commands/_usage.py), not a box."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click_exceptions.NoArgsIsHelpError as err:
+            err.show()  # the help itself
+            sys.exit(err.exit_code)
+        except click_exceptions.ClickException as err:
+            argv = kwargs.get("args") or []
+            command = argv[0] if argv and argv[0] in COMMANDS else None
+            print(_usage.error_line(err, command), file=sys.stderr)
+            sys.exit(err.exit_code)
+        except typer.Abort:
+            print(f"{PROG_NAME}: aborted", file=sys.stderr)
+            sys.exit(EXIT_FAILURE)
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 app = typer.Typer(

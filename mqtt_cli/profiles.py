@@ -80,13 +80,15 @@ def load_config(path: Path | None = None) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except OSError as err:
-        raise ProfileError(f"cannot read {path}: {err}") from None
+        raise ProfileError(f"cannot read {path}: {err.strerror}") from None
     import tomllib  # only when there is a file: a one-shot `mqtt pub` without profiles skips it
 
     try:
         with f:
             data = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as err:
+    except OSError as err:
+        raise ProfileError(f"cannot read {path}: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
         raise ProfileError(f"cannot read {path}: {err}") from None
     profiles = data.get("profiles", {})
     if not isinstance(profiles, dict):

@@ -458,6 +458,7 @@ def _record_encoder() -> Callable[[dict[str, Any]], str]:
     encode = make(None, _not_json, string, None, ":", ",", False, False, True)
     join = "".join
     from mqtt_cli.capture.records import PUBLISH_KEYS_V4, PUBLISH_KEYS_V5
+    from mqtt_cli.core.properties import properties_json
 
     plain, with_props = len(PUBLISH_KEYS_V4), len(PUBLISH_KEYS_V5)
     bools = {True: "true", False: "false", None: "null"}
@@ -470,6 +471,8 @@ def _record_encoder() -> Callable[[dict[str, Any]], str]:
             or "error" in rec
             or rec["src"] is None
         ):
+            if "properties" in rec or "will_properties" in rec:
+                rec = _json_properties(rec)
             return join(encode(rec, 0))
         ts = rec["ts"]
         pid = rec["packet_id"]
@@ -485,10 +488,22 @@ def _record_encoder() -> Callable[[dict[str, Any]], str]:
         )
         if size == with_props:
             props = rec["properties"]
-            return f'{text},"properties":{join(encode(props, 0)) if props else "[]"}}}'
+            return f'{text},"properties":{join(encode(properties_json(props), 0)) if props else "{}"}}}'
         return text + "}"
 
     return encode_record
+
+
+def _json_properties(rec: dict[str, Any]) -> dict[str, Any]:
+    """The record with its properties as the JSON object (a record's are `[name, value]` pairs, as the
+    renderers and the Parquet table take them)."""
+    from mqtt_cli.core.properties import properties_json
+
+    out = dict(rec)
+    for key in ("properties", "will_properties"):
+        if out.get(key) is not None:
+            out[key] = properties_json(out[key])
+    return out
 
 
 def _not_json(value: Any) -> Any:

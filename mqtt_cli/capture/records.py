@@ -372,7 +372,7 @@ class RecordBuilder:
                 )
                 if v5:
                     props = obj.properties
-                    text += f',"properties":{_json_list(props.as_list()) if props.items else "[]"}}}'
+                    text += f',"properties":{_json_list(props.as_json()) if props.items else "{}"}}}'
                 else:
                     text += "}"
                 out.append(text)

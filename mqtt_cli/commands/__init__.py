@@ -10,9 +10,7 @@ from typing import NoReturn
 import typer
 
 from mqtt_cli import PROG_NAME
-
-#: Exit code for a failure at run time (bad file, refused connection, ...). Usage errors exit with 2.
-EXIT_FAILURE = 1
+from mqtt_cli.exit_codes import EXIT_FAILURE
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:

@@ -11,10 +11,11 @@ from typing import Any
 import trio
 import typer
 
+from mqtt_cli.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
 from mqtt_cli.net.bridge import Bridge, BridgeConfig, BridgeError
 from mqtt_cli.net.errors import ClientError
 
-from ._runner import EXIT_INTERRUPTED, _flatten, _quiet_stdout, error
+from ._runner import _flatten, _quiet_stdout, error
 
 
 def run(configs: list[BridgeConfig], *, json_status: bool, interval: float, quiet: bool) -> None:
@@ -24,7 +25,7 @@ def run(configs: list[BridgeConfig], *, json_status: bool, interval: float, quie
         code = trio.run(_main, bridges, json_status, interval)
     except BridgeError as err:
         error(str(err))
-        raise typer.Exit(1) from None
+        raise typer.Exit(EXIT_FAILURE) from None
     except ClientError as err:
         error(str(err))
         raise typer.Exit(err.exit_code) from None
@@ -98,7 +99,7 @@ async def _status(bridges: list[Bridge], json_status: bool, interval: float, sto
                 # command whose output is closed, rather than bridge on unwatched.
                 _quiet_stdout()
                 for b in bridges:
-                    b.log(f"bridge {b.config.name}: the status output was closed: stopping")
+                    b.log(f"{b.who}: the status output was closed: stopping")
                 stop.set()
                 return
         elif tty and not stop.is_set():

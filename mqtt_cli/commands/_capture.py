@@ -5,8 +5,8 @@ from typing import Annotated
 import typer
 
 from mqtt_cli.commands import fail
+from mqtt_cli.exit_codes import EXIT_USAGE
 
-EXIT_USAGE = 2
 DEFAULT_PORTS = (1883,)
 DEFAULT_TLS_PORTS = (8883,)
 CAPTURE_VERSIONS = {"3": 3, "3.1": 3, "31": 3, "4": 4, "3.1.1": 4, "311": 4, "5": 5, "5.0": 5}

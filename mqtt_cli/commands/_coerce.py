@@ -17,6 +17,7 @@ This uses typer's private ``_coercion`` module and ``_TyperParameter._runtime_pa
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import typer.core
@@ -48,6 +49,10 @@ def _number(kind: type, value: Any, lo: Any, hi: Any) -> Any:
 def _leaf(kind: Any, value: Any, lo: Any, hi: Any) -> Any:
     if kind is str or kind is bool:
         return value if type(value) is kind else _MISS
+    if kind is Path and type(value) is str and "\0" not in value:
+        # Not checked for readability here: the command opens the file and says why it cannot, in one line
+        # and with the exit code its documentation gives (typer's check would be a usage error, exit 2).
+        return Path(value)
     if kind is int or kind is float:
         return _number(kind, value, lo, hi)
     return _MISS
@@ -62,7 +67,12 @@ class PlainRuntimeParam(RuntimeParam):
 
     def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
         info = self.parameter_info
-        if info.parser is None and not info.clamp and self.descriptor.file_annotation is None:
+        plain_path = (
+            info.file_okay
+            and info.dir_okay
+            and not (info.exists or info.writable or info.resolve_path or info.allow_dash or info.path_type)
+        )
+        if info.parser is None and not info.clamp and self.descriptor.file_annotation is None and plain_path:
             annotation = self.annotation
             if self.descriptor.is_list:
                 (kind,) = getattr(annotation, "__args__", (None,))
@@ -89,6 +99,8 @@ def _use_plain(params: list[Any]) -> None:
     for param in params:
         if isinstance(param, typer.core._TyperParameter) and param._runtime_param is None:
             param._runtime_param = plain_runtime_param(param.type_descriptor)
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""  # an on/off flag (--help included) takes no value: no <bool> in the help
 
 
 class Command(typer.core.TyperCommand):

@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from mqtt_cli.core.packets import Publish
-from mqtt_cli.core.properties import PROPERTY_BY_NAME, PROPERTY_TABLE, Properties, WireType
+from mqtt_cli.core.properties import PROPERTY_BY_NAME, Properties, WireType
 
 __all__ = ["MessageFormatError", "message_from_json", "message_to_json"]
 
@@ -28,21 +28,6 @@ _NOT_REPUBLISHED = ("topic_alias", "subscription_identifiers")
 
 class MessageFormatError(ValueError):
     pass
-
-
-def properties_to_json(props: Properties) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for pid, value in props.items:
-        spec = PROPERTY_TABLE[pid]
-        if spec.name == "user_property":
-            out.setdefault("user_properties", []).append(list(value))
-        elif spec.name == "subscription_identifier":
-            out.setdefault("subscription_identifiers", []).append(value)
-        elif isinstance(value, bytes):
-            out[spec.name] = value.hex()
-        else:
-            out[spec.name] = value
-    return out
 
 
 def message_to_json(p: Publish, received: float) -> str:
@@ -58,13 +43,17 @@ def message_to_json(p: Publish, received: float) -> str:
         "dup": p.dup,
         "payload": payload,
         "encoding": encoding,
-        "properties": properties_to_json(p.properties),
+        "properties": p.properties.as_json(),
         "received": when,
     }
     return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
 
 
 def properties_from_json(obj: Any) -> Properties:
+    """The "properties" object (Properties.as_json()); the `[[name, value], ...]` list that `mqtt dump --json`
+    wrote until 0.1.0 is read too."""
+    if isinstance(obj, list):
+        obj = _from_pairs(obj)
     if not isinstance(obj, dict):
         raise MessageFormatError('"properties" must be an object')
     named: dict[str, Any] = {}
@@ -91,6 +80,14 @@ def properties_from_json(obj: Any) -> Properties:
         return Properties(**named)
     except (TypeError, ValueError) as err:
         raise MessageFormatError(str(err)) from None
+
+
+def _from_pairs(pairs: list[Any]) -> dict[str, Any]:
+    if not all(isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) for pair in pairs):
+        raise MessageFormatError('"properties" must be an object (or a list of [name, value] pairs)')
+    from mqtt_cli.core.properties import properties_json
+
+    return properties_json(pairs)
 
 
 def message_from_json(line: str | bytes) -> dict[str, Any]:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from mqtt_cli.exit_codes import EXIT_USAGE
 from mqtt_cli.profiles import PROTOCOL_VERSIONS
 
 from . import fail
@@ -22,7 +24,6 @@ from . import fail
 if TYPE_CHECKING:
     from mqtt_cli.net.client import ClientSettings
 
-EXIT_USAGE = 2
 CONN = "Connection"
 CRED = "Credentials"
 TLS = "TLS"
@@ -104,12 +105,16 @@ Debug = Annotated[
         help="Print each packet sent and received to standard output, in mosquitto_pub/sub -d's words.",
     ),
 ]  # fmt: skip
+#: How every command names a profile (clients, `mqtt config set/show`).
+PROFILE_FLAG = "--profile"
+PROFILE_ENV = "MQTT_PROFILE"
 Profile = Annotated[
     str | None,
     typer.Option(
-        "--profile", envvar="MQTT_PROFILE", help="Defaults from this profile (mqtt config).", rich_help_panel=CONN
+        PROFILE_FLAG, envvar=PROFILE_ENV, metavar="NAME", help="Defaults from this profile (mqtt config).",
+        rich_help_panel=CONN,
     ),
-]
+]  # fmt: skip
 Username = Annotated[
     str | None, typer.Option("-u", "--username", envvar="MQTT_USERNAME", help="User name.", rich_help_panel=CRED)
 ]
@@ -162,40 +167,83 @@ WillUserProperty = Annotated[
     typer.Option("--will-user-property", help="5.0 will user property k=v (repeatable).", rich_help_panel=WILL),
 ]
 
-#: The parameter names of the options above, as they appear in a command's signature.
-CONNECTION_PARAMS = (
-    "host", "port", "url", "unix", "client_id", "id_prefix", "keepalive", "protocol_version", "no_clean",
-    "session_expiry", "connect_timeout", "reconnect", "debug", "profile", "username", "password", "password_prompt",
-    "password_file", "cafile", "capath", "cert", "key", "insecure", "tls_version", "alpn", "will_topic",
-    "will_payload", "will_qos", "will_retain", "will_delay", "will_expiry", "will_content_type",
-    "will_user_property",
+#: The connection options of every client command, defined once: (parameter name, its option, its default).
+#: `with_connection` adds them to a command's signature; the command gets their values as one dict.
+_CONNECTION: tuple[tuple[str, Any, Any], ...] = (
+    ("host", Host, None), ("port", Port, None), ("url", Url, None), ("unix", Unix, None),
+    ("client_id", ClientId, None), ("id_prefix", IdPrefix, None), ("keepalive", Keepalive, None),
+    ("protocol_version", ProtocolVersion, None), ("no_clean", NoClean, None), ("session_expiry", SessionExpiry, None),
+    ("connect_timeout", ConnectTimeout, None), ("reconnect", Reconnect, False), ("debug", Debug, False),
+    ("profile", Profile, None), ("username", Username, None), ("password", Password, None),
+    ("password_prompt", PasswordPrompt, False), ("password_file", PasswordFile, None), ("cafile", CaFile, None),
+    ("capath", CaPath, None), ("cert", Cert, None), ("key", Key, None), ("insecure", Insecure, None),
+    ("tls_version", TlsVersion, None), ("alpn", Alpn, None), ("will_topic", WillTopic, None),
+    ("will_payload", WillPayload, None), ("will_qos", WillQos, 0), ("will_retain", WillRetain, False),
+    ("will_delay", WillDelay, None), ("will_expiry", WillExpiry, None), ("will_content_type", WillContentType, None),
+    ("will_user_property", WillUserProperty, None),
 )  # fmt: skip
+#: The parameter names of the connection options, as they appear in a command's signature.
+CONNECTION_PARAMS = tuple(name for name, _, _ in _CONNECTION)
+
+
+def with_connection(command: Callable[..., None]) -> Callable[..., None]:
+    """A client command with the connection options: typer sees them in the signature (after the command's own),
+    and the command receives them as one dict, `conn`, for client_settings()."""
+    import functools
+    import inspect
+
+    signature = inspect.signature(command)
+    own = [p for p in signature.parameters.values() if p.name != "conn"]
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=option)
+             for name, option, default in _CONNECTION]  # fmt: skip
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> None:
+        conn = {name: kwargs.pop(name) for name in CONNECTION_PARAMS}
+        command(*args, conn=conn, **kwargs)
+
+    run.__signature__ = signature.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
+    run.__annotations__ = {**{k: v for k, v in command.__annotations__.items() if k != "conn"},
+                           **{p.name: p.annotation for p in added}}  # fmt: skip
+    return run
+
+
+def _option_names(option: Any) -> list[str]:
+    from typing import get_args
+
+    info = get_args(option)[1]
+    return [d for d in (info.default, *info.param_decls) if isinstance(d, str) and d.startswith("-")]
+
+
+def _is_flag(option: Any) -> bool:
+    from typing import get_args
+
+    return get_args(option)[0] in (bool, bool | None)
+
 
 VERSIONS = PROTOCOL_VERSIONS
 _PROMPT_FLAGS = ("-P", "--password")
 CLIENT_COMMANDS = ("pub", "sub", "rr")
-_SHARED_VALUES = (
-    "--alpn --cafile --capath --cert --connect-timeout --host --id --id-prefix --keepalive --key --password "
-    "--password-file --port --profile --protocol-version --qos --session-expiry --tls-version --topic --unix --url "
-    "--username --will-content-type --will-delay --will-message-expiry --will-payload --will-qos --will-topic "
-    "--will-user-property -I -L -P -V -h -i -k -p -q -t -u -x"
-)
-_SHARED_FLAGS = "--debug --disable-clean-session --insecure --password-prompt --reconnect --will-retain --help -c -d"
+# The connection options that take a value and those that do not (from their definitions), and the
+# options every client command adds: -q/--qos and -t/--topic take a value, --help does not.
+_SHARED_VALUES = " ".join(n for _, opt, _ in _CONNECTION if not _is_flag(opt) for n in _option_names(opt))
+_SHARED_VALUES += " --qos --topic -q -t"
+_SHARED_FLAGS = " ".join(n for _, opt, _ in _CONNECTION if _is_flag(opt) for n in _option_names(opt)) + " --help"
 #: The options of each client command that take a value, and those that do not (tests/test_cli.py checks them
 #: against the commands): rewrite_optional_values() must know which tokens are values.
 VALUE_OPTIONS: dict[str, frozenset[str]] = {
-    "pub": frozenset(f"""{_SHARED_VALUES} --content-type --correlation-data --file --message --message-expiry
+    "pub": frozenset(f"""{_SHARED_VALUES} --content-type --correlation-data --file --format --message --message-expiry
         --payload-format --repeat --repeat-delay --response-topic --topic-alias --user-property -f -m""".split()),
-    "sub": frozenset(f"""{_SHARED_VALUES} --count --filter-out --format --retain-handling --subscription-identifier
-        --timeout --unsubscribe -C -F -T -U -W""".split()),
-    "rr": frozenset(f"{_SHARED_VALUES} --correlation-data --file --message --response-topic --timeout -W -e -f -m"
-                    .split()),
+    "sub": frozenset(f"""{_SHARED_VALUES} --count --filter-out --format --output --print-format --retain-handling
+        --subscription-identifier --timeout --unsubscribe -C -F -T -U -W""".split()),
+    "rr": frozenset(f"""{_SHARED_VALUES} --correlation-data --file --format --message --response-topic --timeout -W -e
+        -f -m""".split()),
 }  # fmt: skip
 FLAG_OPTIONS: dict[str, frozenset[str]] = {
     "pub": frozenset(f"""{_SHARED_FLAGS} --json-lines --null-message --retain --stdin-file --stdin-line -l -n -r
         -s""".split()),
     "sub": frozenset(f"""{_SHARED_FLAGS} --exit-on-subscribe --hex --json --no-local --no-newline --no-retained
-        --remove-retained --retain-as-published --retained-only --verbose -E -N -R -v""".split()),
+        --remove-retained --retain-as-published --retained-only --stats --verbose -E -N -R -v""".split()),
     "rr": frozenset(f"{_SHARED_FLAGS} --hex --json --no-newline --null-message --stdin-file --verbose -N -n -s -v"
                     .split()),
 }  # fmt: skip

@@ -1,4 +1,5 @@
-"""How `mqtt sub` and `mqtt rr` print a message: payload, -v, --hex, -F format strings, --json.
+"""How `mqtt sub` and `mqtt rr` print a message: payload (--format text, hex, base64, json), -v, -F format strings,
+--json.
 
 Bytes go to standard output as they are (binary payloads intact), one write and one flush per message, so a
 pipe sees every message at once. On a terminal, -v colours the topic with rich; piped output has no colour.
@@ -14,6 +15,7 @@ import time
 from typing import Any, BinaryIO
 
 from mqtt_cli.core.packets import Publish
+from mqtt_cli.core.properties import Properties
 
 __all__ = ["FormatError", "Printer", "check_format", "format_message"]
 
@@ -34,24 +36,80 @@ def _iso(now: float) -> str:
     return datetime.datetime.fromtimestamp(now).astimezone().strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
+#: The PUBLISH properties mosquitto_sub 2.0 prints in %j/%J, under libmosquitto's names (user properties are
+#: gathered in one "user-properties" object where the first one is).
+_MOSQUITTO_NAMES = {0x01: "payload-format-indicator", 0x02: "message-expiry-interval", 0x03: "content-type",
+                    0x08: "response-topic", 0x09: "correlation-data", 0x0B: "subscription-identifier",
+                    0x23: "topic-alias"}  # fmt: skip
+_USER_PROPERTY = 0x26
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _mosquitto_properties(props: Properties) -> str:
+    """The "properties" object as mosquitto_sub 2.0 writes it with cJSON: members in wire order, a repeated
+    property (subscription identifiers, user properties with one name) repeated as a key, correlation data as
+    a string (up to its first NUL, as a C string)."""
+    members: list[str] = []
+    users: list[str] | None = None
+    for pid, value in props.items:
+        if pid == _USER_PROPERTY:
+            if users is None:
+                users = []
+                members.append("")  # its place: filled in below
+                at = len(members) - 1
+            users.append(f"{_dumps(value[0])}:{_dumps(value[1])}")
+        elif pid in _MOSQUITTO_NAMES:
+            if isinstance(value, bytes):
+                value = value.split(b"\0", 1)[0].decode("utf-8", "replace")
+            members.append(f'"{_MOSQUITTO_NAMES[pid]}":{_dumps(value)}')
+    if users is not None:
+        members[at] = '"user-properties":{' + ",".join(users) + "}"
+    return "{" + ",".join(members) + "}"
+
+
+class _Members(list):  # type: ignore[type-arg]
+    """A JSON object's members in order, repeated names kept (as cJSON keeps them)."""
+
+
+def _cjson(value: Any) -> str:
+    """`value` (parsed JSON) as cJSON_PrintUnformatted prints it: %J re-prints the payload it parsed."""
+    if isinstance(value, _Members):
+        return "{" + ",".join(f"{_dumps(k)}:{_cjson(v)}" for k, v in value) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_cjson(v) for v in value) + "]"
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return _dumps(value)
+    number = float(value)
+    if number != number or number in (float("inf"), float("-inf")):
+        return "null"
+    if number.is_integer() and -(2**31) <= number <= 2**31 - 1:
+        return str(int(number))
+    text = f"{number:1.15g}"
+    return text if float(text) == number else f"{number:1.17g}"
+
+
 def _json_helper(p: Publish, now: float, raw_payload: bool) -> bytes:
     tst = datetime.datetime.fromtimestamp(now).astimezone().strftime("%Y-%m-%dT%H:%M:%S.%f%z")
-    # mosquitto_sub 2.0's fields, in its order: payloadlen, mid (QoS 1/2), and "payload": null when empty
-    head: dict[str, Any] = {"tst": tst, "topic": p.topic, "qos": p.qos, "retain": int(p.retain),
-                            "payloadlen": len(p.payload)}  # fmt: skip
+    # mosquitto_sub 2.0's fields, in its order, as cJSON prints them (no spaces): payloadlen, mid (QoS 1/2),
+    # properties (5.0, when there are any), and "payload": null when empty
+    head = (f'{{"tst":{_dumps(tst)},"topic":{_dumps(p.topic)},"qos":{p.qos},"retain":{int(p.retain)},'
+            f'"payloadlen":{len(p.payload)}')  # fmt: skip
     if p.qos:
-        head["mid"] = p.packet_id
+        head += f',"mid":{p.packet_id}'
+    if p.properties.items:
+        head += f',"properties":{_mosquitto_properties(p.properties)}'
     if not p.payload:
-        head["payload"] = None
-        return json.dumps(head).encode()
+        return (head + ',"payload":null}').encode()
     if raw_payload:
         try:
-            json.loads(p.payload)
+            parsed = json.loads(p.payload, object_pairs_hook=_Members)
         except ValueError:
             raise FormatError(f"message payload is not valid JSON on topic {p.topic}") from None
-        return json.dumps(head)[:-1].encode() + b', "payload":' + p.payload + b"}"
-    head["payload"] = p.payload.decode("utf-8", "replace")
-    return json.dumps(head).encode()
+        return (head + f',"payload":{_cjson(parsed)}}}').encode()
+    return (head + f',"payload":{_dumps(p.payload.decode("utf-8", "replace"))}}}').encode()
 
 
 _WIDTH = re.compile(r"-?\d*(\.\d+)?")
@@ -169,23 +227,40 @@ def format_message(fmt: str, p: Publish, now: float) -> bytes:
 
 
 class Printer:
-    """Writes messages in one of the output forms; `mode`: payload, verbose, hex, format, json."""
+    """Writes messages in one of the output forms; `mode`: payload, verbose (topic first), format (-F), json
+    (--json); `form`: how the payload is written in payload and verbose modes (sub --format)."""
 
-    def __init__(self, mode: str, fmt: str | None = None, newline: bool = True, stream: BinaryIO | None = None):
+    def __init__(
+        self,
+        mode: str,
+        fmt: str | None = None,
+        newline: bool = True,
+        stream: BinaryIO | None = None,
+        form: str = "text",
+    ):
         self.mode = mode
         self.fmt = fmt
+        self.form = form
         self.end = b"\n" if newline else b""
         self.out = stream or sys.stdout.buffer
         self.console: Any = None
-        if mode == "verbose" and stream is None and sys.stdout.isatty():
+        self.pretty = stream is None  # a file gets one message per line
+        if mode == "verbose" and form == "text" and stream is None and sys.stdout.isatty():
             from rich.console import Console
 
             self.console = Console(highlight=False, soft_wrap=True)
 
+    def _payload(self, p: Publish) -> bytes:
+        if self.form == "text":
+            return p.payload
+        from ._payload import PayloadFormat, encode_payload
+
+        return encode_payload(p.payload, PayloadFormat(self.form), self.pretty)
+
     def __call__(self, p: Publish, now: float) -> None:
         mode = self.mode
         if mode == "payload":
-            data = p.payload + self.end
+            data = self._payload(p) + self.end
         elif mode == "verbose":
             if self.console is not None:
                 from rich.text import Text
@@ -195,11 +270,7 @@ class Printer:
                 self.console.print(text, end=self.end.decode())
                 return
             # an empty payload shows as "(null)", as with mosquitto_sub -v
-            data = p.topic.encode() + b" " + (p.payload or b"(null)") + self.end
-        elif mode == "hex":
-            data = p.payload.hex().encode() + self.end
-        elif mode == "verbose-hex":
-            data = p.topic.encode() + b" " + p.payload.hex().encode() + self.end
+            data = p.topic.encode() + b" " + (self._payload(p) or b"(null)") + self.end
         elif mode == "format":
             assert self.fmt is not None
             data = format_message(self.fmt, p, now) + self.end

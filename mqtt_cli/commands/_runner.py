@@ -15,13 +15,12 @@ import trio
 import typer
 
 from mqtt_cli import PROG_NAME
+from mqtt_cli.exit_codes import EXIT_INTERRUPTED, EXIT_TERMINATED
 from mqtt_cli.net.errors import ClientError
 
 if TYPE_CHECKING:
     from mqtt_cli.net.client import Client, ClientSettings
 
-EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a command killed by it
 
 
 def _flatten(exc: BaseException) -> list[BaseException]:

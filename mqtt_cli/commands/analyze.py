@@ -183,8 +183,11 @@ def ingest(
     if from_stdin and sys.stdin.isatty():
         fail("- reads a capture from standard input, which is a terminal: pipe one in (tcpdump -w - ...)", EXIT_USAGE)
     for path in captures:
-        if str(path) != "-" and not path.is_file():
-            fail(f"{path}: no such file", EXIT_FAILURE)
+        if str(path) != "-":
+            try:  # missing, unreadable or a directory: one line, before Spark starts
+                path.open("rb").close()
+            except OSError as err:
+                fail(f"{path}: {err.strerror}", EXIT_FAILURE)
     with _stdin_spooled(bool(from_stdin)) as spooled:
         _ingest(captures, spooled, out, master, settings, port, tls_port, detect, version, overwrite, append, split_mb)
 

@@ -15,9 +15,10 @@ from typing import Annotated, Any
 
 import typer
 
+from mqtt_cli.exit_codes import EXIT_USAGE
+
 from . import fail
 
-EXIT_USAGE = 2
 BRIDGE = "Bridge"
 LOCAL = "Local broker"
 REMOTE = "Remote broker"
@@ -74,6 +75,7 @@ def bridge(
         typer.Option(
             "-t",
             "--topic",
+            metavar="RULE",
             help="A rule in mosquitto's grammar: 'PATTERN [in|out|both [QOS [LOCAL_PREFIX REMOTE_PREFIX]]]' "
             '(out and QoS 0 by default; "" for an empty field). Repeatable.',
             rich_help_panel=BRIDGE,
@@ -91,6 +93,7 @@ def bridge(
         tuple[float, float] | None,
         typer.Option(
             "--restart-timeout",
+            metavar="FIRST CAP",
             help="Reconnect backoff: first delay and cap, seconds (jittered, doubling; default 0.5 30).",
             rich_help_panel=BRIDGE,
         ),
@@ -442,9 +445,9 @@ def _state_home() -> Path:
 def _build(b: dict[str, Any], where: str, *, from_flags: bool = False) -> Any:
     """A BridgeConfig from one [[bridge]] table (flags come as one too); one-line errors, exit 2."""
     from mqtt_cli.core.bridge import BridgeRuleError, parse_rule
-    from mqtt_cli.net.bridge import BridgeConfig
+    from mqtt_cli.net.bridge import DEFAULT_NAME, BridgeConfig
 
-    name = str(b.get("name", "bridge"))
+    name = str(b.get("name", DEFAULT_NAME))
     if not name or any(c in name for c in "/\\\0") or name.startswith("."):
         fail(f"{where}: name {name!r} cannot be a file name: use letters, digits, - _ .", EXIT_USAGE)
     topics = b.get("topics")

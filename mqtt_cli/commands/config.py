@@ -4,14 +4,16 @@ from typing import Annotated, Any
 
 import typer
 
+from mqtt_cli.exit_codes import EXIT_FAILURE, EXIT_USAGE
+
 from . import fail
+from ._options import PROFILE_ENV, PROFILE_FLAG
 
 app = typer.Typer(
     name="config",
     help="Connection profiles: defaults for pub, sub and rr (--profile NAME; 'default' when none is given).",
     no_args_is_help=True,
 )
-EXIT_USAGE = 2
 _SECRET = ("password",)
 
 
@@ -51,7 +53,9 @@ def _convert(key: str, raw: str) -> Any:
 def set_(
     key: Annotated[str, typer.Argument(help="host, port, username, password_file, cafile, ... (see `config list`).")],
     value: Annotated[str | None, typer.Argument(help="The value; leave out with --unset.")] = None,
-    profile: Annotated[str, typer.Option("--profile", help="Profile to edit.")] = "default",
+    profile: Annotated[
+        str, typer.Option(PROFILE_FLAG, envvar=PROFILE_ENV, metavar="NAME", help="Profile to edit.")
+    ] = "default",
     unset: Annotated[bool, typer.Option("--unset", help="Remove the key.")] = False,
 ) -> None:
     """Set (or --unset) one key of a profile."""
@@ -78,7 +82,10 @@ def set_(
 
 @app.command("show")
 def show(
-    profile: Annotated[str, typer.Argument(help="Profile to show.")] = "default",
+    profile: Annotated[
+        str | None,
+        typer.Option(PROFILE_FLAG, envvar=PROFILE_ENV, metavar="NAME", help="Profile to show (default: default)."),
+    ] = None,
     reveal: Annotated[bool, typer.Option("--reveal", help="Show passwords instead of ****.")] = False,
 ) -> None:
     """Print a profile's keys and values."""
@@ -87,7 +94,7 @@ def show(
     try:
         values = load_profile(profile)
     except ProfileError as err:
-        fail(str(err))
+        fail(str(err), EXIT_USAGE if "no profile" in str(err) else EXIT_FAILURE)
     for key, value in values.items():
         shown = "****" if key in _SECRET and not reveal else value
         typer.echo(f"{key} = {shown!r}" if isinstance(shown, str) else f"{key} = {str(shown).lower()}")

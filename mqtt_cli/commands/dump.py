@@ -15,6 +15,10 @@ import typer
 from mqtt_cli import PROG_NAME
 from mqtt_cli.commands import fail
 
+# Exit codes of `mqtt dump` (docs/exit-codes.md): 1 also for a truncated or corrupt capture, after decoding
+# everything readable in it; 3 when the input is not a capture at all.
+from mqtt_cli.exit_codes import EXIT_FAILURE, EXIT_NOT_A_CAPTURE, EXIT_USAGE
+
 from ._capture import Detect, Ports, ProtocolVersion, TlsPorts, capture_ports, checked
 
 if TYPE_CHECKING:
@@ -22,12 +26,6 @@ if TYPE_CHECKING:
 
     from mqtt_cli.capture.filters import RecordFilter
     from mqtt_cli.capture.stats import DumpStats
-
-#: Exit codes of `mqtt dump` (docs/exit-codes.md): 1 also for a truncated or corrupt capture, after decoding
-#: everything readable in it; 3 when the input is not a capture at all.
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_NOT_A_CAPTURE = 3
 
 _RAW_CHUNK = 1 << 16
 _PROGRESS_MIN_BYTES = 8 << 20
@@ -66,16 +64,15 @@ def dump(
         bool, typer.Option("--verbose", "-v", help="Every field and property, payloads in hex and text.")
     ] = False,
     stats: Annotated[
-        bool, typer.Option("--stats", "-s", help="End with a summary (to standard error with --json).")
+        bool, typer.Option("--stats", help="End with a summary (to standard error with --json).")
     ] = False,
     quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="No per-packet output (with --stats: the summary only).")
+        bool, typer.Option("--quiet", help="No per-packet output (with --stats: the summary only).")
     ] = False,
     packet_type: Annotated[
         list[str] | None,
         typer.Option(
             "--type",
-            "-t",
             help="Only packets of this type, e.g. PUBLISH (repeatable, or comma-separated).",
             show_default=False,
         ),
@@ -84,6 +81,7 @@ def dump(
         list[str] | None,
         typer.Option(
             "--topic",
+            "-t",
             help="Only packets with a topic matching this filter, wildcards allowed (repeatable).",
             show_default=False,
         ),
@@ -92,7 +90,6 @@ def dump(
         list[str] | None,
         typer.Option(
             "--client",
-            "-c",
             help="Only packets of connections with this client id; globs allowed (repeatable).",
             show_default=False,
         ),

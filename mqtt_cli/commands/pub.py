@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from mqtt_cli.exit_codes import EXIT_PUBLISH_FAILED
+
 from . import _options as o
 from . import fail
 
@@ -22,6 +24,7 @@ MSG = "Message"
 V5 = "MQTT 5.0 message properties"
 
 
+@o.with_connection
 def pub(
     ctx: typer.Context,
     topic: Annotated[
@@ -55,6 +58,13 @@ def pub(
             help="Each line of standard input is a message in the JSON form `mqtt sub --json` writes.",
         ),
     ] = False,
+    encoding: Annotated[
+        str | None,
+        typer.Option(
+            "--format", metavar="text|hex|base64", rich_help_panel=MSG,
+            help="How -m, -f, -s and each -l line give the payload: as it is (text, the default), hex or base64.",
+        ),
+    ] = None,
     qos: Annotated[
         int | None, typer.Option("-q", "--qos", min=0, max=2, help="QoS (default: 0).", rich_help_panel=MSG)
     ] = None,
@@ -80,46 +90,14 @@ def pub(
     topic_alias: Annotated[
         int | None, typer.Option("--topic-alias", min=1, max=65535, help="Topic alias to use.", rich_help_panel=V5)
     ] = None,
-    host: o.Host = None,
-    port: o.Port = None,
-    url: o.Url = None,
-    unix: o.Unix = None,
-    client_id: o.ClientId = None,
-    id_prefix: o.IdPrefix = None,
-    keepalive: o.Keepalive = None,
-    protocol_version: o.ProtocolVersion = None,
-    no_clean: o.NoClean = None,
-    session_expiry: o.SessionExpiry = None,
-    connect_timeout: o.ConnectTimeout = None,
-    reconnect: o.Reconnect = False,
-    debug: o.Debug = False,
-    profile: o.Profile = None,
-    username: o.Username = None,
-    password: o.Password = None,
-    password_prompt: o.PasswordPrompt = False,
-    password_file: o.PasswordFile = None,
-    cafile: o.CaFile = None,
-    capath: o.CaPath = None,
-    cert: o.Cert = None,
-    key: o.Key = None,
-    insecure: o.Insecure = None,
-    tls_version: o.TlsVersion = None,
-    alpn: o.Alpn = None,
-    will_topic: o.WillTopic = None,
-    will_payload: o.WillPayload = None,
-    will_qos: o.WillQos = 0,
-    will_retain: o.WillRetain = False,
-    will_delay: o.WillDelay = None,
-    will_expiry: o.WillExpiry = None,
-    will_content_type: o.WillContentType = None,
-    will_user_property: o.WillUserProperty = None,
+    *,
+    conn: dict[str, Any],
 ) -> None:
     """Publish messages; exit 0 only when every one was acknowledged at its QoS (QoS 0: written).
 
     Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 7 a message was
     refused or not acknowledged, 8 connection lost, 130 interrupted, 143 terminated (docs/exit-codes.md).
     """
-    params = {k: v for k, v in locals().items() if k in o.CONNECTION_PARAMS}
     sources = [
         name
         for name, given in (
@@ -131,9 +109,16 @@ def pub(
     if len(sources) != 1:
         what = "no message given" if not sources else f"{' and '.join(sources)} both give the message"
         fail(f"{what}: use one of -m, -f, -s, -l, -n or --json-lines", o.EXIT_USAGE)
+    form = None  # text: the bytes as they are (_payload is imported only when there is more to do)
+    if encoding is not None:
+        from ._payload import PUB_FORMATS, PayloadFormat, parse_format
+
+        form = parse_format(encoding, PUB_FORMATS)
+        if json_lines and form is not PayloadFormat.text:
+            fail('--json-lines gives each payload with its "encoding": drop --format', o.EXIT_USAGE)
     if repeat > 1 and (stdin_line or json_lines):
         fail("--repeat works with -m, -f, -s and -n, not with -l or --json-lines", o.EXIT_USAGE)
-    resolved = o.client_settings(params, ctx)
+    resolved = o.client_settings(conn, ctx)
     settings = resolved.settings
     topic = topic or resolved.url_topic
     if topic is None and not json_lines:
@@ -154,17 +139,13 @@ def pub(
         what = "-s" if stdin_file else "-l" if stdin_line else "--json-lines"
         fail(f"{what} reads standard input, but it is closed: pipe the messages in, or use -m or -f", o.EXIT_USAGE)
     payload = b""
-    if message is not None:
-        payload = message.encode()
-    elif file is not None:
-        try:
-            payload = file.read_bytes()
-        except OSError as err:
-            fail(f"-f {file}: {err.strerror}", o.EXIT_USAGE)
-    elif stdin_file:
-        import sys
+    if message is not None and form is None and len(message) < 65536:
+        payload = message.encode()  # within what any PUBLISH carries: nothing to check
+    elif message is not None or file is not None or stdin_file:
+        from ._payload import PayloadFormat, read_payload
 
-        payload = sys.stdin.buffer.read()
+        payload = read_payload(message, file, stdin_file, topic or "", qos_value, props, settings.version,
+                               form or PayloadFormat.text)  # fmt: skip
 
     settings.auto_topic_aliases = stdin_line or json_lines
     from ._runner import connected, run_client
@@ -177,7 +158,7 @@ def pub(
             state = _Progress()
             try:
                 if stdin_line:
-                    await _publish_lines(client, topic or "", qos_value, retain, props, state)
+                    await _publish_lines(client, topic or "", qos_value, retain, props, state, form or "text")
                 elif json_lines:
                     await _publish_json_lines(ctx, client, topic, qos_value, retain, props, state)
                 else:
@@ -219,7 +200,8 @@ def _refused(client: "Client", then: str = "") -> None:
     from mqtt_cli.core.reasons import reason_name
 
     reason = reason_name(client.refused[0].reason_code, 4)
-    fail(f"the broker refused {len(client.refused)} message(s): {reason} ({_counts(client)}){then}", 7)
+    refused = f"the broker refused {len(client.refused)} message(s): {reason} ({_counts(client)}){then}"
+    fail(refused, EXIT_PUBLISH_FAILED)
 
 
 def _name(version: int) -> str:
@@ -295,12 +277,23 @@ async def _lines() -> Any:
 
 
 async def _publish_lines(
-    client: "Client", topic: str, qos: int, retain: bool, props: "Properties", state: "_Progress"
+    client: "Client", topic: str, qos: int, retain: bool, props: "Properties", state: "_Progress", form: Any
 ) -> None:
     publish = client.publish
+    if form == "text":
+        async for line in _lines():
+            state.line += 1
+            await publish(topic, line, qos, retain, props)
+        return
+    from ._payload import decode_payload
+
     async for line in _lines():
         state.line += 1
-        await publish(topic, line, qos, retain, props)
+        try:
+            payload = decode_payload(line, form)
+        except ValueError as err:
+            raise _BadLine(f"standard input line {state.line}: --format {form}: {err}") from None
+        await publish(topic, payload, qos, retain, props)
 
 
 async def _publish_json_lines(

@@ -7,18 +7,20 @@ responder must know where to answer by convention.
 """
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from mqtt_cli.exit_codes import EXIT_TIMEOUT
 
 from . import _options as o
 from . import fail
 
 RR = "Request"
 OUT = "Output"
-EXIT_TIMEOUT = 27
 
 
+@o.with_connection
 def rr(
     ctx: typer.Context,
     topic: Annotated[
@@ -55,43 +57,19 @@ def rr(
     json_out: Annotated[
         bool, typer.Option("--json", help="The response as one JSON object.", rich_help_panel=OUT)
     ] = False,
-    hex_out: Annotated[bool, typer.Option("--hex", help="Payload as hexadecimal.", rich_help_panel=OUT)] = False,
+    encoding: Annotated[
+        str | None,
+        typer.Option(
+            "--format", metavar="text|hex|base64|json", rich_help_panel=OUT,
+            help="How to write the response's payload: as it is (text), hex, base64, or JSON pretty-printed.",
+        ),
+    ] = None,
+    hex_out: Annotated[bool, typer.Option("--hex", help="Same as --format hex.", hidden=True)] = False,
     no_newline: Annotated[
         bool, typer.Option("-N", "--no-newline", help="No newline after the response.", rich_help_panel=OUT)
     ] = False,
-    host: o.Host = None,
-    port: o.Port = None,
-    url: o.Url = None,
-    unix: o.Unix = None,
-    client_id: o.ClientId = None,
-    id_prefix: o.IdPrefix = None,
-    keepalive: o.Keepalive = None,
-    protocol_version: o.ProtocolVersion = None,
-    no_clean: o.NoClean = None,
-    session_expiry: o.SessionExpiry = None,
-    connect_timeout: o.ConnectTimeout = None,
-    reconnect: o.Reconnect = False,
-    debug: o.Debug = False,
-    profile: o.Profile = None,
-    username: o.Username = None,
-    password: o.Password = None,
-    password_prompt: o.PasswordPrompt = False,
-    password_file: o.PasswordFile = None,
-    cafile: o.CaFile = None,
-    capath: o.CaPath = None,
-    cert: o.Cert = None,
-    key: o.Key = None,
-    insecure: o.Insecure = None,
-    tls_version: o.TlsVersion = None,
-    alpn: o.Alpn = None,
-    will_topic: o.WillTopic = None,
-    will_payload: o.WillPayload = None,
-    will_qos: o.WillQos = 0,
-    will_retain: o.WillRetain = False,
-    will_delay: o.WillDelay = None,
-    will_expiry: o.WillExpiry = None,
-    will_content_type: o.WillContentType = None,
-    will_user_property: o.WillUserProperty = None,
+    *,
+    conn: dict[str, Any],
 ) -> None:
     """Send a request and print the matching response (MQTT 5.0 response topic and correlation data).
 
@@ -101,15 +79,17 @@ def rr(
     Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 6 subscription
     refused, 7 request refused, 8 connection lost, 27 no response within -W, 130 interrupted, 143 terminated.
     """
-    params = {k: v for k, v in locals().items() if k in o.CONNECTION_PARAMS}
     given = [n for n, g in (("-m", message is not None), ("-f", file is not None), ("-s", stdin_file),
                             ("-n", null_message)) if g]  # fmt: skip
     if len(given) != 1:
         what = "no request given" if not given else f"{' and '.join(given)} both give the request"
         fail(f"{what}: use one of -m, -f, -s or -n", o.EXIT_USAGE)
-    if json_out and hex_out:
-        fail("--json and --hex are different output forms: use one", o.EXIT_USAGE)
-    resolved = o.client_settings(params, ctx)
+    if json_out and (hex_out or encoding is not None):
+        fail("--json and --format are different output forms: use one", o.EXIT_USAGE)
+    from ._payload import SUB_FORMATS, parse_format
+
+    form = parse_format("hex" if hex_out else encoding, SUB_FORMATS)
+    resolved = o.client_settings(conn, ctx)
     settings = resolved.settings
     topic = topic or resolved.url_topic
     if not topic or not response_topic:
@@ -120,25 +100,17 @@ def rr(
         fail(f"-t {topic!r}: {err}", o.EXIT_USAGE)
     if err := topic_name_error(response_topic) or topic_filter_error(response_topic):
         fail(f"-e {response_topic!r}: {err}", o.EXIT_USAGE)
-    if message is not None:
-        payload = message.encode()
-    elif file is not None:
-        try:
-            payload = file.read_bytes()
-        except OSError as err:
-            fail(f"-f {file}: {err.strerror}", o.EXIT_USAGE)
-    elif stdin_file:
-        import sys
-
-        if o.stdin_closed():
-            fail("-s reads standard input, but it is closed: pipe the request in, or use -m or -f", o.EXIT_USAGE)
-        payload = sys.stdin.buffer.read()
-    else:
-        payload = b""
+    if stdin_file and o.stdin_closed():
+        fail("-s reads standard input, but it is closed: pipe the request in, or use -m or -f", o.EXIT_USAGE)
     qos_value = qos if qos is not None else int(resolved.profile.get("qos", 0))
-    mode = "json" if json_out else "hex" if hex_out else "payload"
-    if verbose and mode != "json":
-        mode = "verbose" if mode == "payload" else "verbose-hex"
+    from mqtt_cli.core.properties import Properties
+
+    from ._payload import read_payload
+
+    # room for the response topic and 16 bytes of correlation data the request carries in 5.0
+    room = Properties(response_topic=response_topic, correlation_data=(correlation_data or "").encode() or bytes(16))
+    payload = read_payload(message, file, stdin_file, topic, qos_value, room, settings.version)
+    mode = "json" if json_out else "verbose" if verbose else "payload"
 
     from ._runner import connected, run_client
 
@@ -156,7 +128,7 @@ def rr(
 
         from ._output import Printer
 
-        printer = Printer(mode, None, not no_newline)
+        printer = Printer(mode, None, not no_newline, form=form)
         correlation = correlation_data.encode() if correlation_data is not None else os.urandom(16)
         # -W counts from the connection and ends only the wait: DISCONNECT still goes out (no will).
         async with connected(settings) as client:  # stops on SIGINT/SIGTERM, then says goodbye

@@ -1,19 +1,24 @@
 """``mqtt sub``: subscribe and print messages, with bounded waits (-C, -W, -E, --retained-only)."""
 
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from mqtt_cli.exit_codes import EXIT_TIMEOUT
 
 from . import _options as o
 from . import fail
 
+if TYPE_CHECKING:
+    from ._output import Printer
+
 SUB = "Subscription"
 OUT = "Output"
 STOP = "When to stop"
-EXIT_SUBSCRIBE_REFUSED = 6
-EXIT_TIMEOUT = 27
 
 
+@o.with_connection
 def sub(
     ctx: typer.Context,
     topic: Annotated[
@@ -63,7 +68,8 @@ def sub(
         str | None,
         typer.Option(
             "-F",
-            "--format",
+            "--print-format",
+            metavar="TEMPLATE",
             rich_help_panel=OUT,
             help="mosquitto_sub format: %t topic, %p payload, %q %r %m %l %x %X %I %U %j %J %C %D %E %F %P %R %S, @H.",
         ),
@@ -76,9 +82,30 @@ def sub(
             help="One JSON object per line, lossless (payload as text or base64, every 5.0 property, receive time).",
         ),
     ] = False,
-    hex_out: Annotated[bool, typer.Option("--hex", help="Payload as hexadecimal.", rich_help_panel=OUT)] = False,
+    encoding: Annotated[
+        str | None,
+        typer.Option(
+            "--format", metavar="text|hex|base64|json", rich_help_panel=OUT,
+            help="How to write each payload: as it is (text, the default), hex, base64, or JSON pretty-printed.",
+        ),
+    ] = None,
+    hex_out: Annotated[bool, typer.Option("--hex", help="Same as --format hex.", hidden=True)] = False,
     no_newline: Annotated[
         bool, typer.Option("-N", "--no-newline", help="No newline after each message.", rich_help_panel=OUT)
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", metavar="FILE", rich_help_panel=OUT,
+            help="Append the messages to FILE (one a line, in the chosen form) instead of standard output.",
+        ),
+    ] = None,
+    stats: Annotated[
+        bool,
+        typer.Option(
+            "--stats", rich_help_panel=OUT,
+            help="On exit, how many messages arrived, per topic and QoS, on standard error.",
+        ),
     ] = False,
     count: Annotated[
         int | None, typer.Option("-C", "--count", min=1, help="Exit 0 after N messages.", rich_help_panel=STOP)
@@ -106,52 +133,24 @@ def sub(
     remove_retained: Annotated[
         bool, typer.Option("--remove-retained", help="Clear each retained message received.", rich_help_panel=STOP)
     ] = False,
-    host: o.Host = None,
-    port: o.Port = None,
-    url: o.Url = None,
-    unix: o.Unix = None,
-    client_id: o.ClientId = None,
-    id_prefix: o.IdPrefix = None,
-    keepalive: o.Keepalive = None,
-    protocol_version: o.ProtocolVersion = None,
-    no_clean: o.NoClean = None,
-    session_expiry: o.SessionExpiry = None,
-    connect_timeout: o.ConnectTimeout = None,
-    reconnect: o.Reconnect = False,
-    debug: o.Debug = False,
-    profile: o.Profile = None,
-    username: o.Username = None,
-    password: o.Password = None,
-    password_prompt: o.PasswordPrompt = False,
-    password_file: o.PasswordFile = None,
-    cafile: o.CaFile = None,
-    capath: o.CaPath = None,
-    cert: o.Cert = None,
-    key: o.Key = None,
-    insecure: o.Insecure = None,
-    tls_version: o.TlsVersion = None,
-    alpn: o.Alpn = None,
-    will_topic: o.WillTopic = None,
-    will_payload: o.WillPayload = None,
-    will_qos: o.WillQos = 0,
-    will_retain: o.WillRetain = False,
-    will_delay: o.WillDelay = None,
-    will_expiry: o.WillExpiry = None,
-    will_content_type: o.WillContentType = None,
-    will_user_property: o.WillUserProperty = None,
+    *,
+    conn: dict[str, Any],
 ) -> None:
     """Subscribe and print the messages received.
 
     Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 6 subscription
     refused, 8 connection lost, 27 -W timeout, 130 interrupted, 143 terminated (docs/exit-codes.md).
     """
-    params = {k: v for k, v in locals().items() if k in o.CONNECTION_PARAMS}
-    outputs = [n for n, given in (("-F", fmt is not None), ("--json", json_out), ("--hex", hex_out)) if given]
+    outputs = [n for n, given in (("-F", fmt is not None), ("--json", json_out),
+                                  ("--format", encoding is not None or hex_out)) if given]  # fmt: skip
     if len(outputs) > 1:
         fail(f"{' and '.join(outputs)} are different output forms: use one", o.EXIT_USAGE)
+    from ._payload import SUB_FORMATS, parse_format
+
+    form = parse_format("hex" if hex_out else encoding, SUB_FORMATS)
     if no_retained and retained_only:
         fail("-R skips retained messages and --retained-only prints only them: use one", o.EXIT_USAGE)
-    resolved = o.client_settings(params, ctx, reconnect_session_expiry=3600)
+    resolved = o.client_settings(conn, ctx, reconnect_session_expiry=3600)
     settings = resolved.settings
     filters = list(topic or [])
     if not filters and resolved.url_topic:
@@ -180,13 +179,30 @@ def sub(
         # The end of the retained burst is found by a PINGREQ sent after SUBSCRIBE: the broker answers it after
         # what it queued before. QoS 1/2 messages beyond its in-flight window would be sent after the PINGRESP.
         qos_value = 0
-    mode = "json" if json_out else "format" if fmt is not None else "hex" if hex_out else "payload"
-    if verbose and mode in ("payload", "hex"):
-        mode = "verbose" if mode == "payload" else "verbose-hex"
+    mode = "json" if json_out else "format" if fmt is not None else "verbose" if verbose else "payload"
+    out_file = None
+    if output is not None:
+        try:
+            out_file = output.open("ab")  # appended to; opened before connecting, so a bad path is a usage error
+        except OSError as err:
+            fail(f"--output {output}: {err.strerror}", o.EXIT_USAGE)
 
     from ._runner import connected, run_client
 
     async def main() -> int:
+        from ._output import Printer
+
+        printer = Printer(mode, fmt, not no_newline, out_file, form)
+        counts = _Counts() if stats else None
+        try:
+            return await receive(printer, counts)
+        finally:
+            if counts is not None:
+                counts.report()
+            if out_file is not None:
+                out_file.close()
+
+    async def receive(printer: "Printer", counts: "_Counts | None") -> int:
         import sys
         import time
 
@@ -198,9 +214,8 @@ def sub(
         from mqtt_cli.core.topics import matches
         from mqtt_cli.net.errors import ConnectionLost, SubscribeRefused
 
-        from ._output import FormatError, Printer
+        from ._output import FormatError
 
-        printer = Printer(mode, fmt, not no_newline)
         excluded = list(exclude or [])
         code = 0
         # -W counts from the connection, as with mosquitto_sub, and ends only the work: leaving `connected`
@@ -255,6 +270,8 @@ def sub(
                             continue
                         if excluded and any(matches(f, p.topic) for f in excluded):
                             continue
+                        if counts is not None:
+                            counts.add(p.topic, p.qos)
                         try:
                             printer(p, time.time())
                         except FormatError as err:
@@ -278,3 +295,29 @@ def sub(
         return code
 
     run_client(main)
+
+
+class _Counts:
+    """--stats: messages received per topic and QoS, reported on standard error when `sub` ends."""
+
+    def __init__(self) -> None:
+        from collections import Counter
+
+        self.seen: Counter[tuple[str, int]] = Counter()
+
+    def add(self, topic: str, qos: int) -> None:
+        self.seen[(topic, qos)] += 1
+
+    def report(self) -> None:
+        import sys
+
+        from mqtt_cli.render import printable
+
+        total = sum(self.seen.values())
+        lines = [f"mqtt: {total} message{'s' if total != 1 else ''} received"]
+        if self.seen:
+            width = len(f"{max(self.seen.values()):,}")
+            lines.append(f"  {'count':>{max(width, 5)}}  QoS  topic")
+            for (topic, qos), n in sorted(self.seen.items(), key=lambda item: (-item[1], item[0])):
+                lines.append(f"  {n:>{max(width, 5)},}  {qos:>3}  {printable(topic)}")
+        print("\n".join(lines), file=sys.stderr, flush=True)

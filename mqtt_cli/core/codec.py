@@ -204,6 +204,15 @@ def frame_publish(first: int, topic_name: bytes, packet_id: bytes, properties: b
     return b"".join((head, topic_name, packet_id, properties, payload))
 
 
+def max_publish_payload(topic: str, qos: int, properties: Properties, version: int | None) -> int:
+    """The largest payload a PUBLISH with this topic, QoS and properties can carry (the remaining length is at
+    most MAX_VBI bytes); `version` None (not yet known): as 5.0, whose properties take room too."""
+    header = len(encode_topic_name(topic)) + (2 if qos else 0)
+    if version in (None, 5):
+        header += len(encode_properties(properties, 3)) if properties.items else 1
+    return MAX_VBI - header
+
+
 def encode_publish(p: Publish, version: int) -> bytes:
     """encode() for a PUBLISH, without its dispatch: a client's hot path (version must be 3, 4 or 5)."""
     qos = p.qos

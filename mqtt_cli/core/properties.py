@@ -294,6 +294,10 @@ class Properties:
             out.append([_name(pid), value])
         return out
 
+    def as_json(self) -> dict[str, Any]:
+        """The JSON object of `mqtt sub --json`, `mqtt dump --json` and `pub --json-lines` (properties_json)."""
+        return properties_json(self.as_list())
+
     # Attribute access to named properties is generated below.
     user_properties: tuple[tuple[str, str], ...]
     subscription_identifiers: tuple[int, ...]
@@ -323,6 +327,31 @@ class Properties:
     wildcard_subscription_available: int | None
     subscription_identifier_available: int | None
     shared_subscription_available: int | None
+
+
+#: The JSON names of the repeatable properties: lists, as the attributes of Properties.
+_JSON_LISTS = {"user_property": "user_properties", "subscription_identifier": "subscription_identifiers"}
+
+
+def properties_json(pairs: list[list[Any]]) -> dict[str, Any]:
+    """`[name, value]` pairs (Properties.as_list()) as one JSON object named as the attributes of Properties:
+    `user_properties` a list of `[key, value]`, `subscription_identifiers` a list, both in wire order; binary
+    values as lowercase hex. A property that may appear once but is repeated (a broken packet, as `mqtt dump`
+    shows it) has the list of its values."""
+    out: dict[str, Any] = {}
+    repeated: set[str] = set()
+    for name, value in pairs:
+        listed = _JSON_LISTS.get(name)
+        if listed is not None:
+            out.setdefault(listed, []).append(value)
+        elif name in repeated:
+            out[name].append(value)
+        elif name in out:
+            out[name] = [out[name], value]
+            repeated.add(name)
+        else:
+            out[name] = value
+    return out
 
 
 def _name(pid: int) -> str:

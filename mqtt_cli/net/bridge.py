@@ -95,6 +95,10 @@ class BridgeConfig:
     linger: float = 0.005  # seconds a busy side's reader may wait to read more at once (see Client's _reader)
 
 
+#: The name of a bridge not given one (--name, or `name` in the TOML file).
+DEFAULT_NAME = "bridge"
+
+
 @dataclass
 class SideStats:
     connected: bool = False
@@ -194,8 +198,11 @@ class Bridge:
     def __init__(self, config: BridgeConfig, log: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.counters = Counters()
-        self.stats = [SideStats(), SideStats()]
+        # Before the first connection, the status shows where the bridge is trying to connect.
+        self.stats = [SideStats(endpoint=str(side.endpoints[0])) for side in (config.local, config.remote)]
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        # How log lines name the bridge: "bridge", or "bridge NAME" for one named otherwise (not "bridge bridge")
+        self.who = "bridge" if config.name == DEFAULT_NAME else f"bridge {config.name}"
         self.journal: Journal | None = None
         self.clients: list[Client] = []
         self._seq = 0
@@ -283,7 +290,7 @@ class Bridge:
             if not e.src_done:
                 self.clients[e.src_side].conn.restore_incoming(e.src_pid, 2, acknowledged=e.released)
         if state.entries:
-            self.log(f"bridge {self.config.name}: {len(state.entries)} QoS 2 flows resumed from the journal")
+            self.log(f"{self.who}: {len(state.entries)} QoS 2 flows resumed from the journal")
 
     # --- running ------------------------------------------------------------------------------------------
 
@@ -297,7 +304,7 @@ class Bridge:
                     f"{err.filename or c.journal}: {err.strerror} (the bridge's state directory, --state-dir)"
                 ) from None
             if self.journal.note:
-                self.log(f"bridge {c.name}: warning: {self.journal.note}")
+                self.log(f"{self.who}: warning: {self.journal.note}")
         self.clients = [Client(self._settings(LOCAL)), Client(self._settings(REMOTE))]
         if self.journal is not None:
             self._restore()
@@ -347,7 +354,7 @@ class Bridge:
         for sub, code in zip(subs, codes, strict=False):
             if code >= 0x80:
                 self.log(
-                    f"bridge {self.config.name}: the {SIDE_NAMES[side]} broker refused the subscription to "
+                    f"{self.who}: the {SIDE_NAMES[side]} broker refused the subscription to "
                     f"{sub.topic_filter!r} (reason 0x{code:02X}); nothing is forwarded from it"
                 )
 
@@ -358,7 +365,7 @@ class Bridge:
         name = SIDE_NAMES[side]
         if old:
             await self.clients[side].unsubscribe(old)
-            self.log(f"bridge {self.config.name}: {name}: unsubscribed from {', '.join(old)} (no longer in the rules)")
+            self.log(f"{self.who}: {name}: unsubscribed from {', '.join(old)} (no longer in the rules)")
         self._filters_file(side, filters, keep_old=False)
 
     def _filters_file(self, side: int, filters: list[str], *, keep_old: bool) -> list[str]:
@@ -390,7 +397,7 @@ class Bridge:
             for side, client in enumerate(self.clients):
                 failure = client.failure
                 if failure is not None:
-                    failure.args = (f"bridge {self.config.name}, {SIDE_NAMES[side]} side: {failure}",)
+                    failure.args = (f"{self.who}, {SIDE_NAMES[side]} side: {failure}",)
                     self.failure = failure
                     scope.cancel()
                     return
@@ -406,7 +413,7 @@ class Bridge:
 
         if waiting := pending():
             self.log(
-                f"bridge {self.config.name}: stopping: waiting for {waiting} message(s) in flight (up to "
+                f"{self.who}: stopping: waiting for {waiting} message(s) in flight (up to "
                 f"{self.config.drain_timeout:g} s; a second signal leaves at once)"
             )
         with trio.move_on_after(self.config.drain_timeout):
@@ -414,7 +421,7 @@ class Bridge:
                 await trio.sleep(0.02)
         if left := pending():
             self.log(
-                f"bridge {self.config.name}: {left} message(s) not acknowledged in time: their source brokers "
+                f"{self.who}: {left} message(s) not acknowledged in time: their source brokers "
                 "send them again to the next run"
             )
         if self.config.notification_topic:
@@ -585,7 +592,7 @@ class Bridge:
         if not ok:
             c.refused[ctx.src_side] += 1
             self.log(
-                f"bridge {self.config.name}: the {SIDE_NAMES[side]} broker refused a message (reason "
+                f"{self.who}: the {SIDE_NAMES[side]} broker refused a message (reason "
                 f"0x{event.reason_code:02X}); it is acknowledged to the {SIDE_NAMES[ctx.src_side]} broker and dropped"
             )
         if ctx.seq and self.journal is not None:
@@ -612,14 +619,14 @@ class Bridge:
         elif self.journal is not None and any(e.src_side == side for e in self.journal.state.entries.values()):
             self.journal.append("L", side)
         self.log(
-            f"bridge {self.config.name}: {SIDE_NAMES[side]} connected to {st.endpoint} "
+            f"{self.who}: {SIDE_NAMES[side]} connected to {st.endpoint} "
             f"(MQTT {version_name(st.version)}, session {'resumed' if event.session_present else 'new'})"
         )
         if client.bridge_flag_refused and not st.warned_flag:
             st.warned_flag = True
             echo = any(r.direction == "both" for r in self.config.rules)
             self.log(
-                f"bridge {self.config.name}: the {SIDE_NAMES[side]} broker does not accept the bridge flag: connected "
+                f"{self.who}: the {SIDE_NAMES[side]} broker does not accept the bridge flag: connected "
                 "without it, so it may send our own messages back"
                 + ("; a `both` rule can then loop between the brokers" if echo else "")
             )
@@ -628,8 +635,10 @@ class Bridge:
 
     def _disconnected(self, side: int, reason: str) -> None:
         st = self.stats[side]
-        if st.connected:
-            self.log(f"bridge {self.config.name}: {SIDE_NAMES[side]} connection lost: {reason}")
+        if st.connected and self._stopping:
+            self.log(f"{self.who}: {SIDE_NAMES[side]} disconnected")  # our own goodbye, not a failure
+        elif st.connected:
+            self.log(f"{self.who}: {SIDE_NAMES[side]} connection lost: {reason}")
         st.connected = False
         self._told[side] = None
         st.error = reason
@@ -640,7 +649,7 @@ class Bridge:
         st = self.stats[side]
         if error != st.error:  # say each new reason once, not every attempt
             self.log(
-                f"bridge {self.config.name}: {SIDE_NAMES[side]}: {error}; trying again (backoff up to "
+                f"{self.who}: {SIDE_NAMES[side]}: {error}; trying again (backoff up to "
                 f"{self.config.restart_cap:g} s)"
             )
         st.error = error

@@ -5,6 +5,16 @@ The net layer raises them; commands turn them into `mqtt: error: ...` and the ex
 
 from __future__ import annotations
 
+from mqtt_cli.exit_codes import (
+    EXIT_BROKER_REFUSED,
+    EXIT_CONNECT_FAILED,
+    EXIT_CONNECTION_LOST,
+    EXIT_FAILURE,
+    EXIT_PUBLISH_FAILED,
+    EXIT_SUBSCRIBE_REFUSED,
+    EXIT_TLS_FAILED,
+)
+
 __all__ = [
     "BrokerRefused",
     "ClientError",
@@ -19,25 +29,25 @@ __all__ = [
 class ClientError(Exception):
     """Base class; `exit_code` is what a client command exits with."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILURE
 
 
 class ConnectFailed(ClientError):
     """No connection: DNS, refused, unreachable, no CONNACK in time."""
 
-    exit_code = 3
+    exit_code = EXIT_CONNECT_FAILED
 
 
 class TLSFailed(ClientError):
     """The TLS handshake failed (certificate, version, ALPN)."""
 
-    exit_code = 4
+    exit_code = EXIT_TLS_FAILED
 
 
 class BrokerRefused(ClientError):
     """CONNACK with a failure code."""
 
-    exit_code = 5
+    exit_code = EXIT_BROKER_REFUSED
 
     def __init__(self, message: str, reason_code: int = 0x80, *, tls_reset: bool = False) -> None:
         super().__init__(message)
@@ -46,16 +56,16 @@ class BrokerRefused(ClientError):
 
 
 class SubscribeRefused(ClientError):
-    exit_code = 6
+    exit_code = EXIT_SUBSCRIBE_REFUSED
 
 
 class PublishFailed(ClientError):
     """A publish was refused, or not every message was acknowledged."""
 
-    exit_code = 7
+    exit_code = EXIT_PUBLISH_FAILED
 
 
 class ConnectionLost(ClientError):
     """The connection ended before the work was done."""
 
-    exit_code = 8
+    exit_code = EXIT_CONNECTION_LOST

@@ -116,8 +116,12 @@ def make_ssl_context(options: TLSOptions, option_name: Callable[[str], str] = "-
     n = option_name
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
     for name, value in (("cafile", options.cafile), ("cert", options.cert), ("key", options.key)):
-        if value is not None and not Path(value).is_file():
-            raise ValueError(f"{n(name)} {value}: no such file")
+        if value is not None:
+            # opened here, so that a missing and an unreadable file are told apart and named alike
+            try:
+                open(value, "rb").close()
+            except OSError as err:
+                raise ValueError(f"{n(name)} {value}: {err.strerror}") from None
     if options.capath is not None and not Path(options.capath).is_dir():
         raise ValueError(f"{n('capath')} {options.capath}: no such directory")
     try:

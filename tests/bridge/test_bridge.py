@@ -3,6 +3,7 @@ killed bridge, no loops, notifications, journal damage, and one-line errors with
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -18,7 +19,7 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 from tests.broker.conftest import start_ours
-from tests.brokers import AUTH_USERS, Broker, start_mosquitto
+from tests.brokers import AUTH_USERS, Broker, free_port, start_mosquitto
 
 from .helpers import RUNNING, BridgeProcess, Watcher, publish
 
@@ -355,7 +356,7 @@ def test_print_config_round_trip_and_config_errors(tmp_path: Path) -> None:
         ("session_expiry = true", "session_expiry = true: expected an integer"),
         ("url = 5", "url = 5: expected a string or a list of strings"),
         ('client_id = ""', "client_id is empty"),
-        ('cafile = "/nope"', "[bridge.local]: cafile /nope: no such file"),
+        ('cafile = "/nope"', "[bridge.local]: cafile /nope: No such file or directory"),
     ],
 )
 def test_config_values_are_checked(tmp_path: Path, line: str, message: str) -> None:
@@ -391,9 +392,8 @@ def test_tls_options_imply_tls_as_for_the_clients(tmp_path: Path) -> None:
     assert got.strip() == "t/1 over tls"
     assert bridge.stop() == 0
     missing = mqtt("bridge", "--local", local.url, "--remote", remote.url, "-t", "a", "--remote-cafile", "/nope")
-    assert (
-        missing.returncode == 2 and "mqtt: error: bridge: remote: --remote-cafile /nope: no such file" in missing.stderr
-    )
+    expected = "mqtt: error: bridge: remote: --remote-cafile /nope: No such file or directory"
+    assert missing.returncode == 2 and expected in missing.stderr
 
 
 def test_closed_json_status_output_stops_the_bridge_cleanly(tmp_path: Path) -> None:
@@ -613,3 +613,26 @@ def test_second_signal_leaves_at_once_and_loses_nothing(tmp_path: Path) -> None:
     watch.wait_count(1)
     watch.close()
     assert watch.messages == [("a/1", b"kept", 1, False)]
+
+
+def test_a_clean_stop_reads_as_one_and_the_status_names_where_it_connects(tmp_path: Path) -> None:
+    """The default name is not repeated ("bridge: ...", not "bridge bridge: ..."); before its first connection a
+    side's status shows the address being tried, not ""; SIGINT/SIGTERM log "disconnected", not "connection
+    lost: disconnected by the client", which reads as a failure."""
+    local = ours(tmp_path / "local")
+    nobody = free_port()
+    cmd = [sys.executable, "-m", "mqtt_cli", "bridge", "--local", local.url, "--remote", f"mqtt://127.0.0.1:{nobody}",
+           "-t", "a out 1", "--json-status", "--status-interval", "0.1", "--state-dir", str(tmp_path / "s"),
+           "--restart-timeout", "0.1", "0.5"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    RUNNING.append(proc)
+    assert proc.stdout is not None and proc.stderr is not None
+    status = json.loads(proc.stdout.readline())
+    assert status["remote"]["endpoint"] == f"mqtt://127.0.0.1:{nobody}" and not status["remote"]["connected"]
+    while not status["local"]["connected"]:
+        status = json.loads(proc.stdout.readline())
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=20) == 0
+    err = proc.stderr.read().decode()
+    assert "bridge: local connected to" in err and "bridge: local disconnected" in err, err
+    assert "connection lost" not in err and "bridge bridge" not in err, err

@@ -164,7 +164,8 @@ def test_raw_stream_from_file_and_stdin(tmp_path: Path) -> None:
     ("args", "expected"),
     [
         (["--type", "publish"], {"PUBLISH"}),
-        (["-t", "PUBACK,PUBREC"], {"PUBACK", "PUBREC"}),
+        (["--type", "PUBACK,PUBREC"], {"PUBACK", "PUBREC"}),
+        (["-t", "alarm/+"], {"PUBLISH"}),  # -t is a topic filter, as in every other command
         (["--topic", "alarm/+"], {"PUBLISH"}),
         (["--topic", "t/#", "--type", "SUBSCRIBE"], {"SUBSCRIBE"}),
     ],
@@ -202,7 +203,7 @@ def test_topic_filter_follows_topic_aliases_per_connection_and_direction(tmp_pat
 def test_client_filter_with_globs(capture: Path) -> None:
     records = json_records(dump("--json", "--client", "sensor-*", capture))
     assert {r["client"] for r in records} == {"sensor-1", "sensor-2"}
-    assert {r["client"] for r in json_records(dump("--json", "-c", "stuck", capture))} == {"stuck"}
+    assert {r["client"] for r in json_records(dump("--json", "--client", "stuck", capture))} == {"stuck"}
 
 
 def test_stats(capture: Path) -> None:
@@ -280,7 +281,7 @@ def test_control_characters_are_escaped_for_terminals(tmp_path: Path) -> None:
     conv.send(encode(Publish("t/\x1b]0;title\x07\nnext", b"x", 1, packet_id=1)))
     path = tmp_path / "escapes.pcap"
     path.write_bytes(pcap(conv.frames()))
-    for args in ([], ["-v"], ["-q", "--stats"]):
+    for args in ([], ["-v"], ["--quiet", "--stats"]):
         out = dump(*args, path).stdout.decode()
         assert "\x1b" not in out and "\x07" not in out, args
         assert "evil\\x1b[31m" in out and "t/\\x1b]0;title\\x07\\nnext" in out, args

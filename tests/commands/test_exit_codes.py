@@ -35,7 +35,7 @@ def at(broker: Broker) -> list[str]:
         (["pub", "-t", "a", "-l", "--repeat", "2"], "--repeat"),
         (["pub", "-t", "a", "-m", "x", "-P"], "no terminal"),
         (["pub", "-t", "a", "-m", "x", "-V", "311", "-P", "pw"], "needs a user name"),
-        (["pub", "-t", "a", "-m", "x", "--cafile", "/no/ca.pem"], "no such file"),
+        (["pub", "-t", "a", "-m", "x", "--cafile", "/no/ca.pem"], "--cafile /no/ca.pem: No such file or directory"),
         (["pub", "-t", "a", "-m", "x", "--will-payload", "w"], "need --will-topic"),
         (["sub"], "no topic"),
         (["sub", "-t", "a/#/b"], "topic filter"),
@@ -73,6 +73,39 @@ def test_bad_usage_exits_2_before_connecting(mqtt: Mqtt, args: list[str], messag
     assert result.returncode == 2, (result.returncode, result.stderr)
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # one line: what, where, what to do
+
+
+@pytest.mark.parametrize("command", ["pub", "rr"])
+@pytest.mark.parametrize("source", ["-f", "-s"])
+def test_a_message_larger_than_mqtt_can_carry_is_refused_unread(
+    mqtt: Mqtt, tmp_path: Path, command: str, source: str
+) -> None:
+    """256 MiB: more than any PUBLISH carries (268,435,455 bytes of remaining length, the topic included): a usage
+    error before connecting (port 1 has no broker), without reading the file (sparse: reading it would take
+    seconds and the memory)."""
+    huge = tmp_path / "huge.bin"
+    with huge.open("wb") as f:
+        f.truncate(256 << 20)
+    args = ["-t", "a", "-e", "b"] if command == "rr" else ["-t", "a"]
+    started = time.monotonic()
+    if source == "-f":
+        result = mqtt(command, *args, "-f", huge, "-p", "1")
+    else:
+        with huge.open("rb") as f:
+            proc = subprocess.run([*mqtt_argv(), command, *args, "-s", "-p", "1"], stdin=f, capture_output=True,
+                                  env=mqtt.env, timeout=60)  # type: ignore[attr-defined]  # fmt: skip
+        result = proc
+    elapsed = time.monotonic() - started
+    stderr = result.stderr if isinstance(result.stderr, str) else result.stderr.decode()
+    assert result.returncode == 2, stderr
+    assert "more than one MQTT message can carry (268,435,4" in stderr and stderr.count("\n") == 1, stderr
+    assert elapsed < 10
+
+
+def mqtt_argv() -> list[str]:
+    from .conftest import MQTT
+
+    return [MQTT]
 
 
 @pytest.mark.parametrize("args", [["pub", "-q", "3", "-t", "a", "-m", "x"], ["sub", "--no-such-flag"]])

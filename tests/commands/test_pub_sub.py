@@ -405,3 +405,131 @@ def test_debug_prints_what_mosquitto_sub_d_prints(mqtt: Mqtt, mosquitto: Broker,
     assert any("received PUBLISH (d0, q1, r1, m1," in ln for ln in expected), expected
     assert _debug_lines(ours.text, "dbg-sub") == expected
     assert "kept" in ours.text.splitlines()  # the message itself, among the debug lines
+
+
+def test_json_helper_prints_properties_as_mosquitto_sub(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    """-F %j/%J hold a 5.0 message's "properties" object exactly as Debian's mosquitto_sub 2.0 writes it:
+    libmosquitto's names, wire order, user properties in one object (a repeated name repeated as a key),
+    correlation data as a string; compared as text, only the time and the packet identifier set aside."""
+    props = ["--user-property", "k=v", "--user-property", "k=w", "--content-type", "text/json", "--response-topic",
+             "r/t", "--correlation-data", "abc", "--message-expiry", "86400", "--payload-format", "1",
+             "--user-property", "a=b"]  # fmt: skip
+    for i, form in enumerate(("%j", "%J")):
+        sessions = {"ours": f"{topic}-ours{i}", "mosquitto": f"{topic}-mosq{i}"}
+        args = ["-V", "5", "-t", f"{topic}/{i}/#", "-q", "1", "-c", "-C", "2", "-W", "20"]
+        for name in sessions.values():
+            assert mqtt("sub", *at(mosquitto), *args, "-i", name, "-E").returncode == 0
+        messages = (("obj", '{"a":1}'), ("plain", '[1, 2.0, 0.1, 1e300, "é\\n", {"k": null, "k": true}]'))
+        for sub_topic, message in messages:
+            pub = mqtt("pub", *at(mosquitto), "-V", "5", "-t", f"{topic}/{i}/{sub_topic}", "-m", message, "-q", "1",
+                       *props)  # fmt: skip
+            assert pub.returncode == 0, pub.stderr
+        ours = mqtt("sub", *at(mosquitto), *args, "-i", sessions["ours"], "-F", form)
+        theirs = subprocess.run(["mosquitto_sub", *at(mosquitto), *args, "-i", sessions["mosquitto"], "-F", form],
+                                capture_output=True, timeout=30)  # fmt: skip
+        assert ours.returncode == theirs.returncode == 0, (ours.stderr, theirs.stderr)
+
+        def steady(text: str) -> str:
+            text = re.sub(r'"tst":"[^"]*"', '"tst":""', text)
+            text = re.sub(r'"mid":\d+', '"mid":0', text)
+            return re.sub(r'"message-expiry-interval":\d+', '"message-expiry-interval":0', text)  # counts down
+
+        assert '"properties":{"user-properties":{"k":"v","k":"w","a":"b"},' in ours.text, ours.text
+        assert steady(ours.text) == steady(theirs.stdout.decode())
+
+
+def test_pub_format_sends_binary_typed_on_a_line(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    name = f"{topic}-fmt"
+    persistent_sub(mqtt, mosquitto, topic, name)
+    sent = [
+        ("pub", "-t", f"{topic}/h", "-q", "1", "--format", "hex", "-m", "00ff 10"),
+        ("pub", "-t", f"{topic}/b", "-q", "1", "--format", "base64", "-m", "AAEC"),
+    ]
+    for args in sent:
+        result = mqtt(*args, *at(mosquitto))
+        assert (result.returncode, result.stderr) == (0, ""), args
+    lines = mqtt("pub", *at(mosquitto), "-t", f"{topic}/l", "-q", "1", "--format", "hex", "-l", input=b"0a0b\nff\n")
+    assert (lines.returncode, lines.stderr) == (0, "")
+    out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/#", "-q", "1", "-c", "-i", name, "-C", "4", "-W", "20",
+               "-F", "%t %x")  # fmt: skip
+    assert out.text.splitlines() == [f"{topic}/h 00ff10", f"{topic}/b 000102", f"{topic}/l 0a0b", f"{topic}/l ff"]
+    bad = mqtt("pub", *at(mosquitto), "-t", f"{topic}/l", "--format", "hex", "-l", input=b"0a\nzz\n")
+    assert bad.returncode == 2 and "standard input line 2: --format hex: not hexadecimal" in bad.stderr
+
+
+def test_sub_format_output_and_stats(mqtt: Mqtt, mosquitto: Broker, topic: str, tmp_path: Path) -> None:
+    """--format writes each payload as text, hex, base64 or pretty JSON; --output appends to a file, one message a
+    line; --stats counts per topic and QoS on standard error when sub ends."""
+    name = f"{topic}-out"
+    messages = [("j", b'{"a":[1,2]}', "1"), ("j", b"not json", "1"), ("b", bytes([0, 255]), "0"), ("b", b"x", "1")]
+
+    def publish_all() -> None:
+        persistent_sub(mqtt, mosquitto, topic, name)
+        for sub_topic, payload, qos in messages:
+            result = mqtt("pub", *at(mosquitto), "-t", f"{topic}/{sub_topic}", "-q", qos, "-s", input=payload)
+            assert result.returncode == 0, result.stderr
+
+    def receive(*args: str) -> tuple[bytes, str]:
+        out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/#", "-q", "1", "-c", "-i", name, "-C", "3", "-W", "20",
+                   *args)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return out.stdout, out.stderr
+
+    messages[2] = ("b", bytes([0, 255]), "1")  # QoS 0 is not kept for the offline session
+    publish_all()
+    stdout, stderr = receive("--format", "json")
+    assert stdout == b'{\n  "a": [\n    1,\n    2\n  ]\n}\nnot json\n\x00\xff\n'
+    assert stderr == ""
+    publish_all()
+    stdout, _ = receive("--format", "base64", "-v")
+    assert stdout.decode().splitlines() == [f"{topic}/j eyJhIjpbMSwyXX0=", f"{topic}/j bm90IGpzb24=", f"{topic}/b AP8="]
+    out_file = tmp_path / "messages.txt"
+    out_file.write_text("kept\n")
+    publish_all()
+    stdout, stderr = receive("--format", "json", "--output", str(out_file), "--stats")
+    assert stdout == b""
+    assert out_file.read_bytes() == b'kept\n{"a": [1, 2]}\nnot json\n\x00\xff\n'  # appended, one a line
+    assert stderr.splitlines() == ["mqtt: 3 messages received", "  count  QoS  topic", f"      2    1  {topic}/j",
+                                   f"      1    1  {topic}/b"]  # fmt: skip
+    bad = mqtt("sub", *at(mosquitto), "-t", "a", "--output", str(tmp_path / "no" / "f"), "-E")
+    assert bad.returncode == 2 and bad.stderr.startswith("mqtt: error: --output ") and "No such file" in bad.stderr
+    yaml = mqtt("sub", "-t", "a", "--format", "yaml")
+    assert yaml.stderr == "mqtt: error: --format 'yaml': use text, hex, base64, json\n"
+
+
+def test_one_json_naming_of_properties_in_dump_sub_and_pub(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    """`dump --json` and `sub --json` name the 5.0 properties alike (the attributes of Properties), and `pub
+    --json-lines` takes either's line back (and the `[[name, value], ...]` list dump wrote until 0.1.0)."""
+    from mqtt_cli.core.codec import encode
+    from mqtt_cli.core.packets import Publish
+    from mqtt_cli.core.properties import Properties
+
+    props = Properties(
+        payload_format_indicator=1, message_expiry_interval=86400, content_type="text/plain", response_topic="r/t",
+        correlation_data=b"\x00\x01", user_properties=[("k", "v"), ("k", "w")],
+    )  # fmt: skip
+    expected = {
+        "payload_format_indicator": 1, "message_expiry_interval": 86400, "content_type": "text/plain",
+        "response_topic": "r/t", "correlation_data": "0001", "user_properties": [["k", "v"], ["k", "w"]],
+    }  # fmt: skip
+    packet = encode(Publish(f"{topic}/dumped", b"hi", 1, packet_id=1, properties=props), 5)
+    dumped = mqtt("dump", "--json", "--protocol-version", "5", "--hex", packet.hex())
+    assert dumped.returncode == 0, dumped.stderr
+    record = json.loads(dumped.stdout)
+    assert record["properties"] == expected
+
+    name = f"{topic}-names"
+    persistent_sub(mqtt, mosquitto, topic, name, "-V", "5")
+    old_form = {"topic": f"{topic}/old", "payload": "x", "qos": 1,
+                "properties": [["user_property", ["a", "b"]], ["content_type", "c"]]}  # fmt: skip
+    lines = json.dumps({**record, "payload": "hi"}) + "\n" + json.dumps(old_form) + "\n"
+    pub = mqtt("pub", *at(mosquitto), "-V", "5", "--json-lines", input=lines.encode())
+    assert (pub.returncode, pub.stderr) == (0, "")
+    out = mqtt("sub", *at(mosquitto), "-V", "5", "-t", f"{topic}/#", "-q", "1", "-c", "-i", name, "-C", "2", "--json",
+               "-W", "20")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    first, second = (json.loads(line) for line in out.text.splitlines())
+    assert first["properties"]["message_expiry_interval"] <= 86400  # counts down while queued
+    first["properties"]["message_expiry_interval"] = 86400
+    assert (first["topic"], first["payload"], first["properties"]) == (f"{topic}/dumped", "hi", expected)
+    assert second["properties"] == {"user_properties": [["a", "b"]], "content_type": "c"}

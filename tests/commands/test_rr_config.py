@@ -68,8 +68,12 @@ def test_config_profiles_and_precedence(mqtt: Mqtt, mosquitto: Broker, topic: st
     assert mqtt("config", "set", "colour", "blue").returncode == 2
     listed = mqtt("config", "list").text.splitlines()
     assert listed[1:] == ["default", "local"]
-    shown = mqtt("config", "show", "local").text
+    # one way to name a profile in every subcommand: --profile (or MQTT_PROFILE), as the clients do
+    shown = mqtt("config", "show", "--profile", "local").text
     assert f"port = {mosquitto.port}" in shown and "password = '****'" in shown and "hunter2" not in shown
+    assert mqtt("config", "show", env_extra={"MQTT_PROFILE": "local"}).text == shown
+    missing = mqtt("config", "show", "--profile", "nope")
+    assert missing.returncode == 2 and "no profile 'nope'" in missing.stderr
     path = Path(mqtt.env["XDG_CONFIG_HOME"]) / "mqtt-cli" / "config.toml"  # type: ignore[attr-defined]
     assert path.stat().st_mode & 0o077 == 0  # may hold passwords: the owner's only
 
@@ -129,7 +133,7 @@ def test_config_set_checks_ranges(mqtt: Mqtt, key: str, value: str, message: str
 
 def test_config_set_takes_values_that_look_like_options(mqtt: Mqtt) -> None:
     assert mqtt("config", "set", "password", "-secret", "--profile", "p").returncode == 0
-    assert "password = '-secret'" in mqtt("config", "show", "p", "--reveal").text
+    assert "password = '-secret'" in mqtt("config", "show", "--profile", "p", "--reveal").text
 
 
 @pytest.mark.parametrize(

@@ -332,6 +332,20 @@ def test_properties_as_list() -> None:
     ]
 
 
+def test_properties_as_json_names_them_as_the_attributes() -> None:
+    """One naming for sub --json, dump --json and pub --json-lines: repeatable properties as lists in wire order,
+    a once-only property repeated (a broken packet, as dump shows it) as the list of its values."""
+    from mqtt_cli.core.properties import properties_json
+
+    p = Properties([(0x26, ("k", "v")), (0x0B, 3), (0x09, b"\x01"), (0x26, ("k", "w")), (0x0B, 9)])
+    assert p.as_json() == {"user_properties": [["k", "v"], ["k", "w"]], "subscription_identifiers": [3, 9],
+                           "correlation_data": "01"}  # fmt: skip
+    assert properties_json([["content_type", "a"], ["content_type", "b"], ["content_type", "c"]]) == {
+        "content_type": ["a", "b", "c"]
+    }
+    assert Properties().as_json() == {}
+
+
 def test_seen_property_blocks_are_shared_and_bad_ones_never_remembered() -> None:
     good = encode(Publish("a", b"1", 1, packet_id=1, properties=Properties(content_type="t")), 5)
     first, second = PacketReader(5).feed(good + good)

@@ -42,8 +42,10 @@ def test_parse_url_errors_say_what(url: str, message: str) -> None:
 
 
 def test_ssl_context_options(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="no such file"):
+    with pytest.raises(ValueError, match=r"--cafile .*nope\.pem: No such file or directory"):
         make_ssl_context(TLSOptions(cafile=str(tmp_path / "nope.pem")))
+    with pytest.raises(ValueError, match=r"--cafile .*: Is a directory"):
+        make_ssl_context(TLSOptions(cafile=str(tmp_path)))
     with pytest.raises(ValueError, match=r"tlsv1\.2 or tlsv1\.3"):
         make_ssl_context(TLSOptions(version="sslv3"))
     ctx = make_ssl_context(TLSOptions(insecure=True, version="tlsv1.3", alpn=("mqtt",)))
