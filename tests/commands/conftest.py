@@ -4,6 +4,7 @@ real broker gives on demand."""
 from __future__ import annotations
 
 import os
+import selectors
 import socket
 import subprocess
 import sys
@@ -72,6 +73,26 @@ def popen_mqtt(
     return subprocess.Popen(
         [MQTT, *map(str, args)], stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )
+
+
+def wait_for_output(proc: subprocess.Popen[bytes], text: bytes, timeout: float = 30.0) -> bytes:
+    """Reads `proc`'s standard output until it holds `text` (with -d the clients say when SUBACK came), so a test
+    acts once the client is really subscribed however slow the machine; fails, with the process killed, when the
+    text does not come within `timeout` seconds."""
+    assert proc.stdout is not None
+    seen = b""
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while text not in seen:
+            left = deadline - time.monotonic()
+            chunk = os.read(proc.stdout.fileno(), 65536) if left > 0 and selector.select(left) else b""
+            if not chunk:
+                proc.kill()
+                _, err = proc.communicate()
+                raise AssertionError(f"{text!r} not printed (exit {proc.returncode}): {seen!r} {err!r}")
+            seen += chunk
+    return seen
 
 
 def rr_answered_live(mqtt: Mqtt, rr: list[str], broker_args: list[str], topic: str, payload: str) -> tuple[int, bytes]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ..brokers import AUTH_USERS, Broker, free_port
-from .conftest import Mqtt, ScriptedBroker, popen_mqtt
+from .conftest import Mqtt, ScriptedBroker, popen_mqtt, wait_for_output
 
 WILL_V5 = ["--will-delay", "5", "--will-message-expiry", "3", "--will-content-type", "t", "--will-user-property", "a=b"]
 
@@ -346,8 +346,8 @@ def test_reconnect_resumes_lines_without_loss(mqtt: Mqtt, broker_factory: Callab
 
 def test_connection_lost_while_subscribed_exits_8(mqtt: Mqtt, broker_factory: Callable[..., Broker]) -> None:
     broker = broker_factory()
-    proc = popen_mqtt("sub", *at(broker), "-t", "a", env=mqtt.env)  # type: ignore[attr-defined]
-    time.sleep(1.0)
+    proc = popen_mqtt("sub", *at(broker), "-t", "a", "-d", env=mqtt.env)  # type: ignore[attr-defined]
+    wait_for_output(proc, b"received SUBACK")
     broker.kill()
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 8 and b"lost" in err
@@ -361,8 +361,8 @@ def test_timeout_exits_27(mqtt: Mqtt, mosquitto: Broker) -> None:
 
 
 def test_interrupt_exits_130(mqtt: Mqtt, mosquitto: Broker) -> None:
-    proc = popen_mqtt("sub", *at(mosquitto), "-t", "nothing/here", env=mqtt.env)  # type: ignore[attr-defined]
-    time.sleep(1.0)
+    proc = popen_mqtt("sub", *at(mosquitto), "-t", "nothing/here", "-d", env=mqtt.env)  # type: ignore[attr-defined]
+    wait_for_output(proc, b"received SUBACK")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 130, err

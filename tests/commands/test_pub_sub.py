@@ -240,11 +240,11 @@ def test_will_is_published_when_the_client_dies(mqtt: Mqtt, mosquitto: Broker, t
     import subprocess
     import time
 
-    from .conftest import popen_mqtt
+    from .conftest import popen_mqtt, wait_for_output
 
     proc = popen_mqtt("sub", *at(mosquitto), "-t", f"{topic}/x", "--will-topic", f"{topic}/will",
-                      "--will-payload", "gone", "--will-retain", "--will-qos", "1", env=mqtt.env)  # type: ignore[attr-defined]  # fmt: skip
-    time.sleep(1.0)
+                      "--will-payload", "gone", "--will-retain", "--will-qos", "1", "-d", env=mqtt.env)  # type: ignore[attr-defined]  # fmt: skip
+    wait_for_output(proc, b"received SUBACK")
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=5)
     deadline = time.monotonic() + 5
