@@ -24,9 +24,10 @@ def serve(
         typer.Option(
             "--listen",
             "-l",
-            help="A listener URL: mqtt://HOST:PORT, mqtts://HOST:PORT, ws://HOST:PORT[/PATH], wss://HOST:PORT[/PATH] "
+            help=r"A listener URL: mqtt://HOST:PORT, mqtts://HOST:PORT, ws://HOST:PORT\[/PATH], "
+            r"wss://HOST:PORT\[/PATH] "
             "or unix:///PATH, with settings as ?versions=3.1.1,5&max_connections=N (unix: &mode=0660); "
-            "repeatable. Replaces --host/--port.",
+            "repeatable. Replaces --host/--port (docs/broker.md).",
         ),
     ] = None,
     tls_cert: Annotated[Path | None, typer.Option(help="Certificate (PEM) for mqtts:// and wss:// listeners.")] = None,
