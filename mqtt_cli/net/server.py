@@ -359,30 +359,38 @@ class BrokerServer:
             await stream.aclose()
 
     async def _handle(self, stream: trio.abc.Stream, listener: OpenListener | None = None) -> None:
-        core = self.core
         opts = self.options
         spec = listener.spec if listener is not None else None
         if (opts.max_connections and self.active >= opts.max_connections) or (
-            listener is not None
-            and spec is not None
-            and spec.max_connections
-            and listener.active >= spec.max_connections
+            listener is not None and listener.spec.max_connections and listener.active >= listener.spec.max_connections
         ):
             await trio.aclose_forcefully(stream)
             return
-        peer = _peer(stream, spec)
-        if spec is not None and spec.scheme.websocket:
-            try:
-                with trio.fail_after(CONNECT_TIMEOUT):  # the upgrade counts against the time a CONNECT has
-                    stream = await WebSocketStream.accept(stream, spec.path)
-            except (HandshakeRefused, trio.TooSlowError) as exc:
-                self._notice_refused(peer, f"WebSocket: {exc}" if str(exc) else "WebSocket upgrade too slow")
-                await trio.aclose_forcefully(stream)
-                return
+        # Counted from the start: a connection still upgrading or still to send its CONNECT holds its place.
         self.active += 1
         if listener is not None:
             listener.active += 1
-            conn = core.open(peer, trio.current_time(), spec.versions, spec.auth)  # type: ignore[union-attr]
+        try:
+            peer = _peer(stream, spec)
+            if spec is not None and spec.scheme.websocket:
+                try:
+                    with trio.fail_after(CONNECT_TIMEOUT):  # the upgrade counts against the time a CONNECT has
+                        stream = await WebSocketStream.accept(stream, spec.path)
+                except (HandshakeRefused, trio.TooSlowError) as exc:
+                    self._notice_refused(peer, f"WebSocket: {exc}" if str(exc) else "WebSocket: upgrade too slow")
+                    await trio.aclose_forcefully(stream)
+                    return
+            await self._serve(stream, peer, listener)
+        finally:
+            self.active -= 1
+            if listener is not None:
+                listener.active -= 1
+
+    async def _serve(self, stream: trio.abc.Stream, peer: str, listener: OpenListener | None) -> None:
+        core = self.core
+        if listener is not None:
+            spec = listener.spec
+            conn = core.open(peer, trio.current_time(), spec.versions, spec.auth)
             listener.connections.add(conn)
         else:
             conn = core.open(peer, trio.current_time())
@@ -404,9 +412,7 @@ class BrokerServer:
         except Exception as exc:  # a bug must cost one connection, never the broker
             core.internal_error(conn, trio.current_time(), f"{type(exc).__name__}: {exc}")
         finally:
-            self.active -= 1
             if listener is not None:
-                listener.active -= 1
                 listener.connections.discard(conn)
             self._flush()  # a closing connection's last bytes (DISCONNECT, refusing CONNACK) get their writer
             core.connection_lost(conn, trio.current_time())
@@ -476,7 +482,8 @@ class BrokerServer:
 
     def _start(self, listener: OpenListener) -> None:
         nursery = self._nursery
-        assert nursery is not None
+        if nursery is None:
+            raise RuntimeError("listeners are opened on a running server (BrokerServer.run)")
         for sock in listener.sockets:
             nursery.start_soon(self._accept, listener, sock)
         self.listeners.append(listener)
