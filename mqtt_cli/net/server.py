@@ -380,6 +380,9 @@ class BrokerServer:
                     self._notice_refused(peer, f"WebSocket: {exc}" if str(exc) else "WebSocket: upgrade too slow")
                     await trio.aclose_forcefully(stream)
                     return
+            if listener is not None and listener.closed:  # closed while this one was upgrading
+                await trio.aclose_forcefully(stream)
+                return
             await self._serve(stream, peer, listener)
         finally:
             self.active -= 1
