@@ -334,6 +334,62 @@ async def test_websocket_close_codes() -> None:
         assert isinstance(event, CloseConnection) and event.code == 1001
 
 
+def _frame(first: int, payload: bytes, mask: bytes = b"\x01\x02\x03\x04") -> bytes:
+    """A client frame made by hand (wsproto would not make a wrong one); length forms 7, 16 and 64 bits."""
+    n = len(payload)
+    if n < 126:
+        head = bytes([first, 0x80 | n])
+    elif n < 65536:
+        head = bytes([first, 0x80 | 126]) + n.to_bytes(2, "big")
+    else:
+        head = bytes([first, 0x80 | 127]) + n.to_bytes(8, "big")
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+@pytest.mark.parametrize(
+    ("frames", "code"),
+    [
+        (_frame(0xC2, b"x"), 1002),  # a reserved bit (RSV1: compression, not agreed)
+        (_frame(0x83, b"x"), 1002),  # opcode 3 is reserved
+        (_frame(0x80, b"x"), 1002),  # a continuation with no message begun
+        (_frame(0x02, b"x") + _frame(0x82, b"y"), 1002),  # a new message inside a fragmented one
+        (_frame(0x89, b"p" * 126), 1002),  # a ping over 125 bytes (wsproto's check)
+        (_frame(0x88, b"\x03\xe8\xff"), 1007),  # a close reason that is not UTF-8 (wsproto's check)
+        (_frame(0x81, b"{}"), 1003),  # text
+    ],
+)
+async def test_websocket_bad_frames_close_with_their_code(frames: bytes, code: int) -> None:
+    async with running(parse_listen_url("ws://127.0.0.1:0")) as server:
+        with trio.fail_after(10):
+            raw = await RawWebSocket.open(bound(server, Scheme.WS).port)
+            await raw.stream.send_all(frames)
+            event = await raw.next_event()
+            assert isinstance(event, CloseConnection) and event.code == code
+
+
+async def test_websocket_frames_byte_by_byte_and_long_lengths() -> None:
+    """Frames cut anywhere (here: one byte per read), 16- and 64-bit lengths, a masked payload whose chunks start
+    at every offset of the mask key, and an empty final fragment."""
+    async with running(parse_listen_url("ws://127.0.0.1:0")) as server:
+        with trio.fail_after(20):
+            raw = await RawWebSocket.open(bound(server, Scheme.WS).port)
+            connect = encode(Connect(protocol_version=5, client_id="bytes"), 5)
+            subscribe = encode(Subscribe(1, (Subscription("l/#", 0),)), 5)
+            big = encode(Publish("l/big", bytes(range(256)) * 300, 0), 5)  # over 65,535: a 64-bit length
+            mid = encode(Publish("l/mid", b"m" * 1000, 0), 5)  # a 16-bit length
+            wire = _frame(0x82, connect) + _frame(0x02, subscribe[:3]) + _frame(0x00, subscribe[3:])
+            wire += _frame(0x80, b"") + _frame(0x82, mid) + _frame(0x82, big, b"\xa1\xb2\xc3\xd4")
+            for i in range(len(wire) - len(big) - 14):  # byte by byte up to the big frame
+                await raw.stream.send_all(wire[i : i + 1])
+            rest = wire[len(wire) - len(big) - 14 :]
+            for start in range(0, len(rest), 4099):  # then in chunks that split the mask key everywhere
+                await raw.stream.send_all(rest[start : start + 4099])
+            connack, suback, got_mid, got_big = await raw.packets(4)
+            assert isinstance(connack, ConnAck) and isinstance(suback, SubAck)
+            assert got_mid.payload == b"m" * 1000
+            assert got_big.payload == bytes(range(256)) * 300
+
+
 async def test_websocket_one_frame_per_flush() -> None:
     """Many deliveries produced by one read leave in one binary frame, not one frame per packet."""
     async with running(parse_listen_url("ws://127.0.0.1:0")) as server:
