@@ -390,6 +390,20 @@ async def test_websocket_frames_byte_by_byte_and_long_lengths() -> None:
             assert got_big.payload == bytes(range(256)) * 300
 
 
+async def test_websocket_frame_lengths_both_ways() -> None:
+    """Our client's frames (masked) and the broker's (not) at each length form: 7, 16 and 64 bits."""
+    async with running(parse_listen_url("ws://127.0.0.1:0")) as server:
+        where = endpoint(bound(server, Scheme.WS))
+        with trio.fail_after(20):
+            async with open_client(ClientSettings(endpoint=where, client_id="sizes", version=5)) as c:
+                await c.subscribe([Subscription("size/#", 0)])
+                for size in (0, 1, 100, 125, 126, 600, 65535, 65536, 300_000):
+                    payload = os.urandom(size)
+                    await c.publish(f"size/{size}", payload, 1)
+                    message = await c.messages.receive()
+                    assert (message.topic, message.payload) == (f"size/{size}", payload)
+
+
 async def test_websocket_one_frame_per_flush() -> None:
     """Many deliveries produced by one read leave in one binary frame, not one frame per packet."""
     async with running(parse_listen_url("ws://127.0.0.1:0")) as server:
