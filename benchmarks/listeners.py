@@ -65,6 +65,25 @@ async def one_run(endpoint: Endpoint, count: int, size: int, qos: int) -> tuple[
             return received / (time.perf_counter() - started), count - received
 
 
+def paho_ingest(transport: str, port: int, count: int, size: int) -> None:
+    """paho-mqtt publishes `count` QoS 0 messages to nobody, then a QoS 1 one (its PUBACK: all were read).
+    paho writes each packet by itself, so over WebSocket each is a frame of its own: the broker's worst case."""
+    import paho.mqtt.client as paho
+
+    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"bench-paho-{transport}", transport=transport)
+    client.max_queued_messages_set(0)
+    client.connect("127.0.0.1", port, keepalive=60)
+    client.loop_start()
+    try:
+        payload = b"x" * size
+        for _ in range(count):
+            client.publish("bench/nobody", payload, 0)
+        client.publish("bench/nobody", b"", 1).wait_for_publish(120)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
@@ -115,6 +134,14 @@ def main() -> int:
                 print(f"QoS {qos}: {line}" + (f"  ({dropped} dropped in all)" if dropped else ""))
                 line = "  ".join(f"{name} {statistics.median(c):5.1f}" for name, c in cpu.items())
                 print(f"       broker CPU per message, us: {line}")
+            per_message: dict[str, list[float]] = {"tcp": [], "websockets": []}
+            for _ in range(args.reps):
+                for transport, port in (("tcp", bound["mqtt"]["port"]), ("websockets", bound["ws"]["port"])):
+                    before = cpu_seconds(broker.pid)
+                    paho_ingest(transport, port, args.count, args.size)
+                    per_message[transport].append((cpu_seconds(broker.pid) - before) / args.count * 1e6)
+            line = "  ".join(f"{name} {statistics.median(c):5.1f}" for name, c in per_message.items())
+            print(f"paho-mqtt publishing, one packet per write (per frame over ws), broker CPU per message, us: {line}")
         finally:
             broker.terminate()
             broker.wait(10)
