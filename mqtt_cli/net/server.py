@@ -108,6 +108,10 @@ class Listener:
     tls: ListenerTLS | None = None
     auth: Any = field(default=None, compare=False)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.scheme, Scheme):  # "ws" from a configuration file: the enum (ValueError if unknown)
+            object.__setattr__(self, "scheme", Scheme(self.scheme))
+
     @property
     def url(self) -> str:
         if self.scheme is Scheme.UNIX:

@@ -198,6 +198,7 @@ def test_listen_url_errors(url: str, message: str) -> None:
 
 
 def test_urls_of_bound_listeners() -> None:
+    assert Listener("wss", "h", 1).scheme is Scheme.WSS  # type: ignore[arg-type]
     assert Listener(Scheme.WS, "::1", 80, "/mqtt").url == "ws://[::1]:80/mqtt"
     assert Listener(Scheme.UNIX, "", 0, "/run/x.sock").url == "unix:///run/x.sock"
     assert parse_listen_url(Listener(Scheme.WSS, "h", 1, "/p").url) == Listener(Scheme.WSS, "h", 1, "/p")
