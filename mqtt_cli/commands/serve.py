@@ -24,11 +24,14 @@ def serve(
         typer.Option(
             "--listen",
             "-l",
-            help="A listener URL, mqtt://HOST:PORT or mqtts://HOST:PORT; repeatable. Replaces --host/--port.",
+            help=r"A listener URL: mqtt://HOST:PORT, mqtts://HOST:PORT, ws://HOST:PORT\[/PATH], "
+            r"wss://HOST:PORT\[/PATH] "
+            "or unix:///PATH, with settings as ?versions=3.1.1,5&max_connections=N (unix: &mode=0660); "
+            "repeatable. Replaces --host/--port (docs/broker.md).",
         ),
     ] = None,
-    tls_cert: Annotated[Path | None, typer.Option(help="Certificate (PEM) for mqtts:// listeners.")] = None,
-    tls_key: Annotated[Path | None, typer.Option(help="Private key (PEM) for mqtts:// listeners.")] = None,
+    tls_cert: Annotated[Path | None, typer.Option(help="Certificate (PEM) for mqtts:// and wss:// listeners.")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="Private key (PEM) for mqtts:// and wss:// listeners.")] = None,
     tls_cafile: Annotated[Path | None, typer.Option(help="CA certificates to check client certificates.")] = None,
     require_certificate: Annotated[
         bool, typer.Option("--require-certificate", help="Refuse TLS clients without a valid certificate.")
@@ -89,7 +92,7 @@ def serve(
 
     from mqtt_cli import version_text
     from mqtt_cli.core.broker import BrokerConfig, Notice
-    from mqtt_cli.net.server import Listener, ServeOptions, ServerError, parse_listen_url
+    from mqtt_cli.net.server import Listener, Scheme, ServeOptions, ServerError, parse_listen_url
     from mqtt_cli.net.server import serve as run_server
 
     for name, value in (("--port", port), ("--max-keepalive", max_keepalive), ("--max-topic-alias", max_topic_alias)):
@@ -106,7 +109,7 @@ def serve(
         if value < 0:
             fail(f"{name} {value} is negative; 0 means unlimited", 2)
     try:
-        specs = [parse_listen_url(url) for url in listen] if listen else [Listener("mqtt", host, port)]
+        specs = [parse_listen_url(url) for url in listen] if listen else [Listener(Scheme.MQTT, host, port)]
     except ServerError as exc:
         fail(str(exc), 2)
 

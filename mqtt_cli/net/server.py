@@ -9,21 +9,39 @@ busy subscriber coalesce; a publisher never waits for a subscriber's socket.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
+import os
+import socket
 import ssl
+import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import trio
 
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice
 from mqtt_cli.core.server import ServerConnection
+from mqtt_cli.net.websocket import CloseReason, HandshakeRefused, WebSocketStream
 
-__all__ = ["Listener", "ServeOptions", "ServerError", "parse_listen_url", "serve"]
+__all__ = [
+    "BrokerServer",
+    "Listener",
+    "ListenerTLS",
+    "OpenListener",
+    "Scheme",
+    "ServeOptions",
+    "ServerError",
+    "parse_listen_url",
+    "parse_mode",
+    "parse_versions",
+    "serve",
+]
 
 READ_SIZE = 65536
 CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send its CONNECT
@@ -36,33 +54,139 @@ class ServerError(Exception):
     """A start-up failure to report in one line (port in use, unreadable certificate, bad URL)."""
 
 
+class Scheme(StrEnum):
+    MQTT = "mqtt"
+    MQTTS = "mqtts"
+    WS = "ws"  # MQTT over WebSocket
+    WSS = "wss"  # MQTT over WebSocket over TLS
+    UNIX = "unix"  # a Unix domain socket
+
+    @property
+    def tls(self) -> bool:
+        return self in (Scheme.MQTTS, Scheme.WSS)
+
+    @property
+    def websocket(self) -> bool:
+        return self in (Scheme.WS, Scheme.WSS)
+
+
+DEFAULT_PORTS = {Scheme.MQTT: 1883, Scheme.MQTTS: 8883, Scheme.WS: 8080, Scheme.WSS: 8081}
+_SCHEME_NAMES = {"mqtt": Scheme.MQTT, "tcp": Scheme.MQTT, "mqtts": Scheme.MQTTS, "ssl": Scheme.MQTTS}
+_SCHEME_NAMES.update({"ws": Scheme.WS, "wss": Scheme.WSS, "unix": Scheme.UNIX})
+# Protocol levels by the names people use for them (the CONNECT's protocol level is 3, 4 or 5).
+VERSION_NAMES = {"3.1": 3, "3": 3, "3.1.1": 4, "4": 4, "5": 5, "5.0": 5}
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerTLS:
+    """A TLS listener's files; a listener without its own uses the server's (--tls-cert, --tls-key, ...)."""
+
+    cert: Path | None = None
+    key: Path | None = None
+    cafile: Path | None = None
+    require_certificate: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class Listener:
-    scheme: str  # mqtt or mqtts
-    host: str
-    port: int
+    """Where the broker listens and what it allows there; also what a bound listener reports (its real port).
+
+    `path`: the WebSocket resource clients must ask for (None: any), or the Unix socket's file. `mode`: the Unix
+    socket's file mode (None: as the umask leaves it). `versions`: the protocol levels allowed (3: 3.1, 4: 3.1.1,
+    5: 5.0; None: all); others are refused with CONNACK 0x01 (3.x) or 0x84 (5.0). `max_connections`: 0 for no
+    limit of the listener's own. `tls`: None uses the server's files. `auth`: the authentication settings of
+    this listener (per_listener_settings), handed as they are to BrokerCore with each connection.
+    """
+
+    scheme: Scheme
+    host: str = "127.0.0.1"
+    port: int = 1883
+    path: str | None = None
+    mode: int | None = None
+    versions: frozenset[int] | None = None
+    max_connections: int = 0
+    tls: ListenerTLS | None = None
+    auth: Any = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scheme, Scheme):  # "ws" from a configuration file: the enum (ValueError if unknown)
+            object.__setattr__(self, "scheme", Scheme(self.scheme))
 
     @property
     def url(self) -> str:
+        if self.scheme is Scheme.UNIX:
+            return f"unix://{self.path}"
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{host}:{self.port}"
+        where = f"{self.scheme}://{host}:{self.port}"
+        return where + (self.path or "") if self.scheme.websocket else where
+
+
+def parse_versions(text: str, where: str) -> frozenset[int]:
+    """`3.1,3.1.1,5` (also 3, 4, 5.0) as protocol levels; `where` starts the error message."""
+    levels = set()
+    for name in text.split(","):
+        level = VERSION_NAMES.get(name.strip())
+        if level is None:
+            raise ServerError(f"{where}: unknown MQTT version {name.strip()!r}; use 3.1, 3.1.1 or 5, comma-separated")
+        levels.add(level)
+    return frozenset(levels)
 
 
 def parse_listen_url(url: str) -> Listener:
-    """`mqtt://host:port` or `mqtts://host:port` (port 0: any free port)."""
+    """A listener URL (port 0: any free port), with its settings as query parameters:
+
+    mqtt://HOST:PORT, mqtts://HOST:PORT, ws://HOST:PORT[/PATH], wss://HOST:PORT[/PATH] (no path: any), and
+    unix:///PATH; parameters `versions=3.1.1,5`, `max_connections=N` and, for unix, `mode=0660`.
+    """
     parts = urlsplit(url)
-    if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
-        raise ServerError(f"listener {url!r}: the scheme must be mqtt:// or mqtts://")
-    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
-        raise ServerError(f"listener {url!r}: only scheme://host:port is understood")
-    scheme = "mqtts" if parts.scheme in ("mqtts", "ssl") else "mqtt"
+    scheme = _SCHEME_NAMES.get(parts.scheme.lower())
+    if scheme is None:
+        raise ServerError(f"listener {url!r}: the scheme must be mqtt, mqtts, ws, wss or unix")
+    if parts.fragment or parts.username or parts.password:
+        raise ServerError(f"listener {url!r}: no user name or #fragment in a listener URL")
+    settings: dict[str, Any] = {}
+    for key, values in parse_qs(parts.query, keep_blank_values=True, strict_parsing=False).items():
+        value = values[-1]
+        if key == "versions":
+            settings["versions"] = parse_versions(value, f"listener {url!r}")
+        elif key == "max_connections":
+            if not value.isdigit():
+                raise ServerError(f"listener {url!r}: max_connections must be a whole number (0: no limit)")
+            settings["max_connections"] = int(value)
+        elif key == "mode" and scheme is Scheme.UNIX:
+            settings["mode"] = parse_mode(value, f"listener {url!r}")
+        else:
+            known = "versions, max_connections" + (", mode" if scheme is Scheme.UNIX else "")
+            raise ServerError(f"listener {url!r}: unknown setting {key!r}; known: {known}")
+    if scheme is Scheme.UNIX:
+        path = unquote(parts.netloc + parts.path)
+        if not path.startswith("/") or parts.netloc:
+            raise ServerError(f"listener {url!r}: a Unix socket needs an absolute path, unix:///run/mqtt.sock")
+        return Listener(scheme, "", 0, path, **settings)
     try:
         port = parts.port
     except ValueError:
         raise ServerError(f"listener {url!r}: the port must be a number from 0 to 65535") from None
-    if port is None:
-        port = 8883 if scheme == "mqtts" else 1883
-    return Listener(scheme, parts.hostname or "127.0.0.1", port)
+    path = None
+    if scheme.websocket:
+        if parts.path not in ("", "/"):
+            path = parts.path
+    elif parts.path not in ("", "/"):
+        raise ServerError(f"listener {url!r}: only {scheme}://host:port is understood (a path is for ws and wss)")
+    port = DEFAULT_PORTS[scheme] if port is None else port
+    return Listener(scheme, parts.hostname or "127.0.0.1", port, path, **settings)
+
+
+def parse_mode(text: str, where: str) -> int:
+    """A file mode in octal (0660, 660, 0o660)."""
+    digits = text.lower().removeprefix("0o")
+    try:
+        mode = int(digits, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise ServerError(f"{where}: mode {text!r} is not a file mode; give octal digits such as 0660")
+    return mode
 
 
 @dataclass(slots=True)
@@ -78,25 +202,45 @@ class ServeOptions:
     on_notice: Callable[[Notice], None] | None = None
     on_listening: Callable[[list[Listener]], None] | None = None
 
+    def default_tls(self) -> ListenerTLS:
+        return ListenerTLS(self.tls_cert, self.tls_key, self.tls_cafile, self.require_certificate)
 
-def tls_context(options: ServeOptions) -> ssl.SSLContext:
-    if options.tls_cert is None or options.tls_key is None:
-        raise ServerError("an mqtts:// listener needs --tls-cert and --tls-key")
+
+def tls_context(files: ListenerTLS, where: str = "an mqtts:// or wss:// listener") -> ssl.SSLContext:
+    if files.cert is None or files.key is None:
+        raise ServerError(f"{where} needs a certificate and its key (--tls-cert and --tls-key)")
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
-        ctx.load_cert_chain(options.tls_cert, options.tls_key)
+        ctx.load_cert_chain(files.cert, files.key)
     except (OSError, ssl.SSLError) as exc:
-        raise ServerError(f"cannot load TLS certificate {options.tls_cert} and key {options.tls_key}: {exc}") from None
-    if options.tls_cafile is not None:
+        raise ServerError(f"cannot load TLS certificate {files.cert} and key {files.key}: {exc}") from None
+    if files.cafile is not None:
         try:
-            ctx.load_verify_locations(options.tls_cafile)
+            ctx.load_verify_locations(files.cafile)
         except (OSError, ssl.SSLError) as exc:
-            raise ServerError(f"cannot load the CA file {options.tls_cafile}: {exc}") from None
-    if options.require_certificate:
-        if options.tls_cafile is None:
-            raise ServerError("--require-certificate needs --tls-cafile to check client certificates against")
+            raise ServerError(f"cannot load the CA file {files.cafile}: {exc}") from None
+    if files.require_certificate:
+        if files.cafile is None:
+            raise ServerError(f"{where}: requiring certificates needs a CA file (--tls-cafile) to check them against")
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
+
+
+class OpenListener:
+    """A listener the server has open: its sockets, its accepting tasks and the connections it accepted."""
+
+    def __init__(self, spec: Listener, sockets: list[trio.abc.Listener[Any]], bound: list[Listener]) -> None:
+        self.spec = spec
+        self.bound = bound  # one per socket, with the port the system gave
+        self.sockets = sockets
+        self.connections: set[ServerConnection] = set()
+        self.active = 0
+        self.closed = False
+        self.cancel_scope = trio.CancelScope()
+        self.unix_inode: int | None = None  # the socket file we made (removed on close if still ours)
+
+    def __repr__(self) -> str:
+        return f"<OpenListener {', '.join(b.url for b in self.bound)}>"
 
 
 class _Conn:
@@ -119,13 +263,21 @@ class _Conn:
 
 
 class BrokerServer:
+    """The broker on trio. Its listeners can be opened and closed while it runs (open_listener, close_listener)."""
+
     def __init__(self, options: ServeOptions) -> None:
         self.options = options
         self.core = BrokerCore(options.broker, trio.current_time())
         self.active = 0
-        self.bound: list[Listener] = []
+        self.listeners: list[OpenListener] = []
         self._ticker_wake = trio.Event()
         self._nursery: trio.Nursery | None = None  # where writers run; set by run() (or a test)
+        self._stopping = False
+
+    @property
+    def bound(self) -> list[Listener]:
+        """Every socket listening now, with its real port."""
+        return [b for lst in self.listeners for b in lst.bound]
 
     # --- plumbing ------------------------------------------------------------------------------------------
 
@@ -186,7 +338,7 @@ class BrokerServer:
                         core.drained(conn, trio.current_time())
                         self._flush()
                 if conn.close_requested:
-                    await stream.aclose()  # the reader sees the stream closed and ends
+                    await self._close_stream(stream)  # the reader sees the stream closed and ends
                     return
                 net.wake = trio.Event()
                 with trio.move_on_after(WRITER_LINGER):
@@ -204,14 +356,51 @@ class BrokerServer:
             if net.closing is not None:
                 net.closing.set()
 
-    async def _handle(self, stream: trio.abc.Stream) -> None:
-        core = self.core
+    async def _close_stream(self, stream: trio.abc.Stream) -> None:
+        if isinstance(stream, WebSocketStream):
+            await stream.aclose(CloseReason.GOING_AWAY if self._stopping else CloseReason.NORMAL_CLOSURE)
+        else:
+            await stream.aclose()
+
+    async def _handle(self, stream: trio.abc.Stream, listener: OpenListener | None = None) -> None:
         opts = self.options
-        if opts.max_connections and self.active >= opts.max_connections:
+        spec = listener.spec if listener is not None else None
+        if (opts.max_connections and self.active >= opts.max_connections) or (
+            listener is not None and listener.spec.max_connections and listener.active >= listener.spec.max_connections
+        ):
             await trio.aclose_forcefully(stream)
             return
+        # Counted from the start: a connection still upgrading or still to send its CONNECT holds its place.
         self.active += 1
-        conn = core.open(_peer(stream), trio.current_time())
+        if listener is not None:
+            listener.active += 1
+        try:
+            peer = _peer(stream, spec)
+            if spec is not None and spec.scheme.websocket:
+                try:
+                    with trio.fail_after(CONNECT_TIMEOUT):  # the upgrade counts against the time a CONNECT has
+                        stream = await WebSocketStream.accept(stream, spec.path)
+                except (HandshakeRefused, trio.TooSlowError) as exc:
+                    self._notice_refused(peer, f"WebSocket: {exc}" if str(exc) else "WebSocket: upgrade too slow")
+                    await trio.aclose_forcefully(stream)
+                    return
+            if listener is not None and listener.closed:  # closed while this one was upgrading
+                await trio.aclose_forcefully(stream)
+                return
+            await self._serve(stream, peer, listener)
+        finally:
+            self.active -= 1
+            if listener is not None:
+                listener.active -= 1
+
+    async def _serve(self, stream: trio.abc.Stream, peer: str, listener: OpenListener | None) -> None:
+        core = self.core
+        if listener is not None:
+            spec = listener.spec
+            conn = core.open(peer, trio.current_time(), spec.versions, spec.auth)
+            listener.connections.add(conn)
+        else:
+            conn = core.open(peer, trio.current_time())
         net = _Conn(stream)
         conn.context = net
         try:
@@ -230,7 +419,8 @@ class BrokerServer:
         except Exception as exc:  # a bug must cost one connection, never the broker
             core.internal_error(conn, trio.current_time(), f"{type(exc).__name__}: {exc}")
         finally:
-            self.active -= 1
+            if listener is not None:
+                listener.connections.discard(conn)
             self._flush()  # a closing connection's last bytes (DISCONNECT, refusing CONNACK) get their writer
             core.connection_lost(conn, trio.current_time())
             self._flush()
@@ -244,6 +434,11 @@ class BrokerServer:
             conn.context = None
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await trio.aclose_forcefully(stream)
+
+    def _notice_refused(self, peer: str, detail: str) -> None:
+        report = self.options.on_notice
+        if report is not None:
+            report(Notice("refused", None, peer, detail))
 
     def _sweep(self, now: float) -> None:
         """Closes connections silent past their keep alive (1.5x), or without a CONNECT after CONNECT_TIMEOUT."""
@@ -273,51 +468,131 @@ class BrokerServer:
                 await self._ticker_wake.wait()
             self._ticker_wake = trio.Event()
 
+    # --- listeners ------------------------------------------------------------------------------------------
+
+    async def _bind(self, spec: Listener) -> OpenListener:
+        """Opens the sockets of `spec` (nothing accepted yet); ServerError says why it cannot."""
+        ctx = None
+        if spec.scheme.tls:
+            ctx = tls_context(spec.tls or self.options.default_tls(), f"listener {spec.url}")
+        if spec.scheme is Scheme.UNIX:
+            return await _bind_unix(spec)
+        try:
+            tcp = await trio.open_tcp_listeners(spec.port, host=spec.host)
+        except OSError as exc:
+            raise ServerError(f"cannot listen on {spec.url}: {exc.strerror or exc}") from None
+        sockets: list[trio.abc.Listener[Any]] = []
+        bound = []
+        for lst in tcp:
+            host, port = lst.socket.getsockname()[:2]
+            bound.append(replace(spec, host=host, port=port))
+            # wss: https_compatible, as browsers close TLS without close_notify
+            sockets.append(trio.SSLListener(lst, ctx, https_compatible=spec.scheme is Scheme.WSS) if ctx else lst)
+        return OpenListener(spec, sockets, bound)
+
+    def _start(self, listener: OpenListener) -> None:
+        nursery = self._nursery
+        if nursery is None:
+            raise RuntimeError("listeners are opened on a running server (BrokerServer.run)")
+        for sock in listener.sockets:
+            nursery.start_soon(self._accept, listener, sock)
+        self.listeners.append(listener)
+
+    async def _accept(self, listener: OpenListener, sock: trio.abc.Listener[Any]) -> None:
+        with listener.cancel_scope:
+            while True:
+                try:
+                    stream = await sock.accept()
+                except OSError as exc:
+                    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS):
+                        await trio.sleep(0.1)  # out of descriptors: let connections end, as trio.serve_listeners
+                        continue
+                    raise
+                assert self._nursery is not None
+                self._nursery.start_soon(self._handle_quietly, stream, listener)
+
+    async def open_listener(self, spec: Listener) -> OpenListener:
+        """Opens one more listener on the running server; ServerError (nothing opened) when it cannot."""
+        listener = await self._bind(spec)
+        self._start(listener)
+        self._listening_changed()
+        return listener
+
+    async def close_listener(self, listener: OpenListener, reason: int = 0x8B) -> None:
+        """Stops accepting on `listener`, then ends the connections it accepted as a shutdown would (wills
+        published, 5.0 clients told DISCONNECT `reason`), giving them a moment to get it. Other listeners and
+        their connections are not touched."""
+        if listener.closed:
+            return
+        listener.closed = True
+        listener.cancel_scope.cancel()
+        for sock in listener.sockets:
+            with contextlib.suppress(OSError, trio.ClosedResourceError):
+                await sock.aclose()
+        _remove_unix_socket(listener)
+        if listener in self.listeners:
+            self.listeners.remove(listener)
+        now = trio.current_time()
+        where = listener.bound[0].url if listener.bound else listener.spec.url
+        for conn in list(listener.connections):
+            self.core.disconnect(conn, now, reason, f"listener {where} closed")
+        self._flush()
+        with trio.move_on_after(DRAIN_ON_SHUTDOWN):
+            while listener.connections:
+                await trio.sleep(0.01)
+        self._listening_changed()
+
+    def _listening_changed(self) -> None:
+        if self.options.ready_file is not None:
+            _write_ready_file(self.options.ready_file, self.bound)
+
     # --- running --------------------------------------------------------------------------------------------
 
     async def run(self, stop: trio.Event, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listens and serves until `stop` is set, then shuts down gracefully."""
         opts = self.options
-        ctx = None
-        if any(lst.scheme == "mqtts" for lst in opts.listeners):
-            ctx = tls_context(opts)
-        listeners: list[trio.abc.Listener[Any]] = []
-        for spec in opts.listeners:
-            try:
-                tcp = await trio.open_tcp_listeners(spec.port, host=spec.host)
-            except OSError as exc:
-                for lst in listeners:
-                    await lst.aclose()
-                raise ServerError(f"cannot listen on {spec.url}: {exc.strerror or exc}") from None
-            for lst in tcp:
-                sockname = lst.socket.getsockname()
-                self.bound.append(Listener(spec.scheme, sockname[0], sockname[1]))
-                if spec.scheme == "mqtts":
-                    assert ctx is not None
-                    listeners.append(trio.SSLListener(lst, ctx, https_compatible=False))
-                else:
-                    listeners.append(lst)
-        if opts.ready_file is not None:
-            _write_ready_file(opts.ready_file, self.bound)
-        if opts.on_listening is not None:
-            opts.on_listening(self.bound)
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            nursery.start_soon(self._ticker)
-            for lst in listeners:
-                nursery.start_soon(trio.serve_listeners, self._handle_quietly, [lst])
-            task_status.started(self)
-            await stop.wait()
-            await self.shutdown()
-            nursery.cancel_scope.cancel()
+        opened: list[OpenListener] = []
+        try:
+            for spec in opts.listeners:
+                opened.append(await self._bind(spec))
+        except BaseException:
+            for listener in opened:
+                await self._discard(listener)
+            raise
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for listener in opened:
+                    self._start(listener)
+                self._listening_changed()
+                if opts.on_listening is not None:
+                    opts.on_listening(self.bound)
+                nursery.start_soon(self._ticker)
+                task_status.started(self)
+                await stop.wait()
+                for listener in self.listeners:  # no new connections while the others end
+                    listener.cancel_scope.cancel()
+                await self.shutdown()
+                nursery.cancel_scope.cancel()
+        finally:
+            for listener in self.listeners:
+                await self._discard(listener)
 
-    async def _handle_quietly(self, stream: trio.abc.Stream) -> None:
+    @staticmethod
+    async def _discard(listener: OpenListener) -> None:
+        for sock in listener.sockets:
+            with trio.CancelScope(shield=True), contextlib.suppress(OSError, trio.ClosedResourceError):
+                await sock.aclose()
+        _remove_unix_socket(listener)
+
+    async def _handle_quietly(self, stream: trio.abc.Stream, listener: OpenListener | None = None) -> None:
         # A failed TLS handshake, or a peer gone mid-write: that connection only.
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            await self._handle(stream)
+            await self._handle(stream, listener)
 
     async def shutdown(self) -> None:
         """Publishes wills, sends 5.0 clients DISCONNECT 0x8B, and gives writers a moment to send it all."""
+        self._stopping = True
         self.core.shutdown(trio.current_time())
         self._flush()
         with trio.move_on_after(DRAIN_ON_SHUTDOWN):
@@ -325,18 +600,83 @@ class BrokerServer:
                 await trio.sleep(0.01)
 
 
-def _peer(stream: trio.abc.Stream) -> str:
+async def _bind_unix(spec: Listener) -> OpenListener:
+    """A Unix socket listener. A socket file left by a dead server is replaced; one a live server answers on,
+    or a file that is not a socket, is an error (nothing is removed)."""
+    assert spec.path is not None
+    path = spec.path
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise ServerError(f"cannot listen on {spec.url}: {exc.strerror}") from None
+    if info is not None:
+        if not stat.S_ISSOCK(info.st_mode):
+            raise ServerError(f"cannot listen on {spec.url}: {path} is not a socket; remove it or pick another path")
+        if await _someone_listens(path):
+            raise ServerError(f"cannot listen on {spec.url}: another server is listening on {path}")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        await sock.bind(path)
+        if spec.mode is not None:
+            os.chmod(path, spec.mode)
+        sock.listen(socket.SOMAXCONN)
+        inode = os.stat(path).st_ino
+    except OSError as exc:
+        sock.close()
+        raise ServerError(f"cannot listen on {spec.url}: {exc.strerror or exc}") from None
+    listener = OpenListener(spec, [trio.SocketListener(sock)], [spec])
+    listener.unix_inode = inode
+    return listener
+
+
+async def _someone_listens(path: str) -> bool:
+    probe = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with trio.move_on_after(1):
+            await probe.connect(path)
+        return True  # it answered (or its backlog is full: alive too)
+    except OSError:
+        return False  # refused: nobody listens; the file is a dead server's
+    finally:
+        probe.close()
+
+
+def _remove_unix_socket(listener: OpenListener) -> None:
+    """Removes the socket file we made, unless someone replaced it since."""
+    path = listener.spec.path
+    if listener.unix_inode is None or path is None:
+        return
+    with contextlib.suppress(OSError):
+        if os.stat(path).st_ino == listener.unix_inode:
+            os.unlink(path)
+    listener.unix_inode = None
+
+
+def _peer(stream: trio.abc.Stream, spec: Listener | None = None) -> str:
+    if spec is not None and spec.scheme is Scheme.UNIX:
+        return f"unix:{spec.path}"
     inner = getattr(stream, "transport_stream", stream)
     sock = getattr(inner, "socket", None)
     try:
         host, port = sock.getpeername()[:2]  # type: ignore[union-attr]
-    except (AttributeError, OSError):
+    except (AttributeError, OSError, ValueError):
         return "?"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _ready_entry(b: Listener) -> dict[str, Any]:
+    entry: dict[str, Any] = {"url": b.url, "scheme": str(b.scheme), "host": b.host, "port": b.port}
+    if b.path is not None:
+        entry["path"] = b.path
+    return entry
+
+
 def _write_ready_file(path: Path, bound: list[Listener]) -> None:
-    data = {"listeners": [{"url": b.url, "host": b.host, "port": b.port} for b in bound]}
+    data = {"listeners": [_ready_entry(b) for b in bound]}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data) + "\n")
     tmp.replace(path)  # atomic: a script polling for the file never reads half of it
