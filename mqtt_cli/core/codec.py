@@ -502,10 +502,11 @@ def _decode_connack(first: int, data: bytes, pos: int, end: int, version: int, e
         _check_reason_code(code, 2, errs)
     elif code > 5:
         errs.append(ProtocolError(f"CONNACK return code {code} is reserved (MQTT 3.x defines 0..5)"))
-    if ack_flags & 1 and code:
+    session_present = bool(ack_flags & 1) and version != 3  # 3.1's first byte is unused: 3.1.1 added the flag
+    if session_present and code:
         errs.append(ProtocolError("CONNACK refuses the connection but has session present set"))
     _check_end(pos, end, "CONNACK", errs)
-    return ConnAck(bool(ack_flags & 1), code, props)
+    return ConnAck(session_present, code, props)
 
 
 def _decode_publish(first: int, data: bytes, pos: int, end: int, version: int, errs: _Errs) -> Publish:
