@@ -177,11 +177,14 @@ BROKER_CONFIG = dict(
     sys_interval=5.0,
 )
 
-_CLIENT_IDS = ("c0", "c1", "c2", "")
-_TOPICS = ("a", "a/b", "a/b/c", "b", "$SYS/x", "x/y/z/w")
-_FILTERS = ("a/#", "+/b", "#", "a/b", "$share/g/a/#", "$share/g/#", "+", "$SYS/#", "a/+/c", "bad/#/x")
+_CLIENT_IDS = ("c0", "c1", "c2", "", "idQ1")
+_TOPICS = ("a", "a/b", "a/b/c", "b", "$SYS/x", "x/y/z/w", "tQw", "tQ0", "tQu")
+_FILTERS = ("a/#", "+/b", "#", "a/b", "$share/g/a/#", "$share/g/#", "+", "$SYS/#", "a/+/c", "fQh/x", "fQ0", "fQu")
+# What the encoder refuses to write, written anyway: placeholders of the same length replaced in the encoded
+# bytes (a wildcard in a topic name, '#' not last, U+0000, invalid UTF-8, a control character).
+_BREAKS = ((b"tQw", b"t/+"), (b"fQh", b"f/#"), (b"Q0", b"Q\x00"), (b"Qu", b"\xc3("), (b"Q1", b"\x01\x1b"))
 _PAYLOADS = (0, 1, 10, 100, 1500, 3000)
-_TIME_STEPS = (0.0, 0.5, 1.0, 3.0, 10.0, 100.0, 5000.0)
+_TIME_STEPS = (0.0, 0.5, 1.0, 3.0, 10.0, 30.0, 100.0, 5000.0)
 
 
 @dataclass
@@ -193,6 +196,8 @@ class _Slot:
     shadow: PacketReader = field(default_factory=lambda: PacketReader(None, max_packet_size=2048))
     version: int = 4
     since_drain: int = 0  # bytes received since `out` was last taken
+    since_open: int = 0  # bytes sent on the current connection
+    pending: bytearray = field(default_factory=bytearray)  # packets written, not yet sent
 
 
 def _properties(src: Source, **choices: tuple[Any, ...]) -> Properties:
@@ -200,9 +205,10 @@ def _properties(src: Source, **choices: tuple[Any, ...]) -> Properties:
     return Properties(**{k: v for k, v in named.items() if v is not None})
 
 
-def _packet(src: Source, version: int) -> tuple[Any, int]:
-    """A packet a client could send (or nearly: some combinations break a rule on purpose), and its level."""
-    kind = src.byte() % 14
+def _packet(src: Source, version: int, connect: bool) -> tuple[Any, int]:
+    """A packet a client could send (or nearly: some combinations break a rule on purpose), and its level;
+    with `connect`, a CONNECT (what a new connection sends first)."""
+    kind = 0 if connect else src.byte() % 14
     v5 = version == 5
     pid = src.pick((1, 2, 3, 4, 5, 65535))
     if kind == 0:
@@ -228,9 +234,8 @@ def _packet(src: Source, version: int) -> tuple[Any, int]:
             )
         client_id = src.pick(_CLIENT_IDS) or ("c3" if level == 3 else "")
         user = src.pick((None, "u"))
-        packet = Connect(
-            client_id, src.flag(), src.pick((0, 1, 5, 60, 200)), user, b"p" if user else None, will, props, level
-        )
+        keepalive = src.pick((60, 60, 30, 2, 0, 200))
+        packet = Connect(client_id, src.flag(), keepalive, user, b"p" if user else None, will, props, level)
         return packet, level
     if kind <= 3:
         qos = src.byte() % 3
@@ -286,8 +291,7 @@ class _BrokerRun:
             self.core.connection_lost(slot.conn, self.now)
         slot.conn = self.core.open(f"127.0.0.1:{40000 + self.slots.index(slot)}", self.now)
         slot.shadow = PacketReader(None, max_packet_size=self.config.max_packet_size)
-        slot.version = 4
-        slot.since_drain = 0
+        slot.since_drain = slot.since_open = 0
         return slot.conn
 
     def feed(self, slot: _Slot, data: bytes) -> None:
@@ -301,6 +305,7 @@ class _BrokerRun:
         error, before = (None, []) if was_closed or shortcut else self._shadow(slot, data)
         out_before = len(conn.out)
         slot.since_drain += len(data)
+        slot.since_open += len(data)
         self.core.receive(conn, data, self.now)
         if error is not None:
             self._after_error(conn, error, before, was_connected, version, out_before)
@@ -314,6 +319,13 @@ class _BrokerRun:
                 waiting = [err]
             assert not waiting, f"left unprocessed in the broker's reader: {waiting!r}"
         self.settle()
+
+    def flush(self, slot: _Slot, cut: int) -> None:
+        data = bytes(slot.pending)
+        slot.pending.clear()
+        cut %= len(data) + 1
+        self.feed(slot, data[:cut])
+        self.feed(slot, data[cut:])
 
     def _shadow(self, slot: _Slot, data: bytes) -> tuple[RemoteProtocolError | None, list[Any]]:
         """What a strict reader makes of the bytes: the first error, and the packets before it."""
@@ -431,31 +443,40 @@ def broker_input(data: bytes) -> None:
     src = Source(data)
     run = _BrokerRun()
     while src.left:
-        op = src.byte() % 9
+        op = src.byte() % 16
         slot = run.slots[src.byte() % len(run.slots)]
         if op == 0:
             run.open(slot)
             run.settle()
-        elif op <= 4:
-            packet, level = _packet(src, slot.version)
+        elif op <= 9:
+            conn = slot.conn
+            fresh = conn is None or (not conn.connected and not slot.since_open and not slot.pending)
+            packet, level = _packet(src, slot.version, fresh)
             try:
                 wire = bytearray(encode(packet, level))
             except LocalProtocolError:
                 continue  # a combination the encoder refuses (the raw operation covers broken bytes)
+            for placeholder, broken in _BREAKS:
+                if placeholder in wire and src.flag():
+                    wire = bytearray(wire.replace(placeholder, broken))
             if src.byte() < 24:  # now and then, one byte changed
                 wire[src.byte() % len(wire)] ^= src.byte() | 1
             if type(packet) is Connect:
                 slot.version = level
-            cut = src.byte() % (len(wire) + 1)
-            run.feed(slot, bytes(wire[:cut]))
-            run.feed(slot, bytes(wire[cut:]))
-        elif op == 5:
+            # Several packets may arrive in one read: they wait in `pending` until a flush, then come in two
+            # pieces cut anywhere.
+            slot.pending += wire
+            if src.byte() & 3:
+                run.flush(slot, src.byte())
+        elif op <= 11:
             run.feed(slot, src.take(src.byte() % 64 + 1))
-        elif op == 6:
+        elif op <= 13:
             run.advance(src.pick(_TIME_STEPS))
-        elif op == 7:
+        elif op == 14:
             run.drain(slot)
         else:
             run.lose(slot)
+    for slot in run.slots:
+        run.flush(slot, 0)
     run.core.shutdown(run.now)
     run.settle()
