@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from mqtt_cli.core import ConnAck, PacketReader, encode
+from mqtt_cli.core import (
+    ConnAck,
+    Connect,
+    PacketReader,
+    PingReq,
+    PingResp,
+    SubAck,
+    Subscribe,
+    Subscription,
+    encode,
+)
+from mqtt_cli.core.broker import BrokerCore
 
 from .harness import codec_input
 
@@ -14,3 +25,17 @@ def test_mqtt31_connack_has_no_session_present_flag() -> None:
     assert PacketReader(3).feed(b"\x20\x02\x01\x00") == [ConnAck(False, 0)]
     assert PacketReader(4).feed(b"\x20\x02\x01\x00") == [ConnAck(True, 0)]
     assert encode(ConnAck(False, 0), 3) == b"\x20\x02\x00\x00"
+
+
+def test_packets_after_a_subscribe_answered_0x8f_are_handled_in_the_same_read() -> None:
+    # Found by the broker target: a 5.0 SUBSCRIBE with an invalid filter is answered SUBACK 0x8F and the
+    # connection stays; the packets that came after it in the same read stayed in the reader until the client
+    # sent something more (its PINGREQ went unanswered: a hang). Fix: BrokerCore.receive reads on.
+    core = BrokerCore()
+    conn = core.open("127.0.0.1:1", 0.0)
+    core.receive(conn, encode(Connect("x", protocol_version=5), 5), 0.0)
+    conn.out.clear()
+    bad = encode(Subscribe(1, (Subscription("f/+/x", 0),)), 5).replace(b"f/+/x", b"f/#/x")
+    core.receive(conn, bad + bad.replace(b"\x00\x01", b"\x00\x02", 1) + encode(PingReq(), 5), 1.0)
+    assert PacketReader(5).feed(bytes(conn.out)) == [SubAck(1, (0x8F,)), SubAck(2, (0x8F,)), PingResp()]
+    assert not conn.closed and conn.reader.buffered == 0
