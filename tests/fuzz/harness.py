@@ -276,6 +276,11 @@ def _packet(src: Source, version: int, connect: bool) -> tuple[Any, int]:
     return src.pick((ConnAck(), SubAck(pid, (0,)))), version
 
 
+def _survives(conn: ServerConnection, err: RemoteProtocolError) -> bool:
+    """The one protocol error a connection outlives: a 5.0 SUBSCRIBE with an invalid filter (SUBACK 0x8F)."""
+    return err.reason_code == 0x8F and isinstance(err.packet, Subscribe) and conn.connected and conn.version == 5
+
+
 class _BrokerRun:
     def __init__(self) -> None:
         self.config = BrokerConfig(**BROKER_CONFIG)  # type: ignore[arg-type]
@@ -310,6 +315,11 @@ class _BrokerRun:
         if error is not None:
             self._after_error(conn, error, before, was_connected, version, out_before)
         if not conn.closed and not was_closed and not shortcut:
+            while error is not None:
+                # The connection outlived the error (SUBACK 0x8F): the broker read on, and so does the shadow.
+                error, _ = self._shadow(slot, b"")
+                if error is not None:
+                    assert _survives(conn, error), f"protocol error left the connection open: {error!r}"
             # The broker's reader holds what the shadow holds: not one whole packet may wait in it, or the client
             # waits for an answer that comes only when it sends something else (a hang).
             assert conn.reader.buffered == slot.shadow.buffered
@@ -343,8 +353,7 @@ class _BrokerRun:
         self, conn: ServerConnection, err: RemoteProtocolError, before: list[Any], was_connected: bool,
         version: int, out_before: int,
     ) -> None:  # fmt: skip
-        packet = err.packet
-        if err.reason_code == 0x8F and isinstance(packet, Subscribe) and conn.connected and conn.version == 5:
+        if _survives(conn, err):
             return  # answered by SUBACK 0x8F; the connection stays
         assert conn.closed, f"protocol error left the connection open: {err!r}"
         if before or not was_connected or version != 5 or isinstance(err, UnsupportedProtocolVersion):
