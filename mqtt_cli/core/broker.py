@@ -290,6 +290,12 @@ class BrokerCore:
             client_id = f"auto-{c.instance}-{self._assigned}"
             if version == 5:
                 assigned = client_id
+        if version == 5 and (props.maximum_packet_size or 5) < 5:
+            # Not even a CONNACK (5 bytes) or a PUBACK fits in it, and nothing may go over it [MQTT-3.1.2-24]:
+            # refused, the CONNACK tried within it (so not sent), and closed.
+            conn.client_max_packet_size = props.maximum_packet_size
+            self._refuse(conn, 0x95, f"maximum packet size {props.maximum_packet_size} fits no answer", now)
+            return
         if version == 5 and props.authentication_method is not None:
             self._refuse(conn, 0x8C, f"authentication method {props.authentication_method!r} not supported", now)
             return

@@ -8,6 +8,7 @@ from mqtt_cli.core import (
     PacketReader,
     PingReq,
     PingResp,
+    Properties,
     SubAck,
     Subscribe,
     Subscription,
@@ -39,3 +40,17 @@ def test_packets_after_a_subscribe_answered_0x8f_are_handled_in_the_same_read() 
     core.receive(conn, bad + bad.replace(b"\x00\x01", b"\x00\x02", 1) + encode(PingReq(), 5), 1.0)
     assert PacketReader(5).feed(bytes(conn.out)) == [SubAck(1, (0x8F,)), SubAck(2, (0x8F,)), PingResp()]
     assert not conn.closed and conn.reader.buffered == 0
+
+
+def test_a_maximum_packet_size_no_answer_fits_in_is_refused() -> None:
+    # Found by the broker target: a 5.0 client announcing Maximum Packet Size 1 was accepted, then sent a
+    # 2-byte PINGRESP (and 4-byte PUBACKs) over its maximum [MQTT-3.1.2-24]. Not even the CONNACK fits: the
+    # connection is closed at once, nothing sent.
+    core = BrokerCore()
+    conn = core.open("127.0.0.1:1", 0.0)
+    core.receive(conn, encode(Connect("x", protocol_version=5, properties=Properties(maximum_packet_size=4)), 5), 0)
+    assert conn.closed and not conn.connected and bytes(conn.out) == b""
+    conn = core.open("127.0.0.1:2", 0.0)
+    core.receive(conn, encode(Connect("y", protocol_version=5, properties=Properties(maximum_packet_size=8)), 5), 0)
+    core.receive(conn, encode(PingReq(), 5), 1.0)
+    assert PacketReader(5).feed(bytes(conn.out)) == [ConnAck(properties=Properties(topic_alias_maximum=10)), PingResp()]
