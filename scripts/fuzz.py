@@ -108,13 +108,18 @@ def run_target(target: str, args: argparse.Namespace) -> dict[str, object]:
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.seconds + 300)
     elapsed = time.monotonic() - started
     stats = json.loads(stats_path.read_text()) if stats_path.exists() else {"inputs": 0, "failures": 0, "distinct": {}}
+    # libFuzzer's own count is final (ours is written every 2 s): the larger of the two.
+    executed = re.search(r"stat::number_of_executed_units: (\d+)", proc.stderr)
+    if executed:
+        stats["inputs"] = max(stats["inputs"], int(executed.group(1)))
     tail = proc.stderr.strip().splitlines()[-12:]
     if not args.quiet:
         sys.stderr.write("\n".join(f"  [{target}] {line}" for line in tail) + "\n")
     stopped = None
     if proc.returncode != 0:
         # libFuzzer ends the run on a hang (timeout), out of memory or a crash of the interpreter itself.
-        stopped = next((line for line in reversed(tail) if "ERROR" in line or "timeout" in line.lower()), tail[-1:])
+        why = [line for line in tail if "ERROR" in line or "timeout" in line.lower()] or tail[-1:] or ["?"]
+        stopped = f"exit status {proc.returncode}: {why[-1]}"
     return {
         "target": target,
         "inputs": stats["inputs"],
