@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS ?=
 
-.PHONY: help install system-deps web-deps test lint serve zipapp completions bench clean distclean
+.PHONY: help install system-deps web-deps test lint serve zipapp completions bench fuzz clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -75,6 +75,9 @@ completions: $(STAMP) ## regenerate completions/ from the app
 		shell=$${pair%%:*}; file=completions/$${pair#*:}; \
 		$(BIN)/mqtt completions $$shell > $$file.tmp; mv $$file.tmp $$file; echo "wrote $$file"; \
 	done
+
+fuzz: $(STAMP) ## coverage-guided fuzzing of the codec and the broker core (SECONDS=600 per target)
+	$(BIN)/python scripts/fuzz.py --seconds $(or $(SECONDS),600) $(ARGS)
 
 bench: $(STAMP) ## run every script in benchmarks/
 	@rc=0; for script in benchmarks/*.py; do \

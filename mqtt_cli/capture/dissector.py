@@ -465,11 +465,12 @@ class Dissector:
         for obj in objs:
             packet = obj.packet if isinstance(obj, RemoteProtocolError) else obj
             if type(packet) is Connect:
-                conn.version = packet.protocol_version
                 conn.client = packet.client_id
                 d.from_client, d.peer.from_client = True, False
-                if d.peer.decoder is not None:
-                    d.peer.decoder.version = packet.protocol_version
+                if packet.protocol_version in (3, 4, 5):  # a level we do not know: read on as 3.1.1, as tshark
+                    conn.version = packet.protocol_version
+                    if d.peer.decoder is not None:
+                        d.peer.decoder.version = packet.protocol_version
             elif type(packet) is ConnAck:
                 if not conn.client and packet.properties.assigned_client_identifier:
                     conn.client = packet.properties.assigned_client_identifier

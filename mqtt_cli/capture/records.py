@@ -389,12 +389,18 @@ class RecordBuilder:
             rec["remaining_length"] = length
             rec["flags"] = first & 15
             kind[1](rec, packet, version)
-        elif length >= 0 and (ptype == 0 or (ptype == 15 and version < 5)):
-            # Types with no fields to decode here (reserved type 0; AUTH on a 3.x connection): the fixed
-            # header is all there is, so the packet keeps its type.
+        elif length >= 0 and (ptype == 0 or ptype == 1 or (ptype == 15 and version < 5)):
+            # Types with no fields to decode here (reserved type 0; AUTH on a 3.x connection), and a CONNECT
+            # whose body cannot be read (its protocol name cut short, ...): the fixed header is all there is, so
+            # the packet keeps its type, as Wireshark shows it.
             rec["type"] = NAMES[ptype]
             rec["remaining_length"] = length
             rec["flags"] = first & 15
+            details = err.details
+            if ptype == 1 and "protocol_name" in details:  # what tshark shows of it too
+                rec["proto_name"] = details["protocol_name"]
+                if "protocol_level" in details:
+                    rec["proto_version"] = details["protocol_level"]
         else:
             rec["type"] = "MALFORMED"
             if ptype is not None:

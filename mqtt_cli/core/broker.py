@@ -154,19 +154,26 @@ class BrokerCore:
             what = "a TLS handshake" if data[0] == 0x16 else f"first byte 0x{data[0]:02X}"
             self._close(conn, now, reason=None, detail=f"not MQTT: {what} where CONNECT was due")
             return
-        try:
-            packets = conn.reader.feed(data)
-        except RemoteProtocolError as err:
-            for packet in err.packets:
+        while True:
+            try:
+                packets = conn.reader.feed(data)
+            except RemoteProtocolError as err:
+                for packet in err.packets:
+                    self._handle(conn, packet, now)
+                    if conn.closed:
+                        return
+                self._protocol_error(conn, err, now)
+                if conn.closed or not conn.reader.buffered:
+                    return
+                # The connection goes on (a 5.0 SUBSCRIBE answered with 0x8F): what came after that packet in the
+                # same read is waiting in the reader, and the client may be waiting for its answer.
+                data = b""
+                continue
+            for packet in packets:
                 self._handle(conn, packet, now)
                 if conn.closed:
                     return
-            self._protocol_error(conn, err, now)
             return
-        for packet in packets:
-            self._handle(conn, packet, now)
-            if conn.closed:
-                return
 
     def connection_lost(self, conn: ServerConnection, now: float) -> None:
         """The socket closed or failed. Not a normal DISCONNECT unless one was received first."""
@@ -323,6 +330,12 @@ class BrokerCore:
             client_id = f"auto-{c.instance}-{self._assigned}"
             if version == 5:
                 assigned = client_id
+        if version == 5 and (props.maximum_packet_size or 5) < 5:
+            # Not even a CONNACK (5 bytes) or a PUBACK fits in it, and nothing may go over it [MQTT-3.1.2-24]:
+            # refused, the CONNACK tried within it (so not sent), and closed.
+            conn.client_max_packet_size = props.maximum_packet_size
+            self._refuse(conn, 0x95, f"maximum packet size {props.maximum_packet_size} fits no answer", now)
+            return
         if version == 5 and props.authentication_method is not None:
             self._refuse(conn, 0x8C, f"authentication method {props.authentication_method!r} not supported", now)
             return

@@ -432,18 +432,25 @@ def _check_reason_code(code: int, ptype: int, errs: _Errs) -> None:
 def _decode_connect(first: int, data: bytes, pos: int, end: int, version: int, errs: _Errs) -> Connect:
     name, pos = _str(data, pos, end, "protocol name", errs)
     if pos >= end:
-        raise MalformedPacket("CONNECT ends before its protocol level")
+        raise MalformedPacket("CONNECT ends before its protocol level", protocol_name=name)
     raw_level = data[pos]
     pos += 1
     level = raw_level & 0x7F
     if (name, level) not in (("MQTT", 4), ("MQTT", 5), ("MQIsdp", 3)):
-        raise UnsupportedProtocolVersion(
+        unsupported = UnsupportedProtocolVersion(
             f"CONNECT asks for protocol {name!r} level {raw_level}; supported: MQIsdp 3, MQTT 4 and MQTT 5",
             protocol_name=name,
             protocol_level=level,
         )
+        if type(errs) is not _Lenient:
+            raise unsupported
+        # The tolerant reader's second try: read on, as Wireshark does (by the level byte; a level it does not
+        # know as 3.1.1), so that the CONNECT is shown with its fields and this error first.
+        errs.insert(0, unsupported)
     if pos + 3 > end:
-        raise MalformedPacket("CONNECT ends before its connect flags and keep alive")
+        raise MalformedPacket(
+            "CONNECT ends before its connect flags and keep alive", protocol_name=name, protocol_level=raw_level
+        )
     cflags = data[pos]
     keepalive = (data[pos + 1] << 8) | data[pos + 2]
     pos += 3
@@ -484,7 +491,7 @@ def _decode_connect(first: int, data: bytes, pos: int, end: int, version: int, e
     if has_password and not (level == 3 and pos == end):
         password, pos = read_binary(data, pos, end, "password")
     _check_end(pos, end, "CONNECT", errs)
-    return Connect(
+    return _new_connect(  # as read: an empty protocol name stays empty
         client_id,
         bool(cflags & 0x02),
         keepalive,
@@ -496,6 +503,9 @@ def _decode_connect(first: int, data: bytes, pos: int, end: int, version: int, e
         name,
         bool(raw_level & 0x80),
     )
+
+
+_new_connect = fast_constructor(Connect)
 
 
 def _decode_connack(first: int, data: bytes, pos: int, end: int, version: int, errs: _Errs) -> ConnAck:
@@ -512,10 +522,11 @@ def _decode_connack(first: int, data: bytes, pos: int, end: int, version: int, e
         _check_reason_code(code, 2, errs)
     elif code > 5:
         errs.append(ProtocolError(f"CONNACK return code {code} is reserved (MQTT 3.x defines 0..5)"))
-    if ack_flags & 1 and code:
+    session_present = bool(ack_flags & 1) and version != 3  # 3.1's first byte is unused: 3.1.1 added the flag
+    if session_present and code:
         errs.append(ProtocolError("CONNACK refuses the connection but has session present set"))
     _check_end(pos, end, "CONNACK", errs)
-    return ConnAck(bool(ack_flags & 1), code, props)
+    return ConnAck(session_present, code, props)
 
 
 def _decode_publish(first: int, data: bytes, pos: int, end: int, version: int, errs: _Errs) -> Publish:
@@ -935,7 +946,7 @@ class PacketReader:
             else:
                 out.append(packet)
                 pos = end
-            if type(packet) is Connect:
+            if type(packet) is Connect and packet.protocol_version in (3, 4, 5):
                 version = self.version = packet.protocol_version
         self._keep(data, pos, n)
         return out

@@ -223,7 +223,9 @@ class _File:
         for pos, rec in enumerate(recs):
             stream = rec.get("stream")
             if rec["type"] == "CONNECT" and rec.get("proto_version") is not None:
-                versions[stream] = rec["proto_version"] & 0x7F
+                level = rec["proto_version"] & 0x7F
+                if level in (3, 4, 5):  # a level nobody knows: the connection is read as 3.1.1 (as dump does)
+                    versions[stream] = level
             from_client = rec.get("from_client")
             src, dst = rec.get("src"), rec.get("dst")
             ident = (src, dst, from_client)

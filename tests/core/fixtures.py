@@ -646,6 +646,7 @@ ERROR_FIXTURES: list[ErrorFixture] = [
         UnsupportedProtocolVersion,
         0x84,
         "MQTX",
+        tolerant=Connect("c", protocol_name="MQTX"),  # read on, as Wireshark does (mqtt dump)
     ),
     E(
         "connect level 6",
@@ -654,6 +655,7 @@ ERROR_FIXTURES: list[ErrorFixture] = [
         UnsupportedProtocolVersion,
         0x84,
         "level 6",
+        tolerant=Connect("c", protocol_version=6, protocol_name="MQTT"),  # an unknown level: read as 3.1.1
     ),
     E(
         "connect MQIsdp with level 4",
@@ -662,6 +664,7 @@ ERROR_FIXTURES: list[ErrorFixture] = [
         UnsupportedProtocolVersion,
         0x84,
         "MQIsdp",
+        tolerant=Connect("c", protocol_name="MQIsdp"),
     ),
     E(
         "connect reserved flag",
