@@ -28,6 +28,7 @@ from wsproto.events import (
     TextMessage,
 )
 
+from mqtt_cli.core.broker import BrokerConfig
 from mqtt_cli.core.codec import PacketReader, encode
 from mqtt_cli.core.packets import (
     ConnAck,
@@ -497,7 +498,10 @@ async def test_unix_socket_files(tmp_path: Path) -> None:
 
 
 async def test_open_and_close_listeners_at_run_time(tmp_path: Path) -> None:
-    async with running(Listener(Scheme.MQTT, "127.0.0.1", 0), ready_file=tmp_path / "ready.json") as server:
+    # Reason strings on (off by default, as mosquitto) so that the client can be told which listener closed.
+    broker = BrokerConfig(reason_strings=True)
+    first_spec = Listener(Scheme.MQTT, "127.0.0.1", 0)
+    async with running(first_spec, ready_file=tmp_path / "ready.json", broker=broker) as server:
         first = endpoint(bound(server, Scheme.MQTT))
         with trio.fail_after(20):
             async with open_client(ClientSettings(endpoint=first, client_id="watcher", version=5)) as watcher:
