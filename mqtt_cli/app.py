@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, dict[str, Any]]] = {
     "sub": ("sub:sub", {"context_settings": _CLIENT}),
     "rr": ("rr:rr", {"context_settings": _CLIENT}),
     "bridge": ("bridge:bridge", {"context_settings": _CLIENT}),
+    "bench": ("bench:bench", {"context_settings": _CLIENT}),
     "config": ("config:app", {}),  # a typer app of its own: config set/show/list
     "analyze": ("analyze:app", {}),  # a typer app of its own: analyze ingest/report/record (pyspark, lazily)
 }
