@@ -210,7 +210,11 @@ def bench(
         source_addresses=[a.strip() for a in ifaddr.split(",") if a.strip()] if ifaddr else [],
     )
     live = _Live(quiet)
-    outcome = engine.run(spec, live.tick)
+    try:
+        outcome = engine.run(spec, live.tick)
+    except engine.WorkerFailed as err:
+        live.close()
+        fail(str(err))
     live.close()
     figures = summary(outcome.figures, outcome.start_ns)
     figures.update(

@@ -114,7 +114,8 @@ class Histogram:
 
 class Tracker:
     """What one subscriber received from each publisher: distinct sequence numbers (a bitmap, for exact
-    duplicates), duplicates, and deliveries with a lower sequence number than the previous one (reordered)."""
+    duplicates), duplicates, and distinct deliveries with a lower sequence number than the previous distinct one
+    (reordered), as ../shared/bench's mqttload counts them."""
 
     __slots__ = ("bits", "distinct", "dups", "last", "reordered")
 
@@ -133,15 +134,13 @@ class Tracker:
         if byte >= len(bits):
             bits.extend(bytes(max(len(bits), byte + 1 - len(bits))))
         if bits[byte] & bit:
-            self.dups += 1
-        else:
-            bits[byte] |= bit
-            self.distinct += 1
-        last = self.last.get(publisher, -1)
-        if seq < last:
+            self.dups += 1  # a duplicate is neither distinct nor reordered (as mqttload counts)
+            return
+        bits[byte] |= bit
+        self.distinct += 1
+        if seq < self.last.get(publisher, -1):
             self.reordered += 1
-        else:
-            self.last[publisher] = seq
+        self.last[publisher] = seq
 
 
 class ErrorKind(Enum):

@@ -127,6 +127,10 @@ def source_addresses(spec: Spec, total: int) -> list[str]:
 # --- one connection -----------------------------------------------------------------------------------------
 
 
+class WorkerFailed(Exception):
+    """A worker process ended on an unexpected error (the message says which, and where)."""
+
+
 class Closed(Exception):
     """The broker closed the connection, or sent what we cannot read."""
 
@@ -456,7 +460,7 @@ class Worker:
                         if scope.cancelled_caught:
                             break
                 nursery.cancel_scope.cancel()
-        except (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        except* (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self._lost(conn)
         finally:
             self.publishing -= 1
@@ -644,9 +648,16 @@ def _worker_main(spec: Spec, index: int, pipe: multiprocessing.connection.Connec
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # trio's receiver takes over inside the run
     try:
         trio.run(Worker(spec, index, pipe).main)
-    except BaseException as err:  # the parent shows it; never a traceback from a worker
+    except BaseException as err:  # the parent says it in one line; never a traceback from a worker
+        leaf: BaseException = err
+        while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
+            leaf = leaf.exceptions[0]
+        where = leaf.__traceback__
+        while where is not None and where.tb_next is not None:
+            where = where.tb_next
+        line = f" (line {where.tb_lineno} of {where.tb_frame.f_code.co_filename})" if where else ""
         with contextlib.suppress(Exception):
-            pipe.send(("crash", f"{type(err).__name__}: {err}"))
+            pipe.send(("crash", f"worker {index}: {type(leaf).__name__}: {leaf}{line}"))
     finally:
         pipe.close()
 
@@ -693,7 +704,7 @@ def run(spec: Spec, on_tick: Callable[[Tick], None]) -> Outcome:
                         if len(ready) == len(pipes):
                             start_ns = time.monotonic_ns()
                             for q in pipes:
-                                q.send(("go", start_ns))
+                                _tell(q, ("go", start_ns))
                     elif kind == "tick":
                         ticks[i] = value.figures
                         inflight[i] = value.inflight
@@ -702,7 +713,7 @@ def run(spec: Spec, on_tick: Callable[[Tick], None]) -> Outcome:
                         if len(pubdone) == len(pipes):
                             for j, q in enumerate(pipes):
                                 if j not in finals:
-                                    q.send(("sent", sum(pubdone.values())))
+                                    _tell(q, ("sent", sum(pubdone.values())))
                     elif kind == "final":
                         finals[i] = value
                     elif kind == "crash":
@@ -728,8 +739,14 @@ def run(spec: Spec, on_tick: Callable[[Tick], None]) -> Outcome:
                 proc.join()
     parts = [finals.get(i) or ticks.get(i) or Figures() for i in range(len(pipes))]
     if crash and not interrupted:
-        raise RuntimeError(crash)
+        raise WorkerFailed(crash)
     return Outcome(_merge(parts), start_ns, interrupted, fd_note)
+
+
+def _tell(pipe: multiprocessing.connection.Connection, message: tuple[str, Any]) -> None:
+    """A message to a worker, which may have finished and closed its end already."""
+    with contextlib.suppress(OSError):
+        pipe.send(message)
 
 
 def _merge(parts: list[Figures]) -> Figures:
