@@ -203,7 +203,7 @@ def bench(
         sub_qos=qos,
         retain=retain,
         inflight=inflight,
-        workers=min(workers or os.cpu_count() or 1, max(clients, subs if mode is Mode.pubsub else 0, 1)),
+        workers=min(workers or os.cpu_count() or 1, clients + (subs if mode is Mode.pubsub else 0)),
         parallel=parallel,
         connect_timeout=settings.connect_timeout,
         drain=drain,
