@@ -116,7 +116,7 @@ def held_rss(port: int, conns: int, workers: int) -> tuple[int, int]:
         for line in proc.stdout:
             tick = json.loads(line)
             connected = tick["connected"]
-            if tick["connected"] + tick["failed"] >= conns and tick["elapsed"] > 1 or time.monotonic() > deadline:
+            if (tick["connected"] + tick["failed"] >= conns and tick["elapsed"] > 1) or time.monotonic() > deadline:
                 break
         time.sleep(1)
         return connected, rss_kb(proc.pid)
@@ -179,7 +179,8 @@ def main() -> None:
                      "mqttload": {k: c.get(k) for k in ("sent", "received", "p50_us", "p90_us", "p99_us", "max_us")},
                      "ours": {k: o.get(k) for k in ("sent", "delivered", "lost", "p50_us", "p90_us", "p99_us",
                                                     "max_us")},
-                     "ratio_p50": round(o["p50_us"] / c["p50_us"], 3), "ratio_p99": round(o["p99_us"] / c["p99_us"], 3)}  # fmt: skip
+                     "ratio_p50": round(o["p50_us"] / c["p50_us"], 3),
+                     "ratio_p99": round(o["p99_us"] / c["p99_us"], 3)}  # fmt: skip
                 print(json.dumps(r), flush=True)
                 results.append(r)
             if "conn" in only:

@@ -180,3 +180,43 @@ def test_ctrl_c_prints_the_summary_and_exits_130(mosq: Broker, tmp_path: Path) -
     f = json.loads(out.read_text())
     assert f["interrupted"] is True and f["sent"] > 0 and f["delivered"] > 0
     assert "(interrupted)" in err and "sent" in err
+
+
+@pytest.mark.parametrize("how", ["tls-v5", "websocket", "v31"])
+def test_transports_and_versions(tmp_path: Path, how: str) -> None:
+    broker = start_mosquitto(tmp_path / "m", tls=True, websockets=True)
+    where = {
+        "tls-v5": ["-V", "5", "-h", broker.host, "-p", str(broker.port), "--cafile", str(broker.ca_path)],
+        "websocket": ["--url", f"ws://{broker.host}:{broker.ws_port}/mqtt"],
+        "v31": ["-V", "31", "-h", broker.host, "-p", str(broker.port), "--cafile", str(broker.ca_path),
+                "--prefix", "b"],
+    }[how]  # fmt: skip
+    try:
+        code, f, text = bench(None, tmp_path, "pubsub", "-c", "2", "--subs", "2", "-I", "0", "-L", "1000", "-q", "1",
+                              "--workers", "2", *where)  # fmt: skip
+    finally:
+        broker.stop()
+    assert code == 0, text
+    assert (f["connected"], f["sent"], f["delivered"], f["lost"], f["dups"]) == (4, 1000, 2000, 0, 0)
+
+
+def test_sub_measures_what_another_bench_publishes(mosq: Broker, tmp_path: Path) -> None:
+    out = tmp_path / "sub.json"
+    sub = subprocess.Popen(
+        [sys.executable, "-m", "mqtt_cli", "bench", "sub", "-c", "2", "-t", "bench/%i", "-q", "1", "--duration", "4",
+         "--workers", "1", "-p", str(mosq.port), "-h", mosq.host, "--json", str(out)],
+        cwd=REPO_ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert sub.stdout is not None
+        for line in sub.stdout:  # subscribed once the run has started
+            if json.loads(line)["elapsed"] > 0:
+                break
+        code, f, text = bench(mosq, tmp_path, "pub", "-c", "2", "-I", "0", "-L", "300", "-q", "1", "--workers", "1")
+        assert code == 0 and f["sent"] == 300, text
+        _, err = sub.communicate(timeout=20)
+    finally:
+        sub.kill()
+    assert sub.returncode == 0, err
+    f = json.loads(out.read_text())
+    assert (f["subscribers"], f["delivered"], f["samples"], f["dups"], f["foreign"]) == (2, 600, 600, 0, 0)
