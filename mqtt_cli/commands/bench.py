@@ -85,7 +85,8 @@ def bench(
         int, typer.Option("-n", "--startnumber", min=0, help="First client number (%i).", rich_help_panel=LOAD)
     ] = 1,
     clean: Annotated[
-        bool, typer.Option("-C/--no-clean", "--clean", help="Clean sessions.", rich_help_panel=LOAD)
+        bool,
+        typer.Option("--clean/--no-clean", "-C", help="Clean sessions (-C, the default) or not.", rich_help_panel=LOAD),
     ] = True,
     duration: Annotated[
         float,

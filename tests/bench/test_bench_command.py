@@ -220,3 +220,25 @@ def test_sub_measures_what_another_bench_publishes(mosq: Broker, tmp_path: Path)
     assert sub.returncode == 0, err
     f = json.loads(out.read_text())
     assert (f["subscribers"], f["delivered"], f["samples"], f["dups"], f["foreign"]) == (2, 600, 600, 0, 0)
+
+
+def test_source_addresses(mosq: Broker, tmp_path: Path) -> None:
+    """--ifaddr spreads the clients over local addresses; one that is not local fails those clients only."""
+    code, f, text = bench(mosq, tmp_path, "conn", "-c", "40", "--ifaddr", "127.0.0.2,127.0.0.3", "--duration", "0.3",
+                          "--workers", "1")  # fmt: skip
+    assert code == 0 and (f["connected"], f["failed"]) == (40, 0), text
+    code, f, text = bench(mosq, tmp_path, "conn", "-c", "10", "--ifaddr", "127.0.0.2,192.0.2.1", "--duration", "0.3",
+                          "--workers", "1", "--connect-timeout", "2")  # fmt: skip
+    assert code == 0 and (f["connected"], f["failed"], f["errors"]) == (5, 5, {"unreachable": 5}), text
+
+
+def test_loopback_spread_over_source_addresses() -> None:
+    from mqtt_cli.net.bench import Mode, Spec, source_addresses
+    from mqtt_cli.net.transports import Endpoint
+
+    local = Spec(Mode.CONN, Endpoint("mqtt", "127.0.0.1", 1883))
+    assert source_addresses(local, 20_000) == []
+    assert source_addresses(local, 45_000) == ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    assert source_addresses(Spec(Mode.CONN, Endpoint("mqtt", "broker.example", 1883)), 45_000) == []
+    given = Spec(Mode.CONN, Endpoint("mqtt", "127.0.0.1", 1883), source_addresses=["10.0.0.1"])
+    assert source_addresses(given, 5) == ["10.0.0.1"]
