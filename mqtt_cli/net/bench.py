@@ -33,6 +33,7 @@ import trio
 from ..core.benchstats import HEADER, HEADER_SIZE, PAD_BYTE, ErrorKind, Figures, Tracker, expand_topic
 from ..core.codec import encode
 from ..core.packets import Connect, Disconnect, Subscribe, Subscription
+from .errors import ClientError, TLSFailed
 from .transports import Endpoint, open_transport
 
 _PINGREQ = b"\xc0\x00"
@@ -368,11 +369,15 @@ class Worker:
                         kind = ErrorKind.REFUSED
                         raise Closed(f"refused: {body[1]:#x}")
             except (OSError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, Closed,
-                    ssl.SSLError, Exception) as err:  # fmt: skip
+                    ssl.SSLError, ClientError) as err:  # fmt: skip
                 if isinstance(err, trio.TooSlowError):
                     kind = ErrorKind.TIMEOUT
-                elif kind is ErrorKind.TIMEOUT:
-                    kind = ErrorKind.DROPPED if isinstance(err, Closed) else ErrorKind.UNREACHABLE
+                elif isinstance(err, TLSFailed):
+                    kind = ErrorKind.TLS
+                elif isinstance(err, ClientError):
+                    kind = ErrorKind.UNREACHABLE
+                elif kind is ErrorKind.TIMEOUT:  # closed or reset in answer to CONNECT
+                    kind = ErrorKind.REFUSED
                 self.fig.failed += 1
                 self.fig.error(kind)
                 if conn is not None:

@@ -242,3 +242,13 @@ def test_loopback_spread_over_source_addresses() -> None:
     assert source_addresses(Spec(Mode.CONN, Endpoint("mqtt", "broker.example", 1883)), 45_000) == []
     given = Spec(Mode.CONN, Endpoint("mqtt", "127.0.0.1", 1883), source_addresses=["10.0.0.1"])
     assert source_addresses(given, 5) == ["10.0.0.1"]
+
+
+def test_untrusted_tls_counted(tmp_path: Path) -> None:
+    broker = start_mosquitto(tmp_path / "m", tls=True)
+    try:
+        code, f, text = bench(None, tmp_path, "conn", "-c", "3", "--url", f"mqtts://{broker.host}:{broker.port}",
+                              "--duration", "0.2", "--workers", "1")  # fmt: skip
+    finally:
+        broker.stop()
+    assert code == 3 and (f["failed"], f["errors"]) == (3, {"tls": 3}), text
