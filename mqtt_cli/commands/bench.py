@@ -178,8 +178,13 @@ def bench(
     if size < HEADER_SIZE and mode in (Mode.pub, Mode.pubsub):
         size = HEADER_SIZE
     version = settings.version or 4  # auto: 3.1.1, as the C generator
-    if "%c" in topic and mode in (Mode.sub,):
-        fail("-t with %c: sub mode has no publisher ids; use + in the filter", o.EXIT_USAGE)
+    from mqtt_cli.core.benchstats import expand_topic
+    from mqtt_cli.core.topics import topic_filter_error, topic_name_error
+
+    if mode in (Mode.pub, Mode.pubsub) and (err := topic_name_error(expand_topic(topic, 1, "id", "user"))):
+        fail(f"-t {topic!r}: {err}", o.EXIT_USAGE)
+    if mode in (Mode.sub, Mode.pubsub) and (err := topic_filter_error(subscription_filter(topic))):
+        fail(f"-t {topic!r}: {err}", o.EXIT_USAGE)
     spec = engine.Spec(
         mode=engine.Mode(mode.value),
         endpoint=settings.endpoint,

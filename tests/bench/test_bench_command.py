@@ -104,6 +104,8 @@ def test_expect_exit_codes(ours: Broker, tmp_path: Path) -> None:
     assert code == 9 and f["expect"]["failed"] == ["delivered>200"], text
     code, _, text = bench(ours, tmp_path, *args, "--expect", "p99<5%")
     assert code == 2 and "--expect" in text
+    code, _, text = bench(ours, tmp_path, "pub", "-t", "bench/#/%i")
+    assert code == 2 and "wildcard" in text
 
 
 def test_unreachable_broker_counted(tmp_path: Path) -> None:
