@@ -266,6 +266,7 @@ class Worker:
         self.publishing = 0  # publisher tasks still running
         self.publishers_done = trio.Event()
         self.family = socket.AF_INET
+        self.resolving = trio.Lock()
         self.addr: tuple[Any, ...] | None = None
         self.sources = source_addresses(spec, spec.clients + (spec.subs if spec.mode is Mode.PUBSUB else 0))
         self.handshakes = trio.Semaphore(max(1, spec.parallel))
@@ -320,22 +321,34 @@ class Worker:
         if ep.scheme != "mqtt":
             return Conn(await open_transport(ep, self.spec.ssl_context), client_id)
         if self.addr is None:
-            infos = await trio.socket.getaddrinfo(ep.host, ep.port, type=socket.SOCK_STREAM)
-            family, _, _, _, self.addr = infos[0]
-            self.family = family
-        raw = socket.socket(self.family, socket.SOCK_STREAM)
+            async with self.resolving:  # once per worker: the first address that answers is kept for all
+                if self.addr is None:
+                    infos = await trio.socket.getaddrinfo(ep.host, ep.port, type=socket.SOCK_STREAM)
+                    for i, (family, _, _, _, addr) in enumerate(infos):
+                        try:
+                            raw = await self._connect_raw(family, addr, number)
+                        except OSError:
+                            if i == len(infos) - 1:
+                                raise
+                            continue
+                        self.family, self.addr = family, addr
+                        return Conn(None, client_id, raw)
+        return Conn(None, client_id, await self._connect_raw(self.family, self.addr, number))
+
+    async def _connect_raw(self, family: int, addr: Any, number: int) -> socket.socket:
+        raw = socket.socket(family, socket.SOCK_STREAM)
         try:
             raw.setblocking(False)
             raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self.sources:
+            if self.sources and family == socket.AF_INET:
                 with contextlib.suppress(OSError):
                     raw.setsockopt(socket.IPPROTO_IP, _IP_BIND_ADDRESS_NO_PORT, 1)
                 raw.bind((self.sources[number % len(self.sources)], 0))
-            await trio.socket.from_stdlib_socket(raw).connect(self.addr)
+            await trio.socket.from_stdlib_socket(raw).connect(addr)
         except BaseException:
             raw.close()
             raise
-        return Conn(None, client_id, raw)
+        return raw
 
     async def connect(self, number: int, client_id: str, delay: float) -> Conn | None:
         """A connected client, or None (counted as failed, by kind)."""
