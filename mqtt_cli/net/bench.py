@@ -260,6 +260,8 @@ class Worker:
         self.conns: list[Conn] = []
         self.start_ns: int | None = None
         self.go = trio.Event()
+        self.stop = trio.CancelScope()  # Ctrl-C, SIGTERM from the parent, or the parent gone
+        self.parent_gone = False
         self.total_sent: int | None = None  # all workers' publishers, once they are done
         self.sent_known = trio.Event()
         self.inflight = 0
@@ -277,7 +279,11 @@ class Worker:
     # --- plumbing --------------------------------------------------------------------------------------------
 
     def report(self, kind: str, payload: Any = None) -> None:
-        self.pipe.send((kind, payload))
+        try:
+            self.pipe.send((kind, payload))
+        except OSError:  # the parent is gone: stop
+            self.parent_gone = True
+            self.stop.cancel()
 
     def snapshot(self) -> Figures:
         f = self.fig
@@ -288,8 +294,12 @@ class Worker:
 
     async def listen_parent(self) -> None:
         while True:
-            msg = await trio.to_thread.run_sync(self.pipe.recv, abandon_on_cancel=True)
-            kind, value = msg
+            try:
+                kind, value = await trio.to_thread.run_sync(self.pipe.recv, abandon_on_cancel=True)
+            except (EOFError, OSError):  # the parent is gone (killed): stop, nobody reads the figures
+                self.parent_gone = True
+                self.stop.cancel()
+                return
             if kind == "go":
                 self.start_ns = value
                 self.go.set()
@@ -599,7 +609,7 @@ class Worker:
         return [k for k in range(n) if w - 1 - k % w == self.index]
 
     async def main(self) -> None:
-        stop = trio.CancelScope()
+        stop = self.stop
         async with trio.open_nursery() as outer:
             outer.start_soon(self.listen_parent)
             outer.start_soon(self.ticker)
@@ -607,7 +617,8 @@ class Worker:
             outer.start_soon(self._signals, stop)
             with stop:
                 await self._run()
-            self.report("final", self.snapshot())
+            if not self.parent_gone:
+                self.report("final", self.snapshot())
             with trio.move_on_after(2):
                 await self._goodbye()
             outer.cancel_scope.cancel()
@@ -732,7 +743,11 @@ def _after_props(body: bytes, p: int) -> bytes:
 # --- processes ----------------------------------------------------------------------------------------------
 
 
-def _worker_main(spec: Spec, index: int, pipe: multiprocessing.connection.Connection) -> None:
+def _worker_main(spec: Spec, index: int, pipe: multiprocessing.connection.Connection, inherited: list[Any]) -> None:
+    # The parent's ends of the pipes (this worker's and earlier ones'), copied by fork: closed, so that a pipe
+    # whose parent is gone reads as closed instead of blocking the writer for ever.
+    for end in inherited:
+        end.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # trio's receiver takes over inside the run
     try:
         trio.run(Worker(spec, index, pipe).main)
@@ -759,7 +774,10 @@ def run(spec: Spec, on_tick: Callable[[Tick], None]) -> Outcome:
     pipes, procs = [], []
     for i in range(spec.workers):
         parent_end, child_end = ctx.Pipe()
-        proc = ctx.Process(target=_worker_main, args=(spec, i, child_end), daemon=True, name=f"bench-worker-{i}")
+        inherited = [*pipes, parent_end]
+        proc = ctx.Process(
+            target=_worker_main, args=(spec, i, child_end, inherited), daemon=True, name=f"bench-worker-{i}"
+        )
         proc.start()
         child_end.close()
         pipes.append(parent_end)

@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -254,3 +255,31 @@ def test_untrusted_tls_counted(tmp_path: Path) -> None:
     finally:
         broker.stop()
     assert code == 3 and (f["failed"], f["errors"]) == (3, {"tls": 3}), text
+
+
+def test_workers_end_when_the_parent_is_killed(mosq: Broker) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqtt_cli", "bench", "pubsub", "-c", "2", "-I", "5", "-q", "1", "--workers", "2",
+         "-p", str(mosq.port), "-h", mosq.host],
+        cwd=REPO_ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        _wait_running(proc, 3)
+        children = [int(c) for t in Path(f"/proc/{proc.pid}/task").iterdir()
+                    for c in (t / "children").read_text().split()]  # fmt: skip
+        assert len(children) == 2
+        proc.kill()
+        proc.wait(timeout=5)
+        deadline = time.monotonic() + 10
+        while any(Path(f"/proc/{c}").exists() and "Z" not in _state(c) for c in children):
+            assert time.monotonic() < deadline, "a worker outlived its parent"
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+
+
+def _state(pid: int) -> str:
+    try:
+        return next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State"))
+    except (FileNotFoundError, StopIteration):
+        return "Z"
