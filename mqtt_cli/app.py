@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, dict[str, Any]]] = {
     "bridge": ("bridge:bridge", {"context_settings": _CLIENT}),
     "dump": ("dump:dump", {"no_args_is_help": True}),
     "analyze": ("analyze:app", {}),  # a typer app of its own: analyze ingest/report/record (pyspark, lazily)
+    "bench": ("bench:bench", {"context_settings": _CLIENT}),
     "config": ("config:app", {}),  # a typer app of its own: config set/show/list
     "completions": ("completions:completions", {"no_args_is_help": True}),
 }

@@ -15,6 +15,7 @@ EXIT_BROKER_REFUSED = 5  # clients, bridge: CONNACK with a failure code
 EXIT_SUBSCRIBE_REFUSED = 6  # sub, rr: SUBACK with a failure code
 EXIT_PUBLISH_FAILED = 7  # pub, rr: a message refused or not acknowledged
 EXIT_CONNECTION_LOST = 8  # clients: the connection ended before the work was done
+EXIT_EXPECT_NOT_MET = 9  # bench: an --expect condition failed
 EXIT_TIMEOUT = 27  # sub -W, rr -W: as mosquitto_sub
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C): 128 + 2
 EXIT_TERMINATED = 143  # SIGTERM: 128 + 15, as a shell reports a command killed by it

@@ -47,7 +47,8 @@ def test_help_lists_the_commands_that_exist(run: Run, mqtt_cmd: list[str]) -> No
     assert "completions" in listed
     assert sorted(listed) == sorted(registered_commands())
     # in the order a user needs them, completions last
-    assert listed[:7] == ["serve", "pub", "sub", "rr", "bridge", "dump", "analyze"] and listed[-1] == "completions"
+    assert listed[:8] == ["serve", "pub", "sub", "rr", "bridge", "dump", "analyze", "bench"]
+    assert listed[-1] == "completions"
 
 
 def test_help_has_no_placeholders(run: Run, mqtt_exe: Path) -> None:
@@ -283,11 +284,31 @@ def test_a_short_option_means_the_same_in_every_command() -> None:
         for sub in getattr(command, "commands", {}).values():
             walk(sub)
 
-    walk(typer.main.get_command(app))
+    group = typer.main.get_command(app)
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        if name != "bench":  # emqtt-bench's letters, on purpose: below
+            walk(command)
     mixed = {s: longs for s, longs in meanings.items() if len(longs) > 1 and longs != SHORT_EXCEPTIONS.get(s)}
     assert not mixed, mixed
     assert meanings["-t"] == {"--topic"} and meanings["-q"] == {"--qos"}
     assert meanings["-c"] == {"--disable-clean-session"} and meanings["-s"] == {"--stdin-file"}
+
+
+# `mqtt bench` takes emqtt-bench's letters, which its users know (#22): -c clients, -i/-I intervals, -s size, -L
+# the message limit, -n the first client number, -C a clean session. Its other letters mean what they do in pub/sub.
+BENCH_LETTERS = {"-c": "--count", "-i": "--interval", "-I": "--interval-of-msg", "-s": "--size", "-L": "--limit",
+                 "-n": "--startnumber", "-C": "--clean", "-t": "--topic", "-q": "--qos", "-r": "--retain",
+                 "-V": "--protocol-version", "-k": "--keepalive", "-h": "--host", "-p": "--port",
+                 "-u": "--username", "-P": "--password"}  # fmt: skip
+
+
+def test_bench_takes_emqtt_bench_letters() -> None:
+    import click
+
+    group = typer.main.get_command(app)
+    bench = group.get_command(click.Context(group), "bench")  # type: ignore[attr-defined]
+    letters = {o: next(x for x in p.opts if x.startswith("--")) for p in bench.params for o in p.opts if len(o) == 2}
+    assert letters == BENCH_LETTERS
 
 
 def test_the_connection_options_and_the_exit_codes_are_defined_once() -> None:

@@ -1,0 +1,862 @@
+"""The load engine of `mqtt bench`: worker processes, each a trio loop driving its share of the clients.
+
+Speed decides the shape: control packets (CONNECT, SUBSCRIBE, DISCONNECT) are encoded by the core codec, but
+the hot paths write pre-framed PUBLISH packets and scan what the broker sends with a minimal frame splitter
+(no packet objects per message). Payload layout, histograms and counting: mqtt_cli/core/benchstats.py.
+
+Processes: `run()` (in the command's process, no trio) forks `workers` processes. Client k (publishers,
+subscribers, or plain connections) belongs to worker k % workers. Workers report `ready` once every client of
+theirs has connected (or failed); the parent answers `go` with the start time, so that publishing starts
+when every subscriber, in every worker, is subscribed. Workers send their figures every second (`tick`) and at
+the end (`final`); the parent merges them exactly (benchstats.Figures.merge).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing
+import multiprocessing.connection
+import os
+import resource
+import signal
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import trio
+
+from ..core.benchstats import HEADER, HEADER_SIZE, PAD_BYTE, ErrorKind, Figures, Tracker, expand_topic
+from ..core.codec import encode
+from ..core.packets import Connect, Disconnect, Subscribe, Subscription
+from .errors import ClientError, TLSFailed
+from .transports import Endpoint, open_transport
+
+_PINGREQ = b"\xc0\x00"
+_IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
+_PER_SOURCE = 20000  # connections per 127.0.0.x source address (the ephemeral port range holds ~28,000)
+
+
+class Mode(Enum):
+    CONN = "conn"
+    PUB = "pub"
+    SUB = "sub"
+    PUBSUB = "pubsub"
+
+
+@dataclass
+class Spec:
+    """One bench run, as the command resolved it. Handed to forked workers as it is (never pickled)."""
+
+    mode: Mode
+    endpoint: Endpoint
+    ssl_context: ssl.SSLContext | None = None
+    version: int = 4
+    keepalive: int = 60
+    clean: bool = True
+    username: str | None = None
+    password: bytes | None = None
+    id_prefix: str = "bench"
+    clients: int = 1  # -c: publishers (pub, pubsub), subscribers (sub), connections (conn)
+    subs: int = 1  # --subs (pubsub)
+    start_number: int = 1  # -n
+    connect_interval: float = 0.0  # -i, seconds
+    msg_interval: float = 1.0  # -I, seconds (0: as fast as the window allows)
+    limit: int = 0  # -L: total messages, 0 = no limit
+    duration: float = 0.0  # seconds of publishing (conn, sub: of holding); 0 = until the limit or Ctrl-C
+    topic: str = "bench/%i"
+    sub_filter: str = "bench/+"
+    size: int = 256
+    qos: int = 0
+    sub_qos: int = 0
+    retain: bool = False
+    inflight: int = 100  # unacknowledged QoS 1/2 messages per publisher
+    workers: int = 1
+    parallel: int = 64  # TCP+CONNECT handshakes in flight per worker
+    connect_timeout: float = 10.0
+    drain: float = 2.0  # seconds without a delivery before giving up on the missing ones
+    source_addresses: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Tick:
+    figures: Figures
+    start_ns: int | None
+    now_ns: int
+    inflight: int
+
+
+@dataclass
+class Outcome:
+    figures: Figures
+    start_ns: int | None
+    interrupted: bool
+    fd_note: str
+
+
+# --- resources ----------------------------------------------------------------------------------------------
+
+
+def raise_fd_limit(wanted: int) -> str:
+    """Raises RLIMIT_NOFILE towards `wanted` (as far as the hard limit allows); says what happened."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= wanted:
+        return ""
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    if soft < wanted:
+        return f"file descriptor limit {soft} (hard limit {hard}) is below the {wanted} needed: use more --workers"
+    return f"file descriptor limit raised to {soft}"
+
+
+def source_addresses(spec: Spec, total: int) -> list[str]:
+    """--ifaddr, else 127.0.0.x addresses when the broker is on loopback and one address' ports would not do."""
+    if spec.source_addresses:
+        return spec.source_addresses
+    host = spec.endpoint.host
+    if spec.endpoint.scheme not in ("mqtt", "mqtts") or not host.startswith("127.") or total <= _PER_SOURCE:
+        return []
+    return [f"127.0.0.{1 + i}" for i in range(math.ceil(total / _PER_SOURCE))]
+
+
+# --- one connection -----------------------------------------------------------------------------------------
+
+
+class WorkerFailed(Exception):
+    """A worker process ended on an unexpected error (the message says which, and where)."""
+
+
+class Closed(Exception):
+    """The broker closed the connection, or sent what we cannot read."""
+
+
+class Conn:
+    """One client's connection. Plain TCP goes straight to the (non-blocking) socket: a write that the kernel
+    takes at once, and a read with data waiting, cost no trip through trio's scheduler, and a read is
+    timestamped as soon as recv() returns (a bench that adds its own delay measures itself). TLS and WebSocket
+    go through their trio stream."""
+
+    __slots__ = ("buf", "client_id", "last_sent", "lock", "raw", "stream")
+
+    def __init__(self, stream: trio.abc.Stream | None, client_id: str, raw: socket.socket | None = None) -> None:
+        self.stream = stream
+        self.raw = raw
+        self.lock = trio.Lock()  # held while a write waits for room: later writes queue behind it
+        self.last_sent = time.monotonic()
+        self.buf = b""
+        self.client_id = client_id
+
+    async def send(self, data: bytes) -> None:
+        raw = self.raw
+        if raw is None or self.lock.locked():
+            async with self.lock:
+                await self._send_rest(memoryview(data))
+        else:
+            try:
+                n = raw.send(data)
+            except BlockingIOError:
+                n = 0
+            except OSError as err:
+                raise trio.BrokenResourceError(str(err)) from err
+            if n < len(data):
+                async with self.lock:
+                    await self._send_rest(memoryview(data)[n:])
+        self.last_sent = time.monotonic()
+
+    async def _send_rest(self, view: memoryview) -> None:
+        raw = self.raw
+        if raw is None:
+            assert self.stream is not None
+            await self.stream.send_all(view)
+            return
+        while view:
+            await trio.lowlevel.wait_writable(raw)
+            try:
+                n = raw.send(view)
+            except BlockingIOError:
+                continue
+            except OSError as err:
+                raise trio.BrokenResourceError(str(err)) from err
+            view = view[n:]
+
+    async def receive(self) -> tuple[bytes, int]:
+        """The next bytes, and the time (ns) they were read."""
+        raw = self.raw
+        if raw is None:
+            assert self.stream is not None
+            data = await self.stream.receive_some(65536)
+            return data, time.monotonic_ns()
+        waited = False
+        while True:
+            try:
+                data = raw.recv(262144)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(raw)
+                waited = True
+                continue
+            except OSError as err:
+                raise trio.BrokenResourceError(str(err)) from err
+            now = time.monotonic_ns()
+            if not waited:
+                await trio.lowlevel.checkpoint()  # data was waiting: let the other clients run too
+            return data, now
+
+    async def read_frames(self) -> tuple[list[tuple[int, bytes]], int]:
+        """The complete packets of the next read (first byte, body) and the time (ns) the read returned."""
+        data, now = await self.receive()
+        if not data:
+            raise Closed("closed by the broker")
+        buf = self.buf + data if self.buf else data
+        out, pos = split_frames(buf)
+        self.buf = buf[pos:]
+        return out, now
+
+    async def aclose(self) -> None:
+        if self.raw is not None:
+            trio.lowlevel.notify_closing(self.raw)
+            self.raw.close()
+        elif self.stream is not None:
+            await trio.aclose_forcefully(self.stream)
+
+
+def split_frames(buf: bytes) -> tuple[list[tuple[int, bytes]], int]:
+    out = []
+    pos, n = 0, len(buf)
+    while n - pos >= 2:
+        i, mult, length = pos + 1, 1, 0
+        while True:
+            if i >= n:
+                return out, pos
+            b = buf[i]
+            length += (b & 127) * mult
+            i += 1
+            if b < 128:
+                break
+            mult <<= 7
+            if mult > 1 << 21:
+                raise Closed("bad remaining length")
+        if i + length > n:
+            break
+        out.append((buf[pos], buf[i : i + length]))
+        pos = i + length
+    return out, pos
+
+
+class Worker:
+    """One process's share of the run."""
+
+    def __init__(self, spec: Spec, index: int, pipe: multiprocessing.connection.Connection) -> None:
+        self.spec = spec
+        self.index = index
+        self.pipe = pipe
+        self.fig = Figures()
+        self.trackers: list[Tracker] = []
+        self.conns: list[Conn] = []
+        self.start_ns: int | None = None
+        self.go = trio.Event()
+        self.stop = trio.CancelScope()  # Ctrl-C, SIGTERM from the parent, or the parent gone
+        self.parent_gone = False
+        self.total_sent: int | None = None  # all workers' publishers, once they are done
+        self.sent_known = trio.Event()
+        self.inflight = 0
+        self.publishing = 0  # publisher tasks still running
+        self.publishers_done = trio.Event()
+        self.family = socket.AF_INET
+        self.resolving = trio.Lock()
+        self.addr: tuple[Any, ...] | None = None
+        self.sources = source_addresses(spec, spec.clients + (spec.subs if spec.mode is Mode.PUBSUB else 0))
+        self.handshakes = trio.Semaphore(max(1, spec.parallel))
+        self.last_delivery = time.monotonic()
+        head_qos = spec.qos << 1 | int(spec.retain)
+        self.publish_first = 0x30 | head_qos
+
+    # --- plumbing --------------------------------------------------------------------------------------------
+
+    def report(self, kind: str, payload: Any = None) -> None:
+        try:
+            self.pipe.send((kind, payload))
+        except OSError:  # the parent is gone: stop
+            self.parent_gone = True
+            self.stop.cancel()
+
+    def snapshot(self) -> Figures:
+        f = self.fig
+        f.distinct = sum(t.distinct for t in self.trackers)
+        f.dups = sum(t.dups for t in self.trackers)
+        f.reordered = sum(t.reordered for t in self.trackers)
+        return f
+
+    async def listen_parent(self) -> None:
+        while True:
+            try:
+                kind, value = await trio.to_thread.run_sync(self.pipe.recv, abandon_on_cancel=True)
+            except (EOFError, OSError):  # the parent is gone (killed): stop, nobody reads the figures
+                self.parent_gone = True
+                self.stop.cancel()
+                return
+            if kind == "go":
+                self.start_ns = value
+                self.go.set()
+            elif kind == "sent":
+                self.total_sent = value
+                self.sent_known.set()
+
+    async def ticker(self) -> None:
+        while True:
+            await trio.sleep(1.0)
+            self.report("tick", Tick(self.snapshot(), self.start_ns, time.monotonic_ns(), self.inflight))
+
+    async def pinger(self) -> None:
+        ka = self.spec.keepalive
+        if not ka:
+            return
+        while True:
+            await trio.sleep(max(0.5, ka / 4))
+            due = time.monotonic() - ka / 2
+            for conn in list(self.conns):
+                if conn.last_sent < due:
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                        await conn.send(_PINGREQ)
+
+    # --- connecting -------------------------------------------------------------------------------------------
+
+    async def _open(self, number: int, client_id: str) -> Conn:
+        ep = self.spec.endpoint
+        if ep.scheme != "mqtt":
+            return Conn(await open_transport(ep, self.spec.ssl_context), client_id)
+        if self.addr is None:
+            async with self.resolving:  # once per worker: the first address that answers is kept for all
+                if self.addr is None:
+                    infos = await trio.socket.getaddrinfo(ep.host, ep.port, type=socket.SOCK_STREAM)
+                    for i, (family, _, _, _, addr) in enumerate(infos):
+                        try:
+                            raw = await self._connect_raw(family, addr, number)
+                        except OSError:
+                            if i == len(infos) - 1:
+                                raise
+                            continue
+                        self.family, self.addr = family, addr
+                        return Conn(None, client_id, raw)
+        return Conn(None, client_id, await self._connect_raw(self.family, self.addr, number))
+
+    async def _connect_raw(self, family: int, addr: Any, number: int) -> socket.socket:
+        raw = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            raw.setblocking(False)
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.sources and family == socket.AF_INET:
+                with contextlib.suppress(OSError):
+                    raw.setsockopt(socket.IPPROTO_IP, _IP_BIND_ADDRESS_NO_PORT, 1)
+                raw.bind((self.sources[number % len(self.sources)], 0))
+            await trio.socket.from_stdlib_socket(raw).connect(addr)
+        except BaseException:
+            raw.close()
+            raise
+        return raw
+
+    async def connect(self, number: int, client_id: str, delay: float) -> Conn | None:
+        """A connected client, or None (counted as failed, by kind)."""
+        spec = self.spec
+        if delay:
+            await trio.sleep(delay)
+        self.fig.clients += 1
+        now = time.monotonic_ns()
+        if self.fig.first_connect_ns is None or now < self.fig.first_connect_ns:
+            self.fig.first_connect_ns = now
+        kind = ErrorKind.TIMEOUT
+        conn: Conn | None = None
+        async with self.handshakes:
+            try:
+                with trio.fail_after(spec.connect_timeout):
+                    kind = ErrorKind.UNREACHABLE
+                    conn = await self._open(number, client_id)
+                    kind = ErrorKind.TLS if spec.endpoint.tls else ErrorKind.PROTOCOL
+                    packet = Connect(client_id, spec.clean, spec.keepalive, spec.username, spec.password,
+                                     protocol_version=spec.version)  # fmt: skip
+                    await conn.send(encode(packet, spec.version))
+                    kind = ErrorKind.TIMEOUT
+                    frames: list[tuple[int, bytes]] = []
+                    while not frames:
+                        frames, _ = await conn.read_frames()
+                    first, body = frames[0]
+                    if first >> 4 != 2 or len(body) < 2:
+                        kind = ErrorKind.PROTOCOL
+                        raise Closed("not a CONNACK")
+                    if body[1]:
+                        kind = ErrorKind.REFUSED
+                        raise Closed(f"refused: {body[1]:#x}")
+            except (OSError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, Closed,
+                    ssl.SSLError, ClientError) as err:  # fmt: skip
+                if isinstance(err, trio.TooSlowError):
+                    kind = ErrorKind.TIMEOUT
+                elif isinstance(err, TLSFailed):
+                    kind = ErrorKind.TLS
+                elif isinstance(err, ClientError):
+                    kind = ErrorKind.UNREACHABLE
+                elif kind is ErrorKind.TIMEOUT:  # closed or reset in answer to CONNECT
+                    kind = ErrorKind.REFUSED
+                self.fig.failed += 1
+                self.fig.error(kind)
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.aclose()
+                return None
+        self.fig.connected += 1
+        now = time.monotonic_ns()
+        if self.fig.last_connack_ns is None or now > self.fig.last_connack_ns:
+            self.fig.last_connack_ns = now
+        self.conns.append(conn)
+        return conn
+
+    def _lost(self, conn: Conn) -> None:
+        if conn in self.conns:
+            self.conns.remove(conn)
+            self.fig.error(ErrorKind.DROPPED)
+
+    # --- subscribers ------------------------------------------------------------------------------------------
+
+    async def subscribe(self, conn: Conn) -> Tracker | None:
+        """SUBSCRIBE, and the SUBACK; None (counted) when refused or dropped."""
+        spec = self.spec
+        packet = Subscribe(1, (Subscription(spec.sub_filter, spec.sub_qos),))
+        try:
+            await conn.send(encode(packet, spec.version))
+            while True:
+                frames, _ = await conn.read_frames()
+                suback = [body for first, body in frames if first >> 4 == 9]
+                if suback:
+                    codes = suback[0][2:] if spec.version != 5 else _after_props(suback[0], 2)
+                    if not codes or codes[0] >= 0x80:
+                        self.fig.error(ErrorKind.SUBSCRIBE_REFUSED)
+                        return None
+                    break
+        except (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self._lost(conn)
+            return None
+        self.fig.subscribers += 1
+        tracker = Tracker()
+        self.trackers.append(tracker)
+        return tracker
+
+    async def receive(self, conn: Conn, tracker: Tracker) -> None:
+        try:
+            await self._receive(conn, tracker)
+        except (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self._lost(conn)
+
+    async def _receive(self, conn: Conn, tracker: Tracker) -> None:
+        fig = self.fig
+        hist = fig.latency
+        v5 = self.spec.version == 5
+        unpack = HEADER.unpack_from
+        see = tracker.see
+        record = hist.record
+        while True:
+            frames, now = await conn.read_frames()
+            acks = []
+            n = 0
+            for first, body in frames:
+                ptype = first >> 4
+                if ptype == 3:
+                    n += 1
+                    p = 2 + (body[0] << 8 | body[1])
+                    qos = (first >> 1) & 3
+                    if qos:
+                        acks.append((b"\x40\x02" if qos == 1 else b"\x50\x02") + body[p : p + 2])
+                        p += 2
+                    if v5:
+                        p = _skip_props(body, p)
+                    if len(body) - p >= HEADER_SIZE:
+                        sent_ns, publisher, seq = unpack(body, p)
+                        record((now - sent_ns) // 1000)
+                        see(publisher, seq)
+                    else:
+                        fig.foreign += 1
+                elif ptype == 6:  # PUBREL -> PUBCOMP
+                    acks.append(b"\x70\x02" + body[:2])
+                elif ptype == 14:
+                    raise Closed("DISCONNECT from the broker")
+            if n:
+                fig.delivered += n
+                fig.last_delivery_ns = now
+                self.last_delivery = time.monotonic()
+            if acks:
+                await conn.send(b"".join(acks))
+
+    # --- publishers -------------------------------------------------------------------------------------------
+
+    async def publisher(self, conn: Conn, number: int, count: int) -> None:
+        spec = self.spec
+        topic = expand_topic(spec.topic, number, conn.client_id, spec.username).encode()
+        pad = PAD_BYTE * max(0, spec.size - HEADER_SIZE)
+        body_len = 2 + len(topic) + (2 if spec.qos else 0) + (1 if spec.version == 5 else 0) + HEADER_SIZE + len(pad)
+        head = bytes([self.publish_first]) + _varint(body_len) + len(topic).to_bytes(2, "big") + topic
+        props = b"\x00" if spec.version == 5 else b""
+        pack = HEADER.pack
+        state = _PubState(spec.inflight)
+        fig = self.fig
+        try:
+            async with trio.open_nursery() as nursery:
+                if spec.qos:
+                    nursery.start_soon(self._acks, conn, state)
+                await self.go.wait()
+                assert self.start_ns is not None
+                end = self.start_ns / 1e9 + spec.duration if spec.duration else math.inf
+                seq = 0
+                pid = 0
+                interval = spec.msg_interval
+                next_at = _trio_at(self.start_ns / 1e9)
+                qos = spec.qos
+                while (not count or seq < count) and time.monotonic() < end:
+                    if interval:
+                        await trio.sleep_until(next_at)
+                        due = int((trio.current_time() - next_at) / interval) + 1  # late: those due, at once
+                        next_at += due * interval
+                    else:
+                        due = 64
+                    if count:
+                        due = min(due, count - seq)
+                    if qos:
+                        while state.inflight >= state.window:
+                            state.wake = trio.Event()
+                            await state.wake.wait()
+                        due = min(due, state.window - state.inflight)
+                    now = time.monotonic_ns()
+                    frames = []
+                    for _ in range(due):
+                        if qos:
+                            pid = pid % 65535 + 1
+                            frames.append(head + pid.to_bytes(2, "big") + props + pack(now, number, seq) + pad)
+                        else:
+                            frames.append(head + props + pack(now, number, seq) + pad)
+                        seq += 1
+                    state.inflight += due if qos else 0
+                    self.inflight += due if qos else 0
+                    await conn.send(b"".join(frames))
+                    if not interval:
+                        await trio.lowlevel.checkpoint()  # a write the kernel took at once did not yield
+                    fig.sent += due
+                    if not qos:
+                        fig.acked += due
+                if qos:
+                    while state.inflight:
+                        state.wake = trio.Event()
+                        with trio.move_on_after(max(spec.drain, 5.0)) as scope:
+                            await state.wake.wait()
+                        if scope.cancelled_caught:
+                            break
+                nursery.cancel_scope.cancel()
+        except* (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self._lost(conn)
+        finally:
+            self.publishing -= 1
+            if not self.publishing:
+                self.publishers_done.set()
+            self.inflight -= state.inflight
+            end_ns = state.last_ack_ns if qos and state.last_ack_ns else time.monotonic_ns()
+            if fig.pub_end_ns is None or end_ns > fig.pub_end_ns:
+                fig.pub_end_ns = end_ns
+
+    async def _acks(self, conn: Conn, state: _PubState) -> None:
+        fig = self.fig
+        while True:
+            frames, now = await conn.read_frames()
+            acked = 0
+            rel = []
+            for first, body in frames:
+                ptype = first >> 4
+                if ptype == 4 or ptype == 7:  # PUBACK, PUBCOMP
+                    acked += 1
+                elif ptype == 5:  # PUBREC -> PUBREL
+                    rel.append(b"\x62\x02" + body[:2])
+                elif ptype == 14:
+                    raise Closed("DISCONNECT from the broker")
+            if rel:
+                await conn.send(b"".join(rel))
+            if acked:
+                state.inflight -= acked
+                self.inflight -= acked
+                fig.acked += acked
+                state.last_ack_ns = now
+                state.wake.set()
+
+    # --- idle connections (conn mode, and publishers' keepalive) ---------------------------------------------
+
+    async def idle(self, conn: Conn) -> None:
+        try:
+            while True:
+                frames, _ = await conn.read_frames()
+                if any(first >> 4 == 14 for first, _ in frames):
+                    raise Closed("DISCONNECT from the broker")
+        except (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self._lost(conn)
+
+    # --- the run ----------------------------------------------------------------------------------------------
+
+    def _mine(self, n: int) -> range:
+        return range(self.index, n, self.spec.workers)
+
+    def _mine_subs(self, n: int) -> list[int]:
+        # Subscribers from the last worker down, publishers from the first up: one publisher and one subscriber
+        # on two workers get a process each.
+        w = self.spec.workers
+        return [k for k in range(n) if w - 1 - k % w == self.index]
+
+    async def main(self) -> None:
+        stop = self.stop
+        async with trio.open_nursery() as outer:
+            outer.start_soon(self.listen_parent)
+            outer.start_soon(self.ticker)
+            outer.start_soon(self.pinger)
+            outer.start_soon(self._signals, stop)
+            with stop:
+                await self._run()
+            if not self.parent_gone:
+                self.report("final", self.snapshot())
+            with trio.move_on_after(2):
+                await self._goodbye()
+            outer.cancel_scope.cancel()
+
+    async def _signals(self, stop: trio.CancelScope) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+            async for _ in received:
+                stop.cancel()
+
+    async def _goodbye(self) -> None:
+        data = encode(Disconnect(), self.spec.version)
+        for conn in self.conns:
+            with contextlib.suppress(Exception):
+                await conn.send(data)
+                await conn.aclose()
+
+    async def _run(self) -> None:
+        spec = self.spec
+        ramp = spec.connect_interval
+        conns: dict[int, Conn | None] = {}
+        async with trio.open_nursery() as work:
+            subs_n = spec.subs if spec.mode is Mode.PUBSUB else spec.clients if spec.mode is Mode.SUB else 0
+            pubs_n = spec.clients if spec.mode in (Mode.PUB, Mode.PUBSUB) else 0
+            # Subscribers first (so that none misses the first messages), then publishers / connections.
+            async with trio.open_nursery() as setup:
+                for k in self._mine_subs(subs_n):
+
+                    async def sub(k: int = k) -> None:
+                        conn = await self.connect(k, f"{spec.id_prefix}s{k + spec.start_number}", k * ramp)
+                        tracker = await self.subscribe(conn) if conn is not None else None
+                        if conn is not None and tracker is not None:
+                            work.start_soon(self.receive, conn, tracker)
+
+                    setup.start_soon(sub)
+            async with trio.open_nursery() as setup:
+                base = subs_n
+                n_conn = spec.clients if spec.mode is Mode.CONN else pubs_n
+                for k in self._mine(n_conn):
+                    number = spec.start_number + k
+
+                    async def one(k: int = k, number: int = number) -> None:
+                        conns[k] = await self.connect(base + k, f"{spec.id_prefix}{number}", (base + k) * ramp)
+
+                    setup.start_soon(one)
+            self.report("ready")
+            await self.go.wait()
+            for k, conn in conns.items():
+                if conn is None:
+                    continue
+                if spec.mode is Mode.CONN:
+                    work.start_soon(self.idle, conn)
+                else:
+                    count = spec.limit // pubs_n + (1 if k < spec.limit % pubs_n else 0) if spec.limit else 0
+                    if spec.limit and not count:
+                        work.start_soon(self.idle, conn)
+                        continue
+                    self.publishing += 1
+                    work.start_soon(self.publisher, conn, spec.start_number + k, count)
+            if spec.mode in (Mode.CONN, Mode.SUB):
+                if spec.duration:
+                    assert self.start_ns is not None
+                    await trio.sleep_until(_trio_at(self.start_ns / 1e9 + spec.duration))
+                    work.cancel_scope.cancel()
+                return  # until Ctrl-C otherwise
+            if self.publishing:
+                await self.publishers_done.wait()
+            self.report("pubdone", self.fig.sent)
+            if self.trackers:
+                await self.sent_known.wait()
+                await self._drain()
+            work.cancel_scope.cancel()
+
+    async def _drain(self) -> None:
+        assert self.total_sent is not None
+        want = self.total_sent * len(self.trackers)
+        while sum(t.distinct for t in self.trackers) < want:
+            if time.monotonic() - self.last_delivery > self.spec.drain:
+                return
+            await trio.sleep(0.01)
+
+
+class _PubState:
+    __slots__ = ("inflight", "last_ack_ns", "wake", "window")
+
+    def __init__(self, window: int) -> None:
+        self.inflight = 0
+        self.window = max(1, window)
+        self.wake = trio.Event()
+        self.last_ack_ns = 0
+
+
+def _trio_at(monotonic_s: float) -> float:
+    """trio's clock is time.perf_counter-based: a time.monotonic() deadline translated."""
+    return trio.current_time() + (monotonic_s - time.monotonic())
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 127
+        n >>= 7
+        out.append(b | 128 if n else b)
+        if not n:
+            return bytes(out)
+
+
+def _skip_props(body: bytes, p: int) -> int:
+    length, mult = 0, 1
+    while True:
+        b = body[p]
+        p += 1
+        length += (b & 127) * mult
+        if b < 128:
+            return p + length
+        mult <<= 7
+
+
+def _after_props(body: bytes, p: int) -> bytes:
+    return body[_skip_props(body, p) :]
+
+
+# --- processes ----------------------------------------------------------------------------------------------
+
+
+def _worker_main(spec: Spec, index: int, pipe: multiprocessing.connection.Connection, inherited: list[Any]) -> None:
+    # The parent's ends of the pipes (this worker's and earlier ones'), copied by fork: closed, so that a pipe
+    # whose parent is gone reads as closed instead of blocking the writer for ever.
+    for end in inherited:
+        end.close()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # trio's receiver takes over inside the run
+    try:
+        trio.run(Worker(spec, index, pipe).main)
+    except BaseException as err:  # the parent says it in one line; never a traceback from a worker
+        leaf: BaseException = err
+        while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
+            leaf = leaf.exceptions[0]
+        where = leaf.__traceback__
+        while where is not None and where.tb_next is not None:
+            where = where.tb_next
+        line = f" (line {where.tb_lineno} of {where.tb_frame.f_code.co_filename})" if where else ""
+        with contextlib.suppress(Exception):
+            pipe.send(("crash", f"worker {index}: {type(leaf).__name__}: {leaf}{line}"))
+    finally:
+        pipe.close()
+
+
+def run(spec: Spec, on_tick: Callable[[Tick], None]) -> Outcome:
+    """Runs the bench in `spec.workers` processes; `on_tick` gets the merged figures every second. Ctrl-C
+    (KeyboardInterrupt here) stops the workers, which send what they have: the outcome says `interrupted`."""
+    total = spec.clients + (spec.subs if spec.mode is Mode.PUBSUB else 0)
+    fd_note = raise_fd_limit(total // max(1, spec.workers) + 64)
+    ctx = multiprocessing.get_context("fork")
+    pipes, procs = [], []
+    for i in range(spec.workers):
+        parent_end, child_end = ctx.Pipe()
+        inherited = [*pipes, parent_end]
+        proc = ctx.Process(
+            target=_worker_main, args=(spec, i, child_end, inherited), daemon=True, name=f"bench-worker-{i}"
+        )
+        proc.start()
+        child_end.close()
+        pipes.append(parent_end)
+        procs.append(proc)
+    ticks: dict[int, Figures] = {}
+    finals: dict[int, Figures] = {}
+    ready: set[int] = set()
+    pubdone: dict[int, int] = {}
+    start_ns: int | None = None
+    interrupted = False
+    crash: str | None = None
+    stop_deadline: float | None = None
+    inflight: dict[int, int] = {}
+    last_tick = time.monotonic()
+    try:
+        while len(finals) < len(pipes):
+            try:
+                live = [p for i, p in enumerate(pipes) if i not in finals]
+                if stop_deadline is not None and time.monotonic() > stop_deadline:
+                    break
+                for p in multiprocessing.connection.wait(live, timeout=0.2):
+                    i = pipes.index(p)  # type: ignore[arg-type]
+                    try:
+                        kind, value = p.recv()  # type: ignore[union-attr]
+                    except (EOFError, OSError):
+                        finals.setdefault(i, ticks.get(i, Figures()))
+                        continue
+                    if kind == "ready":
+                        ready.add(i)
+                        if len(ready) == len(pipes):
+                            start_ns = time.monotonic_ns()
+                            for q in pipes:
+                                _tell(q, ("go", start_ns))
+                    elif kind == "tick":
+                        ticks[i] = value.figures
+                        inflight[i] = value.inflight
+                    elif kind == "pubdone":
+                        pubdone[i] = value
+                        if len(pubdone) == len(pipes):
+                            for j, q in enumerate(pipes):
+                                if j not in finals:
+                                    _tell(q, ("sent", sum(pubdone.values())))
+                    elif kind == "final":
+                        finals[i] = value
+                    elif kind == "crash":
+                        crash = value
+                        finals.setdefault(i, ticks.get(i, Figures()))
+                if time.monotonic() - last_tick >= 1.0 and ticks:
+                    last_tick = time.monotonic()
+                    parts = [finals.get(i) or ticks.get(i) or Figures() for i in range(len(pipes))]
+                    on_tick(Tick(_merge(parts), start_ns, time.monotonic_ns(), sum(inflight.values())))
+            except KeyboardInterrupt:
+                if not interrupted:
+                    interrupted = True
+                    stop_deadline = time.monotonic() + 10
+                    for proc in procs:
+                        with contextlib.suppress(OSError):
+                            if proc.pid:
+                                os.kill(proc.pid, signal.SIGTERM)
+    finally:
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    parts = [finals.get(i) or ticks.get(i) or Figures() for i in range(len(pipes))]
+    if crash and not interrupted:
+        raise WorkerFailed(crash)
+    return Outcome(_merge(parts), start_ns, interrupted, fd_note)
+
+
+def _tell(pipe: multiprocessing.connection.Connection, message: tuple[str, Any]) -> None:
+    """A message to a worker, which may have finished and closed its end already."""
+    with contextlib.suppress(OSError):
+        pipe.send(message)
+
+
+def _merge(parts: list[Figures]) -> Figures:
+    out = Figures()
+    for part in parts:
+        out.merge(part)
+    return out
