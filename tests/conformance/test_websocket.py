@@ -34,6 +34,8 @@ from tests.conformance.wire import (
     uid,
 )
 
+pytestmark = pytest.mark.interop
+
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 1.3
 
 
