@@ -212,6 +212,30 @@ def test_MQTT_3_3_5_1_overlapping_subscriptions_max_qos(broker: Broker, version:
         assert got.qos == 2
 
 
+@spec(v311=("3.3.5-2",))
+@pytest.mark.parametrize("qos", [1, 2])
+@VERSIONS
+def test_MQTT_3_3_5_2_publish_not_allowed_acknowledged_not_delivered(broker: Broker, version: int, qos: int) -> None:
+    """A PUBLISH the Client may not make (both brokers refuse clients' PUBLISHes to $SYS): 3.1.1 gets the positive
+    acknowledgement of its QoS, 5.0 its acknowledgement with 0x87 Not authorized; nothing is delivered or
+    retained. `mqtt serve` keeps the connection open; mosquitto 2.0.11 closes it after the acknowledgement."""
+    topic = f"$SYS/{uid('conformance')}"
+    with subscriber(broker, version, (topic, 2)) as sub, client(broker, uid(), version) as pub:
+        pub.send(publish(topic, b"forged", qos=qos, pid=5, retain=True, v5=version == 5))
+        got = pub.expect(T.PUBACK if qos == 1 else T.PUBREC)
+        assert got.pid == 5 and got.reason == (0x87 if version == 5 else 0), got
+        if broker.kind == "mosquitto":
+            pub.closed()  # mosquitto closes the connection after that acknowledgement: the statement's other way
+        else:
+            if qos == 2 and version == 4:
+                pub.send(ack(T.PUBREL, 5))
+                assert pub.expect(T.PUBCOMP).pid == 5
+            assert pub.open()
+        sub.quiet()
+    with subscriber(broker, version, (topic, 2)) as late:
+        late.quiet()  # no retained message was stored
+
+
 @spec(v311=("3.8.4-6",), v5=("3.8.4-8",))
 @pytest.mark.parametrize("sub_qos,pub_qos", [(0, 2), (1, 2), (2, 1), (1, 0)])
 @VERSIONS
