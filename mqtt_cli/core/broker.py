@@ -8,6 +8,7 @@ that are bounded, and what they drop is counted.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
@@ -161,6 +162,22 @@ class BrokerCore:
             self._close(conn, now, reason=None, detail="connection lost")
         self.connections.discard(conn)
         self.dirty.discard(conn)
+
+    def reconfigure(self, config: BrokerConfig, now: float) -> None:
+        """A reload's new limits. Queue limits and $SYS apply at once to every session; the keep alive, topic
+        alias maximum, in-flight window and packet size to connections made from now on (a connection's were
+        agreed in its CONNACK). `instance` and `version` stay as they were."""
+        config = dataclasses.replace(config, instance=self.config.instance, version=self.config.version)
+        if config.sys_interval != self.config.sys_interval:
+            self._next_sys = now + config.sys_interval if config.sys_interval else None
+            self.timers_changed = True
+        self.config = config
+        self.limits = QueueLimits(config.max_queued_messages, config.max_queued_bytes, config.queue_drop_oldest)
+
+    def disconnect(self, conn: ServerConnection, now: float, reason: int, detail: str) -> None:
+        """The server ends this connection (5.0: DISCONNECT `reason`); its will is published."""
+        if not conn.closed:
+            self._close(conn, now, reason=reason, detail=detail)
 
     def internal_error(self, conn: ServerConnection, now: float, detail: str) -> None:
         """Handling this connection's input failed unexpectedly: close it (5.0: 0x83), keep everything else."""

@@ -118,14 +118,34 @@ class _Conn:
         self.closing: trio.Event | None = None  # the reader waits on it for the writer's last bytes
 
 
+@dataclass(slots=True, eq=False)
+class _Listening:
+    """One configured listener while it is open: its sockets (two for "localhost"), and its accept loop."""
+
+    spec: Listener
+    sockets: list[trio.SocketListener]
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    conns: set[ServerConnection] = field(default_factory=set)
+
+    @property
+    def bound(self) -> list[Listener]:
+        return [Listener(self.spec.scheme, *s.socket.getsockname()[:2]) for s in self.sockets]
+
+
 class BrokerServer:
     def __init__(self, options: ServeOptions) -> None:
         self.options = options
         self.core = BrokerCore(options.broker, trio.current_time())
         self.active = 0
-        self.bound: list[Listener] = []
+        self._open: list[_Listening] = []
+        self._tls: ssl.SSLContext | None = None
         self._ticker_wake = trio.Event()
         self._nursery: trio.Nursery | None = None  # where writers run; set by run() (or a test)
+
+    @property
+    def bound(self) -> list[Listener]:
+        """The addresses listened on (a port 0 replaced by the one the system chose)."""
+        return [b for lst in self._open for b in lst.bound]
 
     # --- plumbing ------------------------------------------------------------------------------------------
 
@@ -204,7 +224,7 @@ class BrokerServer:
             if net.closing is not None:
                 net.closing.set()
 
-    async def _handle(self, stream: trio.abc.Stream) -> None:
+    async def _handle(self, stream: trio.abc.Stream, listening: _Listening | None = None) -> None:
         core = self.core
         opts = self.options
         if opts.max_connections and self.active >= opts.max_connections:
@@ -214,6 +234,8 @@ class BrokerServer:
         conn = core.open(_peer(stream), trio.current_time())
         net = _Conn(stream)
         conn.context = net
+        if listening is not None:
+            listening.conns.add(conn)
         try:
             while not conn.closed:
                 try:
@@ -231,12 +253,14 @@ class BrokerServer:
             core.internal_error(conn, trio.current_time(), f"{type(exc).__name__}: {exc}")
         finally:
             self.active -= 1
+            if listening is not None:
+                listening.conns.discard(conn)
             self._flush()  # a closing connection's last bytes (DISCONNECT, refusing CONNACK) get their writer
             core.connection_lost(conn, trio.current_time())
             self._flush()
             if net.writing:  # it sends what is left (a DISCONNECT, a refusing CONNACK), then closes
                 net.closing = trio.Event()
-                with trio.move_on_after(DRAIN_ON_SHUTDOWN):
+                with trio.CancelScope(shield=True), trio.move_on_after(DRAIN_ON_SHUTDOWN):
                     await net.closing.wait()
             conn.context = None
             with trio.CancelScope(shield=True), trio.move_on_after(1):
@@ -275,25 +299,9 @@ class BrokerServer:
     async def run(self, stop: trio.Event, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listens and serves until `stop` is set, then shuts down gracefully."""
         opts = self.options
-        ctx = None
         if any(lst.scheme == "mqtts" for lst in opts.listeners):
-            ctx = tls_context(opts)
-        listeners: list[trio.abc.Listener[Any]] = []
-        for spec in opts.listeners:
-            try:
-                tcp = await trio.open_tcp_listeners(spec.port, host=spec.host)
-            except OSError as exc:
-                for lst in listeners:
-                    await lst.aclose()
-                raise ServerError(f"cannot listen on {spec.url}: {exc.strerror or exc}") from None
-            for lst in tcp:
-                sockname = lst.socket.getsockname()
-                self.bound.append(Listener(spec.scheme, sockname[0], sockname[1]))
-                if spec.scheme == "mqtts":
-                    assert ctx is not None
-                    listeners.append(trio.SSLListener(lst, ctx, https_compatible=False))
-                else:
-                    listeners.append(lst)
+            self._tls = tls_context(opts)
+        self._open = await self._listen(opts.listeners)
         if opts.ready_file is not None:
             _write_ready_file(opts.ready_file, self.bound)
         if opts.on_listening is not None:
@@ -301,17 +309,96 @@ class BrokerServer:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._ticker)
-            for lst in listeners:
-                nursery.start_soon(trio.serve_listeners, self._handle_quietly, [lst])
+            for listening in self._open:
+                nursery.start_soon(self._accept, listening)
             task_status.started(self)
             await stop.wait()
             await self.shutdown()
             nursery.cancel_scope.cancel()
 
-    async def _handle_quietly(self, stream: trio.abc.Stream) -> None:
+    async def _listen(self, specs: list[Listener]) -> list[_Listening]:
+        """Opens the listeners of `specs`, all or none (ServerError naming the one that failed)."""
+        opened: list[_Listening] = []
+        for spec in specs:
+            try:
+                sockets = await trio.open_tcp_listeners(spec.port, host=spec.host)
+            except OSError as exc:
+                for listening in opened:
+                    for sock in listening.sockets:
+                        await sock.aclose()
+                raise ServerError(f"cannot listen on {spec.url}: {exc.strerror or exc}") from None
+            opened.append(_Listening(spec, sockets))
+        return opened
+
+    async def _accept(self, listening: _Listening) -> None:
+        """Accepts connections until the listener is closed (a reload that removed it, or shutdown)."""
+        nursery = self._nursery
+        assert nursery is not None
+
+        async def accept_from(sock: trio.SocketListener) -> None:
+            while True:
+                try:
+                    stream: trio.abc.Stream = await sock.accept()
+                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    return
+                except OSError:  # out of file descriptors or memory: as trio.serve_listeners, wait and retry
+                    await trio.sleep(0.1)
+                    continue
+                if listening.spec.scheme == "mqtts":
+                    assert self._tls is not None  # the context at accept time: a reload's new certificate applies
+                    stream = trio.SSLStream(stream, self._tls, server_side=True, https_compatible=False)
+                nursery.start_soon(self._handle_quietly, stream, listening)
+
+        with listening.scope:
+            async with trio.open_nursery() as accepting:
+                for sock in listening.sockets:
+                    accepting.start_soon(accept_from, sock)
+
+    async def _handle_quietly(self, stream: trio.abc.Stream, listening: _Listening | None = None) -> None:
         # A failed TLS handshake, or a peer gone mid-write: that connection only.
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            await self._handle(stream)
+            await self._handle(stream, listening)
+
+    async def reload(self, options: ServeOptions) -> list[str]:
+        """Applies a new configuration, or raises ServerError and changes nothing; returns what changed.
+
+        Listeners kept (same URL) keep their sockets and connections; new ones are opened first, so a port
+        that cannot be bound leaves everything as it was; removed ones stop accepting and their connections
+        are ended (5.0: DISCONNECT 0x8B, wills published). Certificates are read again: new TLS connections
+        use them. Limits: see BrokerCore.reconfigure.
+        """
+        tls = tls_context(options) if any(lst.scheme == "mqtts" for lst in options.listeners) else None
+        kept = [lst for lst in self._open if lst.spec in options.listeners]
+        old_specs = [lst.spec for lst in self._open]
+        added = await self._listen([spec for spec in options.listeners if spec not in old_specs])
+        changes = [f"listener {lst.spec.url} opened" for lst in added]
+        now = trio.current_time()
+        for listening in self._open:
+            if listening.spec in options.listeners:
+                continue
+            listening.scope.cancel()
+            for sock in listening.sockets:
+                await sock.aclose()
+            ended = list(listening.conns)
+            for conn in ended:
+                self.core.disconnect(conn, now, 0x8B, f"listener {listening.spec.url} removed")
+            changes.append(f"listener {listening.spec.url} closed ({len(ended)} connections ended)")
+        self._open = kept + added
+        self._tls = tls
+        if options.broker != self.options.broker:
+            changes.append("limits changed")
+        self.core.reconfigure(options.broker, now)
+        options.on_notice = options.on_notice or self.options.on_notice
+        options.on_listening = options.on_listening or self.options.on_listening
+        self.options = options
+        assert self._nursery is not None
+        for listening in added:
+            self._nursery.start_soon(self._accept, listening)
+        self._flush()
+        self._ticker_wake.set()
+        if options.ready_file is not None:
+            _write_ready_file(options.ready_file, self.bound)
+        return changes
 
     async def shutdown(self) -> None:
         """Publishes wills, sends 5.0 clients DISCONNECT 0x8B, and gives writers a moment to send it all."""
@@ -335,8 +422,11 @@ def _peer(stream: trio.abc.Stream) -> str:
 def _write_ready_file(path: Path, bound: list[Listener]) -> None:
     data = {"listeners": [{"url": b.url, "host": b.host, "port": b.port} for b in bound]}
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data) + "\n")
-    tmp.replace(path)  # atomic: a script polling for the file never reads half of it
+    try:
+        tmp.write_text(json.dumps(data) + "\n")
+        tmp.replace(path)  # atomic: a script polling for the file never reads half of it
+    except OSError as exc:
+        raise ServerError(f"cannot write the ready file {path}: {exc.strerror or exc}") from None
 
 
 async def serve(

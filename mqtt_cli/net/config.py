@@ -1,0 +1,202 @@
+"""The broker's configuration files: broker.toml and mosquitto.conf read into core.config records, the
+effective TOML written, files a start-up or reload needs checked, and the records mapped onto the server's.
+
+Everything here raises ConfigError (a usage error: exit 2) for what the files say, and FileProblem (exit 1)
+for files that cannot be read or written; both are one line.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import tomli_w
+
+from mqtt_cli.core.broker import BrokerConfig
+from mqtt_cli.core.config import (
+    BrokerSettings,
+    ConfigError,
+    ListenerSettings,
+    Scheme,
+    Translation,
+    check,
+    include_dirs,
+    load_config,
+    parse_listener_url,
+    to_table,
+    translate_mosquitto,
+)
+from mqtt_cli.net.server import Listener, ServeOptions, ServerError, tls_context
+
+__all__ = [
+    "ConfigSource",
+    "FileProblem",
+    "check_files",
+    "read_config",
+    "read_mosquitto",
+    "serve_options",
+    "toml_text",
+    "writable",
+]
+
+
+class FileProblem(Exception):
+    """A file named by the configuration cannot be read or written (one line; exit 1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSource:
+    """Where the configuration comes from, to read it again on SIGHUP."""
+
+    path: Path | None = None
+    mosquitto: bool = False
+    ignore_unsupported: bool = False
+
+    def read(self) -> Translation:
+        if self.path is None:
+            return Translation(BrokerSettings(), ())
+        if self.mosquitto:
+            return read_mosquitto(self.path)
+        return Translation(read_config(self.path), ())
+
+
+def read_config(path: Path) -> BrokerSettings:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise FileProblem(f"cannot read the configuration {path}: {exc.strerror or exc}") from None
+    try:
+        table = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return load_config(table, str(path))
+
+
+def read_mosquitto(path: Path) -> Translation:
+    """mosquitto.conf and the `*.conf` files of its include_dir lines (sorted by name, as mosquitto reads them)."""
+    main = _read_text(path)
+    included: dict[str, list[tuple[str, str]]] = {}
+    pending = include_dirs(main)
+    while pending:
+        directory = pending.pop()
+        if directory in included:
+            continue
+        try:
+            names = sorted(p for p in Path(directory).iterdir() if p.suffix == ".conf" and p.is_file())
+        except OSError as exc:
+            raise FileProblem(f"{path}: include_dir {directory}: {exc.strerror or exc}") from None
+        included[directory] = [(str(p), _read_text(p)) for p in names]
+        for _, text in included[directory]:
+            pending.extend(include_dirs(text))
+    try:
+        return translate_mosquitto(main, str(path), included)
+    except ValueError as exc:  # a value the records refuse (e.g. a listener address that is not one)
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise FileProblem(f"cannot read the configuration {path}: {exc.strerror or exc}") from None
+
+
+def toml_text(settings: BrokerSettings) -> str:
+    return tomli_w.dumps(to_table(settings))
+
+
+def writable(path: Path, what: str) -> None:
+    """FileProblem unless a file can be created at `path` (tried with a scratch file beside it)."""
+    probe = path.with_name(f".{path.name}.{os.getpid()}.probe")
+    try:
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise FileProblem(f"cannot write the {what} {path}: {exc.strerror or exc}") from None
+
+
+def check_files(settings: BrokerSettings) -> None:
+    """The TLS files of every listener load (FileProblem naming the listener otherwise); the log file can be
+    opened. Done before anything listens, and before a reload applies anything."""
+    for lst in settings.listener:
+        if parse_listener_url(lst.url).scheme.tls:
+            files = ServeOptions(
+                [], tls_cert=_path(lst.certfile), tls_key=_path(lst.keyfile), tls_cafile=_path(lst.cafile),
+                require_certificate=lst.require_certificate,
+            )  # fmt: skip
+            try:
+                tls_context(files)
+            except ServerError as exc:
+                raise FileProblem(f"{lst.url}: {exc}") from None
+    if settings.log.file is not None:
+        try:
+            with open(settings.log.file, "a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            raise FileProblem(f"cannot open the log file {settings.log.file}: {exc.strerror or exc}") from None
+
+
+def serve_options(settings: BrokerSettings, source: str, *, instance: str, version: str) -> ServeOptions:
+    """The server's records for `settings` (callbacks and the ready file are the caller's to set).
+
+    The one place where the configuration meets the network layer: what the server cannot do yet is refused
+    here, naming the key, rather than dropped.
+    """
+    settings = check(settings, source)
+    listeners: list[Listener] = []
+    tls = [lst for lst in settings.listener if parse_listener_url(lst.url).scheme.tls]
+    for i, lst in enumerate(settings.listener):
+        address = parse_listener_url(lst.url)
+        if address.scheme not in (Scheme.mqtt, Scheme.mqtts):
+            raise ConfigError(f"{source}: listener[{i}].url: {address.scheme}:// listeners are not available yet")
+        for key in ("max_connections", "protocol_versions", "allow_anonymous", "password_file", "acl_file",
+                    "use_identity_as_username", "use_subject_as_username"):  # fmt: skip
+            if getattr(lst, key) != getattr(ListenerSettings(lst.url), key):
+                raise ConfigError(f"{source}: listener[{i}].{key}: per-listener {key} is not available yet")
+        listeners.append(Listener(address.scheme.value, address.host, address.port))
+    if len({(t.certfile, t.keyfile, t.cafile, t.require_certificate) for t in tls}) > 1:
+        raise ConfigError(f"{source}: listener: TLS listeners with different certificates are not available yet")
+    auth = settings.auth
+    if auth.password_file is not None or auth.acl_file is not None or auth.allow_anonymous is False:
+        raise ConfigError(f"{source}: auth: password_file, acl_file and allow_anonymous = false are not available yet")
+    limits = settings.limits
+    first = tls[0] if tls else None
+    # Limits the core takes once it has them (added by other work in progress): passed on when BrokerConfig
+    # has the field, refused when set to anything but the default while it does not.
+    later = {}
+    for name in ("reason_strings", "max_topic_levels"):
+        value = getattr(limits, name)
+        if name in {f.name for f in fields(BrokerConfig)}:
+            later[name] = value
+        elif value != getattr(type(limits)(), name):
+            raise ConfigError(f"{source}: limits.{name}: not available yet")
+    return ServeOptions(
+        listeners=listeners,
+        broker=BrokerConfig(
+            max_keepalive=limits.max_keepalive,
+            max_topic_alias=limits.max_topic_alias,
+            max_inflight=limits.max_inflight,
+            max_queued_messages=limits.max_queued_messages,
+            max_queued_bytes=limits.max_queued_bytes,
+            queue_drop_oldest=limits.queue_drop_oldest,
+            max_packet_size=limits.max_packet_size,
+            retain_available=limits.retain_available,
+            sys_interval=settings.sys.interval,
+            instance=instance,
+            version=version,
+            **later,
+        ),
+        tls_cert=_path(first.certfile) if first else None,
+        tls_key=_path(first.keyfile) if first else None,
+        tls_cafile=_path(first.cafile) if first else None,
+        require_certificate=bool(first and first.require_certificate),
+        max_connections=limits.max_connections,
+    )
+
+
+def _path(name: str | None) -> Path | None:
+    return None if name is None else Path(name)
