@@ -507,6 +507,14 @@ _LOG_TYPES = {
     "error": LogLevel.error,
     "none": LogLevel.none,
 }
+#: Options whose one value we honour: it is what this broker does anyway (mosquitto's default, mostly).
+_OUR_BEHAVIOUR = {
+    "max_inflight_bytes": "0",
+    "max_qos": "2",
+    "memory_limit": "0",
+    "upgrade_outgoing_qos": "false",
+    "set_tcp_nodelay": "true",  # trio sets TCP_NODELAY on every connection
+}
 _BRIDGE_KEYS = frozenset(
     [
         "address",
@@ -616,6 +624,13 @@ class _Translator:
 
     def line(self, key: str, value: str) -> bool | str:
         """True when honoured, else why not."""
+        if not value:
+            return f"{key} needs a value"
+        if key in _OUR_BEHAVIOUR:
+            ours = _OUR_BEHAVIOUR[key]
+            return True if value == ours else f"only {key} {ours} (this broker's behaviour)"
+        if key == "user":
+            return "this broker does not change user: start it as that user (systemd: User=)"
         if key == "connection":
             self.in_bridge = True
             return "bridges are not supported yet (issue #19)"
