@@ -95,13 +95,19 @@ interval = 2.5
 @pytest.mark.parametrize(
     ("table", "expected"),
     [
-        ({"limits": {"max_keepalve": 3}}, "broker.toml: limits.max_keepalve: unknown key; did you mean 'max_keepalive'?"),
+        (
+            {"limits": {"max_keepalve": 3}},
+            "broker.toml: limits.max_keepalve: unknown key; did you mean 'max_keepalive'?",
+        ),
         ({"limits": {"max_keepalive": 70000}}, "limits.max_keepalive: must be an integer from 0 to 65535, not 70000"),
         ({"limits": {"max_keepalive": "60"}}, "limits.max_keepalive: must be an integer from 0 to 65535, not a string"),
         ({"limits": {"max_inflight": -1}}, "limits.max_inflight: must be an integer from 0 to 65535, not -1"),
         ({"limits": {"queue_drop_oldest": 1}}, "limits.queue_drop_oldest: must be true or false, not an integer (1)"),
-        ({"log": {"level": "warn"}}, "log.level: must be one of 'debug', 'info', 'warning', 'error', 'none', "
-                                     "not 'warn'; did you mean 'warning'?"),
+        (
+            {"log": {"level": "warn"}},
+            "log.level: must be one of 'debug', 'info', 'warning', 'error', 'none', "
+            "not 'warn'; did you mean 'warning'?",
+        ),
         ({"log": {"syslog_facility": "local9"}}, "log.syslog_facility: must be one of daemon, user, local0"),
         ({"log": "x"}, "broker.toml: log: must be a table, not a string ('x')"),
         ({"listener": {"url": "mqtt://x"}}, "listener: must be an array, not a table"),
@@ -110,8 +116,10 @@ interval = 2.5
         ({"listener": [{"url": "mqtt://x:99999"}]}, "listener[0].url: 'mqtt://x:99999': the port must be a number"),
         ({"listener": [{"port": 1883}]}, "listener[0].port: unknown key; known in [listener[0]]: url,"),
         ({"listener": [{}]}, "listener[0].url: missing"),
-        ({"listener": [{"url": "mqtt://x", "protocol_versions": ["3"]}]},
-         "listener[0].protocol_versions[0]: must be one of '3.1', '3.1.1', '5', not '3'"),
+        (
+            {"listener": [{"url": "mqtt://x", "protocol_versions": ["3"]}]},
+            "listener[0].protocol_versions[0]: must be one of '3.1', '3.1.1', '5', not '3'",
+        ),
         ({"lsitener": []}, "lsitener: unknown key; did you mean 'listener'? known at the top level: listener, limits"),
         ({"persistence": {"file": "x"}}, "broker.toml: [persistence] is not supported yet (issue #18)"),
         ({"bridge": [{}]}, "[bridge] is not supported yet (issue #19)"),
@@ -126,8 +134,10 @@ def test_bad_input_is_one_line_naming_the_key(table: dict[str, object], expected
     ("listener", "expected"),
     [
         ({"url": "mqtts://0.0.0.0:8883"}, "listener[0]: mqtts://0.0.0.0:8883 needs certfile and keyfile"),
-        ({"url": "mqtts://h", "certfile": "c", "keyfile": "k", "require_certificate": True},
-         "listener[0].require_certificate: needs cafile"),
+        (
+            {"url": "mqtts://h", "certfile": "c", "keyfile": "k", "require_certificate": True},
+            "listener[0].require_certificate: needs cafile",
+        ),
         ({"url": "mqtt://h", "mode": 0o660}, "listener[0].mode: only for unix:// listeners"),
         ({"url": "mqtt://h", "use_identity_as_username": True}, "need a TLS listener"),
     ],
@@ -212,7 +222,11 @@ def test_mosquitto_per_listener_settings() -> None:
     assert unsupported == []
     assert s.auth.per_listener_settings
     inside, outside = s.listener
-    assert (inside.url, inside.allow_anonymous, inside.acl_file) == ("mqtt://10.0.0.5:1883", True, "/etc/mosquitto/acl.internal")
+    assert (inside.url, inside.allow_anonymous, inside.acl_file) == (
+        "mqtt://10.0.0.5:1883",
+        True,
+        "/etc/mosquitto/acl.internal",
+    )
     assert outside.url == "mqtts://[::]:8883"
     assert (outside.allow_anonymous, outside.password_file, outside.acl_file) == (
         False, "/etc/mosquitto/passwd", "/etc/mosquitto/acl.external"
@@ -251,13 +265,18 @@ def test_mosquitto_bad_values_are_named() -> None:
         (3, "listener needs a value"),
         (4, "log_dest topic is not supported (file, syslog, stderr, none)"),
     ]
-    assert str(result.unsupported[0]) == "m.conf:1: 'max_keepalive soon': max_keepalive must be an integer >= 0, not 'soon'"
+    assert (
+        str(result.unsupported[0])
+        == "m.conf:1: 'max_keepalive soon': max_keepalive must be an integer >= 0, not 'soon'"
+    )
 
 
 def test_mosquitto_include_dir_is_read_where_it_stands() -> None:
     main = "listener 1883\ninclude_dir /etc/mosquitto/conf.d\nmax_keepalive 60\n"
     assert include_dirs(main) == ["/etc/mosquitto/conf.d"]
-    included = {"/etc/mosquitto/conf.d": [("a.conf", "allow_anonymous true\n"), ("b.conf", "max_keepalive 30\nbogus 1\n")]}
+    included = {
+        "/etc/mosquitto/conf.d": [("a.conf", "allow_anonymous true\n"), ("b.conf", "max_keepalive 30\nbogus 1\n")]
+    }
     result = translate_mosquitto(main, "mosquitto.conf", included)
     assert result.settings.auth.allow_anonymous is True
     assert result.settings.limits.max_keepalive == 60  # the main file's later line wins, as in mosquitto
