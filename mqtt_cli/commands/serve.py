@@ -12,8 +12,8 @@ from mqtt_cli.commands import fail
 
 EXIT_USAGE = 2
 FILES = "Configuration"
-LIMITS = "Limits (override the file's [limits])"
-LOG = "Logging (override the file's [log])"
+LIMITS = "Limits (over the file's limits section)"
+LOG = "Logging (over the file's log section)"
 
 
 class LogFormat(StrEnum):
@@ -196,7 +196,6 @@ def serve(
     def listening(bound: list[Listener]) -> None:
         print(f"mqtt serve: listening on {', '.join(b.url for b in bound)}", file=sys.stderr, flush=True)
 
-    log = None
     try:
         translation = source.read()
         for line in translation.unsupported:
@@ -210,10 +209,10 @@ def serve(
             raise unsupported_error(source, len(translation.unsupported))
         if ready_file is not None:
             writable(ready_file, "ready file")
-        settings = apply_flags(translation.settings)
-        log = BrokerLog(settings.log)
-        serving = Serving(source, apply_flags, log, os.urandom(4).hex(), version_text(), ready_file, listening)
-        _, options = serving.options()
+        serving = Serving(source, apply_flags, os.urandom(4).hex(), version_text(), ready_file, listening)
+        settings, options = serving.options(translation)
+        log = serving.log = BrokerLog(settings.log)  # opened once everything else is known to be good
+        options.on_notice = log.notice
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
     except (FileProblem, LogError) as exc:

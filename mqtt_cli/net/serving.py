@@ -14,7 +14,7 @@ from pathlib import Path
 
 import trio
 
-from mqtt_cli.core.config import BrokerSettings, ConfigError, LogLevel
+from mqtt_cli.core.config import BrokerSettings, ConfigError, LogLevel, Translation
 from mqtt_cli.net.config import ConfigSource, FileProblem, check_files, serve_options
 from mqtt_cli.net.log import BrokerLog, LogError
 from mqtt_cli.net.server import BrokerServer, Listener, ServeOptions, ServerError
@@ -35,15 +35,16 @@ class Serving:
 
     source: ConfigSource
     apply_flags: Callable[[BrokerSettings], BrokerSettings]
-    log: BrokerLog
     instance: str
     version: str
     ready_file: Path | None = None
     on_listening: Callable[[list[Listener]], None] | None = None
+    log: BrokerLog | None = None  # opened by the caller once the configuration is known to be good
 
-    def options(self) -> tuple[BrokerSettings, ServeOptions]:
-        """The configuration read, with the flags applied, checked (ConfigError, FileProblem)."""
-        translation = self.source.read()
+    def options(self, translation: Translation | None = None) -> tuple[BrokerSettings, ServeOptions]:
+        """The configuration (read now unless given), with the flags applied, checked (ConfigError, FileProblem)."""
+        if translation is None:
+            translation = self.source.read()
         if translation.unsupported and not self.source.ignore_unsupported:
             raise unsupported_error(self.source, len(translation.unsupported))
         settings = self.apply_flags(translation.settings)
@@ -51,8 +52,9 @@ class Serving:
                                 version=self.version)  # fmt: skip
         check_files(settings)
         options.ready_file = self.ready_file
-        options.on_notice = self.log.notice
         options.on_listening = self.on_listening
+        if self.log is not None:
+            options.on_notice = self.log.notice
         return settings, options
 
     async def run(self, options: ServeOptions) -> None:
@@ -80,6 +82,7 @@ class Serving:
 
     async def reload(self, server: BrokerServer) -> bool:
         """SIGHUP: read, check, apply; or log one line why not and change nothing."""
+        assert self.log is not None
         try:
             settings, options = self.options()
             changes = await server.reload(options)
@@ -95,6 +98,7 @@ class Serving:
         return True
 
     def reopen_log(self) -> None:
+        assert self.log is not None
         try:
             self.log.reopen()
         except LogError as exc:
