@@ -21,6 +21,8 @@ from mqtt_cli.net.server import BrokerServer, Listener, ServeOptions, ServerErro
 
 __all__ = ["Serving", "unsupported_error"]
 
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2)
+
 
 def unsupported_error(source: ConfigSource, count: int) -> ConfigError:
     return ConfigError(
@@ -63,8 +65,9 @@ class Serving:
         server = BrokerServer(options)
         async with trio.open_nursery() as nursery:
 
-            async def watch_signals() -> None:
-                with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2) as signals:
+            async def watch_signals(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                with trio.open_signal_receiver(*_SIGNALS) as signals:
+                    task_status.started()  # from here on, SIGHUP and SIGUSR2 no longer end the process
                     async for signum in signals:
                         if signum == signal.SIGHUP:
                             await self.reload(server)
@@ -76,7 +79,7 @@ class Serving:
                         else:
                             stop.set()
 
-            nursery.start_soon(watch_signals)
+            await nursery.start(watch_signals)  # before the ready file says we listen
             await server.run(stop)
             nursery.cancel_scope.cancel()
 
