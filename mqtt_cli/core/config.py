@@ -105,7 +105,7 @@ class ListenerSettings:
     """One `[[listener]]`: its URL and its own settings."""
 
     url: str = field(metadata=_key("mqtt://HOST:PORT, mqtts://, ws://HOST:PORT/PATH, wss://, unix:///PATH"))
-    protocol_versions: tuple[ProtocolVersion, ...] = field(
+    versions: tuple[ProtocolVersion, ...] = field(
         default=ALL_VERSIONS, metadata=_key("protocol versions accepted on this listener")
     )
     max_connections: int = field(default=0, metadata=_key("connections at once on this listener (0: no limit)", 0))

@@ -153,7 +153,7 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
         address = parse_listener_url(lst.url)
         if address.scheme not in (Scheme.mqtt, Scheme.mqtts):
             raise ConfigError(f"{source}: listener[{i}].url: {address.scheme}:// listeners are not available yet")
-        for key in ("max_connections", "protocol_versions", "allow_anonymous", "password_file", "acl_file",
+        for key in ("max_connections", "versions", "allow_anonymous", "password_file", "acl_file",
                     "use_identity_as_username", "use_subject_as_username"):  # fmt: skip
             if getattr(lst, key) != getattr(ListenerSettings(lst.url), key):
                 raise ConfigError(f"{source}: listener[{i}].{key}: per-listener {key} is not available yet")

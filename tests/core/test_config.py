@@ -52,7 +52,7 @@ def test_a_full_file() -> None:
     text = """
 [[listener]]
 url = "mqtt://0.0.0.0:1883"
-protocol_versions = ["3.1.1", "5"]
+versions = ["3.1.1", "5"]
 max_connections = 100
 
 [[listener]]
@@ -81,7 +81,7 @@ file = "/var/log/mqtt.log"
 interval = 2.5
 """
     s = check(load_config(tomllib.loads(text), "b.toml"), "b.toml")
-    assert s.listener[0].protocol_versions == (ProtocolVersion.v311, ProtocolVersion.v5)
+    assert s.listener[0].versions == (ProtocolVersion.v311, ProtocolVersion.v5)
     assert s.listener[0].max_connections == 100
     assert s.listener[1].scheme is Scheme.mqtts and s.listener[1].require_certificate
     assert s.limits == LimitsSettings(max_keepalive=300, max_queued_bytes=1048576, queue_drop_oldest=True)
@@ -117,8 +117,8 @@ interval = 2.5
         ({"listener": [{"port": 1883}]}, "listener[0].port: unknown key; known in [listener[0]]: url,"),
         ({"listener": [{}]}, "listener[0].url: missing"),
         (
-            {"listener": [{"url": "mqtt://x", "protocol_versions": ["3"]}]},
-            "listener[0].protocol_versions[0]: must be one of '3.1', '3.1.1', '5', not '3'",
+            {"listener": [{"url": "mqtt://x", "versions": ["3"]}]},
+            "listener[0].versions[0]: must be one of '3.1', '3.1.1', '5', not '3'",
         ),
         ({"lsitener": []}, "lsitener: unknown key; did you mean 'listener'? known at the top level: listener, limits"),
         ({"persistence": {"file": "x"}}, "broker.toml: [persistence] is not supported yet (issue #18)"),
