@@ -587,3 +587,25 @@ def test_reloads_under_traffic_lose_nothing(tmp_path: Path, started: list[Ours])
         publisher.disconnect()
         publisher.loop_stop()
         sub.close()
+
+
+def test_debian_default_mosquitto_conf(tmp_path: Path) -> None:
+    """Debian's /etc/mosquitto/mosquitto.conf (as the mosquitto package installs it, include_dir and all)."""
+    conf = Path("/etc/mosquitto/mosquitto.conf")
+    if not conf.exists():
+        pytest.fail("Debian's mosquitto package is not installed (scripts/install-system-deps.sh installs it)")
+    done = serve_fails("--mosquitto-conf", str(conf))
+    assert done.returncode == 2
+    *named, summary = done.stderr.splitlines()
+    assert summary.endswith("3 lines cannot be honoured (listed above); remove them, or pass --ignore-unsupported "
+                            "to run without them")  # fmt: skip
+    assert [re.sub(r":(\d+): '([^']*)'.*", r" \2", line.removeprefix("mqtt: error: ")) for line in named] == [
+        f"{conf} pid_file /run/mosquitto/mosquitto.pid",
+        f"{conf} persistence true",
+        f"{conf} persistence_location /var/lib/mosquitto/",
+    ]
+    printed = subprocess.run([*SERVE, "--mosquitto-conf", str(conf), "--print-config"], capture_output=True,
+                             text=True, timeout=DEADLINE)  # fmt: skip
+    assert printed.returncode == 0
+    assert 'url = "mqtt://127.0.0.1:1883"' in printed.stdout  # no listener: local only, as mosquitto 2
+    assert 'file = "/var/log/mosquitto/mosquitto.log"' in printed.stdout
