@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from enum import Enum, StrEnum
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 __all__ = [
     "RESERVED_SECTIONS",
@@ -38,6 +38,7 @@ __all__ = [
     "Translation",
     "Unsupported",
     "include_dirs",
+    "listener_from_url",
     "load_config",
     "parse_listener_url",
     "to_table",
@@ -50,15 +51,19 @@ class ConfigError(Exception):
 
 
 class Scheme(StrEnum):
-    mqtt = "mqtt"
-    mqtts = "mqtts"
-    ws = "ws"
-    wss = "wss"
-    unix = "unix"
+    MQTT = "mqtt"
+    MQTTS = "mqtts"
+    WS = "ws"  # MQTT over WebSocket
+    WSS = "wss"  # MQTT over WebSocket over TLS
+    UNIX = "unix"  # a Unix domain socket
 
     @property
     def tls(self) -> bool:
-        return self in (Scheme.mqtts, Scheme.wss)
+        return self in (Scheme.MQTTS, Scheme.WSS)
+
+    @property
+    def websocket(self) -> bool:
+        return self in (Scheme.WS, Scheme.WSS)
 
 
 class ProtocolVersion(StrEnum):
@@ -92,8 +97,15 @@ class LogLevel(StrEnum):
 
 
 ALL_VERSIONS = (ProtocolVersion.v31, ProtocolVersion.v311, ProtocolVersion.v5)
-DEFAULT_PORTS = {Scheme.mqtt: 1883, Scheme.mqtts: 8883, Scheme.ws: 80, Scheme.wss: 443}
-_ALIASES = {"tcp": Scheme.mqtt, "ssl": Scheme.mqtts}
+#: A listener URL's port when it gives none.
+DEFAULT_PORTS = {Scheme.MQTT: 1883, Scheme.MQTTS: 8883, Scheme.WS: 8080, Scheme.WSS: 8081}
+SCHEME_NAMES = {"mqtt": Scheme.MQTT, "tcp": Scheme.MQTT, "mqtts": Scheme.MQTTS, "ssl": Scheme.MQTTS}
+SCHEME_NAMES.update({"ws": Scheme.WS, "wss": Scheme.WSS, "unix": Scheme.UNIX})
+#: Protocol versions by the names people use for them (also the CONNECT's protocol level).
+VERSION_NAMES = {
+    "3.1": ProtocolVersion.v31, "3": ProtocolVersion.v31, "3.1.1": ProtocolVersion.v311, "4": ProtocolVersion.v311,
+    "5": ProtocolVersion.v5, "5.0": ProtocolVersion.v5,
+}  # fmt: skip
 
 
 def _key(help: str, lo: float | None = None, hi: float | None = None, **extra: Any) -> dict[str, Any]:
@@ -113,7 +125,7 @@ class ListenerSettings:
     keyfile: str | None = field(default=None, metadata=_key("private key (PEM) of certfile"))
     cafile: str | None = field(default=None, metadata=_key("CA certificates client certificates are checked against"))
     require_certificate: bool = field(default=False, metadata=_key("refuse TLS clients without a valid certificate"))
-    mode: int | None = field(default=None, metadata=_key("unix:// socket file mode, e.g. 0o660", 0, 0o7777))
+    mode: int | None = field(default=None, metadata=_key("unix:// socket file mode, e.g. 0o660", 0, 0o777))
     # Auth settings of this listener, used when [auth] per_listener_settings is true (else [auth] applies).
     allow_anonymous: bool | None = field(default=None, metadata=_key("clients without a user name are accepted"))
     password_file: str | None = field(default=None, metadata=_key("password file (mosquitto_passwd format)"))
@@ -137,31 +149,71 @@ class ListenerAddress:
     scheme: Scheme
     host: str = ""
     port: int = 0
-    path: str = ""  # the WebSocket path ("" : any) or the unix socket's file
+    path: str = ""  # the WebSocket path ("": any) or the Unix socket's file
+    query: str = ""  # settings (--listen URLs only; a [[listener]] table has keys)
 
 
 def parse_listener_url(url: str) -> ListenerAddress:
     """`mqtt://host:port`, `mqtts://`, `ws://host:port/path`, `wss://`, `unix:///path`; ValueError saying why."""
     parts = urlsplit(url)
-    name = parts.scheme.lower()
-    scheme = _ALIASES.get(name) or (Scheme(name) if name in Scheme.__members__ else None)
+    scheme = SCHEME_NAMES.get(parts.scheme.lower())
     if scheme is None:
-        raise ValueError(f"the scheme must be one of {', '.join(s + '://' for s in Scheme)}, not {url!r}")
-    if parts.query or parts.fragment or parts.username or parts.password:
-        raise ValueError(f"{url!r}: no query, fragment or user name in a listener URL")
-    if scheme is Scheme.unix:
-        path = parts.path
-        if parts.netloc or not path.startswith("/") or path == "/":
-            raise ValueError(f"{url!r}: a unix listener is unix:///absolute/path")
-        return ListenerAddress(scheme, path=path)
+        raise ValueError("the scheme must be mqtt, mqtts, ws, wss or unix")
+    if parts.fragment or parts.username or parts.password:
+        raise ValueError("no user name or #fragment in a listener URL")
+    if scheme is Scheme.UNIX:
+        path = unquote(parts.netloc + parts.path)
+        if not path.startswith("/") or parts.netloc or path == "/":
+            raise ValueError("a Unix socket needs an absolute path, unix:///run/mqtt.sock")
+        return ListenerAddress(scheme, path=path, query=parts.query)
     try:
         port = parts.port
     except ValueError:
-        raise ValueError(f"{url!r}: the port must be a number from 0 to 65535") from None
-    if scheme in (Scheme.mqtt, Scheme.mqtts) and parts.path not in ("", "/"):
-        raise ValueError(f"{url!r}: an {scheme}:// listener has no path")
-    path = parts.path if scheme in (Scheme.ws, Scheme.wss) and parts.path not in ("", "/") else ""
-    return ListenerAddress(scheme, parts.hostname or "127.0.0.1", DEFAULT_PORTS[scheme] if port is None else port, path)
+        raise ValueError("the port must be a number from 0 to 65535") from None
+    if not scheme.websocket and parts.path not in ("", "/"):
+        raise ValueError(f"only {scheme}://host:port is understood (a path is for ws and wss)")
+    path = parts.path if scheme.websocket and parts.path not in ("", "/") else ""
+    host = parts.hostname or "127.0.0.1"
+    return ListenerAddress(scheme, host, DEFAULT_PORTS[scheme] if port is None else port, path, parts.query)
+
+
+def listener_from_url(url: str) -> ListenerSettings:
+    """A `--listen` URL with its settings as query parameters (`?versions=3.1.1,5&max_connections=N`, unix:
+    `&mode=0660`) as a listener's settings; ValueError saying why not."""
+    address = parse_listener_url(url)
+    values: dict[str, Any] = {}
+    for key, texts in parse_qs(address.query, keep_blank_values=True).items():
+        text = texts[-1]
+        if key == "versions":
+            values["versions"] = tuple(sorted({_version(name) for name in text.split(",")}, key=ALL_VERSIONS.index))
+        elif key == "max_connections":
+            if not text.isdigit():
+                raise ValueError("max_connections must be a whole number (0: no limit)")
+            values["max_connections"] = int(text)
+        elif key == "mode" and address.scheme is Scheme.UNIX:
+            values["mode"] = _mode(text)
+        else:
+            known = "versions, max_connections" + (", mode" if address.scheme is Scheme.UNIX else "")
+            raise ValueError(f"unknown setting {key!r}; known: {known}")
+    return ListenerSettings(url.partition("?")[0], **values)
+
+
+def _version(name: str) -> ProtocolVersion:
+    version = VERSION_NAMES.get(name.strip())
+    if version is None:
+        raise ValueError(f"unknown MQTT version {name.strip()!r}; use 3.1, 3.1.1 or 5, comma-separated")
+    return version
+
+
+def _mode(text: str) -> int:
+    """A file mode in octal (0660, 660, 0o660)."""
+    try:
+        mode = int(text.lower().removeprefix("0o"), 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise ValueError(f"mode {text!r} is not a file mode; give octal digits such as 0660")
+    return mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,9 +389,11 @@ def _value(kind: Any, meta: Mapping[str, Any], value: Any, path: str, source: st
             raise ConfigError(f"{source}: {path}: must be one of {', '.join(choices)}, not {value!r}{hint}")
         if path.endswith(".url") or path == "url":
             try:
-                parse_listener_url(value)
+                address = parse_listener_url(value)
             except ValueError as exc:
-                raise ConfigError(f"{source}: {path}: {exc}") from None
+                raise ConfigError(f"{source}: {path}: {value!r}: {exc}") from None
+            if address.query:
+                raise ConfigError(f"{source}: {path}: {value!r}: settings are keys of the [[listener]] table here")
         return value
     raise TypeError(f"no check for {kind!r}")  # a schema field of a type this module does not know: a bug
 
@@ -363,12 +417,13 @@ def override_listeners(settings: BrokerSettings, urls: Sequence[str], tls: Mappi
     TLS files of every mqtts:// and wss:// listener."""
     listeners = settings.listener
     if urls:
+        parsed = []
         for url in urls:
             try:
-                parse_listener_url(url)
+                parsed.append(listener_from_url(url))
             except ValueError as exc:
-                raise ConfigError(f"command line: --listen: {exc}") from None
-        listeners = tuple(ListenerSettings(url) for url in urls)
+                raise ConfigError(f"command line: --listen: listener {url!r}: {exc}") from None
+        listeners = tuple(parsed)
     given = {key: value for key, value in tls.items() if value is not None and value is not False}
     if given:
         listeners = tuple(replace(lst, **given) if lst.scheme.tls else lst for lst in listeners)
@@ -386,7 +441,7 @@ def check(settings: BrokerSettings, source: str) -> BrokerSettings:
             raise ConfigError(f"{source}: {path}: {lst.url} needs certfile and keyfile (or --tls-cert and --tls-key)")
         if lst.require_certificate and lst.cafile is None:
             raise ConfigError(f"{source}: {path}.require_certificate: needs cafile to check client certificates")
-        if lst.mode is not None and address.scheme is not Scheme.unix:
+        if lst.mode is not None and address.scheme is not Scheme.UNIX:
             raise ConfigError(f"{source}: {path}.mode: only for unix:// listeners")
         if (lst.use_identity_as_username or lst.use_subject_as_username) and not address.scheme.tls:
             raise ConfigError(f"{source}: {path}: use_identity/subject_as_username need a TLS listener")

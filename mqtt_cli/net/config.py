@@ -151,7 +151,7 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
     tls = [lst for lst in settings.listener if parse_listener_url(lst.url).scheme.tls]
     for i, lst in enumerate(settings.listener):
         address = parse_listener_url(lst.url)
-        if address.scheme not in (Scheme.mqtt, Scheme.mqtts):
+        if address.scheme not in (Scheme.MQTT, Scheme.MQTTS):
             raise ConfigError(f"{source}: listener[{i}].url: {address.scheme}:// listeners are not available yet")
         for key in ("max_connections", "versions", "allow_anonymous", "password_file", "acl_file",
                     "use_identity_as_username", "use_subject_as_username"):  # fmt: skip

@@ -23,6 +23,7 @@ from mqtt_cli.core.config import (
     check,
     include_dirs,
     key_docs,
+    listener_from_url,
     load_config,
     override,
     override_listeners,
@@ -83,7 +84,7 @@ interval = 2.5
     s = check(load_config(tomllib.loads(text), "b.toml"), "b.toml")
     assert s.listener[0].versions == (ProtocolVersion.v311, ProtocolVersion.v5)
     assert s.listener[0].max_connections == 100
-    assert s.listener[1].scheme is Scheme.mqtts and s.listener[1].require_certificate
+    assert s.listener[1].scheme is Scheme.MQTTS and s.listener[1].require_certificate
     assert s.limits == LimitsSettings(max_keepalive=300, max_queued_bytes=1048576, queue_drop_oldest=True)
     assert s.auth == AuthSettings(allow_anonymous=False, password_file="/etc/mqtt/passwd")
     assert (s.log.level, s.log.format, s.log.file) == (LogLevel.info, LogFormat.json, "/var/log/mqtt.log")
@@ -111,8 +112,14 @@ interval = 2.5
         ({"log": {"syslog_facility": "local9"}}, "log.syslog_facility: must be one of daemon, user, local0"),
         ({"log": "x"}, "broker.toml: log: must be a table, not a string ('x')"),
         ({"listener": {"url": "mqtt://x"}}, "listener: must be an array, not a table"),
-        ({"listener": [{"url": "http://x:1"}]}, "listener[0].url: the scheme must be one of mqtt://, mqtts://"),
-        ({"listener": [{"url": "unix://relative"}]}, "listener[0].url: 'unix://relative': a unix listener is"),
+        (
+            {"listener": [{"url": "http://x:1"}]},
+            "listener[0].url: 'http://x:1': the scheme must be mqtt, mqtts, ws, wss or unix",
+        ),
+        (
+            {"listener": [{"url": "unix://relative"}]},
+            "listener[0].url: 'unix://relative': a Unix socket needs an absolute path",
+        ),
         ({"listener": [{"url": "mqtt://x:99999"}]}, "listener[0].url: 'mqtt://x:99999': the port must be a number"),
         ({"listener": [{"port": 1883}]}, "listener[0].port: unknown key; known in [listener[0]]: url,"),
         ({"listener": [{}]}, "listener[0].url: missing"),
@@ -150,13 +157,44 @@ def test_rules_across_keys(listener: dict[str, object], expected: str) -> None:
 def test_listener_urls() -> None:
     assert parse_listener_url("mqtt://h").port == 1883
     assert parse_listener_url("mqtts://h").port == 8883
-    assert parse_listener_url("tcp://h:1").scheme is Scheme.mqtt
+    assert parse_listener_url("tcp://h:1").scheme is Scheme.MQTT
     ws = parse_listener_url("ws://0.0.0.0:9001/mqtt")
-    assert (ws.scheme, ws.host, ws.port, ws.path) == (Scheme.ws, "0.0.0.0", 9001, "/mqtt")
+    assert (ws.scheme, ws.host, ws.port, ws.path) == (Scheme.WS, "0.0.0.0", 9001, "/mqtt")
     assert parse_listener_url("wss://[::1]:443").host == "::1"
     assert parse_listener_url("unix:///run/mqtt.sock").path == "/run/mqtt.sock"
-    with pytest.raises(ValueError, match="has no path"):
+    with pytest.raises(ValueError, match=r"only mqtt://host:port is understood \(a path is for ws and wss\)"):
         parse_listener_url("mqtt://h:1/x")
+    assert parse_listener_url("ws://h").port == 8080 and parse_listener_url("wss://h").port == 8081
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("mqtt://h:1?versions=3.1,3.1.1&max_connections=7",
+         ListenerSettings("mqtt://h:1", versions=(ProtocolVersion.v31, ProtocolVersion.v311), max_connections=7)),
+        ("wss://h/mqtt?versions=5", ListenerSettings("wss://h/mqtt", versions=(ProtocolVersion.v5,))),
+        ("unix:///run/m.sock?mode=0660", ListenerSettings("unix:///run/m.sock", mode=0o660)),
+    ],
+)  # fmt: skip
+def test_listen_urls_with_settings(url: str, expected: ListenerSettings) -> None:
+    assert listener_from_url(url) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("unix:///s?mode=999", "not a file mode"),
+        ("ws://h?versions=6", "unknown MQTT version '6'"),
+        ("ws://h?mode=0600", "unknown setting 'mode'; known: versions, max_connections"),
+        ("mqtt://h?max_connections=-1", "whole number"),
+    ],
+)
+def test_listen_url_setting_errors(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        listener_from_url(url)
+    # In a file, settings are keys.
+    with pytest.raises(ConfigError, match="settings are keys of the"):
+        load_config({"listener": [{"url": "mqtt://h?versions=5"}]}, "b.toml")
 
 
 def test_flags_override_the_file_and_are_checked_as_its_keys() -> None:
@@ -167,7 +205,7 @@ def test_flags_override_the_file_and_are_checked_as_its_keys() -> None:
         override(s, "limits", {"max_keepalive": 70000})
     s = override_listeners(s, ["mqtt://127.0.0.1:0", "mqtts://127.0.0.1:0"], {"certfile": "c", "keyfile": "k"})
     assert [lst.certfile for lst in s.listener] == [None, "c"]
-    with pytest.raises(ConfigError, match="--listen: the scheme"):
+    with pytest.raises(ConfigError, match="--listen: listener 'http://x': the scheme"):
         override_listeners(s, ["http://x"], {})
 
 
