@@ -131,7 +131,7 @@ def check_files(settings: BrokerSettings) -> None:
             try:
                 tls_context(files)
             except ServerError as exc:
-                raise FileProblem(f"{lst.url}: {exc}") from None
+                raise FileProblem(f"listener {lst.url}: {exc}") from None
     if settings.log.file is not None:
         try:
             with open(settings.log.file, "a", encoding="utf-8"):

@@ -244,7 +244,7 @@ def test_example_file_is_a_valid_configuration() -> None:
             '[[listener]]\nurl = "mqtts://127.0.0.1:0"\ncertfile = "nope.pem"\nkeyfile = "nope.key"\n',
             [],
             1,
-            "mqtts://127.0.0.1:0: cannot load TLS certificate nope.pem and key nope.key",
+            "listener mqtts://127.0.0.1:0: cannot load TLS certificate nope.pem and key nope.key",
         ),
         (
             '[log]\nfile = "/nonexistent/dir/broker.log"\n',
