@@ -60,6 +60,7 @@ class BrokerConfig:
     max_queued_bytes: int = 0
     queue_drop_oldest: bool = False
     max_packet_size: int = 0  # the largest packet we accept (0: the protocol's maximum)
+    message_size_limit: int = 0  # a bigger payload is acknowledged and dropped (5.0: 0x97), as mosquitto (0: none)
     max_buffered_bytes: int = 1 << 20  # bytes waiting for a slow socket before QoS 0 is dropped for it
     retain_available: bool = True
     response_information_prefix: str = "response/"  # 5.0 Response Information: prefix + client id + "/"
@@ -428,23 +429,13 @@ class BrokerCore:
             return
         qos = p.qos
         if topic[:5] == "$SYS/" or topic == "$SYS":
-            # The broker's own figures: a client cannot publish or retain there (as mosquitto). Acknowledged, so
-            # the client's flow ends; 5.0 is told why (0x87 not authorized).
-            self.notices.append(
-                Notice("dropped", conn.client_id, conn.peer, f"PUBLISH to {topic!r}: $SYS is the broker's")
-            )
-            if qos:
-                pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
-                kind = b"\x40" if qos == 1 else b"\x50"
-                if conn.version == 5:
-                    self._write(conn, kind + b"\x03" + pid + b"\x87")  # a failed PUBREC ends a QoS 2 flow too
-                elif qos == 1:
-                    self._write(conn, kind + b"\x02" + pid)
-                else:
-                    session = conn.session
-                    assert session is not None
-                    session.incoming.publish_received(p)  # 3.x: the flow goes on to PUBREL / PUBCOMP
-                    self._write(conn, kind + b"\x02" + pid)
+            # The broker's own figures: a client cannot publish or retain there (as mosquitto).
+            self._drop_publish(conn, p, 0x87, f"PUBLISH to {topic!r}: $SYS is the broker's")
+            return
+        limit = self.config.message_size_limit
+        if limit and len(p.payload) > limit:
+            # mosquitto answers 0x95, which PUBACK and PUBREC may not carry; 0x97 (quota exceeded) may.
+            self._drop_publish(conn, p, 0x97, f"PUBLISH to {topic!r}: {len(p.payload)} bytes over message_size_limit")
             return
         if qos == 2:
             session = conn.session
@@ -464,6 +455,24 @@ class BrokerCore:
                 self._write(conn, (b"\x40\x02" if qos == 1 else b"\x50\x02") + pid)
             else:
                 self._write(conn, (b"\x40\x03" if qos == 1 else b"\x50\x03") + pid + b"\x10")  # no subscribers
+
+    def _drop_publish(self, conn: ServerConnection, p: Publish, reason: int, detail: str) -> None:
+        """A PUBLISH not taken, the connection kept: acknowledged so the client's flow ends (3.x: as if taken, as
+        mosquitto does); 5.0 is told why in PUBACK / PUBREC."""
+        self.notices.append(Notice("dropped", conn.client_id, conn.peer, detail))
+        qos = p.qos
+        if qos:
+            pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
+            kind = b"\x40" if qos == 1 else b"\x50"
+            if conn.version == 5:
+                self._write(conn, kind + b"\x03" + pid + bytes((reason,)))  # a failed PUBREC ends a QoS 2 flow too
+            elif qos == 1:
+                self._write(conn, kind + b"\x02" + pid)
+            else:
+                session = conn.session
+                assert session is not None
+                session.incoming.publish_received(p)  # 3.x: the flow goes on to PUBREL / PUBCOMP
+                self._write(conn, kind + b"\x02" + pid)
 
     def _on_puback(self, conn: ServerConnection, p: PubAck | PubRec | PubComp, now: float) -> None:
         session = conn.session

@@ -236,6 +236,9 @@ class LimitsSettings:
     max_packet_size: int = field(
         default=0, metadata=_key("largest packet accepted, bytes (0: the protocol's maximum)", 0, 268435460)
     )
+    message_size_limit: int = field(
+        default=0, metadata=_key("largest payload; a bigger message is acknowledged, dropped (0: none)", 0, 268435455)
+    )
     max_connections: int = field(default=0, metadata=_key("connections at once, all listeners (0: unlimited)", 0))
     retain_available: bool = field(default=True, metadata=_key("retained messages are kept (5.0: Retain Available)"))
     reason_strings: bool = field(default=True, metadata=_key("5.0 acknowledgements carry a Reason String"))
@@ -738,9 +741,7 @@ class _Translator:
             self.limits[_LIMIT_KEYS[key]] = _int(value, key, 0)
             return True
         if key == "message_size_limit":
-            # mosquitto: the largest payload; ours: the largest packet. The packet is the larger by the topic
-            # and header, so the limit is kept as is (at most a few bytes stricter for long topics).
-            self.limits["max_packet_size"] = _int(value, key, 0)
+            self.limits["message_size_limit"] = _int(value, key, 0)
             return True
         if key == "retain_available":
             self.limits["retain_available"] = _bool(value, key)

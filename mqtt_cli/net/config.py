@@ -184,6 +184,7 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
             max_queued_bytes=limits.max_queued_bytes,
             queue_drop_oldest=limits.queue_drop_oldest,
             max_packet_size=limits.max_packet_size,
+            message_size_limit=limits.message_size_limit,
             retain_available=limits.retain_available,
             sys_interval=settings.sys.interval,
             instance=instance,

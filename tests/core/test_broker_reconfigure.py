@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
 from mqtt_cli.core.packets import Publish, Subscription
 from tests.core.test_broker import Client, client
@@ -38,3 +40,19 @@ def test_sys_interval_change_moves_the_next_update() -> None:
     broker.reconfigure(BrokerConfig(sys_interval=2), 5.0)
     assert broker.timers_changed
     assert broker.tick(5.0) == 7.0
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_message_size_limit_drops_and_keeps_the_client(version: int) -> None:
+    """mosquitto's message_size_limit: a bigger payload is acknowledged and dropped, the client stays (5.0:
+    0x97, where mosquitto sends 0x95, which PUBACK may not carry)."""
+    broker = BrokerCore(BrokerConfig(sys_interval=0, message_size_limit=10))
+    sub = client(broker, "s", version)
+    sub.subscribe(Subscription("t", 1))
+    pub = client(broker, "p", version)
+    acks = pub.send(Publish("t", b"x" * 11, 1, packet_id=1)) + pub.send(Publish("t", b"x" * 11, 2, packet_id=2))
+    assert [(type(a).__name__, a.reason_code) for a in acks] == [("PubAck", 0x97 if version == 5 else 0),
+                                                                 ("PubRec", 0x97 if version == 5 else 0)]  # fmt: skip
+    assert sub.received() == [] and not pub.closed
+    pub.send(Publish("t", b"x" * 10, 1, packet_id=3))
+    assert [m.payload for m in sub.received()] == [b"x" * 10]

@@ -251,7 +251,7 @@ def test_mosquitto_websockets_and_unix_socket() -> None:
     ]  # fmt: skip
     assert s.listener[2].certfile == "/etc/letsencrypt/live/mqtt.example.com/fullchain.pem"
     assert s.auth.allow_anonymous is True
-    assert (s.limits.max_packet_size, s.limits.max_topic_alias, s.limits.retain_available) == (262144, 20, False)
+    assert (s.limits.message_size_limit, s.limits.max_topic_alias, s.limits.retain_available) == (262144, 20, False)
     assert s.log.level is LogLevel.debug
 
 
