@@ -430,6 +430,12 @@ def override_listeners(settings: BrokerSettings, urls: Sequence[str], tls: Mappi
     given = {key: value for key, value in tls.items() if value is not None and value is not False}
     if given:
         listeners = tuple(replace(lst, **given) if lst.scheme.tls else lst for lst in listeners)
+        identity = [key for key in ("use_identity_as_username", "use_subject_as_username") if key in given]
+        if identity and not any(lst.scheme.tls for lst in listeners):
+            flag = "--" + identity[0].replace("_", "-")
+            raise ConfigError(
+                f"command line: {flag}: a certificate identity as user name needs an mqtts:// or wss:// listener"
+            )
     return replace(settings, listener=listeners)
 
 
@@ -448,6 +454,10 @@ def check(settings: BrokerSettings, source: str) -> BrokerSettings:
             raise ConfigError(f"{source}: {path}.mode: only for unix:// listeners")
         if (lst.use_identity_as_username or lst.use_subject_as_username) and not address.scheme.tls:
             raise ConfigError(f"{source}: {path}: use_identity/subject_as_username need a TLS listener")
+        if lst.use_identity_as_username and lst.use_subject_as_username:
+            raise ConfigError(
+                f"{source}: {path}: use_identity_as_username and use_subject_as_username exclude each other"
+            )
     return settings
 
 

@@ -357,3 +357,13 @@ def test_debian_example_with_every_option_uncommented() -> None:
         elif key in {"connection", "address", "topic", "autosave_interval", "persistence_file", "pid_file"}:
             assert number in named, line
     assert all(u.why for u in result.unsupported)
+
+
+def test_certificate_identity_rules() -> None:
+    both = {"url": "mqtts://h", "certfile": "c", "keyfile": "k", "use_identity_as_username": True,
+            "use_subject_as_username": True}  # fmt: skip
+    with pytest.raises(ConfigError, match="exclude each other"):
+        check(load_config({"listener": [both]}, "b.toml"), "b.toml")
+    plain = load_config({}, "b.toml")
+    with pytest.raises(ConfigError, match="--use-identity-as-username: a certificate identity as user name needs"):
+        override_listeners(plain, [], {"use_identity_as_username": True})
