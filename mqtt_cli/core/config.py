@@ -257,6 +257,12 @@ class AuthSettings:
     per_listener_settings: bool = field(
         default=False, metadata=_key("each [[listener]] has its own allow_anonymous, password_file and acl_file")
     )
+    use_identity_as_username: bool = field(
+        default=False, metadata=_key("on every listener, the client certificate's CN is the user name")
+    )
+    use_subject_as_username: bool = field(
+        default=False, metadata=_key("on every listener, the client certificate's subject is the user name")
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,12 +436,6 @@ def override_listeners(settings: BrokerSettings, urls: Sequence[str], tls: Mappi
     given = {key: value for key, value in tls.items() if value is not None and value is not False}
     if given:
         listeners = tuple(replace(lst, **given) if lst.scheme.tls else lst for lst in listeners)
-        identity = [key for key in ("use_identity_as_username", "use_subject_as_username") if key in given]
-        if identity and not any(lst.scheme.tls for lst in listeners):
-            flag = "--" + identity[0].replace("_", "-")
-            raise ConfigError(
-                f"command line: {flag}: a certificate identity as user name needs an mqtts:// or wss:// listener"
-            )
     return replace(settings, listener=listeners)
 
 
@@ -458,6 +458,13 @@ def check(settings: BrokerSettings, source: str) -> BrokerSettings:
             raise ConfigError(
                 f"{source}: {path}: use_identity_as_username and use_subject_as_username exclude each other"
             )
+    auth = settings.auth
+    if auth.use_identity_as_username and auth.use_subject_as_username:
+        raise ConfigError(f"{source}: auth: use_identity_as_username and use_subject_as_username exclude each other")
+    if (auth.use_identity_as_username or auth.use_subject_as_username) and not any(
+        parse_listener_url(lst.url).scheme.tls for lst in settings.listener
+    ):
+        raise ConfigError(f"{source}: auth: a certificate identity as user name needs an mqtts:// or wss:// listener")
     return settings
 
 

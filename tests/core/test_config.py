@@ -362,8 +362,9 @@ def test_debian_example_with_every_option_uncommented() -> None:
 def test_certificate_identity_rules() -> None:
     both = {"url": "mqtts://h", "certfile": "c", "keyfile": "k", "use_identity_as_username": True,
             "use_subject_as_username": True}  # fmt: skip
-    with pytest.raises(ConfigError, match="exclude each other"):
+    with pytest.raises(ConfigError, match=r"listener\[0\]: use_identity_as_username and use_subject_as_username"):
         check(load_config({"listener": [both]}, "b.toml"), "b.toml")
-    plain = load_config({}, "b.toml")
-    with pytest.raises(ConfigError, match="--use-identity-as-username: a certificate identity as user name needs"):
-        override_listeners(plain, [], {"use_identity_as_username": True})
+    # [auth]'s (the flags'): every listener; a TLS one at least is needed.
+    plain = override(load_config({}, "b.toml"), "auth", {"use_identity_as_username": True})
+    with pytest.raises(ConfigError, match="auth: a certificate identity as user name needs an mqtts:// or wss://"):
+        check(plain, "b.toml")
