@@ -465,6 +465,14 @@ def check(settings: BrokerSettings, source: str) -> BrokerSettings:
         parse_listener_url(lst.url).scheme.tls for lst in settings.listener
     ):
         raise ConfigError(f"{source}: auth: a certificate identity as user name needs an mqtts:// or wss:// listener")
+    for i, lst in enumerate(settings.listener):
+        identity = lst.use_identity_as_username or lst.use_subject_as_username
+        identity = identity or auth.use_identity_as_username or auth.use_subject_as_username
+        if identity and parse_listener_url(lst.url).scheme.tls and lst.cafile is None:
+            raise ConfigError(
+                f"{source}: listener[{i}]: a certificate identity as user name needs cafile (--tls-cafile) to check "
+                "client certificates against"
+            )
     return settings
 
 

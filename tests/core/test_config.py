@@ -368,3 +368,6 @@ def test_certificate_identity_rules() -> None:
     plain = override(load_config({}, "b.toml"), "auth", {"use_identity_as_username": True})
     with pytest.raises(ConfigError, match="auth: a certificate identity as user name needs an mqtts:// or wss://"):
         check(plain, "b.toml")
+    no_ca = {"url": "mqtts://h", "certfile": "c", "keyfile": "k", "use_identity_as_username": True}
+    with pytest.raises(ConfigError, match=r"listener\[0\]: a certificate identity as user name needs cafile"):
+        check(load_config({"listener": [no_ca]}, "b.toml"), "b.toml")
