@@ -13,19 +13,32 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+WEB := tests/web
+WEB_STAMP := $(WEB)/node_modules/.installed
 ZIPAPP ?= dist/mqtt.pyz
 PYTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: help install system-deps test lint serve zipapp completions bench clean distclean
+.PHONY: help install system-deps web-deps test lint serve zipapp completions bench clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-install: system-deps $(STAMP) ## .venv with the project and its test tools (+ Debian packages as root)
+install: system-deps $(STAMP) web-deps ## .venv with the project and its test tools (+ Debian packages as root)
 
-system-deps: ## as root: apt-get install what is missing (mosquitto, tshark, rabbitmq, java)
+system-deps: ## as root: apt-get install what is missing (mosquitto, tshark, rabbitmq, java, chromium, node)
 	@bash scripts/install-system-deps.sh $(PYTHON)
+
+web-deps: $(WEB_STAMP) ## npm packages of the browser test (MQTT.js) into tests/web/node_modules, as locked
+
+# npm ci: exactly what package-lock.json says, no install scripts run. Without npm (a developer who is not root):
+# say so and go on; the browser test then skips with the same advice (in CI, as root, npm is installed above).
+$(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json
+	@if ! command -v npm >/dev/null 2>&1; then \
+		echo "make install: no npm, so no MQTT.js for the browser test (install Debian's npm, or make install as root)" >&2; \
+	else \
+		npm ci --prefix $(WEB) --ignore-scripts --no-audit --no-fund --loglevel=error && touch $@; \
+	fi
 
 # Re-installs only when pyproject.toml is newer than the stamp (or there is no .venv yet).
 $(STAMP): pyproject.toml

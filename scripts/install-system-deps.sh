@@ -6,6 +6,8 @@
 #   openjdk-17-jre-headless       a Java runtime for Spark (`mqtt analyze`), when there is no java
 #   python3-venv                  `python3 -m venv` on a bare Debian
 #   systemd, logrotate            tests of docs/broker.md's unit (systemd-analyze verify) and logrotate snippet
+#   chromium                      the browser test: MQTT.js in headless Chromium against our ws:// listener
+#   nodejs, npm                   npm installs MQTT.js for that test (Makefile's web-deps), when there is no npm
 #
 # As root (with apt-get): installs what is missing with one `apt-get update` first, and keeps the
 # services of the brokers it installed from starting (and stops/disables them should they start anyway):
@@ -28,6 +30,9 @@ have tshark || missing+=(tshark)
 { have java || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ]; } || missing+=(openjdk-17-jre-headless)
 have systemd-analyze || missing+=(systemd)
 have logrotate || missing+=(logrotate)
+have chromium || missing+=(chromium)
+{ have node || have nodejs; } || missing+=(nodejs)
+have npm || missing+=(npm)
 # Debian's python3 has venv but ensurepip only with python3-venv; only apt can help Debian's python.
 if [ "$(command -v "$python" 2>/dev/null)" = /usr/bin/python3 ] || [ "$python" = /usr/bin/python3 ]; then
     /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)

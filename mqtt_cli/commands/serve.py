@@ -68,12 +68,14 @@ def serve(
         typer.Option(
             "--listen",
             "-l",
-            help="A listener URL, mqtt://HOST:PORT or mqtts://HOST:PORT; repeatable. Replaces the file's listeners "
-            "and --host/--port.",
+            help=r"A listener URL: mqtt://HOST:PORT, mqtts://HOST:PORT, ws://HOST:PORT\[/PATH], "
+            r"wss://HOST:PORT\[/PATH] "
+            "or unix:///PATH, with settings as ?versions=3.1.1,5&max_connections=N (unix: &mode=0660); "
+            "repeatable. Replaces the file's listeners and --host/--port (docs/broker.md).",
         ),
     ] = None,
-    tls_cert: Annotated[Path | None, typer.Option(help="Certificate (PEM) for mqtts:// listeners.")] = None,
-    tls_key: Annotated[Path | None, typer.Option(help="Private key (PEM) for mqtts:// listeners.")] = None,
+    tls_cert: Annotated[Path | None, typer.Option(help="Certificate (PEM) for mqtts:// and wss:// listeners.")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="Private key (PEM) for mqtts:// and wss:// listeners.")] = None,
     tls_cafile: Annotated[Path | None, typer.Option(help="CA certificates to check client certificates.")] = None,
     require_certificate: Annotated[
         bool, typer.Option("--require-certificate", help="Refuse TLS clients without a valid certificate.")

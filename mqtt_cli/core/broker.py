@@ -126,8 +126,10 @@ class BrokerCore:
 
     # --- the network layer's entry points ------------------------------------------------------------------
 
-    def open(self, peer: str, now: float) -> ServerConnection:
-        conn = ServerConnection(peer, now, self.config.max_packet_size or None)
+    def open(self, peer: str, now: float, versions: frozenset[int] | None = None, auth: Any = None) -> ServerConnection:
+        """A new connection from `peer`; `versions`: the protocol levels its listener allows (None: all),
+        `auth`: its listener's authentication settings, kept on the connection for the CONNECT's checks."""
+        conn = ServerConnection(peer, now, self.config.max_packet_size or None, versions, auth)
         self.connections.add(conn)
         return conn
 
@@ -175,15 +177,16 @@ class BrokerCore:
         self.config = config
         self.limits = QueueLimits(config.max_queued_messages, config.max_queued_bytes, config.queue_drop_oldest)
 
-    def disconnect(self, conn: ServerConnection, now: float, reason: int, detail: str) -> None:
-        """The server ends this connection (5.0: DISCONNECT `reason`); its will is published."""
-        if not conn.closed:
-            self._close(conn, now, reason=reason, detail=detail)
-
     def internal_error(self, conn: ServerConnection, now: float, detail: str) -> None:
         """Handling this connection's input failed unexpectedly: close it (5.0: 0x83), keep everything else."""
         if not conn.closed:
             self._close(conn, now, reason=0x83, detail=f"internal error: {detail}")
+
+    def disconnect(self, conn: ServerConnection, now: float, reason: int, detail: str) -> None:
+        """The server ends this connection (its listener closed, say): 5.0 clients get DISCONNECT `reason`, and
+        the will is published as for any close that is not the client's DISCONNECT."""
+        if not conn.closed:
+            self._close(conn, now, reason=reason, detail=detail)
 
     def keepalive_expired(self, conn: ServerConnection, now: float) -> None:
         if not conn.closed:
@@ -288,6 +291,9 @@ class BrokerCore:
             return
         c = self.config
         conn.version = version = p.protocol_version
+        if conn.versions is not None and version not in conn.versions:
+            self._refuse(conn, 0x84, f"MQTT level {version} is not allowed on this listener", now)
+            return
         conn.bridge = p.bridge and version != 5
         props = p.properties
         client_id = p.client_id

@@ -20,6 +20,7 @@ __all__ = ["ServerConnection"]
 class ServerConnection:
     __slots__ = (
         "aliases_in",
+        "auth",
         "bridge",
         "client_id",
         "client_max_packet_size",
@@ -37,11 +38,21 @@ class ServerConnection:
         "session",
         "topic_alias_maximum",
         "version",
+        "versions",
         "wants_drain",
     )
 
-    def __init__(self, peer: str, now: float, max_packet_size: int | None) -> None:
+    def __init__(
+        self,
+        peer: str,
+        now: float,
+        max_packet_size: int | None,
+        versions: frozenset[int] | None = None,
+        auth: Any = None,
+    ) -> None:
         self.peer = peer  # "host:port", for logs
+        self.versions = versions  # protocol levels its listener allows (3, 4, 5); None: all
+        self.auth = auth  # its listener's authentication settings, as the configuration gave them (opaque here)
         self.reader = PacketReader(None, max_packet_size=max_packet_size)
         self.version = 4  # until the CONNECT says otherwise
         self.client_id: str | None = None

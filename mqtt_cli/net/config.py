@@ -19,16 +19,14 @@ from mqtt_cli.core.config import (
     BrokerSettings,
     ConfigError,
     ListenerSettings,
-    Scheme,
     Translation,
     check,
     include_dirs,
     load_config,
-    parse_listener_url,
     to_table,
     translate_mosquitto,
 )
-from mqtt_cli.net.server import Listener, ServeOptions, ServerError, tls_context
+from mqtt_cli.net.server import ListenerTLS, ServeOptions, ServerError, listener_record, tls_context
 
 __all__ = [
     "ConfigSource",
@@ -123,13 +121,10 @@ def check_files(settings: BrokerSettings) -> None:
     """The TLS files of every listener load (FileProblem naming the listener otherwise); the log file can be
     opened. Done before anything listens, and before a reload applies anything."""
     for lst in settings.listener:
-        if parse_listener_url(lst.url).scheme.tls:
-            files = ServeOptions(
-                [], tls_cert=_path(lst.certfile), tls_key=_path(lst.keyfile), tls_cafile=_path(lst.cafile),
-                require_certificate=lst.require_certificate,
-            )  # fmt: skip
+        record = listener_record(lst)
+        if record.scheme.tls:
             try:
-                tls_context(files)
+                tls_context(record.tls or ListenerTLS(), f"listener {lst.url}")
             except ServerError as exc:
                 raise FileProblem(f"listener {lst.url}: {exc}") from None
     if settings.log.file is not None:
@@ -147,24 +142,16 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
     here, naming the key, rather than dropped.
     """
     settings = check(settings, source)
-    listeners: list[Listener] = []
-    tls = [lst for lst in settings.listener if parse_listener_url(lst.url).scheme.tls]
+    listeners = [listener_record(lst) for lst in settings.listener]
     for i, lst in enumerate(settings.listener):
-        address = parse_listener_url(lst.url)
-        if address.scheme not in (Scheme.MQTT, Scheme.MQTTS):
-            raise ConfigError(f"{source}: listener[{i}].url: {address.scheme}:// listeners are not available yet")
-        for key in ("max_connections", "versions", "allow_anonymous", "password_file", "acl_file",
-                    "use_identity_as_username", "use_subject_as_username"):  # fmt: skip
+        for key in ("allow_anonymous", "password_file", "acl_file", "use_identity_as_username",
+                    "use_subject_as_username"):  # fmt: skip
             if getattr(lst, key) != getattr(ListenerSettings(lst.url), key):
                 raise ConfigError(f"{source}: listener[{i}].{key}: per-listener {key} is not available yet")
-        listeners.append(Listener(address.scheme.value, address.host, address.port))
-    if len({(t.certfile, t.keyfile, t.cafile, t.require_certificate) for t in tls}) > 1:
-        raise ConfigError(f"{source}: listener: TLS listeners with different certificates are not available yet")
     auth = settings.auth
     if auth.password_file is not None or auth.acl_file is not None or auth.allow_anonymous is False:
         raise ConfigError(f"{source}: auth: password_file, acl_file and allow_anonymous = false are not available yet")
     limits = settings.limits
-    first = tls[0] if tls else None
     # Limits the core takes once it has them (added by other work in progress): passed on when BrokerConfig
     # has the field, refused when set to anything but the default while it does not.
     later = {}
@@ -191,13 +178,5 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
             version=version,
             **later,
         ),
-        tls_cert=_path(first.certfile) if first else None,
-        tls_key=_path(first.keyfile) if first else None,
-        tls_cafile=_path(first.cafile) if first else None,
-        require_certificate=bool(first and first.require_certificate),
         max_connections=limits.max_connections,
     )
-
-
-def _path(name: str | None) -> Path | None:
-    return None if name is None else Path(name)

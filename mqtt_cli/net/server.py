@@ -9,21 +9,37 @@ busy subscriber coalesce; a publisher never waits for a subscriber's socket.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
+import os
+import socket
 import ssl
+import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import trio
 
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice
+from mqtt_cli.core.config import ALL_VERSIONS, ListenerSettings, Scheme, listener_from_url, parse_listener_url
 from mqtt_cli.core.server import ServerConnection
+from mqtt_cli.net.websocket import CloseReason, HandshakeRefused, WebSocketStream
 
-__all__ = ["Listener", "ServeOptions", "ServerError", "parse_listen_url", "serve"]
+__all__ = [
+    "BrokerServer",
+    "Listener",
+    "ListenerTLS",
+    "OpenListener",
+    "Scheme",
+    "ServeOptions",
+    "ServerError",
+    "listener_record",
+    "parse_listen_url",
+    "serve",
+]
 
 READ_SIZE = 65536
 CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send its CONNECT
@@ -37,32 +53,81 @@ class ServerError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class ListenerTLS:
+    """A TLS listener's files; a listener without its own uses the server's (--tls-cert, --tls-key, ...)."""
+
+    cert: Path | None = None
+    key: Path | None = None
+    cafile: Path | None = None
+    require_certificate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Listener:
-    scheme: str  # mqtt or mqtts
-    host: str
-    port: int
+    """Where the broker listens and what it allows there; also what a bound listener reports (its real port).
+
+    `path`: the WebSocket resource clients must ask for (None: any), or the Unix socket's file. `mode`: the Unix
+    socket's file mode (None: as the umask leaves it). `versions`: the protocol levels allowed (3: 3.1, 4: 3.1.1,
+    5: 5.0; None: all); others are refused with CONNACK 0x01 (3.x) or 0x84 (5.0). `max_connections`: 0 for no
+    limit of the listener's own. `tls`: None uses the server's files. `auth`: the authentication settings of
+    this listener (per_listener_settings), handed as they are to BrokerCore with each connection.
+    """
+
+    scheme: Scheme
+    host: str = "127.0.0.1"
+    port: int = 1883
+    path: str | None = None
+    mode: int | None = None
+    versions: frozenset[int] | None = None
+    max_connections: int = 0
+    tls: ListenerTLS | None = None
+    auth: Any = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scheme, Scheme):  # "ws" from a configuration file: the enum (ValueError if unknown)
+            object.__setattr__(self, "scheme", Scheme(self.scheme))
 
     @property
     def url(self) -> str:
+        if self.scheme is Scheme.UNIX:
+            return f"unix://{self.path}"
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{host}:{self.port}"
+        where = f"{self.scheme}://{host}:{self.port}"
+        return where + (self.path or "") if self.scheme.websocket else where
 
 
 def parse_listen_url(url: str) -> Listener:
-    """`mqtt://host:port` or `mqtts://host:port` (port 0: any free port)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
-        raise ServerError(f"listener {url!r}: the scheme must be mqtt:// or mqtts://")
-    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
-        raise ServerError(f"listener {url!r}: only scheme://host:port is understood")
-    scheme = "mqtts" if parts.scheme in ("mqtts", "ssl") else "mqtt"
+    """A listener URL (port 0: any free port), with its settings as query parameters:
+
+    mqtt://HOST:PORT, mqtts://HOST:PORT, ws://HOST:PORT[/PATH], wss://HOST:PORT[/PATH] (no path: any), and
+    unix:///PATH; parameters `versions=3.1.1,5`, `max_connections=N` and, for unix, `mode=0660`. Parsed by
+    core.config (the configuration file's listeners are the same records).
+    """
     try:
-        port = parts.port
-    except ValueError:
-        raise ServerError(f"listener {url!r}: the port must be a number from 0 to 65535") from None
-    if port is None:
-        port = 8883 if scheme == "mqtts" else 1883
-    return Listener(scheme, parts.hostname or "127.0.0.1", port)
+        return listener_record(listener_from_url(url))
+    except ValueError as exc:
+        raise ServerError(f"listener {url!r}: {exc}") from None
+
+
+def listener_record(settings: ListenerSettings, auth: Any = None) -> Listener:
+    """The server's record of a configured listener (`auth`: its authentication settings, if its own)."""
+    address = parse_listener_url(settings.url)
+    tls = None
+    own = settings.certfile or settings.keyfile or settings.cafile or settings.require_certificate
+    if address.scheme.tls and own:
+        tls = ListenerTLS(_path(settings.certfile), _path(settings.keyfile), _path(settings.cafile),
+                          settings.require_certificate)  # fmt: skip
+    versions = None
+    if set(settings.versions) != set(ALL_VERSIONS):
+        versions = frozenset(v.level for v in settings.versions)
+    return Listener(
+        address.scheme, address.host, address.port, address.path or None, settings.mode, versions,
+        settings.max_connections, tls, auth,
+    )  # fmt: skip
+
+
+def _path(name: str | None) -> Path | None:
+    return None if name is None else Path(name)
 
 
 @dataclass(slots=True)
@@ -78,25 +143,48 @@ class ServeOptions:
     on_notice: Callable[[Notice], None] | None = None
     on_listening: Callable[[list[Listener]], None] | None = None
 
+    def default_tls(self) -> ListenerTLS:
+        return ListenerTLS(self.tls_cert, self.tls_key, self.tls_cafile, self.require_certificate)
 
-def tls_context(options: ServeOptions) -> ssl.SSLContext:
-    if options.tls_cert is None or options.tls_key is None:
-        raise ServerError("an mqtts:// listener needs --tls-cert and --tls-key")
+
+def tls_context(files: ListenerTLS, where: str = "an mqtts:// or wss:// listener") -> ssl.SSLContext:
+    if files.cert is None or files.key is None:
+        raise ServerError(f"{where} needs a certificate and its key (--tls-cert and --tls-key)")
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
-        ctx.load_cert_chain(options.tls_cert, options.tls_key)
+        ctx.load_cert_chain(files.cert, files.key)
     except (OSError, ssl.SSLError) as exc:
-        raise ServerError(f"cannot load TLS certificate {options.tls_cert} and key {options.tls_key}: {exc}") from None
-    if options.tls_cafile is not None:
+        raise ServerError(f"cannot load TLS certificate {files.cert} and key {files.key}: {exc}") from None
+    if files.cafile is not None:
         try:
-            ctx.load_verify_locations(options.tls_cafile)
+            ctx.load_verify_locations(files.cafile)
         except (OSError, ssl.SSLError) as exc:
-            raise ServerError(f"cannot load the CA file {options.tls_cafile}: {exc}") from None
-    if options.require_certificate:
-        if options.tls_cafile is None:
-            raise ServerError("--require-certificate needs --tls-cafile to check client certificates against")
+            raise ServerError(f"cannot load the CA file {files.cafile}: {exc}") from None
+    if files.require_certificate:
+        if files.cafile is None:
+            raise ServerError(f"{where}: requiring certificates needs a CA file (--tls-cafile) to check them against")
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
+
+
+class OpenListener:
+    """A listener the server has open: its sockets, its accepting tasks and the connections it accepted."""
+
+    def __init__(self, spec: Listener, sockets: list[trio.abc.Listener[Any]], bound: list[Listener]) -> None:
+        self.spec = spec
+        self.bound = bound  # one per socket, with the port the system gave
+        self.sockets = sockets
+        self.connections: set[ServerConnection] = set()
+        self.active = 0
+        self.closed = False
+        self.cancel_scope = trio.CancelScope()
+        self.unix_inode: int | None = None  # the socket file we made (removed on close if still ours)
+        # A TLS listener's context, used for each connection when it is accepted: a reload swaps it, and the
+        # connections accepted from then on get the new certificate.
+        self.tls: ssl.SSLContext | None = None
+
+    def __repr__(self) -> str:
+        return f"<OpenListener {', '.join(b.url for b in self.bound)}>"
 
 
 class _Conn:
@@ -118,34 +206,22 @@ class _Conn:
         self.closing: trio.Event | None = None  # the reader waits on it for the writer's last bytes
 
 
-@dataclass(slots=True, eq=False)
-class _Listening:
-    """One configured listener while it is open: its sockets (two for "localhost"), and its accept loop."""
-
-    spec: Listener
-    sockets: list[trio.SocketListener]
-    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    conns: set[ServerConnection] = field(default_factory=set)
-
-    @property
-    def bound(self) -> list[Listener]:
-        return [Listener(self.spec.scheme, *s.socket.getsockname()[:2]) for s in self.sockets]
-
-
 class BrokerServer:
+    """The broker on trio. Its listeners can be opened and closed while it runs (open_listener, close_listener)."""
+
     def __init__(self, options: ServeOptions) -> None:
         self.options = options
         self.core = BrokerCore(options.broker, trio.current_time())
         self.active = 0
-        self._open: list[_Listening] = []
-        self._tls: ssl.SSLContext | None = None
+        self.listeners: list[OpenListener] = []
         self._ticker_wake = trio.Event()
         self._nursery: trio.Nursery | None = None  # where writers run; set by run() (or a test)
+        self._stopping = False
 
     @property
     def bound(self) -> list[Listener]:
-        """The addresses listened on (a port 0 replaced by the one the system chose)."""
-        return [b for lst in self._open for b in lst.bound]
+        """Every socket listening now, with its real port."""
+        return [b for lst in self.listeners for b in lst.bound]
 
     # --- plumbing ------------------------------------------------------------------------------------------
 
@@ -206,7 +282,7 @@ class BrokerServer:
                         core.drained(conn, trio.current_time())
                         self._flush()
                 if conn.close_requested:
-                    await stream.aclose()  # the reader sees the stream closed and ends
+                    await self._close_stream(stream)  # the reader sees the stream closed and ends
                     return
                 net.wake = trio.Event()
                 with trio.move_on_after(WRITER_LINGER):
@@ -224,18 +300,53 @@ class BrokerServer:
             if net.closing is not None:
                 net.closing.set()
 
-    async def _handle(self, stream: trio.abc.Stream, listening: _Listening | None = None) -> None:
-        core = self.core
+    async def _close_stream(self, stream: trio.abc.Stream) -> None:
+        if isinstance(stream, WebSocketStream):
+            await stream.aclose(CloseReason.GOING_AWAY if self._stopping else CloseReason.NORMAL_CLOSURE)
+        else:
+            await stream.aclose()
+
+    async def _handle(self, stream: trio.abc.Stream, listener: OpenListener | None = None) -> None:
         opts = self.options
-        if opts.max_connections and self.active >= opts.max_connections:
+        spec = listener.spec if listener is not None else None
+        if (opts.max_connections and self.active >= opts.max_connections) or (
+            listener is not None and listener.spec.max_connections and listener.active >= listener.spec.max_connections
+        ):
             await trio.aclose_forcefully(stream)
             return
+        # Counted from the start: a connection still upgrading or still to send its CONNECT holds its place.
         self.active += 1
-        conn = core.open(_peer(stream), trio.current_time())
+        if listener is not None:
+            listener.active += 1
+        try:
+            peer = _peer(stream, spec)
+            if spec is not None and spec.scheme.websocket:
+                try:
+                    with trio.fail_after(CONNECT_TIMEOUT):  # the upgrade counts against the time a CONNECT has
+                        stream = await WebSocketStream.accept(stream, spec.path)
+                except (HandshakeRefused, trio.TooSlowError) as exc:
+                    self._notice_refused(peer, f"WebSocket: {exc}" if str(exc) else "WebSocket: upgrade too slow")
+                    await trio.aclose_forcefully(stream)
+                    return
+            if listener is not None and listener.closed:  # closed while this one was upgrading
+                await trio.aclose_forcefully(stream)
+                return
+            await self._serve(stream, peer, listener)
+        finally:
+            self.active -= 1
+            if listener is not None:
+                listener.active -= 1
+
+    async def _serve(self, stream: trio.abc.Stream, peer: str, listener: OpenListener | None) -> None:
+        core = self.core
+        if listener is not None:
+            spec = listener.spec
+            conn = core.open(peer, trio.current_time(), spec.versions, spec.auth)
+            listener.connections.add(conn)
+        else:
+            conn = core.open(peer, trio.current_time())
         net = _Conn(stream)
         conn.context = net
-        if listening is not None:
-            listening.conns.add(conn)
         try:
             while not conn.closed:
                 try:
@@ -252,19 +363,23 @@ class BrokerServer:
         except Exception as exc:  # a bug must cost one connection, never the broker
             core.internal_error(conn, trio.current_time(), f"{type(exc).__name__}: {exc}")
         finally:
-            self.active -= 1
-            if listening is not None:
-                listening.conns.discard(conn)
+            if listener is not None:
+                listener.connections.discard(conn)
             self._flush()  # a closing connection's last bytes (DISCONNECT, refusing CONNACK) get their writer
             core.connection_lost(conn, trio.current_time())
             self._flush()
             if net.writing:  # it sends what is left (a DISCONNECT, a refusing CONNACK), then closes
                 net.closing = trio.Event()
-                with trio.CancelScope(shield=True), trio.move_on_after(DRAIN_ON_SHUTDOWN):
+                with trio.move_on_after(DRAIN_ON_SHUTDOWN):
                     await net.closing.wait()
             conn.context = None
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await trio.aclose_forcefully(stream)
+
+    def _notice_refused(self, peer: str, detail: str) -> None:
+        report = self.options.on_notice
+        if report is not None:
+            report(Notice("refused", None, peer, detail))
 
     def _sweep(self, now: float) -> None:
         """Closes connections silent past their keep alive (1.5x), or without a CONNECT after CONNECT_TIMEOUT."""
@@ -294,114 +409,189 @@ class BrokerServer:
                 await self._ticker_wake.wait()
             self._ticker_wake = trio.Event()
 
+    # --- listeners ------------------------------------------------------------------------------------------
+
+    async def _bind(self, spec: Listener) -> OpenListener:
+        """Opens the sockets of `spec` (nothing accepted yet); ServerError says why it cannot."""
+        ctx = None
+        if spec.scheme.tls:
+            ctx = tls_context(spec.tls or self.options.default_tls(), f"listener {spec.url}")
+        if spec.scheme is Scheme.UNIX:
+            return await _bind_unix(spec)
+        try:
+            tcp = await trio.open_tcp_listeners(spec.port, host=spec.host)
+        except OSError as exc:
+            raise ServerError(f"cannot listen on {spec.url}: {exc.strerror or exc}") from None
+        bound = []
+        for lst in tcp:
+            host, port = lst.socket.getsockname()[:2]
+            bound.append(replace(spec, host=host, port=port))
+        listener = OpenListener(spec, list(tcp), bound)
+        listener.tls = ctx
+        return listener
+
+    def _start(self, listener: OpenListener) -> None:
+        nursery = self._nursery
+        if nursery is None:
+            raise RuntimeError("listeners are opened on a running server (BrokerServer.run)")
+        for sock in listener.sockets:
+            nursery.start_soon(self._accept, listener, sock)
+        self.listeners.append(listener)
+
+    async def _accept(self, listener: OpenListener, sock: trio.abc.Listener[Any]) -> None:
+        with listener.cancel_scope:
+            while True:
+                try:
+                    stream = await sock.accept()
+                except OSError as exc:
+                    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS):
+                        await trio.sleep(0.1)  # out of descriptors: let connections end, as trio.serve_listeners
+                        continue
+                    raise
+                if listener.tls is not None:  # as trio.SSLListener does, with the context in force now
+                    # wss: https_compatible, as browsers close TLS without close_notify
+                    wss = listener.spec.scheme is Scheme.WSS
+                    stream = trio.SSLStream(stream, listener.tls, server_side=True, https_compatible=wss)
+                assert self._nursery is not None
+                self._nursery.start_soon(self._handle_quietly, stream, listener)
+
+    async def open_listener(self, spec: Listener) -> OpenListener:
+        """Opens one more listener on the running server; ServerError (nothing opened) when it cannot."""
+        listener = await self._bind(spec)
+        self._start(listener)
+        self._listening_changed()
+        return listener
+
+    async def close_listener(self, listener: OpenListener, reason: int = 0x8B) -> None:
+        """Stops accepting on `listener`, then ends the connections it accepted as a shutdown would (wills
+        published, 5.0 clients told DISCONNECT `reason`), giving them a moment to get it. Other listeners and
+        their connections are not touched."""
+        if listener.closed:
+            return
+        listener.closed = True
+        listener.cancel_scope.cancel()
+        for sock in listener.sockets:
+            with contextlib.suppress(OSError, trio.ClosedResourceError):
+                await sock.aclose()
+        _remove_unix_socket(listener)
+        if listener in self.listeners:
+            self.listeners.remove(listener)
+        now = trio.current_time()
+        where = listener.bound[0].url if listener.bound else listener.spec.url
+        for conn in list(listener.connections):
+            self.core.disconnect(conn, now, reason, f"listener {where} closed")
+        self._flush()
+        with trio.move_on_after(DRAIN_ON_SHUTDOWN):
+            while listener.connections:
+                await trio.sleep(0.01)
+        self._listening_changed()
+
+    def _listening_changed(self) -> None:
+        if self.options.ready_file is not None:
+            _write_ready_file(self.options.ready_file, self.bound)
+
+    async def reload(self, options: ServeOptions) -> list[str]:
+        """Applies a new configuration, or raises ServerError and changes nothing; returns what changed.
+
+        Listeners are matched by where they listen (scheme, address, port, path, file mode): one kept keeps its
+        sockets and connections and takes the new settings (versions, max_connections, auth) for the connections
+        it accepts from then on; new ones are opened first, so a port that cannot be bound or a certificate that
+        cannot be read leaves everything as it was; removed ones are closed (close_listener: their connections
+        are ended, 5.0 DISCONNECT 0x8B, wills published). TLS files are read again for every TLS listener: new
+        connections get the new certificate. Limits: see BrokerCore.reconfigure.
+        """
+        wanted = {_where(spec): spec for spec in options.listeners}
+        kept = [lst for lst in self.listeners if _where(lst.spec) in wanted]
+        contexts = {
+            id(lst): tls_context(wanted[_where(lst.spec)].tls or options.default_tls(), f"listener {lst.spec.url}")
+            for lst in kept
+            if lst.spec.scheme.tls
+        }
+        have = {_where(lst.spec) for lst in kept}
+        added: list[OpenListener] = []
+        try:
+            for where, spec in wanted.items():
+                if where not in have:
+                    added.append(await self._bind(spec))
+        except BaseException:
+            for listener in added:
+                await self._discard(listener)
+            raise
+        # From here on nothing fails: apply.
+        changes = []
+        callbacks = (self.options.on_notice, self.options.on_listening)
+        old_broker = self.options.broker
+        self.options = options
+        options.on_notice = options.on_notice or callbacks[0]
+        options.on_listening = options.on_listening or callbacks[1]
+        for listener in kept:
+            spec = wanted[_where(listener.spec)]
+            if spec != listener.spec or spec.auth is not listener.spec.auth:
+                listener.spec = spec
+                listener.bound = [replace(spec, host=b.host, port=b.port) for b in listener.bound]
+            if id(listener) in contexts:
+                listener.tls = contexts[id(listener)]
+        self.core.reconfigure(options.broker, trio.current_time())
+        if options.broker != old_broker:
+            changes.append("limits changed")
+        for listener in added:
+            self._start(listener)
+            changes.append(f"listener {', '.join(b.url for b in listener.bound)} opened")
+        for listener in [lst for lst in self.listeners if lst not in kept and lst not in added]:
+            ended = len(listener.connections)
+            await self.close_listener(listener)
+            changes.append(f"listener {listener.spec.url} closed ({ended} connections ended)")
+        self._listening_changed()
+        self._ticker_wake.set()  # the $SYS interval may have changed
+        return changes
+
     # --- running --------------------------------------------------------------------------------------------
 
     async def run(self, stop: trio.Event, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listens and serves until `stop` is set, then shuts down gracefully."""
         opts = self.options
-        if any(lst.scheme == "mqtts" for lst in opts.listeners):
-            self._tls = tls_context(opts)
-        self._open = await self._listen(opts.listeners)
-        if opts.ready_file is not None:
-            _write_ready_file(opts.ready_file, self.bound)
-        if opts.on_listening is not None:
-            opts.on_listening(self.bound)
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            nursery.start_soon(self._ticker)
-            for listening in self._open:
-                nursery.start_soon(self._accept, listening)
-            task_status.started(self)
-            await stop.wait()
-            await self.shutdown()
-            nursery.cancel_scope.cancel()
+        opened: list[OpenListener] = []
+        try:
+            for spec in opts.listeners:
+                opened.append(await self._bind(spec))
+        except BaseException:
+            for listener in opened:
+                await self._discard(listener)
+            raise
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for listener in opened:
+                    self._start(listener)
+                self._listening_changed()
+                if opts.on_listening is not None:
+                    opts.on_listening(self.bound)
+                nursery.start_soon(self._ticker)
+                task_status.started(self)
+                await stop.wait()
+                for listener in self.listeners:  # no new connections while the others end
+                    listener.cancel_scope.cancel()
+                await self.shutdown()
+                nursery.cancel_scope.cancel()
+        finally:
+            for listener in self.listeners:
+                await self._discard(listener)
 
-    async def _listen(self, specs: list[Listener]) -> list[_Listening]:
-        """Opens the listeners of `specs`, all or none (ServerError naming the one that failed)."""
-        opened: list[_Listening] = []
-        for spec in specs:
-            try:
-                sockets = await trio.open_tcp_listeners(spec.port, host=spec.host)
-            except OSError as exc:
-                for listening in opened:
-                    for sock in listening.sockets:
-                        await sock.aclose()
-                raise ServerError(f"cannot listen on {spec.url}: {exc.strerror or exc}") from None
-            opened.append(_Listening(spec, sockets))
-        return opened
+    @staticmethod
+    async def _discard(listener: OpenListener) -> None:
+        for sock in listener.sockets:
+            with trio.CancelScope(shield=True), contextlib.suppress(OSError, trio.ClosedResourceError):
+                await sock.aclose()
+        _remove_unix_socket(listener)
 
-    async def _accept(self, listening: _Listening) -> None:
-        """Accepts connections until the listener is closed (a reload that removed it, or shutdown)."""
-        nursery = self._nursery
-        assert nursery is not None
-
-        async def accept_from(sock: trio.SocketListener) -> None:
-            while True:
-                try:
-                    stream: trio.abc.Stream = await sock.accept()
-                except (trio.ClosedResourceError, trio.BrokenResourceError):
-                    return
-                except OSError:  # out of file descriptors or memory: as trio.serve_listeners, wait and retry
-                    await trio.sleep(0.1)
-                    continue
-                if listening.spec.scheme == "mqtts":
-                    assert self._tls is not None  # the context at accept time: a reload's new certificate applies
-                    stream = trio.SSLStream(stream, self._tls, server_side=True, https_compatible=False)
-                nursery.start_soon(self._handle_quietly, stream, listening)
-
-        with listening.scope:
-            async with trio.open_nursery() as accepting:
-                for sock in listening.sockets:
-                    accepting.start_soon(accept_from, sock)
-
-    async def _handle_quietly(self, stream: trio.abc.Stream, listening: _Listening | None = None) -> None:
+    async def _handle_quietly(self, stream: trio.abc.Stream, listener: OpenListener | None = None) -> None:
         # A failed TLS handshake, or a peer gone mid-write: that connection only.
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            await self._handle(stream, listening)
-
-    async def reload(self, options: ServeOptions) -> list[str]:
-        """Applies a new configuration, or raises ServerError and changes nothing; returns what changed.
-
-        Listeners kept (same URL) keep their sockets and connections; new ones are opened first, so a port
-        that cannot be bound leaves everything as it was; removed ones stop accepting and their connections
-        are ended (5.0: DISCONNECT 0x8B, wills published). Certificates are read again: new TLS connections
-        use them. Limits: see BrokerCore.reconfigure.
-        """
-        tls = tls_context(options) if any(lst.scheme == "mqtts" for lst in options.listeners) else None
-        kept = [lst for lst in self._open if lst.spec in options.listeners]
-        old_specs = [lst.spec for lst in self._open]
-        added = await self._listen([spec for spec in options.listeners if spec not in old_specs])
-        changes = [f"listener {lst.spec.url} opened" for lst in added]
-        now = trio.current_time()
-        for listening in self._open:
-            if listening.spec in options.listeners:
-                continue
-            listening.scope.cancel()
-            for sock in listening.sockets:
-                await sock.aclose()
-            ended = list(listening.conns)
-            for conn in ended:
-                self.core.disconnect(conn, now, 0x8B, f"listener {listening.spec.url} removed")
-            changes.append(f"listener {listening.spec.url} closed ({len(ended)} connections ended)")
-        self._open = kept + added
-        self._tls = tls
-        if options.broker != self.options.broker:
-            changes.append("limits changed")
-        self.core.reconfigure(options.broker, now)
-        options.on_notice = options.on_notice or self.options.on_notice
-        options.on_listening = options.on_listening or self.options.on_listening
-        self.options = options
-        assert self._nursery is not None
-        for listening in added:
-            self._nursery.start_soon(self._accept, listening)
-        self._flush()
-        self._ticker_wake.set()
-        if options.ready_file is not None:
-            _write_ready_file(options.ready_file, self.bound)
-        return changes
+            await self._handle(stream, listener)
 
     async def shutdown(self) -> None:
         """Publishes wills, sends 5.0 clients DISCONNECT 0x8B, and gives writers a moment to send it all."""
+        self._stopping = True
         self.core.shutdown(trio.current_time())
         self._flush()
         with trio.move_on_after(DRAIN_ON_SHUTDOWN):
@@ -409,24 +599,94 @@ class BrokerServer:
                 await trio.sleep(0.01)
 
 
-def _peer(stream: trio.abc.Stream) -> str:
+async def _bind_unix(spec: Listener) -> OpenListener:
+    """A Unix socket listener. A socket file left by a dead server is replaced; one a live server answers on,
+    or a file that is not a socket, is an error (nothing is removed)."""
+    assert spec.path is not None
+    path = spec.path
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise ServerError(f"cannot listen on {spec.url}: {exc.strerror}") from None
+    if info is not None:
+        if not stat.S_ISSOCK(info.st_mode):
+            raise ServerError(f"cannot listen on {spec.url}: {path} is not a socket; remove it or pick another path")
+        if await _someone_listens(path):
+            raise ServerError(f"cannot listen on {spec.url}: another server is listening on {path}")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        await sock.bind(path)
+        if spec.mode is not None:
+            os.chmod(path, spec.mode)
+        sock.listen(socket.SOMAXCONN)
+        inode = os.stat(path).st_ino
+    except OSError as exc:
+        sock.close()
+        raise ServerError(f"cannot listen on {spec.url}: {exc.strerror or exc}") from None
+    listener = OpenListener(spec, [trio.SocketListener(sock)], [spec])
+    listener.unix_inode = inode
+    return listener
+
+
+async def _someone_listens(path: str) -> bool:
+    probe = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with trio.move_on_after(1):
+            await probe.connect(path)
+        return True  # it answered (or its backlog is full: alive too)
+    except OSError:
+        return False  # refused: nobody listens; the file is a dead server's
+    finally:
+        probe.close()
+
+
+def _remove_unix_socket(listener: OpenListener) -> None:
+    """Removes the socket file we made, unless someone replaced it since."""
+    path = listener.spec.path
+    if listener.unix_inode is None or path is None:
+        return
+    with contextlib.suppress(OSError):
+        if os.stat(path).st_ino == listener.unix_inode:
+            os.unlink(path)
+    listener.unix_inode = None
+
+
+def _peer(stream: trio.abc.Stream, spec: Listener | None = None) -> str:
+    if spec is not None and spec.scheme is Scheme.UNIX:
+        return f"unix:{spec.path}"
     inner = getattr(stream, "transport_stream", stream)
     sock = getattr(inner, "socket", None)
     try:
         host, port = sock.getpeername()[:2]  # type: ignore[union-attr]
-    except (AttributeError, OSError):
+    except (AttributeError, OSError, ValueError):
         return "?"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _ready_entry(b: Listener) -> dict[str, Any]:
+    entry: dict[str, Any] = {"url": b.url, "scheme": str(b.scheme), "host": b.host, "port": b.port}
+    if b.path is not None:
+        entry["path"] = b.path
+    return entry
+
+
 def _write_ready_file(path: Path, bound: list[Listener]) -> None:
-    data = {"listeners": [{"url": b.url, "host": b.host, "port": b.port} for b in bound]}
+    data = {"listeners": [_ready_entry(b) for b in bound]}
     tmp = path.with_name(path.name + ".tmp")
     try:
         tmp.write_text(json.dumps(data) + "\n")
         tmp.replace(path)  # atomic: a script polling for the file never reads half of it
     except OSError as exc:
         raise ServerError(f"cannot write the ready file {path}: {exc.strerror or exc}") from None
+
+
+def _where(spec: Listener) -> tuple[Any, ...]:
+    """What identifies a listener across a reload: the socket it needs (a change there is a new listener)."""
+    return (spec.scheme, spec.host, spec.port, spec.path, spec.mode)
 
 
 async def serve(

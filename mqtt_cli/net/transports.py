@@ -9,7 +9,6 @@ subprotocol over WebSocket, path /mqtt by default) and unix:///path/to/socket.
 
 from __future__ import annotations
 
-import contextlib
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +24,6 @@ __all__ = [
     "Endpoint",
     "ParsedURL",
     "TLSOptions",
-    "WebSocketStream",
     "make_ssl_context",
     "open_transport",
     "parse_url",
@@ -173,7 +171,11 @@ async def open_transport(endpoint: Endpoint, ssl_context: ssl.SSLContext | None 
                 raise TLSFailed(f"TLS handshake with {endpoint} failed: {what}") from None
             stream = tls
         if endpoint.scheme in ("ws", "wss"):
-            stream = await WebSocketStream.connect(stream, endpoint)
+            port = endpoint.port
+            host = endpoint.host if port == DEFAULT_PORTS[endpoint.scheme] else f"{endpoint.host}:{port}"
+            from .websocket import WebSocketStream  # wsproto only for ws[s]: one-shot start-up stays short
+
+            stream = await WebSocketStream.connect(stream, host, endpoint.path, str(endpoint))
     except BaseException:
         await trio.aclose_forcefully(stream)
         raise
@@ -188,87 +190,3 @@ def _os_reason(err: OSError) -> str:
     if isinstance(cause, OSError) and cause.strerror:
         return cause.strerror
     return err.strerror or str(err)
-
-
-class WebSocketStream(trio.abc.Stream):
-    """MQTT over WebSocket (subprotocol "mqtt", binary frames) as a byte stream, on wsproto."""
-
-    def __init__(self, stream: trio.abc.Stream, ws: object) -> None:
-        from wsproto import WSConnection
-
-        assert isinstance(ws, WSConnection)
-        self._stream = stream
-        self._ws = ws
-        self._closed = False
-
-    @classmethod
-    async def connect(cls, stream: trio.abc.Stream, endpoint: Endpoint) -> WebSocketStream:
-        from wsproto import ConnectionType, WSConnection
-        from wsproto.events import AcceptConnection, RejectConnection, RejectData, Request
-
-        ws = WSConnection(ConnectionType.CLIENT)
-        host = endpoint.host if endpoint.port == DEFAULT_PORTS[endpoint.scheme] else f"{endpoint.host}:{endpoint.port}"
-        await stream.send_all(ws.send(Request(host=host, target=endpoint.path, subprotocols=["mqtt"])))
-        while True:
-            try:
-                data = await stream.receive_some(65536)
-            except trio.BrokenResourceError as err:
-                raise ConnectFailed(f"WebSocket upgrade with {endpoint} failed: {err}") from None
-            if not data:
-                raise ConnectFailed(f"{endpoint} closed the connection during the WebSocket upgrade")
-            ws.receive_data(data)
-            for event in ws.events():
-                if isinstance(event, AcceptConnection):
-                    return cls(stream, ws)
-                if isinstance(event, RejectConnection | RejectData):
-                    status = getattr(event, "status_code", "")
-                    raise ConnectFailed(f"{endpoint} refused the WebSocket upgrade (HTTP {status})")
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        from wsproto.events import Message
-
-        if self._closed:
-            raise trio.ClosedResourceError("the WebSocket is closed")
-        await self._stream.send_all(self._ws.send(Message(data=bytes(data))))
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self._stream.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
-
-        while True:
-            if self._closed:
-                return b""
-            data = await self._stream.receive_some(65536)
-            if not data:
-                self._closed = True
-                return b""
-            self._ws.receive_data(data)
-            out = bytearray()
-            for event in self._ws.events():
-                if isinstance(event, BytesMessage):
-                    out += event.data
-                elif isinstance(event, TextMessage):
-                    out += event.data.encode()  # MQTT over WebSocket is binary; be lenient
-                elif isinstance(event, Ping):
-                    await self._stream.send_all(self._ws.send(event.response()))
-                elif isinstance(event, CloseConnection):
-                    self._closed = True
-                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                        await self._stream.send_all(self._ws.send(event.response()))
-            if out:
-                return bytes(out)
-            if self._closed:
-                return b""
-
-    async def aclose(self) -> None:
-        from wsproto.connection import ConnectionState
-        from wsproto.events import CloseConnection
-
-        if not self._closed and self._ws.state is ConnectionState.OPEN:
-            self._closed = True
-            with trio.move_on_after(1):
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await self._stream.send_all(self._ws.send(CloseConnection(code=1000)))
-        await self._stream.aclose()

@@ -97,3 +97,59 @@ def our_factory(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
     yield factory
     for broker in started:
         broker.stop()
+
+
+class Served:
+    """`mqtt serve` with the listener URLs given (ports 0); `urls` are the bound ones, from its ready file."""
+
+    def __init__(self, workdir: Path, *args: str) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        ready = workdir / "ready.json"
+        ready.unlink(missing_ok=True)
+        self.log = workdir / "serve.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mqtt_cli", "serve", "--ready-file", str(ready), "-v", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("ab"),
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError(f"mqtt serve did not start: {self.log.read_text()[-2000:]}")
+            time.sleep(0.02)
+        self.listeners: list[dict[str, Any]] = json.loads(ready.read_text())["listeners"]
+
+    def url(self, scheme: str) -> str:
+        return next(str(b["url"]) for b in self.listeners if b["scheme"] == scheme)
+
+    def port(self, scheme: str) -> int:
+        return next(int(b["port"]) for b in self.listeners if b["scheme"] == scheme)
+
+    def stop(self) -> int:
+        """SIGTERM, as a service manager would; returns the exit status."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def serve_with() -> Iterator[Callable[..., Served]]:
+    """Starts `mqtt serve` with the arguments given; stopped at the end of the test."""
+    started: list[Served] = []
+
+    def start(workdir: Path, *args: str) -> Served:
+        served = Served(workdir, *args)
+        started.append(served)
+        return served
+
+    yield start
+    for served in started:
+        served.stop()
