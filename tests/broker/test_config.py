@@ -12,6 +12,7 @@ import shutil
 import signal
 import socket
 import ssl
+import stat
 import subprocess
 import sys
 import threading
@@ -609,3 +610,111 @@ def test_debian_default_mosquitto_conf(tmp_path: Path) -> None:
     assert printed.returncode == 0
     assert 'url = "mqtt://127.0.0.1:1883"' in printed.stdout  # no listener: local only, as mosquitto 2
     assert 'file = "/var/log/mosquitto/mosquitto.log"' in printed.stdout
+
+
+# --- every kind of listener from the file (net/server.py's listeners) ---------------------------------------
+
+
+def paho_ws_roundtrip(port: int, client_id: str, path: str = "/mqtt", protocol: int = paho.MQTTv311) -> bool:
+    """Connects over WebSocket, subscribes, publishes one QoS 1 message to itself; True when it came back."""
+    got = threading.Event()
+    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol,
+                         transport="websockets")  # fmt: skip
+    client.ws_set_options(path=path)
+    client.on_message = lambda c, u, m: got.set()
+    client.on_connect = lambda c, u, f, rc, p: c.subscribe("ws/#", 1)
+    client.on_subscribe = lambda c, *a: c.publish("ws/x", b"over websocket", 1)
+    try:
+        client.connect(HOST, port)
+    except OSError:
+        return False
+    client.loop_start()
+    try:
+        return got.wait(DEADLINE)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def test_mosquitto_websockets_and_unix_file_in_both_brokers(tmp_path: Path, started: list[Ours]) -> None:
+    """tests/data/mosquitto/websockets.conf's listeners (MQTT, WebSocket, a unix socket), on free ports: the same
+    file runs our broker (--mosquitto-conf) and mosquitto, and the same clients work with both."""
+    template = (REPO / "tests" / "data" / "mosquitto" / "websockets.conf").read_text()
+    # This test's addresses; the TLS WebSocket listener is left out (its files are Let's Encrypt's).
+    text = template.split("listener 9443")[0] + "listener 0 SOCK\n" + template.split("mqtt.sock\n")[1]
+
+    def conf_for(name: str) -> tuple[Path, int, int, Path]:
+        mqtt_port, ws_port, sock = free_port(), free_port(), tmp_path / f"{name}.sock"
+        path = tmp_path / f"{name}.conf"
+        path.write_text(text.replace("listener 1883", f"listener {mqtt_port}")
+                        .replace("listener 9001", f"listener {ws_port}").replace("SOCK", str(sock)))  # fmt: skip
+        return path, mqtt_port, ws_port, sock
+
+    ours_conf, ours_mqtt, ours_ws, ours_sock = conf_for("ours")
+    start(started, tmp_path / "run", "--mosquitto-conf", str(ours_conf))
+    theirs_conf, theirs_mqtt, theirs_ws, theirs_sock = conf_for("theirs")
+    if os.geteuid() == 0:  # mosquitto started as root becomes user mosquitto, who cannot enter pytest's tmp_path
+        theirs_conf.write_text("user root\n" + theirs_conf.read_text())
+    proc = subprocess.Popen(["mosquitto", "-c", str(theirs_conf)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_for(lambda: not refuses(theirs_mqtt) and theirs_sock.exists(), "mosquitto to listen")
+        for mqtt_port, ws_port, sock in ((ours_mqtt, ours_ws, ours_sock), (theirs_mqtt, theirs_ws, theirs_sock)):
+            assert mosquitto_pub(mqtt_port).returncode == 0
+            assert paho_ws_roundtrip(ws_port, f"ws-{ws_port}")
+            over_unix = subprocess.run(["mosquitto_pub", "--unix", str(sock), "-t", "u", "-m", "x"],
+                                       capture_output=True, text=True, timeout=DEADLINE)  # fmt: skip
+            assert over_unix.returncode == 0, over_unix.stderr
+            # message_size_limit 262144: a bigger payload is acknowledged and dropped by both; the next one goes on.
+            sub = Subscriber(mqtt_port, "big", f"big-{mqtt_port}")
+            try:
+                for size in (300_000, 200_000):
+                    (tmp_path / "payload").write_bytes(b"x" * size)
+                    done = subprocess.run(
+                        ["mosquitto_pub", "-h", HOST, "-p", str(mqtt_port), "-t", "big", "-q", "1", "-f",
+                         str(tmp_path / "payload")], capture_output=True, text=True, timeout=DEADLINE,
+                    )  # fmt: skip
+                    assert done.returncode == 0, done.stderr
+                wait_for(lambda: len(sub.messages) == 1, "the message under the limit")  # noqa: B023
+                assert len(sub.messages[0]) == 200_000
+            finally:
+                sub.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_config_listeners_and_per_listener_settings_reloaded(tmp_path: Path, started: list[Ours]) -> None:
+    plain, ws = free_port(), free_port()
+    sock = tmp_path / "mqtt.sock"
+    config = tmp_path / "broker.toml"
+
+    def write(versions: str, max_connections: int, with_unix: bool) -> None:
+        unix = f'[[listener]]\nurl = "unix://{sock}"\nmode = 0o600\n\n' if with_unix else ""
+        config.write_text(
+            f'[[listener]]\nurl = "mqtt://{HOST}:{plain}"\nversions = [{versions}]\n'
+            f"max_connections = {max_connections}\n\n"
+            f'[[listener]]\nurl = "ws://{HOST}:{ws}/mqtt"\n\n' + unix
+        )
+
+    write('"5"', 0, True)
+    broker = start(started, tmp_path / "run", "--config", str(config))
+    assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+    assert mosquitto_pub(plain, "-V", "mqttv311").returncode != 0  # versions = ["5"]
+    assert mosquitto_pub(plain, "-V", "mqttv5").returncode == 0
+    assert paho_ws_roundtrip(ws, "ws-before")
+    holder = Subscriber(plain, "hold/#", "holder")  # one connection on the listener
+    try:
+        stamp = broker.ready.stat().st_mtime_ns
+        write('"3.1.1", "5"', 1, False)
+        broker.signal(signal.SIGHUP)
+        assert len(broker.wait_ready(stamp)) == 2
+        wait_line(broker.stderr, rf"listener unix://{sock} closed")
+        assert not sock.exists()
+        # The kept listener takes its new settings: 3.1.1 allowed, one connection at most (the holder's).
+        assert mosquitto_pub(plain, "-V", "mqttv311").returncode != 0
+        assert not holder.disconnected.is_set()
+    finally:
+        holder.close()
+    wait_for(lambda: mosquitto_pub(plain, "-V", "mqttv311").returncode == 0, "a 3.1.1 client, once alone")
+    assert paho_ws_roundtrip(ws, "ws-after")
