@@ -62,12 +62,41 @@ def serve(
     max_packet_size: Annotated[int, typer.Option(help="Largest packet accepted, bytes (0: no limit).")] = 0,
     max_connections: Annotated[int, typer.Option(help="Connections accepted at once (0: unlimited).")] = 0,
     sys_interval: Annotated[float, typer.Option(help="Seconds between $SYS updates (0: none).")] = 10.0,
+    password_file: Annotated[
+        Path | None,
+        typer.Option(help="Users and password hashes, mosquitto's format (made by `mqtt passwd` or mosquitto_passwd)."),
+    ] = None,
+    acl_file: Annotated[
+        Path | None, typer.Option(help="Who may read and write which topics, mosquitto's acl_file format.")
+    ] = None,
+    allow_anonymous: Annotated[
+        bool | None,
+        typer.Option(
+            "--allow-anonymous/--no-allow-anonymous",
+            help="Clients without a user name. Default: allowed on a loopback listener without authentication, "
+            "refused otherwise; a listener on another address with no authentication needs it said explicitly.",
+        ),
+    ] = None,
+    use_identity_as_username: Annotated[
+        bool,
+        typer.Option(
+            "--use-identity-as-username",
+            help="mqtts: the client certificate's CN is the user name (needs --tls-cafile).",
+        ),
+    ] = False,
+    use_subject_as_username: Annotated[
+        bool,
+        typer.Option(
+            "--use-subject-as-username",
+            help="mqtts: the client certificate's whole subject (RFC 2253, as mosquitto) is the user name.",
+        ),
+    ] = False,
 ) -> None:
     """Run an MQTT 3.1 / 3.1.1 / 5.0 broker.
 
     Listens on 127.0.0.1:1883 unless told otherwise. SIGINT or SIGTERM shut it down gracefully: the wills of connected clients are published and 5.0 clients told why; a second signal stops it at once.
 
-    Exit codes: 0 stopped by a signal, 1 could not start (port in use, certificate unreadable), 2 bad usage.
+    Exit codes: 0 stopped by a signal, 1 could not start (port in use, certificate unreadable), 2 bad usage (also a bad password or ACL file, or a listener open to the network without authentication).
     """  # noqa: E501 - typer keeps a docstring's line breaks in --help
     import json
     import os
@@ -79,7 +108,8 @@ def serve(
 
     from mqtt_cli import version_text
     from mqtt_cli.core.broker import BrokerConfig, Notice
-    from mqtt_cli.net.server import Listener, ServeOptions, ServerError, parse_listen_url
+    from mqtt_cli.net.auth_files import AuthFileError, load_policy
+    from mqtt_cli.net.server import Listener, ServeOptions, ServerError, listener_policy, parse_listen_url
     from mqtt_cli.net.server import serve as run_server
 
     for name, value in (("--port", port), ("--max-keepalive", max_keepalive), ("--max-topic-alias", max_topic_alias)):
@@ -97,6 +127,20 @@ def serve(
     try:
         specs = [parse_listen_url(url) for url in listen] if listen else [Listener("mqtt", host, port)]
     except ServerError as exc:
+        fail(str(exc), 2)
+    if use_identity_as_username and use_subject_as_username:
+        fail("--use-identity-as-username and --use-subject-as-username exclude each other", 2)
+    if (use_identity_as_username or use_subject_as_username) and not any(s.scheme == "mqtts" for s in specs):
+        fail("a certificate identity as user name needs an mqtts:// listener", 2)
+    try:
+        auth = load_policy(
+            allow_anonymous=allow_anonymous,
+            password_file=password_file,
+            acl_file=acl_file,
+            use_identity_as_username=use_identity_as_username,
+            use_subject_as_username=use_subject_as_username,
+        )
+    except AuthFileError as exc:
         fail(str(exc), 2)
 
     console = None
@@ -151,7 +195,13 @@ def serve(
         ready_file=ready_file,
         on_notice=(log_json if log_format is LogFormat.json else log_text) if verbose else None,
         on_listening=listening,
+        auth=auth,
     )
+    for spec in specs:
+        try:
+            listener_policy(options, spec)  # a listener open to the network without authentication: refused here
+        except ServerError as exc:
+            fail(str(exc), 2)
 
     async def main() -> None:
         stop = trio.Event()

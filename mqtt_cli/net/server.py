@@ -14,12 +14,21 @@ import math
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import trio
 
+from mqtt_cli.core.auth import (
+    OPEN_POLICY,
+    AuthPolicy,
+    CertificateIdentity,
+    certificate_identity,
+    is_loopback,
+    unsafe_listener_error,
+)
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice
 from mqtt_cli.core.server import ServerConnection
 
@@ -30,6 +39,7 @@ CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send its CONNECT
 DRAIN_ON_SHUTDOWN = 2.0  # seconds writers get to send the last DISCONNECTs and wills
 WRITER_LINGER = 1.0  # seconds a writer waits for more output before it ends
 SWEEP_INTERVAL = 0.5  # seconds between keep-alive checks (a late close by half a second is within the spec)
+LOGIN_FAILURE_DELAY = 1.0  # seconds a client refused for its credentials waits for its CONNACK (that task only)
 
 
 class ServerError(Exception):
@@ -41,6 +51,7 @@ class Listener:
     scheme: str  # mqtt or mqtts
     host: str
     port: int
+    auth: AuthPolicy | None = field(default=None, compare=False)  # per-listener settings; None: ServeOptions.auth
 
     @property
     def url(self) -> str:
@@ -77,6 +88,7 @@ class ServeOptions:
     ready_file: Path | None = None
     on_notice: Callable[[Notice], None] | None = None
     on_listening: Callable[[list[Listener]], None] | None = None
+    auth: AuthPolicy = OPEN_POLICY  # for listeners without their own (allow_anonymous None: decided per listener)
 
 
 def tls_context(options: ServeOptions) -> ssl.SSLContext:
@@ -96,7 +108,25 @@ def tls_context(options: ServeOptions) -> ssl.SSLContext:
         if options.tls_cafile is None:
             raise ServerError("--require-certificate needs --tls-cafile to check client certificates against")
         ctx.verify_mode = ssl.CERT_REQUIRED
+    elif any(policy.uses_certificates for policy in _policies(options)):
+        if options.tls_cafile is None:
+            raise ServerError("a certificate identity as user name needs --tls-cafile to check certificates against")
+        ctx.verify_mode = ssl.CERT_OPTIONAL  # a client without one is refused at CONNECT (not authorized)
     return ctx
+
+
+def _policies(options: ServeOptions) -> list[AuthPolicy]:
+    return [spec.auth or options.auth for spec in options.listeners]
+
+
+def listener_policy(options: ServeOptions, spec: Listener) -> AuthPolicy:
+    """The policy a listener's connections get, `allow_anonymous` decided; ServerError for one that must not start
+    (open to the network without any authentication, anonymous access not allowed explicitly)."""
+    policy = spec.auth or options.auth
+    error = unsafe_listener_error(policy, spec.url, spec.host)
+    if error is not None:
+        raise ServerError(error)
+    return policy.resolved(is_loopback(spec.host))
 
 
 class _Conn:
@@ -148,6 +178,10 @@ class BrokerServer:
                     if net.wake is not None:
                         net.wake.set()
                     continue
+                if conn.login_failed:  # its refusing CONNACK waits a moment, in a writer task of its own
+                    net.writing = True
+                    nursery.start_soon(self._writer, conn, net, LOGIN_FAILURE_DELAY)
+                    continue
                 out = conn.out
                 raw = net.raw
                 if out and raw is not None:
@@ -173,10 +207,12 @@ class BrokerServer:
                 if report is not None:
                     report(notice)
 
-    async def _writer(self, conn: ServerConnection, net: _Conn) -> None:
+    async def _writer(self, conn: ServerConnection, net: _Conn, delay: float = 0.0) -> None:
         core = self.core
         stream = net.stream
         try:
+            if delay:
+                await trio.sleep(delay)
             while True:
                 while conn.out:
                     data = bytes(conn.out)
@@ -204,14 +240,21 @@ class BrokerServer:
             if net.closing is not None:
                 net.closing.set()
 
-    async def _handle(self, stream: trio.abc.Stream) -> None:
+    async def _handle(self, stream: trio.abc.Stream, policy: AuthPolicy = OPEN_POLICY) -> None:
         core = self.core
         opts = self.options
         if opts.max_connections and self.active >= opts.max_connections:
             await trio.aclose_forcefully(stream)
             return
+        certificate = None
+        if isinstance(stream, trio.SSLStream) and policy.uses_certificates:
+            try:
+                certificate = await _client_certificate(stream)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                await trio.aclose_forcefully(stream)
+                return
         self.active += 1
-        conn = core.open(_peer(stream), trio.current_time())
+        conn = core.open(_peer(stream), trio.current_time(), policy, certificate)
         net = _Conn(stream)
         conn.context = net
         try:
@@ -278,12 +321,13 @@ class BrokerServer:
         ctx = None
         if any(lst.scheme == "mqtts" for lst in opts.listeners):
             ctx = tls_context(opts)
-        listeners: list[trio.abc.Listener[Any]] = []
-        for spec in opts.listeners:
+        listeners: list[tuple[trio.abc.Listener[Any], AuthPolicy]] = []
+        policies = [listener_policy(opts, spec) for spec in opts.listeners]  # before any socket is opened
+        for spec, policy in zip(opts.listeners, policies, strict=True):
             try:
                 tcp = await trio.open_tcp_listeners(spec.port, host=spec.host)
             except OSError as exc:
-                for lst in listeners:
+                for lst, _ in listeners:
                     await lst.aclose()
                 raise ServerError(f"cannot listen on {spec.url}: {exc.strerror or exc}") from None
             for lst in tcp:
@@ -291,9 +335,9 @@ class BrokerServer:
                 self.bound.append(Listener(spec.scheme, sockname[0], sockname[1]))
                 if spec.scheme == "mqtts":
                     assert ctx is not None
-                    listeners.append(trio.SSLListener(lst, ctx, https_compatible=False))
+                    listeners.append((trio.SSLListener(lst, ctx, https_compatible=False), policy))
                 else:
-                    listeners.append(lst)
+                    listeners.append((lst, policy))
         if opts.ready_file is not None:
             _write_ready_file(opts.ready_file, self.bound)
         if opts.on_listening is not None:
@@ -301,17 +345,17 @@ class BrokerServer:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._ticker)
-            for lst in listeners:
-                nursery.start_soon(trio.serve_listeners, self._handle_quietly, [lst])
+            for lst, policy in listeners:
+                nursery.start_soon(trio.serve_listeners, partial(self._handle_quietly, policy=policy), [lst])
             task_status.started(self)
             await stop.wait()
             await self.shutdown()
             nursery.cancel_scope.cancel()
 
-    async def _handle_quietly(self, stream: trio.abc.Stream) -> None:
+    async def _handle_quietly(self, stream: trio.abc.Stream, policy: AuthPolicy = OPEN_POLICY) -> None:
         # A failed TLS handshake, or a peer gone mid-write: that connection only.
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            await self._handle(stream)
+            await self._handle(stream, policy)
 
     async def shutdown(self) -> None:
         """Publishes wills, sends 5.0 clients DISCONNECT 0x8B, and gives writers a moment to send it all."""
@@ -320,6 +364,18 @@ class BrokerServer:
         with trio.move_on_after(DRAIN_ON_SHUTDOWN):
             while any(c.context is not None and c.context.writing for c in self.core.connections):
                 await trio.sleep(0.01)
+
+
+async def _client_certificate(stream: trio.SSLStream[Any]) -> CertificateIdentity | None:
+    """The verified client certificate's identity (the handshake is done here, within the CONNECT timeout)."""
+    with trio.move_on_after(CONNECT_TIMEOUT) as scope:
+        await stream.do_handshake()
+    if scope.cancelled_caught:
+        raise trio.BrokenResourceError("no TLS handshake in time")
+    cert = stream.getpeercert()
+    if not cert:
+        return None
+    return certificate_identity(cert.get("subject", ()))  # type: ignore[arg-type]
 
 
 def _peer(stream: trio.abc.Stream) -> str:
