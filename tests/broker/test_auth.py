@@ -485,7 +485,7 @@ def _refused_start(tmp_path: Path, *args: str) -> str:
 @pytest.mark.parametrize(
     ("content", "words"),
     [
-        ("alice:$7$101$uBOarvHYfK48mlEA$2PrYXD6Z7et1MR1VNyQ6QgH0\n", "line 1: user 'alice': the hash is 18 bytes, not 64 (truncated?)"),
+        ("alice:$7$101$uBOarvHYfK48mlEA$2PrYXD6Z7et1MR1VNyQ6QgH0\n", "the hash is 18 bytes, not 64 (truncated?)"),
         ("\x00\x01garbage\xff\n", "line 1: not UTF-8 text"),
         ("alice:secret\n", "line 1: user 'alice' has a plain-text password"),
         ("# ok\nthis is not a password file\n", "line 2: not USER:HASH"),
