@@ -1,0 +1,76 @@
+"""BrokerCore's auth hooks driven directly: a reload (replace_policy), offline queues and delayed wills, which the
+process-level tests (tests/broker/test_auth.py) cannot time as precisely."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mqtt_cli.core.acl import parse_acl_file
+from mqtt_cli.core.auth import AuthPolicy
+from mqtt_cli.core.broker import BrokerConfig, BrokerCore
+from mqtt_cli.core.codec import PacketReader, encode
+from mqtt_cli.core.packets import ConnAck, Connect, Disconnect, Publish, SubAck, Subscribe, Subscription, Will
+from mqtt_cli.core.passwords import hash_password
+from mqtt_cli.core.properties import Properties
+
+SALT = bytes(12)
+ACL = "user alice\ntopic readwrite a/#\ntopic read b/#\n\nuser bob\ntopic readwrite #\n"
+
+
+def policy(acl: str = ACL, users: tuple[str, ...] = ("alice", "bob")) -> AuthPolicy:
+    table = {u: hash_password(u, u + "-pw", SALT) for u in users}
+    return AuthPolicy(allow_anonymous=False, passwords=table, acl=parse_acl_file(acl))
+
+
+class Conn:
+    def __init__(self, core: BrokerCore, pol: AuthPolicy, version: int = 5) -> None:
+        self.core, self.version = core, version
+        self.conn = core.open("127.0.0.1:9", 0.0, pol)
+        self.reader = PacketReader(version)
+
+    def send(self, packet: Any, now: float = 0.0) -> list[Any]:
+        self.core.receive(self.conn, encode(packet, self.version), now)
+        data = bytes(self.conn.out)
+        self.conn.out.clear()
+        return self.reader.feed(data)
+
+    def connect(self, user: str, **kw: Any) -> ConnAck:
+        pw = (user + "-pw").encode()
+        (ack, *_) = self.send(Connect(user + "-c", protocol_version=self.version, username=user, password=pw, **kw))
+        assert isinstance(ack, ConnAck)
+        return ack
+
+
+def test_reload_drops_removed_users_and_unreadable_subscriptions() -> None:
+    core = BrokerCore(BrokerConfig(sys_interval=0))
+    old = policy()
+    alice, bob = Conn(core, old), Conn(core, old)
+    assert alice.connect("alice").reason_code == 0 and bob.connect("bob").reason_code == 0
+    (ack,) = alice.send(Subscribe(1, (Subscription("a/#", 1), Subscription("b/#", 1))))
+    assert isinstance(ack, SubAck) and ack.reason_codes == (1, 1)
+    new = policy("user alice\ntopic readwrite a/#\n", users=("alice",))
+    core.replace_policy(old, new, 1.0)
+    assert bob.conn.closed and not alice.conn.closed  # bob is gone from the password file
+    assert bob.reader.feed(bytes(bob.conn.out))[0].reason_code == 0x87
+    assert set(alice.conn.session.subscriptions) == {"a/#"}  # type: ignore[union-attr]
+    assert [n.kind for n in core.notices if n.client_id == "alice-c"][-1] == "unsubscribed"
+
+
+def test_offline_queue_and_delayed_will_are_checked() -> None:
+    core = BrokerCore(BrokerConfig(sys_interval=0))
+    pol = policy("user alice\ntopic read x/#\ntopic write will/ok\n\nuser bob\ntopic readwrite #\n")
+    alice = Conn(core, pol)
+    will = Will("will/denied", b"w", 1, False, Properties(will_delay_interval=5))
+    alice.connect("alice", clean_start=False, properties=Properties(session_expiry_interval=100), will=will)
+    alice.send(Subscribe(1, (Subscription("x/#", 1),)))
+    bob = Conn(core, pol)
+    bob.connect("bob")
+    bob.send(Subscribe(1, (Subscription("#", 1),)))
+    core.connection_lost(alice.conn, 1.0)  # offline: the will is due in 5 s
+    got = bob.send(Publish("x/1", b"ok", 1, packet_id=1))
+    core.tick(10.0)  # the delayed will goes out now, and is denied
+    delivered = [p for p in got + bob.reader.feed(bytes(bob.conn.out)) if isinstance(p, Publish)]
+    assert [p.topic for p in delivered] == ["x/1"]  # no will
+    assert len(core.sessions["alice-c"].queue) == 1  # the readable message is queued for alice
+    assert any(n.kind == "dropped" and "will" in n.detail for n in core.notices)
+    bob.send(Disconnect())
