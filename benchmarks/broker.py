@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -27,7 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT.parent / "shared" / "bench"
+BENCH = Path(os.environ.get("MQTT_BENCH_DIR", ROOT.parent / "shared" / "bench"))  # set it from a git worktree
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 
 # (test key) -> (figure, target ratio ours/mosquitto, higher is better)
@@ -78,12 +79,13 @@ def acl_file(path: Path) -> Path:
 
 def acl_mode(args: argparse.Namespace, work: Path) -> int:
     """Ours and mosquitto, each with and without the ACL; prints medians and the cost of the ACL for each."""
-    import os
     import signal
     import socket
 
     acl = acl_file(work / "acl")
     base = (BENCH / "mosquitto.conf").read_text()
+    if os.geteuid() == 0:
+        base += "user root\n"  # else mosquitto becomes user mosquitto, who cannot read the ACL in our directory
     targets = {}
     for label, port, with_acl in [
         ("mosquitto", 18870, False), ("mosquitto+acl", 18871, True), ("ours", 18872, False), ("ours+acl", 18873, True)

@@ -397,17 +397,17 @@ class BrokerCore:
 
     def replace_policy(self, old: AuthPolicy, new: AuthPolicy, now: float) -> None:
         """A reload: connections under `old` go on under `new`. A client the new policy would not admit (its user
-        gone from the password file, anonymous access now refused) is disconnected (5.0: 0x87); the others get the
-        new ACL at once, and lose the subscriptions it no longer lets them read from. A password that changed is
-        not asked again: the broker does not keep passwords, so such a client stays until it reconnects."""
+        gone from the password file or given another password hash, anonymous access now refused) is disconnected
+        (5.0: 0x98 administrative action, as mosquitto); the others get the new ACL at once, and lose the
+        subscriptions it no longer lets them read from (the filters SUBSCRIBE would now refuse)."""
         for conn in list(self.connections):
             if conn.policy is not old:
                 continue
             conn.policy = new
             if not conn.connected or conn.closed or conn.client_id is None:
                 continue
-            if not _still_admitted(new, conn):
-                self._close(conn, now, reason=0x87, detail="no longer authorized after a reload")
+            if not _still_admitted(old, new, conn):
+                self._close(conn, now, reason=0x98, detail="no longer authorized after a reload")
                 continue
             self._attach_acl(conn, conn.client_id)
             session = conn.session
@@ -920,14 +920,15 @@ def _may_read(views: dict[str, AclView], client_id: str, topic: str) -> bool:
     return view is None or view.can_read(topic)
 
 
-def _still_admitted(policy: AuthPolicy, conn: ServerConnection) -> bool:
-    if policy.uses_certificates:
+def _still_admitted(old: AuthPolicy, new: AuthPolicy, conn: ServerConnection) -> bool:
+    """Whether `new` would admit a client `old` admitted. Passwords are not kept: a user whose hash changed (a new
+    password, or the same one hashed again) must log in again."""
+    if new.uses_certificates:
         return conn.certificate is not None
-    if conn.username is None:
-        return policy.allow_anonymous is not False
-    if policy.passwords is None:
-        return policy.allow_anonymous is not False
-    return conn.username in policy.passwords
+    if conn.username is None or new.passwords is None:
+        return new.allow_anonymous is not False
+    entry = new.passwords.get(conn.username)
+    return entry is not None and old.passwords is not None and old.passwords.get(conn.username) == entry
 
 
 def _first(item: tuple[Any, ...]) -> Any:

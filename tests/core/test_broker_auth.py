@@ -3,6 +3,7 @@ process-level tests (tests/broker/test_auth.py) cannot time as precisely."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from mqtt_cli.core.acl import parse_acl_file
@@ -51,9 +52,21 @@ def test_reload_drops_removed_users_and_unreadable_subscriptions() -> None:
     new = policy("user alice\ntopic readwrite a/#\n", users=("alice",))
     core.replace_policy(old, new, 1.0)
     assert bob.conn.closed and not alice.conn.closed  # bob is gone from the password file
-    assert bob.reader.feed(bytes(bob.conn.out))[0].reason_code == 0x87
+    assert bob.reader.feed(bytes(bob.conn.out))[0].reason_code == 0x98  # administrative action, as mosquitto
     assert set(alice.conn.session.subscriptions) == {"a/#"}  # type: ignore[union-attr]
     assert [n.kind for n in core.notices if n.client_id == "alice-c"][-1] == "unsubscribed"
+    rehashed = policy("user alice\ntopic readwrite a/#\n", users=("alice",))
+    core.replace_policy(new, dataclasses.replace(rehashed, passwords={"alice": hash_password("alice", "x", SALT)}), 2)
+    assert alice.conn.closed  # another password: logged out
+
+
+def test_reload_keeps_a_user_whose_hash_is_unchanged() -> None:
+    core = BrokerCore(BrokerConfig(sys_interval=0))
+    old = policy()
+    alice = Conn(core, old)
+    alice.connect("alice")
+    core.replace_policy(old, policy(), 1.0)  # the same files read again (equal tables)
+    assert not alice.conn.closed
 
 
 def test_offline_queue_and_delayed_will_are_checked() -> None:
