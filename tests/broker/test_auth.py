@@ -546,3 +546,44 @@ def test_json_log_of_a_refusal(tmp_path: Path, files: dict[str, Path]) -> None:
     records = [json.loads(x) for x in (tmp_path / "serve.log").read_text().splitlines() if x.startswith("{")]
     refusal = next(r for r in records if r["client_id"] == "j-1")
     assert refusal["event"] == "refused" and refusal["peer"].startswith("127.0.0.1:") and "nope" not in str(records)
+
+
+ANONYMOUS_ACL = """\
+topic read open/#
+topic write drop/#
+user admin
+topic readwrite #
+pattern readwrite own/%c/#
+"""
+
+
+def test_anonymous_section_same_as_mosquitto(tmp_path: Path) -> None:
+    """The rules before any `user` line are for clients without a user name (both brokers allow them here; with no
+    password file, admin's name is taken as given)."""
+    acl = tmp_path / "acl"
+    acl.write_text(ANONYMOUS_ACL)
+    ours = start_ours(tmp_path / "ours", "--allow-anonymous", "--acl-file", str(acl))
+    mosq = start_mosquitto(tmp_path / "mosq", acl=ANONYMOUS_ACL)
+    topics = ["open/a", "drop/a", "own/anon-1/a", "own/other/a", "x/a"]
+    results = {}
+    try:
+        for broker in (ours, mosq):
+            anon = Client(broker, client_id="anon-1")
+            anon.subscribe(*[t.rsplit("/", 1)[0] + "/#" for t in topics], "open/sync")
+            admin = Client(broker, "admin")
+            for topic in [*topics, "open/sync"]:
+                admin.publish(topic)
+            read = [m.topic for m in anon.collect(until="open/sync")]
+            anon.close()
+            admin.subscribe("#")
+            for topic in [*topics, "drop/sync"]:
+                writer = Client(broker, client_id="anon-1")  # one PUBLISH per connection (see writable())
+                writer.publish(topic)
+                writer.close()
+            written = [m.topic for m in admin.collect(until="drop/sync")]
+            admin.close()
+            results[broker.kind] = (read, written)
+    finally:
+        ours.stop()
+        mosq.stop()
+    assert results["ours"] == results["mosquitto"] == (["open/a", "own/anon-1/a"], ["drop/a", "own/anon-1/a"])
