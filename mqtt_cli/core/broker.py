@@ -396,28 +396,31 @@ class BrokerCore:
             conn.acl = self._views[client_id] = acl.view(conn.username, client_id)
 
     def replace_policy(self, old: AuthPolicy, new: AuthPolicy, now: float) -> None:
-        """A reload: connections under `old` go on under `new`. A client the new policy would not admit (its user
-        gone from the password file or given another password hash, anonymous access now refused) is disconnected
-        (5.0: 0x98 administrative action, as mosquitto); the others get the new ACL at once, and lose the
-        subscriptions it no longer lets them read from (the filters SUBSCRIBE would now refuse)."""
-        for conn in list(self.connections):
-            if conn.policy is not old:
-                continue
-            conn.policy = new
-            if not conn.connected or conn.closed or conn.client_id is None:
-                continue
-            if not _still_admitted(old, new, conn):
-                self._close(conn, now, reason=0x98, detail="no longer authorized after a reload")
-                continue
-            self._attach_acl(conn, conn.client_id)
-            session = conn.session
-            view = conn.acl
-            if session is None or view is None:
-                continue
-            for flt in [f for f in session.subscriptions if not view.may_subscribe(f)]:
-                del session.subscriptions[flt]
-                self.subscriptions.remove(flt, session.client_id)
-                self.notices.append(Notice("unsubscribed", conn.client_id, conn.peer, f"{flt!r}: ACL after a reload"))
+        """A reload: every connection under `old` goes on under `new` (see apply_policy)."""
+        for conn in [c for c in self.connections if c.policy is old]:
+            self.apply_policy(conn, new, now)
+
+    def apply_policy(self, conn: ServerConnection, new: AuthPolicy, now: float) -> None:
+        """A reload, for one connection. A client the new policy would not admit (its user gone from the password
+        file or given another password hash, anonymous access now refused) is disconnected (5.0: 0x98
+        administrative action, as mosquitto); otherwise it gets the new ACL at once, and loses the subscriptions
+        the new ACL no longer lets it read from (the filters SUBSCRIBE would now refuse)."""
+        old = conn.policy
+        conn.policy = new
+        if old is None or not conn.connected or conn.closed or conn.client_id is None:
+            return
+        if not _still_admitted(old, new, conn):
+            self._close(conn, now, reason=0x98, detail="no longer authorized after a reload")
+            return
+        self._attach_acl(conn, conn.client_id)
+        session = conn.session
+        view = conn.acl
+        if session is None or view is None:
+            return
+        for flt in [f for f in session.subscriptions if not view.may_subscribe(f)]:
+            del session.subscriptions[flt]
+            self.subscriptions.remove(flt, session.client_id)
+            self.notices.append(Notice("unsubscribed", conn.client_id, conn.peer, f"{flt!r}: ACL after a reload"))
 
     def _expire_inflight(self, session: Session, version: int, now: float) -> None:
         """Before re-sending after a reconnect (5.0 3.3.2.3.3): a PUBLISH carries the expiry interval it has left,

@@ -13,7 +13,7 @@ import json
 import math
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -136,10 +136,11 @@ class _Conn:
     a moment after its buffer empties (so a busy subscriber keeps one), then ends.
     """
 
-    __slots__ = ("closing", "raw", "stream", "wake", "writing")
+    __slots__ = ("closing", "listener", "raw", "stream", "wake", "writing")
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
+    def __init__(self, stream: trio.abc.Stream, listener: int = -1) -> None:
         self.stream = stream
+        self.listener = listener  # its index in options.listeners (-1: none, a test's own stream)
         # The plain socket under a TCP stream, for non-blocking sends outside any task (None for TLS).
         sock = getattr(stream, "socket", None)
         self.raw: Any = getattr(sock, "_sock", None) if isinstance(stream, trio.SocketStream) else None
@@ -156,6 +157,7 @@ class BrokerServer:
         self.bound: list[Listener] = []
         self._ticker_wake = trio.Event()
         self._nursery: trio.Nursery | None = None  # where writers run; set by run() (or a test)
+        self.policies: list[AuthPolicy] = []  # per listener (index in options.listeners), allow_anonymous decided
 
     # --- plumbing ------------------------------------------------------------------------------------------
 
@@ -240,7 +242,7 @@ class BrokerServer:
             if net.closing is not None:
                 net.closing.set()
 
-    async def _handle(self, stream: trio.abc.Stream, policy: AuthPolicy = OPEN_POLICY) -> None:
+    async def _handle(self, stream: trio.abc.Stream, policy: AuthPolicy = OPEN_POLICY, listener: int = -1) -> None:
         core = self.core
         opts = self.options
         if opts.max_connections and self.active >= opts.max_connections:
@@ -255,7 +257,7 @@ class BrokerServer:
                 return
         self.active += 1
         conn = core.open(_peer(stream), trio.current_time(), policy, certificate)
-        net = _Conn(stream)
+        net = _Conn(stream, listener)
         conn.context = net
         try:
             while not conn.closed:
@@ -321,9 +323,9 @@ class BrokerServer:
         ctx = None
         if any(lst.scheme == "mqtts" for lst in opts.listeners):
             ctx = tls_context(opts)
-        listeners: list[tuple[trio.abc.Listener[Any], AuthPolicy]] = []
-        policies = [listener_policy(opts, spec) for spec in opts.listeners]  # before any socket is opened
-        for spec, policy in zip(opts.listeners, policies, strict=True):
+        listeners: list[tuple[trio.abc.Listener[Any], int]] = []
+        self.policies = [listener_policy(opts, spec) for spec in opts.listeners]  # before any socket is opened
+        for index, spec in enumerate(opts.listeners):
             try:
                 tcp = await trio.open_tcp_listeners(spec.port, host=spec.host)
             except OSError as exc:
@@ -335,9 +337,9 @@ class BrokerServer:
                 self.bound.append(Listener(spec.scheme, sockname[0], sockname[1]))
                 if spec.scheme == "mqtts":
                     assert ctx is not None
-                    listeners.append((trio.SSLListener(lst, ctx, https_compatible=False), policy))
+                    listeners.append((trio.SSLListener(lst, ctx, https_compatible=False), index))
                 else:
-                    listeners.append((lst, policy))
+                    listeners.append((lst, index))
         if opts.ready_file is not None:
             _write_ready_file(opts.ready_file, self.bound)
         if opts.on_listening is not None:
@@ -345,17 +347,36 @@ class BrokerServer:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._ticker)
-            for lst, policy in listeners:
-                nursery.start_soon(trio.serve_listeners, partial(self._handle_quietly, policy=policy), [lst])
+            for lst, index in listeners:
+                nursery.start_soon(trio.serve_listeners, partial(self._handle_quietly, index=index), [lst])
             task_status.started(self)
             await stop.wait()
             await self.shutdown()
             nursery.cancel_scope.cancel()
 
-    async def _handle_quietly(self, stream: trio.abc.Stream, policy: AuthPolicy = OPEN_POLICY) -> None:
+    async def _handle_quietly(self, stream: trio.abc.Stream, index: int = -1) -> None:
         # A failed TLS handshake, or a peer gone mid-write: that connection only.
+        policy = self.policies[index] if index >= 0 else OPEN_POLICY  # looked up per connection: reload swaps it
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            await self._handle(stream, policy)
+            await self._handle(stream, policy, index)
+
+    def reload_auth(self, policies: list[AuthPolicy]) -> None:
+        """New auth policies (read with net/auth_files.py), one per `options.listeners` entry: checked for every
+        listener first (ServerError, nothing applied), then new connections get them and connected clients are
+        re-checked (BrokerCore.replace_policy: some disconnected, some subscriptions dropped)."""
+        specs = self.options.listeners
+        if len(policies) != len(specs):
+            raise ValueError(f"{len(policies)} policies for {len(specs)} listeners")
+        resolved = [
+            listener_policy(self.options, replace(spec, auth=p)) for spec, p in zip(specs, policies, strict=True)
+        ]
+        now = trio.current_time()
+        self.policies = resolved
+        for conn in list(self.core.connections):
+            net = conn.context
+            if net is not None and net.listener >= 0:
+                self.core.apply_policy(conn, resolved[net.listener], now)
+        self._flush()
 
     async def shutdown(self) -> None:
         """Publishes wills, sends 5.0 clients DISCONNECT 0x8B, and gives writers a moment to send it all."""
