@@ -10,7 +10,19 @@ from mqtt_cli.core.acl import parse_acl_file
 from mqtt_cli.core.auth import AuthPolicy
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
 from mqtt_cli.core.codec import PacketReader, encode
-from mqtt_cli.core.packets import ConnAck, Connect, Disconnect, Publish, SubAck, Subscribe, Subscription, Will
+from mqtt_cli.core.packets import (
+    ConnAck,
+    Connect,
+    Disconnect,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    SubAck,
+    Subscribe,
+    Subscription,
+    Will,
+)
 from mqtt_cli.core.passwords import hash_password
 from mqtt_cli.core.properties import Properties
 
@@ -87,3 +99,24 @@ def test_offline_queue_and_delayed_will_are_checked() -> None:
     assert len(core.sessions["alice-c"].queue) == 1  # the readable message is queued for alice
     assert any(n.kind == "dropped" and "will" in n.detail for n in core.notices)
     bob.send(Disconnect())
+
+
+def test_denied_qos2_publish_ends_its_flow() -> None:
+    """5.0: PUBREC 0x87 ends it; 3.1.1: PUBREC, then PUBREL -> PUBCOMP, as mosquitto (and nothing delivered)."""
+    core = BrokerCore(BrokerConfig(sys_interval=0))
+    pol = policy()
+    bob = Conn(core, pol)
+    bob.connect("bob")
+    bob.send(Subscribe(1, (Subscription("#", 2),)))
+    for version in (5, 4):
+        alice = Conn(core, pol, version)
+        alice.connect("alice")
+        (rec,) = alice.send(Publish("z/1", b"no", 2, packet_id=7))
+        assert isinstance(rec, PubRec) and rec.packet_id == 7
+        if version == 5:
+            assert rec.reason_code == 0x87
+        else:
+            (comp,) = alice.send(PubRel(7))
+            assert isinstance(comp, PubComp) and comp.packet_id == 7
+        alice.send(Disconnect())
+    assert not [p for p in bob.reader.feed(bytes(bob.conn.out)) if isinstance(p, Publish)]
