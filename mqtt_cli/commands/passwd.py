@@ -37,12 +37,10 @@ def passwd(
 ) -> None:
     """Create or update a password file for `mqtt serve --password-file` and mosquitto's password_file.
 
-    Without -b the password is asked twice on the terminal, without echo. A new file is readable by its owner
-    only (0600); an updated one keeps its mode. Every write goes to a temporary file that then replaces FILE, so
-    the broker never reads half a file.
+    Without -b the password is asked twice on the terminal, without echo. A new file is readable by its owner only (0600); an updated one keeps its mode and owner. Every write goes to a temporary file that then replaces FILE, so a broker never reads half a file.
 
     Exit codes: 0 done, 1 failed (file missing or unreadable, user not found for -D, passwords differ), 2 bad usage.
-    """
+    """  # noqa: E501 - typer keeps a docstring's line breaks in --help
     import contextlib
     import getpass
     import os
