@@ -313,7 +313,7 @@ class BrokerCore:
         if session is not None and session.connection is not None:
             self._close(session.connection, now, reason=0x8E, detail="session taken over")
             session = self.sessions.get(client_id)  # gone if it was to end with its connection
-        if session is not None and p.clean_start:
+        if session is not None and (p.clean_start or self._other_user(client_id, conn)):
             self._end_session(session, now)
             session = None
         session_present = session is not None
@@ -385,6 +385,12 @@ class BrokerCore:
         who = f"user {result.username!r}" if result.username is not None else "no user name"
         self._refuse(conn, 0x87, f"login failed ({who}): {result.refusal.value}", now)
         return False
+
+    def _other_user(self, client_id: str, conn: ServerConnection) -> bool:
+        """Whether a session kept under an ACL was another user's: it is not handed over (its subscriptions and
+        queued messages were granted to that user), the client starts afresh as with a clean start."""
+        view = self._views.get(client_id)
+        return view is not None and view.username != conn.username
 
     def _attach_acl(self, conn: ServerConnection, client_id: str) -> None:
         policy = conn.policy

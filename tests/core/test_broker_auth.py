@@ -120,3 +120,29 @@ def test_denied_qos2_publish_ends_its_flow() -> None:
             assert isinstance(comp, PubComp) and comp.packet_id == 7
         alice.send(Disconnect())
     assert not [p for p in bob.reader.feed(bytes(bob.conn.out)) if isinstance(p, Publish)]
+
+
+def test_another_user_does_not_inherit_a_session() -> None:
+    """A kept session's subscriptions and queue were granted to its user: a client of another user with the same
+    client id starts afresh (session present 0); the same user resumes it."""
+    core = BrokerCore(BrokerConfig(sys_interval=0))
+    pol = policy("user alice\ntopic a/#\nuser bob\ntopic #\n")
+    expiry = Properties(session_expiry_interval=100)
+    alice = Conn(core, pol)
+    alice.send(
+        Connect("shared-id", False, protocol_version=5, username="alice", password=b"alice-pw", properties=expiry)
+    )
+    alice.send(Subscribe(1, (Subscription("a/#", 1),)))
+    core.connection_lost(alice.conn, 1.0)
+    bob = Conn(core, pol)
+    (ack,) = bob.send(
+        Connect("shared-id", False, protocol_version=5, username="bob", password=b"bob-pw", properties=expiry)
+    )
+    assert ack.reason_code == 0 and not ack.session_present
+    assert core.sessions["shared-id"].subscriptions == {}
+    core.connection_lost(bob.conn, 2.0)
+    again = Conn(core, pol)
+    (ack,) = again.send(
+        Connect("shared-id", False, protocol_version=5, username="bob", password=b"bob-pw", properties=expiry)
+    )
+    assert ack.session_present
