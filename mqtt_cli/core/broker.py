@@ -828,7 +828,7 @@ class BrokerCore:
             return
         view = self._views.get(session.client_id)
         if view is not None and not view.can_write(will.topic):
-            # Checked when it goes out, against the ACL then in force (mosquitto checks it at CONNECT).
+            # Checked when it goes out, against the ACL then in force (as mosquitto 2.0.11: CONNECT is accepted).
             self.notices.append(Notice("dropped", session.client_id, "-", f"will to {will.topic!r}: ACL"))
             return
         props = will.properties.replace(will_delay_interval=None) if will.properties.items else EMPTY_PROPERTIES

@@ -1,7 +1,7 @@
 """Authentication and ACLs: our broker and Debian's mosquitto 2.0.11 run on the same password and ACL files, and
 the same clients (paho-mqtt, mosquitto_sub) must see the same thing, except where we differ on purpose (SUBSCRIBE
-refused for a filter the client can read nothing under; a will checked when it is published). Then the security
-set: what a client must never get, and start-up errors."""
+refused for a filter the client can read nothing under). Then the security set: what a client must never get,
+and start-up errors."""
 
 from __future__ import annotations
 
