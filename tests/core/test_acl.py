@@ -180,8 +180,7 @@ def _mosquitto(acl: Acl, user: str | None, cid: str, topic: str, access: Access)
     return bool(loop([r for r in acl.patterns if user is not None or "%u" not in r.filter]))
 
 
-def test_tries_agree_with_the_linear_loop() -> None:
-    rng = random.Random(17)
+def random_acl(rng: random.Random) -> Acl:
     words = ["a", "b", "c", "$SYS", "%c", "%u", "+"]
     lines = []
     for _ in range(300):
@@ -195,7 +194,14 @@ def test_tries_agree_with_the_linear_loop() -> None:
         if rng.random() < 0.1:
             lines.append(f"user {rng.choice(['u1', 'u2'])}")
         lines.append(f"{kind} {access} {'/'.join(levels)}")
-    acl = parse_acl_file("\n".join(lines) + "\n")
+    return parse_acl_file("\n".join(lines) + "\n")
+
+
+TOPICS = ["a", "a/b", "b/c/a", "$SYS/a", "$SYS/c1", "c1/a", "u1/c1", "a/u1/b", "c/c/c/c", "a/b/c1/u2", "$SYS/u1/b"]
+
+
+def test_tries_agree_with_the_linear_loop() -> None:
+    acl = random_acl(random.Random(17))
     topics = ["a", "a/b", "b/c/a", "$SYS/a", "$SYS/c1", "c1/a", "u1/c1", "a/u1/b", "c/c/c/c", "a/b/c1/u2", "$SYS/u1/b"]
     for user in (None, "u1", "u2", "u3"):
         for cid in ("c1", "u1"):
@@ -207,3 +213,23 @@ def test_tries_agree_with_the_linear_loop() -> None:
                         topic,
                         access,
                     )
+
+
+def test_subscribe_refusals_are_sound() -> None:
+    """A refused filter has no readable topic: checked on every sample topic it matches, over random ACLs."""
+    rng = random.Random(23)
+    levels = ["a", "b", "c", "c1", "u1", "$SYS", "+"]
+    for _ in range(20):
+        acl = random_acl(rng)
+        for _ in range(40):
+            flt_levels = [rng.choice(levels) for _ in range(rng.randint(1, 4))]
+            flt_levels = [lv for i, lv in enumerate(flt_levels) if i == 0 or lv != "$SYS"]
+            if rng.random() < 0.4:
+                flt_levels.append("#")
+            flt = "/".join(flt_levels)
+            for user in (None, "u1"):
+                if acl.may_subscribe(user, "c1", flt):
+                    continue
+                for topic in TOPICS:
+                    if matches(flt, topic):
+                        assert not acl.allows(user, "c1", topic, Access.READ), (flt, topic, user)
