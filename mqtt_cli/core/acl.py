@@ -36,7 +36,7 @@ from .topics import parse_shared, topic_filter_error
 
 __all__ = ["Access", "Acl", "AclFileError", "AclRule", "AclView", "parse_acl_file"]
 
-_CACHE_SIZE: Final = 4096  # topics remembered per client (emptied when full)
+_CACHE_SIZE: Final = 512  # topics remembered per client and access (emptied when full: bounded memory per client)
 
 
 class Access(IntFlag):
