@@ -132,6 +132,8 @@ def serve(
         fail("--use-identity-as-username and --use-subject-as-username exclude each other", 2)
     if (use_identity_as_username or use_subject_as_username) and not any(s.scheme == "mqtts" for s in specs):
         fail("a certificate identity as user name needs an mqtts:// listener", 2)
+    if (use_identity_as_username or use_subject_as_username) and tls_cafile is None:
+        fail("a certificate identity as user name needs --tls-cafile to check client certificates against", 2)
     try:
         auth = load_policy(
             allow_anonymous=allow_anonymous,
