@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, dict[str, Any]]] = {
     "completions": ("completions:completions", {"no_args_is_help": True}),
     "dump": ("dump:dump", {"no_args_is_help": True}),
     "serve": ("serve:serve", {}),
+    "passwd": ("passwd:passwd", {"no_args_is_help": True}),
     "pub": ("pub:pub", {"context_settings": _CLIENT}),
     "sub": ("sub:sub", {"context_settings": _CLIENT}),
     "rr": ("rr:rr", {"context_settings": _CLIENT}),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages that the project's tools and tests use, when they are missing:
 #   mosquitto, mosquitto-clients  interop tests against Debian's broker and its clients
+#   openssl                       the certificate subject as OpenSSL prints it (use_subject_as_username tests)
 #   tshark                        capture tests (pcap/pcapng files made and read back)
 #   rabbitmq-server               interop tests against a second broker (its MQTT plugin)
 #   openjdk-17-jre-headless       a Java runtime for Spark (`mqtt analyze`), when there is no java
@@ -25,6 +26,7 @@ have() { PATH="$PATH:$sbin_path" command -v "$1" >/dev/null 2>&1; }
 missing=()
 [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
 have mosquitto_pub || missing+=(mosquitto-clients)
+have openssl || missing+=(openssl)
 have tshark || missing+=(tshark)
 { [ -x /usr/sbin/rabbitmq-server ] || have rabbitmqctl; } || missing+=(rabbitmq-server)
 { have java || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ]; } || missing+=(openjdk-17-jre-headless)

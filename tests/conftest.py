@@ -63,5 +63,6 @@ def run() -> Run:
 
     return _run
 
+
 # Real brokers (mosquitto, rabbitmq) on free loopback ports: fixtures in tests/brokers.py.
 pytest_plugins = ["tests.brokers"]

@@ -30,9 +30,7 @@ def test_make_help_lists_the_targets() -> None:
 
 def test_make_test_fails_when_no_test_is_collected() -> None:
     # -o: take install and lint as done, so that only the pytest step runs (selecting nothing).
-    result = make(
-        "-o", "install", "-o", "lint", "test", "PYTEST_ARGS=-k no_test_has_this_name -p no:cacheprovider"
-    )
+    result = make("-o", "install", "-o", "lint", "test", "PYTEST_ARGS=-k no_test_has_this_name -p no:cacheprovider")
     assert "0 selected" in result.stdout
     assert "make test: pytest collected no tests" in result.stderr
     assert result.returncode != 0

@@ -14,6 +14,7 @@ EXIT_USAGE = 2
 FILES = "Configuration"
 LIMITS = "Limits (over the file's limits section)"
 LOG = "Logging (over the file's log section)"
+AUTH = "Authentication (over the file's auth section)"
 
 
 class LogFormat(StrEnum):
@@ -145,6 +146,42 @@ def serve(
     sys_interval: Annotated[
         float | None, typer.Option(help="Seconds between $SYS updates (0: none; default 10).", rich_help_panel=LIMITS)
     ] = None,
+    password_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Users and password hashes, mosquitto's format (made by `mqtt passwd` or mosquitto_passwd).",
+            rich_help_panel=AUTH,
+        ),
+    ] = None,
+    acl_file: Annotated[
+        Path | None,
+        typer.Option(help="Who may read and write which topics, mosquitto's acl_file format.", rich_help_panel=AUTH),
+    ] = None,
+    allow_anonymous: Annotated[
+        bool | None,
+        typer.Option(
+            "--allow-anonymous/--no-allow-anonymous",
+            help="Clients without a user name. Default: allowed on a loopback listener without authentication, "
+            "refused otherwise; a listener on another address with no authentication needs it said explicitly.",
+            rich_help_panel=AUTH,
+        ),
+    ] = None,
+    use_identity_as_username: Annotated[
+        bool,
+        typer.Option(
+            "--use-identity-as-username",
+            help="mqtts/wss: the client certificate's CN is the user name (needs --tls-cafile).",
+            rich_help_panel=AUTH,
+        ),
+    ] = False,
+    use_subject_as_username: Annotated[
+        bool,
+        typer.Option(
+            "--use-subject-as-username",
+            help="mqtts/wss: the client certificate's whole subject (RFC 2253, as mosquitto) is the user name.",
+            rich_help_panel=AUTH,
+        ),
+    ] = False,
 ) -> None:
     """Run an MQTT 3.1 / 3.1.1 / 5.0 broker.
 
@@ -189,6 +226,11 @@ def serve(
             "max_packet_size": max_packet_size, "max_connections": max_connections,
         })  # fmt: skip
         settings = override(settings, "sys", {"interval": sys_interval})
+        settings = override(settings, "auth", {
+            "password_file": _str(password_file), "acl_file": _str(acl_file), "allow_anonymous": allow_anonymous,
+            "use_identity_as_username": use_identity_as_username or None,
+            "use_subject_as_username": use_subject_as_username or None,
+        })  # fmt: skip
         level = log_level.value if log_level is not None else "info" if verbose else None
         return override(settings, "log", {
             "level": level, "format": log_format.value if log_format else None, "file": _str(log_file),

@@ -7,6 +7,7 @@ for files that cannot be read or written; both are one line.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tomllib
 from dataclasses import dataclass, fields
@@ -14,11 +15,11 @@ from pathlib import Path
 
 import tomli_w
 
+from mqtt_cli.core.auth import AuthPolicy
 from mqtt_cli.core.broker import BrokerConfig
 from mqtt_cli.core.config import (
     BrokerSettings,
     ConfigError,
-    ListenerSettings,
     Translation,
     check,
     include_dirs,
@@ -26,7 +27,8 @@ from mqtt_cli.core.config import (
     to_table,
     translate_mosquitto,
 )
-from mqtt_cli.net.server import ListenerTLS, ServeOptions, ServerError, listener_record, tls_context
+from mqtt_cli.net.auth_files import AuthFileError, load_policy
+from mqtt_cli.net.server import ListenerTLS, ServeOptions, ServerError, listener_policy, listener_record, tls_context
 
 __all__ = [
     "ConfigSource",
@@ -142,15 +144,8 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
     here, naming the key, rather than dropped.
     """
     settings = check(settings, source)
-    listeners = [listener_record(lst) for lst in settings.listener]
-    for i, lst in enumerate(settings.listener):
-        for key in ("allow_anonymous", "password_file", "acl_file", "use_identity_as_username",
-                    "use_subject_as_username"):  # fmt: skip
-            if getattr(lst, key) != getattr(ListenerSettings(lst.url), key):
-                raise ConfigError(f"{source}: listener[{i}].{key}: per-listener {key} is not available yet")
-    auth = settings.auth
-    if auth.password_file is not None or auth.acl_file is not None or auth.allow_anonymous is False:
-        raise ConfigError(f"{source}: auth: password_file, acl_file and allow_anonymous = false are not available yet")
+    broker_policy, policies = _policies(settings, source)
+    listeners = [listener_record(lst, policy) for lst, policy in zip(settings.listener, policies, strict=True)]
     limits = settings.limits
     # Limits the core takes once it has them (added by other work in progress): passed on when BrokerConfig
     # has the field, refused when set to anything but the default while it does not.
@@ -161,7 +156,7 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
             later[name] = value
         elif value != getattr(type(limits)(), name):
             raise ConfigError(f"{source}: limits.{name}: not available yet")
-    return ServeOptions(
+    options = ServeOptions(
         listeners=listeners,
         broker=BrokerConfig(
             max_keepalive=limits.max_keepalive,
@@ -179,4 +174,50 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
             **later,
         ),
         max_connections=limits.max_connections,
+        auth=broker_policy,
     )
+    for i, spec in enumerate(listeners):
+        try:
+            listener_policy(options, spec)  # one open to the network without authentication: refused here
+        except ServerError as exc:
+            raise ConfigError(f"{source}: listener[{i}]: {exc}") from None
+    return options
+
+
+def _policies(settings: BrokerSettings, source: str) -> tuple[AuthPolicy, list[AuthPolicy | None]]:
+    """The broker's policy and each listener's own (None: the broker's), with their files read (AuthFileError is
+    a ConfigError here: exit 2, as for the flags). With per_listener_settings, a listener's unset key is taken
+    from [auth]; without it, a listener setting one is an error rather than ignored."""
+    auth = settings.auth
+    try:
+        broker = load_policy(
+            allow_anonymous=auth.allow_anonymous, password_file=_path(auth.password_file),
+            acl_file=_path(auth.acl_file), use_identity_as_username=auth.use_identity_as_username,
+            use_subject_as_username=auth.use_subject_as_username,
+        )  # fmt: skip
+        own: list[AuthPolicy | None] = []
+        for i, lst in enumerate(settings.listener):
+            keys = [k for k in ("allow_anonymous", "password_file", "acl_file") if getattr(lst, k) is not None]
+            if keys and not auth.per_listener_settings:
+                raise ConfigError(f"{source}: listener[{i}].{keys[0]}: needs [auth] per_listener_settings = true")
+            identity = {
+                "use_identity_as_username": lst.use_identity_as_username or auth.use_identity_as_username,
+                "use_subject_as_username": lst.use_subject_as_username or auth.use_subject_as_username,
+            }
+            if keys:
+                own.append(load_policy(
+                    allow_anonymous=lst.allow_anonymous if lst.allow_anonymous is not None else auth.allow_anonymous,
+                    password_file=_path(lst.password_file or auth.password_file),
+                    acl_file=_path(lst.acl_file or auth.acl_file), **identity,
+                ))  # fmt: skip
+            elif lst.use_identity_as_username or lst.use_subject_as_username:
+                own.append(dataclasses.replace(broker, **identity))
+            else:
+                own.append(None)
+    except AuthFileError as exc:
+        raise ConfigError(str(exc)) from None
+    return broker, own
+
+
+def _path(name: str | None) -> Path | None:
+    return None if name is None else Path(name)

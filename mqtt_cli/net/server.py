@@ -23,6 +23,14 @@ from typing import Any
 
 import trio
 
+from mqtt_cli.core.auth import (
+    OPEN_POLICY,
+    AuthPolicy,
+    CertificateIdentity,
+    certificate_identity,
+    is_loopback,
+    unsafe_listener_error,
+)
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice
 from mqtt_cli.core.config import ALL_VERSIONS, ListenerSettings, Scheme, listener_from_url, parse_listener_url
 from mqtt_cli.core.server import ServerConnection
@@ -46,6 +54,7 @@ CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send its CONNECT
 DRAIN_ON_SHUTDOWN = 2.0  # seconds writers get to send the last DISCONNECTs and wills
 WRITER_LINGER = 1.0  # seconds a writer waits for more output before it ends
 SWEEP_INTERVAL = 0.5  # seconds between keep-alive checks (a late close by half a second is within the spec)
+LOGIN_FAILURE_DELAY = 1.0  # seconds a client refused for its credentials waits for its CONNACK (that task only)
 
 
 class ServerError(Exception):
@@ -81,7 +90,7 @@ class Listener:
     versions: frozenset[int] | None = None
     max_connections: int = 0
     tls: ListenerTLS | None = None
-    auth: Any = field(default=None, compare=False)
+    auth: AuthPolicy | None = field(default=None, compare=False)  # its own policy; None: ServeOptions.auth
 
     def __post_init__(self) -> None:
         if not isinstance(self.scheme, Scheme):  # "ws" from a configuration file: the enum (ValueError if unknown)
@@ -109,7 +118,7 @@ def parse_listen_url(url: str) -> Listener:
         raise ServerError(f"listener {url!r}: {exc}") from None
 
 
-def listener_record(settings: ListenerSettings, auth: Any = None) -> Listener:
+def listener_record(settings: ListenerSettings, auth: AuthPolicy | None = None) -> Listener:
     """The server's record of a configured listener (`auth`: its authentication settings, if its own)."""
     address = parse_listener_url(settings.url)
     tls = None
@@ -142,6 +151,7 @@ class ServeOptions:
     ready_file: Path | None = None
     on_notice: Callable[[Notice], None] | None = None
     on_listening: Callable[[list[Listener]], None] | None = None
+    auth: AuthPolicy = OPEN_POLICY  # for listeners without their own (allow_anonymous None: decided per listener)
 
     def default_tls(self) -> ListenerTLS:
         return ListenerTLS(self.tls_cert, self.tls_key, self.tls_cafile, self.require_certificate)
@@ -167,6 +177,31 @@ def tls_context(files: ListenerTLS, where: str = "an mqtts:// or wss:// listener
     return ctx
 
 
+def _tls_for(spec: Listener, options: ServeOptions, policy: AuthPolicy) -> ssl.SSLContext:
+    files = spec.tls or options.default_tls()
+    ctx = tls_context(files, f"listener {spec.url}")
+    if policy.uses_certificates and not files.require_certificate:
+        if files.cafile is None:
+            raise ServerError(
+                f"listener {spec.url}: a certificate identity as user name needs a CA file (--tls-cafile) to check "
+                "certificates against"
+            )
+        ctx.verify_mode = ssl.CERT_OPTIONAL  # a client without one is refused at CONNECT (not authorized)
+    return ctx
+
+
+def listener_policy(options: ServeOptions, spec: Listener) -> AuthPolicy:
+    """The policy a listener's connections get, `allow_anonymous` decided; ServerError for one that must not start
+    (open to the network without any authentication, anonymous access not allowed explicitly)."""
+    policy = spec.auth or options.auth
+    local = spec.scheme is Scheme.UNIX or is_loopback(spec.host)  # a Unix socket is as local as loopback
+    if not local:
+        error = unsafe_listener_error(policy, spec.url, spec.host)
+        if error is not None:
+            raise ServerError(error)
+    return policy.resolved(local)
+
+
 class OpenListener:
     """A listener the server has open: its sockets, its accepting tasks and the connections it accepted."""
 
@@ -182,6 +217,7 @@ class OpenListener:
         # A TLS listener's context, used for each connection when it is accepted: a reload swaps it, and the
         # connections accepted from then on get the new certificate.
         self.tls: ssl.SSLContext | None = None
+        self.policy: AuthPolicy = OPEN_POLICY  # what its connections are checked against (set when opened)
 
     def __repr__(self) -> str:
         return f"<OpenListener {', '.join(b.url for b in self.bound)}>"
@@ -244,6 +280,10 @@ class BrokerServer:
                     if net.wake is not None:
                         net.wake.set()
                     continue
+                if conn.login_failed:  # its refusing CONNACK waits a moment, in a writer task of its own
+                    net.writing = True
+                    nursery.start_soon(self._writer, conn, net, LOGIN_FAILURE_DELAY)
+                    continue
                 out = conn.out
                 raw = net.raw
                 if out and raw is not None:
@@ -269,10 +309,12 @@ class BrokerServer:
                 if report is not None:
                     report(notice)
 
-    async def _writer(self, conn: ServerConnection, net: _Conn) -> None:
+    async def _writer(self, conn: ServerConnection, net: _Conn, delay: float = 0.0) -> None:
         core = self.core
         stream = net.stream
         try:
+            if delay:
+                await trio.sleep(delay)
             while True:
                 while conn.out:
                     data = bytes(conn.out)
@@ -320,6 +362,14 @@ class BrokerServer:
             listener.active += 1
         try:
             peer = _peer(stream, spec)
+            policy = listener.policy if listener is not None else OPEN_POLICY
+            certificate = None
+            if isinstance(stream, trio.SSLStream) and policy.uses_certificates:
+                try:
+                    certificate = await _client_certificate(stream)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    await trio.aclose_forcefully(stream)
+                    return
             if spec is not None and spec.scheme.websocket:
                 try:
                     with trio.fail_after(CONNECT_TIMEOUT):  # the upgrade counts against the time a CONNECT has
@@ -331,17 +381,18 @@ class BrokerServer:
             if listener is not None and listener.closed:  # closed while this one was upgrading
                 await trio.aclose_forcefully(stream)
                 return
-            await self._serve(stream, peer, listener)
+            await self._serve(stream, peer, listener, certificate)
         finally:
             self.active -= 1
             if listener is not None:
                 listener.active -= 1
 
-    async def _serve(self, stream: trio.abc.Stream, peer: str, listener: OpenListener | None) -> None:
+    async def _serve(
+        self, stream: trio.abc.Stream, peer: str, listener: OpenListener | None, certificate: CertificateIdentity | None
+    ) -> None:
         core = self.core
         if listener is not None:
-            spec = listener.spec
-            conn = core.open(peer, trio.current_time(), spec.versions, spec.auth)
+            conn = core.open(peer, trio.current_time(), listener.policy, certificate, versions=listener.spec.versions)
             listener.connections.add(conn)
         else:
             conn = core.open(peer, trio.current_time())
@@ -413,11 +464,12 @@ class BrokerServer:
 
     async def _bind(self, spec: Listener) -> OpenListener:
         """Opens the sockets of `spec` (nothing accepted yet); ServerError says why it cannot."""
-        ctx = None
-        if spec.scheme.tls:
-            ctx = tls_context(spec.tls or self.options.default_tls(), f"listener {spec.url}")
+        policy = listener_policy(self.options, spec)
+        ctx = _tls_for(spec, self.options, policy) if spec.scheme.tls else None
         if spec.scheme is Scheme.UNIX:
-            return await _bind_unix(spec)
+            listener = await _bind_unix(spec)
+            listener.policy = policy
+            return listener
         try:
             tcp = await trio.open_tcp_listeners(spec.port, host=spec.host)
         except OSError as exc:
@@ -428,6 +480,7 @@ class BrokerServer:
             bound.append(replace(spec, host=host, port=port))
         listener = OpenListener(spec, list(tcp), bound)
         listener.tls = ctx
+        listener.policy = policy
         return listener
 
     def _start(self, listener: OpenListener) -> None:
@@ -502,8 +555,9 @@ class BrokerServer:
         """
         wanted = {_where(spec): spec for spec in options.listeners}
         kept = [lst for lst in self.listeners if _where(lst.spec) in wanted]
+        policies = {id(lst): listener_policy(options, wanted[_where(lst.spec)]) for lst in kept}
         contexts = {
-            id(lst): tls_context(wanted[_where(lst.spec)].tls or options.default_tls(), f"listener {lst.spec.url}")
+            id(lst): _tls_for(wanted[_where(lst.spec)], options, policies[id(lst)])
             for lst in kept
             if lst.spec.scheme.tls
         }
@@ -531,6 +585,11 @@ class BrokerServer:
                 listener.bound = [replace(spec, host=b.host, port=b.port) for b in listener.bound]
             if id(listener) in contexts:
                 listener.tls = contexts[id(listener)]
+            # Password and ACL files were read again: the connections go on under the new policy (mosquitto's
+            # reload: who may no longer connect is disconnected, the others get the new ACL at once).
+            policy = policies[id(listener)]
+            self.core.replace_policy(listener.policy, policy, trio.current_time())
+            listener.policy = policy
         self.core.reconfigure(options.broker, trio.current_time())
         if options.broker != old_broker:
             changes.append("limits changed")
@@ -550,6 +609,8 @@ class BrokerServer:
     async def run(self, stop: trio.Event, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listens and serves until `stop` is set, then shuts down gracefully."""
         opts = self.options
+        for spec in opts.listeners:
+            listener_policy(opts, spec)  # one that must not start: refused before any socket is opened
         opened: list[OpenListener] = []
         try:
             for spec in opts.listeners:
@@ -588,6 +649,26 @@ class BrokerServer:
         # A failed TLS handshake, or a peer gone mid-write: that connection only.
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             await self._handle(stream, listener)
+
+    def reload_auth(self, policies: list[AuthPolicy]) -> None:
+        """New auth policies (read with net/auth_files.py), one per `options.listeners` entry: checked for every
+        listener first (ServerError, nothing applied), then new connections get them and connected clients are
+        re-checked (BrokerCore.replace_policy: some disconnected, some subscriptions dropped). `reload` does the
+        same for a whole new configuration."""
+        specs = self.options.listeners
+        if len(policies) != len(specs):
+            raise ValueError(f"{len(policies)} policies for {len(specs)} listeners")
+        resolved = {
+            _where(spec): listener_policy(self.options, replace(spec, auth=policy))
+            for spec, policy in zip(specs, policies, strict=True)
+        }
+        now = trio.current_time()
+        for listener in self.listeners:
+            new = resolved.get(_where(listener.spec))
+            if new is not None:
+                self.core.replace_policy(listener.policy, new, now)
+                listener.policy = new
+        self._flush()
 
     async def shutdown(self) -> None:
         """Publishes wills, sends 5.0 clients DISCONNECT 0x8B, and gives writers a moment to send it all."""
@@ -682,6 +763,18 @@ def _write_ready_file(path: Path, bound: list[Listener]) -> None:
         tmp.replace(path)  # atomic: a script polling for the file never reads half of it
     except OSError as exc:
         raise ServerError(f"cannot write the ready file {path}: {exc.strerror or exc}") from None
+
+
+async def _client_certificate(stream: trio.SSLStream[Any]) -> CertificateIdentity | None:
+    """The verified client certificate's identity (the handshake is done here, within the CONNECT timeout)."""
+    with trio.move_on_after(CONNECT_TIMEOUT) as scope:
+        await stream.do_handshake()
+    if scope.cancelled_caught:
+        raise trio.BrokenResourceError("no TLS handshake in time")
+    cert = stream.getpeercert()
+    if not cert:
+        return None
+    return certificate_identity(cert.get("subject", ()))  # type: ignore[arg-type]
 
 
 def _where(spec: Listener) -> tuple[Any, ...]:
