@@ -718,3 +718,73 @@ def test_config_listeners_and_per_listener_settings_reloaded(tmp_path: Path, sta
         holder.close()
     wait_for(lambda: mosquitto_pub(plain, "-V", "mqttv311").returncode == 0, "a 3.1.1 client, once alone")
     assert paho_ws_roundtrip(ws, "ws-after")
+
+
+# --- [auth] from the file, and SIGHUP re-reading the password and ACL files (w2-auth's policies) -------------
+
+
+def test_auth_from_the_file_and_reloaded(tmp_path: Path, started: list[Ours]) -> None:
+    """Passwords made by Debian's mosquitto_passwd, an ACL in mosquitto's format, both named in [auth]; a reload
+    disconnects a user removed from the password file (5.0: 0x98) and drops the subscriptions the new ACL no
+    longer lets a client read; a bad file on reload changes nothing."""
+    port = free_port()
+    passwd, acl = tmp_path / "passwd", tmp_path / "acl"
+    for user, password in (("alice", "alice-pw"), ("bob", "bob-pw")):
+        flag = ["-c"] if user == "alice" else []
+        subprocess.run(["mosquitto_passwd", *flag, "-b", str(passwd), user, password], check=True, timeout=DEADLINE)
+    acl.write_text("user alice\ntopic readwrite a/#\n\nuser bob\ntopic readwrite a/#\n")
+    config = tmp_path / "broker.toml"
+    config.write_text(
+        _listeners(port) + f'[auth]\nallow_anonymous = false\npassword_file = "{passwd}"\nacl_file = "{acl}"\n'
+        '[log]\nlevel = "info"\n'
+    )
+    broker = start(started, tmp_path / "run", "--config", str(config))
+    assert mosquitto_pub(port).returncode != 0  # anonymous: refused
+    assert mosquitto_pub(port, "-u", "alice", "-P", "wrong").returncode != 0
+
+    def user(name: str) -> Subscriber:
+        sub = Subscriber.__new__(Subscriber)
+        sub.messages, sub.connected, sub.disconnected, sub.reason = [], threading.Event(), threading.Event(), None
+        sub.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=name, protocol=paho.MQTTv5)
+        sub.client.username_pw_set(name, f"{name}-pw")
+        sub.client.on_message = lambda c, u, m: sub.messages.append(m.payload)
+        sub.client.on_connect = lambda c, u, f, rc, p: sub.connected.set()
+
+        def gone(c: Any, u: Any, flags: Any, rc: Any, props: Any) -> None:
+            sub.reason = rc
+            sub.disconnected.set()
+
+        sub.client.on_disconnect = gone
+        sub.client.connect(HOST, port)
+        sub.client.loop_start()
+        assert sub.connected.wait(DEADLINE)
+        subscribed = threading.Event()
+        sub.client.on_subscribe = lambda *a: subscribed.set()
+        sub.client.subscribe("a/#", 1)
+        assert subscribed.wait(DEADLINE)
+        return sub
+
+    alice, bob = user("alice"), user("bob")
+    try:
+        assert mosquitto_pub(port, "-u", "alice", "-P", "alice-pw", "-t", "a/1", "-q", "1").returncode == 0
+        wait_for(lambda: alice.messages == bob.messages == [b"hello"], "both to receive")
+        # bob leaves the password file; alice may now only write under a/.
+        subprocess.run(["mosquitto_passwd", "-D", str(passwd), "bob"], check=True, timeout=DEADLINE)
+        acl.write_text("user alice\ntopic write a/#\n")
+        broker.signal(signal.SIGHUP)
+        assert bob.disconnected.wait(DEADLINE)
+        assert str(bob.reason) == "Administrative action"
+        wait_line(broker.stderr, "configuration reloaded")
+        assert not alice.disconnected.is_set()
+        assert mosquitto_pub(port, "-u", "alice", "-P", "alice-pw", "-t", "a/2", "-q", "1").returncode == 0
+        assert mosquitto_pub(port, "-u", "bob", "-P", "bob-pw").returncode != 0
+        time.sleep(0.5)
+        assert alice.messages == [b"hello"]  # her a/# subscription is gone with her read access
+        # A password file that cannot be read: the reload fails, alice's access stays as it was.
+        passwd.write_text("alice:not-a-hash\n")
+        broker.signal(signal.SIGHUP)
+        wait_line(broker.stderr, "reload failed, the configuration is unchanged: password file")
+        assert mosquitto_pub(port, "-u", "alice", "-P", "alice-pw", "-t", "a/3", "-q", "1").returncode == 0
+    finally:
+        alice.close()
+        bob.close()
