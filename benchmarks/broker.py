@@ -1,6 +1,12 @@
 """Our broker against Debian's mosquitto, in the same run, with the neutral C load generator of ../shared/bench.
 
     .venv/bin/python benchmarks/broker.py [--reps 3] [--count 200000] [--conns 10000] [--only fanin,fanout,lat,conns]
+    .venv/bin/python benchmarks/broker.py --acl [--reps 3] [--count 100000]
+
+--acl: fan-in (1 publisher to 1 subscriber on bench/#) and fan-out (1 publisher to 10 subscribers), QoS 1, 64 B,
+each broker with an ACL of 1,000 `pattern` lines (999 that match nothing the load generator publishes, and
+`pattern readwrite bench/#` last, so every check goes through them all in mosquitto's list) and the same broker
+without one: four brokers, runs interleaved, mqttload driven directly (not matrix.sh, which runs every QoS).
 
 Both brokers run pinned to CPU 0 (mosquitto with ../shared/bench/mosquitto.conf, our `mqtt serve` with the same
 limits: --max-queued-messages 0 --max-inflight 0), the generator on CPU 1; `matrix.sh` interleaves the runs so
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -21,7 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT.parent / "shared" / "bench"
+BENCH = Path(os.environ.get("MQTT_BENCH_DIR", ROOT.parent / "shared" / "bench"))  # set it from a git worktree
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 
 # (test key) -> (figure, target ratio ours/mosquitto, higher is better)
@@ -57,12 +64,123 @@ def kb_per_conn(rows: list[dict[str, object]]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+ACL_PATTERNS = 1000
+
+
+def acl_file(path: Path) -> Path:
+    """1,000 pattern lines binding the client id, the one granting what mqttload publishes last."""
+    # mqttload sends no user name, and patterns with %u do not apply to such clients: %c only.
+    lines = [f"pattern {('readwrite', 'read', 'write')[i % 3]} tenants/%c/device{i}/#" for i in range(999)]
+    lines.append("pattern readwrite bench/#")
+    assert len(lines) == ACL_PATTERNS
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def acl_mode(args: argparse.Namespace, work: Path) -> int:
+    """Ours and mosquitto, each with and without the ACL; prints medians and the cost of the ACL for each."""
+    import signal
+    import socket
+
+    acl = acl_file(work / "acl")
+    base = (BENCH / "mosquitto.conf").read_text()
+    if os.geteuid() == 0:
+        base += "user root\n"  # else mosquitto becomes user mosquitto, who cannot read the ACL in our directory
+    targets = {}
+    for label, port, with_acl in [
+        ("mosquitto", 18870, False), ("mosquitto+acl", 18871, True), ("ours", 18872, False), ("ours+acl", 18873, True)
+    ]:  # fmt: skip
+        if label.startswith("mosquitto"):
+            conf = work / f"{label}.conf"
+            conf.write_text(
+                base.replace("listener 1883", f"listener {port}") + (f"acl_file {acl}\n" if with_acl else "")
+            )
+            cmd = ["taskset", "-c", "0", MOSQUITTO, "-c", str(conf)]
+        else:
+            cmd = [
+                "taskset",
+                "-c",
+                "0",
+                sys.executable,
+                "-m",
+                "mqtt_cli",
+                "serve",
+                "--port",
+                str(port),
+                "--max-queued-messages",
+                "0",
+                "--max-inflight",
+                "0",
+                "--sys-interval",
+                "0",
+                "--allow-anonymous",
+            ]
+            cmd += ["--acl-file", str(acl)] if with_acl else []  # fmt: skip
+        targets[label] = (port, cmd)
+    procs = {}
+    rows: list[dict[str, object]] = []
+    try:
+        for label, (port, cmd) in targets.items():
+            procs[label] = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or procs[label].poll() is not None:
+                        raise SystemExit(f"benchmarks/broker.py: {label} did not start") from None
+                    time.sleep(0.1)
+        loads = {
+            "fanin": ["--fanin", "--pubs", "1", "--subs", "1"],
+            "fanout": ["--fanout", "--pubs", "1", "--subs", "10"],
+        }
+        labels = list(targets)
+        for rep_no in range(args.reps):
+            for test, shape in loads.items():
+                for k in range(len(labels)):
+                    label = labels[(k + rep_no) % len(labels)]  # the order rotates each rep, as matrix.sh does
+                    port = targets[label][0]
+                    cmd = ["taskset", "-c", "1", str(work / "bench" / "mqttload"), "thru", *shape, "--qos", "1",
+                           "--size", "64", "--count", str(args.count), "--timeout", "300", "--port", str(port),
+                           "--broker-pid", str(procs[label].pid)]  # fmt: skip
+                    out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
+                    row = json.loads(out.splitlines()[-1]) if out else {"error": "no output"}
+                    row.update(
+                        label=label, rep=rep_no + 1, test=test, acl_patterns=ACL_PATTERNS if "acl" in label else 0
+                    )
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+                proc.wait(10)
+    out_path = ROOT / "benchmarks" / "results" / f"broker-acl-{time.strftime('%Y-%m-%d')}.jsonl"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with out_path.open("a") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    print(f"{'QoS 1, 64 B':<14}{'mosquitto':>12}{'+ACL':>12}{'ratio':>7}{'ours':>12}{'+ACL':>12}{'ratio':>7}"
+          f"{'ours+ACL/mosq+ACL':>19}")  # fmt: skip
+    for test in loads:
+        med = {
+            lb: median([r for r in rows if r["test"] == test and r["label"] == lb], "delivered_per_s") for lb in labels
+        }
+        m, ma, o, oa = med["mosquitto"], med["mosquitto+acl"], med["ours"], med["ours+acl"]
+        print(f"{test:<14}{m:>12,.0f}{ma:>12,.0f}{ma / m:>7.2f}{o:>12,.0f}{oa:>12,.0f}{oa / o:>7.2f}{oa / ma:>19.2f}")
+    lost = [r for r in rows if r.get("lost") or r.get("error")]
+    print(f"runs with losses or errors: {len(lost)}; raw results: {out_path}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--conns", type=int, default=10_000)
     parser.add_argument("--only", default="fanin,fanout,lat,conns")
+    parser.add_argument("--acl", action="store_true", help="QoS 1 fan-in/fan-out with 1,000 ACL patterns vs none")
     args = parser.parse_args()
     if not (BENCH / "matrix.sh").exists():
         print(f"benchmarks/broker.py: {BENCH} is missing (the shared load generator)", file=sys.stderr)
@@ -70,6 +188,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="mqtt-bench-"))
     shutil.copytree(BENCH, work / "bench")
     subprocess.run(["make", "-s", "-C", str(work / "bench"), "mqttload"], check=True)
+    if args.acl:
+        return acl_mode(args, work)
     conf = work / "mosquitto.conf"
     conf.write_text((BENCH / "mosquitto.conf").read_text().replace("listener 1883", "listener 18860"))
     ours = (

@@ -34,6 +34,7 @@ Exit codes: 0 success, 1 runtime error, 2 usage error, 130 interrupted.
 _CLIENT = {"help_option_names": ["--help"]}
 COMMANDS: dict[str, tuple[str, dict[str, Any]]] = {
     "serve": ("serve:serve", {}),
+    "passwd": ("passwd:passwd", {"no_args_is_help": True}),
     "pub": ("pub:pub", {"context_settings": _CLIENT}),
     "sub": ("sub:sub", {"context_settings": _CLIENT}),
     "rr": ("rr:rr", {"context_settings": _CLIENT}),

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Install the Debian packages that the project's tools and tests use, when they are missing:
 #   mosquitto, mosquitto-clients  interop tests against Debian's broker and its clients
+#   openssl                       the certificate subject as OpenSSL prints it (use_subject_as_username tests)
 #   tshark                        capture tests (pcap/pcapng files made and read back)
 #   rabbitmq-server               interop tests against a second broker (its MQTT plugin)
 #   openjdk-17-jre-headless       a Java runtime for Spark (`mqtt analyze`), when there is no java
 #   python3-venv                  `python3 -m venv` on a bare Debian
+#   systemd, logrotate            tests of docs/broker.md's unit (systemd-analyze verify) and logrotate snippet
 #   chromium                      the browser test: MQTT.js in headless Chromium against our ws:// listener
 #   nodejs, npm                   npm installs MQTT.js for that test (Makefile's web-deps), when there is no npm
 #
@@ -24,9 +26,12 @@ have() { PATH="$PATH:$sbin_path" command -v "$1" >/dev/null 2>&1; }
 missing=()
 [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
 have mosquitto_pub || missing+=(mosquitto-clients)
+have openssl || missing+=(openssl)
 have tshark || missing+=(tshark)
 { [ -x /usr/sbin/rabbitmq-server ] || have rabbitmqctl; } || missing+=(rabbitmq-server)
 { have java || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ]; } || missing+=(openjdk-17-jre-headless)
+have systemd-analyze || missing+=(systemd)
+have logrotate || missing+=(logrotate)
 have chromium || missing+=(chromium)
 { have node || have nodejs; } || missing+=(nodejs)
 have npm || missing+=(npm)

@@ -197,9 +197,7 @@ def test_interrupt_exits_130(run: Run) -> None:
 def test_importing_the_app_stays_light() -> None:
     # Commands import their heavy dependencies inside their functions: start-up pays only for typer.
     code = "import sys, mqtt_cli.app; print('\\n'.join(sorted(sys.modules)))"
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=cli_env()
-    ).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=cli_env()).stdout
     modules = set(out.split())
     heavy = {"trio", "rich", "asyncio", "pydantic", "paho", "pyspark", "sqlite3", "ssl"}
     assert not heavy & {m.split(".")[0] for m in modules}

@@ -10,15 +10,60 @@ import typer
 
 from mqtt_cli.commands import fail
 
+EXIT_USAGE = 2
+FILES = "Configuration"
+LIMITS = "Limits (over the file's limits section)"
+LOG = "Logging (over the file's log section)"
+AUTH = "Authentication (over the file's auth section)"
+
 
 class LogFormat(StrEnum):
     text = "text"
     json = "json"
 
 
+class LogLevel(StrEnum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+    none = "none"
+
+
 def serve(
-    host: Annotated[str, typer.Option("--host", help="Address of the default listener.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", "-p", help="Port of the default listener (0: any free port).")] = 1883,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="Broker configuration (TOML; docs/broker.md). Flags override it.",
+            rich_help_panel=FILES,
+        ),
+    ] = None,
+    mosquitto_conf: Annotated[
+        Path | None,
+        typer.Option(
+            help="Run on a mosquitto.conf instead (each line that cannot be honoured is listed).", rich_help_panel=FILES
+        ),
+    ] = None,
+    ignore_unsupported: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-unsupported",
+            help="Start even though some mosquitto.conf lines cannot be honoured.",
+            rich_help_panel=FILES,
+        ),
+    ] = False,
+    print_config: Annotated[
+        bool,
+        typer.Option(
+            "--print-config", help="Print the effective configuration (TOML) and exit.", rich_help_panel=FILES
+        ),
+    ] = False,
+    host: Annotated[str | None, typer.Option("--host", help="Address of the listener (default 127.0.0.1).")] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", "-p", help="Port of the listener (default 1883; 0: any free port).")
+    ] = None,
     listen: Annotated[
         list[str] | None,
         typer.Option(
@@ -27,7 +72,7 @@ def serve(
             help=r"A listener URL: mqtt://HOST:PORT, mqtts://HOST:PORT, ws://HOST:PORT\[/PATH], "
             r"wss://HOST:PORT\[/PATH] "
             "or unix:///PATH, with settings as ?versions=3.1.1,5&max_connections=N (unix: &mode=0660); "
-            "repeatable. Replaces --host/--port (docs/broker.md).",
+            "repeatable. Replaces the file's listeners and --host/--port (docs/broker.md).",
         ),
     ] = None,
     tls_cert: Annotated[Path | None, typer.Option(help="Certificate (PEM) for mqtts:// and wss:// listeners.")] = None,
@@ -39,156 +84,210 @@ def serve(
     ready_file: Annotated[
         Path | None, typer.Option(help="Write the bound listeners there (JSON) once listening.")
     ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log connections and errors.")] = False,
-    log_format: Annotated[LogFormat, typer.Option(help="Log lines for people or for machines.")] = LogFormat.text,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log connections too (--log-level info).", rich_help_panel=LOG)
+    ] = False,
+    log_level: Annotated[
+        LogLevel | None, typer.Option(help="Least important lines logged (default warning).", rich_help_panel=LOG)
+    ] = None,
+    log_format: Annotated[
+        LogFormat | None, typer.Option(help="Log lines for people or for machines.", rich_help_panel=LOG)
+    ] = None,
+    log_file: Annotated[
+        Path | None, typer.Option(help="Append the log there (SIGUSR2 reopens it).", rich_help_panel=LOG)
+    ] = None,
+    syslog: Annotated[
+        bool, typer.Option("--syslog", help="Also log to syslog (/dev/log).", rich_help_panel=LOG)
+    ] = False,
     max_keepalive: Annotated[
-        int,
+        int | None,
         typer.Option(
             help="Longest keep alive allowed, seconds (5.0: announced as Server Keep Alive; 3.x: refused above it); "
-            "0: no limit, keep alive 0 allowed (mosquitto's meaning)."
+            "0: no limit, keep alive 0 allowed (mosquitto's meaning). Default 65535.",
+            rich_help_panel=LIMITS,
         ),
-    ] = 65535,
-    max_topic_alias: Annotated[int, typer.Option(help="Topic aliases a 5.0 client may set.")] = 10,
+    ] = None,
+    max_topic_alias: Annotated[
+        int | None, typer.Option(help="Topic aliases a 5.0 client may set (default 10).", rich_help_panel=LIMITS)
+    ] = None,
     max_queued_messages: Annotated[
-        int, typer.Option(help="QoS 1/2 messages queued per client beyond its in-flight window (0: unlimited).")
-    ] = 1000,
-    max_queued_bytes: Annotated[int, typer.Option(help="Bytes of queued messages per client (0: unlimited).")] = 0,
+        int | None,
+        typer.Option(
+            help="QoS 1/2 messages queued per client beyond its in-flight window (0: unlimited; default 1000).",
+            rich_help_panel=LIMITS,
+        ),
+    ] = None,
+    max_queued_bytes: Annotated[
+        int | None,
+        typer.Option(help="Bytes of queued messages per client (0: unlimited, the default).", rich_help_panel=LIMITS),
+    ] = None,
     queue_drop_oldest: Annotated[
-        bool, typer.Option("--queue-drop-oldest", help="When a queue is full, drop its oldest message.")
+        bool,
+        typer.Option(
+            "--queue-drop-oldest", help="When a queue is full, drop its oldest message.", rich_help_panel=LIMITS
+        ),
     ] = False,
     max_inflight: Annotated[
-        int,
+        int | None,
         typer.Option(
-            help="QoS 1/2 messages in flight to a client that states no Receive Maximum (0: 65,535, all identifiers)."
+            help="QoS 1/2 messages in flight to a client that states no Receive Maximum (0: 65,535, all identifiers; "
+            "default 20).",
+            rich_help_panel=LIMITS,
         ),
-    ] = 20,
-    max_packet_size: Annotated[int, typer.Option(help="Largest packet accepted, bytes (0: no limit).")] = 0,
-    max_connections: Annotated[int, typer.Option(help="Connections accepted at once (0: unlimited).")] = 0,
+    ] = None,
+    max_packet_size: Annotated[
+        int | None,
+        typer.Option(help="Largest packet accepted, bytes (0: no limit, the default).", rich_help_panel=LIMITS),
+    ] = None,
+    max_connections: Annotated[
+        int | None,
+        typer.Option(help="Connections accepted at once (0: unlimited, the default).", rich_help_panel=LIMITS),
+    ] = None,
     max_topic_levels: Annotated[
-        int, typer.Option(help="Levels a topic name or filter may have; more are refused (0: no limit).")
-    ] = 200,
+        int | None,
+        typer.Option(
+            help="Levels a topic name or filter may have; more are refused (0: no limit; default 200, as mosquitto).",
+            rich_help_panel=LIMITS,
+        ),
+    ] = None,
     reason_strings: Annotated[
         bool,
         typer.Option(
             "--reason-strings",
             help="Say why in 5.0 DISCONNECT and refusing CONNACK (Reason String), for debugging; off as mosquitto.",
+            rich_help_panel=LIMITS,
         ),
     ] = False,
-    sys_interval: Annotated[float, typer.Option(help="Seconds between $SYS updates (0: none).")] = 10.0,
+    sys_interval: Annotated[
+        float | None, typer.Option(help="Seconds between $SYS updates (0: none; default 10).", rich_help_panel=LIMITS)
+    ] = None,
+    password_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Users and password hashes, mosquitto's format (made by `mqtt passwd` or mosquitto_passwd).",
+            rich_help_panel=AUTH,
+        ),
+    ] = None,
+    acl_file: Annotated[
+        Path | None,
+        typer.Option(help="Who may read and write which topics, mosquitto's acl_file format.", rich_help_panel=AUTH),
+    ] = None,
+    allow_anonymous: Annotated[
+        bool | None,
+        typer.Option(
+            "--allow-anonymous/--no-allow-anonymous",
+            help="Clients without a user name. Default: allowed on a loopback listener without authentication, "
+            "refused otherwise; a listener on another address with no authentication needs it said explicitly.",
+            rich_help_panel=AUTH,
+        ),
+    ] = None,
+    use_identity_as_username: Annotated[
+        bool,
+        typer.Option(
+            "--use-identity-as-username",
+            help="mqtts/wss: the client certificate's CN is the user name (needs --tls-cafile).",
+            rich_help_panel=AUTH,
+        ),
+    ] = False,
+    use_subject_as_username: Annotated[
+        bool,
+        typer.Option(
+            "--use-subject-as-username",
+            help="mqtts/wss: the client certificate's whole subject (RFC 2253, as mosquitto) is the user name.",
+            rich_help_panel=AUTH,
+        ),
+    ] = False,
 ) -> None:
     """Run an MQTT 3.1 / 3.1.1 / 5.0 broker.
 
-    Listens on 127.0.0.1:1883 unless told otherwise. SIGINT or SIGTERM shut it down gracefully: the wills of connected clients are published and 5.0 clients told why; a second signal stops it at once.
+    Listens on 127.0.0.1:1883 unless told otherwise (--listen, or a --config file: docs/broker.md). SIGINT or SIGTERM shut it down gracefully: the wills of connected clients are published and 5.0 clients told why; a second signal stops it at once. SIGHUP reloads the configuration; SIGUSR2 reopens the log file.
 
-    Exit codes: 0 stopped by a signal, 1 could not start (port in use, certificate unreadable), 2 bad usage.
+    Exit codes: 0 stopped by a signal, 1 could not start (port in use, a certificate, log or ready file that cannot be read or written), 2 bad usage or configuration.
     """  # noqa: E501 - typer keeps a docstring's line breaks in --help
-    import json
     import os
-    import signal
     import sys
-    import time
 
     import trio
 
     from mqtt_cli import version_text
-    from mqtt_cli.core.broker import BrokerConfig, Notice
-    from mqtt_cli.net.server import Listener, Scheme, ServeOptions, ServerError, parse_listen_url
-    from mqtt_cli.net.server import serve as run_server
+    from mqtt_cli.core.config import BrokerSettings, ConfigError, override, override_listeners
+    from mqtt_cli.net.config import ConfigSource, FileProblem, toml_text, writable
+    from mqtt_cli.net.log import BrokerLog, LogError
+    from mqtt_cli.net.server import Listener, ServerError
+    from mqtt_cli.net.serving import Serving, unsupported_error
 
-    for name, value in (("--port", port), ("--max-keepalive", max_keepalive), ("--max-topic-alias", max_topic_alias)):
-        if not 0 <= value <= 65535:
-            fail(f"{name} {value} is outside 0..65535", 2)
-    for name, value in (
-        ("--max-queued-messages", max_queued_messages),
-        ("--max-queued-bytes", max_queued_bytes),
-        ("--max-inflight", max_inflight),
-        ("--max-packet-size", max_packet_size),
-        ("--max-connections", max_connections),
-        ("--max-topic-levels", max_topic_levels),
-    ):
-        if value < 0:
-            fail(f"{name} {value} is negative; 0 means unlimited", 2)
-    try:
-        specs = [parse_listen_url(url) for url in listen] if listen else [Listener(Scheme.MQTT, host, port)]
-    except ServerError as exc:
-        fail(str(exc), 2)
+    if config is not None and mosquitto_conf is not None:
+        fail("give --config or --mosquitto-conf, not both", EXIT_USAGE)
+    source = ConfigSource(config or mosquitto_conf, mosquitto=mosquitto_conf is not None,
+                          ignore_unsupported=ignore_unsupported)  # fmt: skip
+    urls = list(listen or [])
+    if not urls and (host is not None or port is not None):
+        address = host or "127.0.0.1"
+        urls = [f"mqtt://{f'[{address}]' if ':' in address else address}:{1883 if port is None else port}"]
+        if port is not None and not 0 <= port <= 65535:
+            fail(f"--port {port} is outside 0..65535", EXIT_USAGE)
 
-    console = None
-    if verbose and log_format is LogFormat.text:
-        from rich.console import Console
-
-        console = Console(stderr=True, highlight=False)  # colour only on a terminal
-    styles = {"connected": "green", "disconnected": "dim", "refused": "yellow", "error": "red"}
-
-    def log_text(n: Notice) -> None:
-        from rich.text import Text
-
-        assert console is not None
-        line = Text(time.strftime("%H:%M:%S "), style="dim")
-        line.append(f"{n.kind:<12}", style=styles.get(n.kind, ""))
-        line.append(f" {n.client_id if n.client_id is not None else '-'}", style="bold")
-        line.append(f" {n.peer} {n.detail}")
-        if n.reason_code is not None:
-            line.append(f" (0x{n.reason_code:02X})", style=styles.get(n.kind, ""))
-        console.print(line, soft_wrap=True)
-
-    def log_json(n: Notice) -> None:
-        record = {"ts": round(time.time(), 6), "event": n.kind, "client_id": n.client_id, "peer": n.peer}
-        if n.detail:
-            record["detail"] = n.detail
-        if n.reason_code is not None:
-            record["reason_code"] = n.reason_code
-        print(json.dumps(record), file=sys.stderr, flush=True)
+    def apply_flags(settings: BrokerSettings) -> BrokerSettings:
+        """The command line over the file, on start and on every reload."""
+        settings = override_listeners(
+            settings, urls,
+            {"certfile": _str(tls_cert), "keyfile": _str(tls_key), "cafile": _str(tls_cafile),
+             "require_certificate": require_certificate},
+        )  # fmt: skip
+        settings = override(settings, "limits", {
+            "max_keepalive": max_keepalive, "max_topic_alias": max_topic_alias,
+            "max_queued_messages": max_queued_messages, "max_queued_bytes": max_queued_bytes,
+            "queue_drop_oldest": queue_drop_oldest or None, "max_inflight": max_inflight,
+            "max_packet_size": max_packet_size, "max_connections": max_connections,
+            "max_topic_levels": max_topic_levels, "reason_strings": reason_strings or None,
+        })  # fmt: skip
+        settings = override(settings, "sys", {"interval": sys_interval})
+        settings = override(settings, "auth", {
+            "password_file": _str(password_file), "acl_file": _str(acl_file), "allow_anonymous": allow_anonymous,
+            "use_identity_as_username": use_identity_as_username or None,
+            "use_subject_as_username": use_subject_as_username or None,
+        })  # fmt: skip
+        level = log_level.value if log_level is not None else "info" if verbose else None
+        return override(settings, "log", {
+            "level": level, "format": log_format.value if log_format else None, "file": _str(log_file),
+            "syslog": syslog or None,
+        })  # fmt: skip
 
     def listening(bound: list[Listener]) -> None:
         print(f"mqtt serve: listening on {', '.join(b.url for b in bound)}", file=sys.stderr, flush=True)
 
-    options = ServeOptions(
-        listeners=specs,
-        broker=BrokerConfig(
-            max_keepalive=max_keepalive,
-            max_topic_alias=max_topic_alias,
-            max_inflight=max_inflight,
-            max_queued_messages=max_queued_messages,
-            max_queued_bytes=max_queued_bytes,
-            queue_drop_oldest=queue_drop_oldest,
-            max_packet_size=max_packet_size,
-            sys_interval=sys_interval,
-            max_topic_levels=max_topic_levels,
-            reason_strings=reason_strings,
-            instance=os.urandom(4).hex(),
-            version=version_text(),
-        ),
-        tls_cert=tls_cert,
-        tls_key=tls_key,
-        tls_cafile=tls_cafile,
-        require_certificate=require_certificate,
-        max_connections=max_connections,
-        ready_file=ready_file,
-        on_notice=(log_json if log_format is LogFormat.json else log_text) if verbose else None,
-        on_listening=listening,
-    )
-
-    async def main() -> None:
-        stop = trio.Event()
-        async with trio.open_nursery() as nursery:
-
-            async def watch_signals() -> None:
-                with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                    async for _ in signals:
-                        if stop.is_set():
-                            nursery.cancel_scope.cancel()  # a second signal: stop at once
-                            return
-                        stop.set()
-
-            nursery.start_soon(watch_signals)
-            await run_server(options, stop)
-            nursery.cancel_scope.cancel()
+    try:
+        translation = source.read()
+        for line in translation.unsupported:
+            print(f"mqtt: {'warning' if ignore_unsupported or print_config else 'error'}: {line}", file=sys.stderr)
+        if print_config:
+            settings = apply_flags(translation.settings)
+            comments = "".join(f"# not translated: {line}\n" for line in translation.unsupported)
+            sys.stdout.write(comments + toml_text(settings))
+            raise typer.Exit(0)
+        if translation.unsupported and not ignore_unsupported:
+            raise unsupported_error(source, len(translation.unsupported))
+        if ready_file is not None:
+            writable(ready_file, "ready file")
+        serving = Serving(source, apply_flags, os.urandom(4).hex(), version_text(), ready_file, listening)
+        settings, options = serving.options(translation)
+        log = serving.log = BrokerLog(settings.log)  # opened once everything else is known to be good
+        options.on_notice = log.notice
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except (FileProblem, LogError) as exc:
+        fail(str(exc))
 
     error = None
     try:
-        trio.run(main)
+        trio.run(serving.run, options)
     except* ServerError as group:  # raised inside the nursery, hence grouped
         error = str(group.exceptions[0])
+    finally:
+        log.close()
     if error is not None:
         fail(error)
+
+
+def _str(path: Path | None) -> str | None:
+    return None if path is None else str(path)

@@ -8,12 +8,15 @@ that are bounded, and what they drop is counted.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .acl import AclView
+from .auth import AuthPolicy, CertificateIdentity, authenticate
 from .codec import encode
 from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
 from .flows import FlowState
@@ -65,6 +68,7 @@ class BrokerConfig:
     max_queued_bytes: int = 0
     queue_drop_oldest: bool = False
     max_packet_size: int = 0  # the largest packet we accept (0: the protocol's maximum)
+    message_size_limit: int = 0  # a bigger payload is acknowledged and dropped (5.0: 0x97), as mosquitto (0: none)
     max_buffered_bytes: int = 1 << 20  # bytes waiting for a slow socket before QoS 0 is dropped for it
     retain_available: bool = True
     max_topic_levels: int = 200  # topic names and filters with more levels are refused (mosquitto's limit; 0: none)
@@ -132,13 +136,22 @@ class BrokerCore:
         self._next_sys = now + c.sys_interval if c.sys_interval else None
         self._clock = now  # the latest time given by the network layer (for _send, which is not given one)
         self._topics_ok: set[str] = set()  # topics and filters that passed _topic_problem (bounded)
+        self._views: dict[str, AclView] = {}  # client id -> its ACL, while its session lasts (auth hook)
 
     # --- the network layer's entry points ------------------------------------------------------------------
 
-    def open(self, peer: str, now: float, versions: frozenset[int] | None = None, auth: Any = None) -> ServerConnection:
-        """A new connection from `peer`; `versions`: the protocol levels its listener allows (None: all),
-        `auth`: its listener's authentication settings, kept on the connection for the CONNECT's checks."""
-        conn = ServerConnection(peer, now, self.config.max_packet_size or None, versions, auth)
+    def open(
+        self,
+        peer: str,
+        now: float,
+        policy: AuthPolicy | None = None,
+        certificate: CertificateIdentity | None = None,
+        *,
+        versions: frozenset[int] | None = None,
+    ) -> ServerConnection:
+        """A new connection from `peer`: the protocol levels its listener allows (None: all), its listener's auth
+        policy (None: no checks) and its TLS client certificate."""
+        conn = ServerConnection(peer, now, self.config.max_packet_size or None, policy, certificate, versions)
         self.connections.add(conn)
         return conn
 
@@ -181,6 +194,17 @@ class BrokerCore:
             self._close(conn, now, reason=None, detail="connection lost")
         self.connections.discard(conn)
         self.dirty.discard(conn)
+
+    def reconfigure(self, config: BrokerConfig, now: float) -> None:
+        """A reload's new limits. Queue limits and $SYS apply at once to every session; the keep alive, topic
+        alias maximum, in-flight window and packet size to connections made from now on (a connection's were
+        agreed in its CONNACK). `instance` and `version` stay as they were."""
+        config = dataclasses.replace(config, instance=self.config.instance, version=self.config.version)
+        if config.sys_interval != self.config.sys_interval:
+            self._next_sys = now + config.sys_interval if config.sys_interval else None
+            self.timers_changed = True
+        self.config = config
+        self.limits = QueueLimits(config.max_queued_messages, config.max_queued_bytes, config.queue_drop_oldest)
 
     def internal_error(self, conn: ServerConnection, now: float, detail: str) -> None:
         """Handling this connection's input failed unexpectedly: close it (5.0: 0x83), keep everything else."""
@@ -346,6 +370,8 @@ class BrokerCore:
                 self._refuse(conn, 0x85, f"keep alive {keepalive} s is over the maximum {c.max_keepalive} s", now)
                 return
             keepalive = server_keepalive = c.max_keepalive
+        if conn.policy is not None and not self._admit(conn, p, client_id, now):
+            return
         conn.client_id = client_id
         conn.keepalive = keepalive
         self.stats.clients_total += 1
@@ -363,7 +389,7 @@ class BrokerCore:
             # connection starts clean [MQTT-3.1.3-9] (5.0 3.1.2.5 [MQTT-3.1.2-8]).
             session.will = None
             session.will_at = None
-        if session is not None and p.clean_start:
+        if session is not None and (p.clean_start or self._other_user(client_id, conn)):
             self._end_session(session, now)
             session = None
         session_present = session is not None
@@ -382,6 +408,7 @@ class BrokerCore:
         session.expiry_interval = expiry
         session.will = p.will
         session.connection = conn
+        self._attach_acl(conn, client_id)
         self.connected += 1
         conn.session = session
         receive_maximum = props.receive_maximum if version == 5 else None
@@ -425,6 +452,63 @@ class BrokerCore:
             for packet in session.outgoing.resend():
                 self._send(conn, _strip(packet) if version < 5 and isinstance(packet, Publish) else packet)
         self._pump(session, now)
+
+    # --- authentication and ACL (core/auth.py, core/acl.py) ----------------------------------------------------
+
+    def _admit(self, conn: ServerConnection, p: Connect, client_id: str, now: float) -> bool:
+        """Checks the CONNECT's credentials against the listener's policy; refuses it (not authorized) if wrong."""
+        assert conn.policy is not None
+        result = authenticate(conn.policy, p.username, p.password, conn.certificate)
+        if result.refusal is None:
+            conn.username = result.username
+            return True
+        conn.client_id = client_id  # for the log line
+        conn.login_failed = True  # the network layer makes the client wait for its CONNACK
+        who = f"user {result.username!r}" if result.username is not None else "no user name"
+        self._refuse(conn, 0x87, f"login failed ({who}): {result.refusal.value}", now)
+        return False
+
+    def _other_user(self, client_id: str, conn: ServerConnection) -> bool:
+        """Whether a session kept under an ACL was another user's: it is not handed over (its subscriptions and
+        queued messages were granted to that user), the client starts afresh as with a clean start."""
+        view = self._views.get(client_id)
+        return view is not None and view.username != conn.username
+
+    def _attach_acl(self, conn: ServerConnection, client_id: str) -> None:
+        policy = conn.policy
+        acl = policy.acl if policy is not None else None
+        if acl is None:
+            conn.acl = None
+            self._views.pop(client_id, None)
+        else:
+            conn.acl = self._views[client_id] = acl.view(conn.username, client_id)
+
+    def replace_policy(self, old: AuthPolicy, new: AuthPolicy, now: float) -> None:
+        """A reload: every connection under `old` goes on under `new` (see apply_policy)."""
+        for conn in [c for c in self.connections if c.policy is old]:
+            self.apply_policy(conn, new, now)
+
+    def apply_policy(self, conn: ServerConnection, new: AuthPolicy, now: float) -> None:
+        """A reload, for one connection. A client the new policy would not admit (its user gone from the password
+        file or given another password hash, anonymous access now refused) is disconnected (5.0: 0x98
+        administrative action, as mosquitto); otherwise it gets the new ACL at once, and loses the subscriptions
+        the new ACL no longer lets it read from (the filters SUBSCRIBE would now refuse)."""
+        old = conn.policy
+        conn.policy = new
+        if old is None or not conn.connected or conn.closed or conn.client_id is None:
+            return
+        if not _still_admitted(old, new, conn):
+            self._close(conn, now, reason=0x98, detail="no longer authorized after a reload")
+            return
+        self._attach_acl(conn, conn.client_id)
+        session = conn.session
+        view = conn.acl
+        if session is None or view is None:
+            return
+        for flt in [f for f in session.subscriptions if not view.may_subscribe(f)]:
+            del session.subscriptions[flt]
+            self.subscriptions.remove(flt, session.client_id)
+            self.notices.append(Notice("unsubscribed", conn.client_id, conn.peer, f"{flt!r}: ACL after a reload"))
 
     def _expire_inflight(self, session: Session, version: int, now: float) -> None:
         """Before re-sending after a reconnect (5.0 3.3.2.3.3): a PUBLISH carries the expiry interval it has left,
@@ -483,24 +567,18 @@ class BrokerCore:
             self._close(conn, now, reason=0x9A, detail="retain is not available")
             return
         qos = p.qos
+        denied = None
         if topic[:5] == "$SYS/" or topic == "$SYS":
-            # The broker's own figures: a client cannot publish or retain there (as mosquitto). Acknowledged, so
-            # the client's flow ends; 5.0 is told why (0x87 not authorized).
-            self.notices.append(
-                Notice("dropped", conn.client_id, conn.peer, f"PUBLISH to {topic!r}: $SYS is the broker's")
-            )
-            if qos:
-                pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
-                kind = b"\x40" if qos == 1 else b"\x50"
-                if conn.version == 5:
-                    self._write(conn, kind + b"\x03" + pid + b"\x87")  # a failed PUBREC ends a QoS 2 flow too
-                elif qos == 1:
-                    self._write(conn, kind + b"\x02" + pid)
-                else:
-                    session = conn.session
-                    assert session is not None
-                    session.incoming.publish_received(p)  # 3.x: the flow goes on to PUBREL / PUBCOMP
-                    self._write(conn, kind + b"\x02" + pid)
+            denied = "$SYS is the broker's"  # its own figures: a client cannot publish or retain there (as mosquitto)
+        elif conn.acl is not None and not conn.acl.can_write(topic):
+            denied = "the ACL does not let it write there"
+        if denied is not None:
+            self._drop_publish(conn, p, 0x87, f"PUBLISH to {topic!r}: {denied}")
+            return
+        limit = self.config.message_size_limit
+        if limit and len(p.payload) > limit:
+            # mosquitto answers 0x95, which PUBACK and PUBREC may not carry; 0x97 (quota exceeded) may.
+            self._drop_publish(conn, p, 0x97, f"PUBLISH to {topic!r}: {len(p.payload)} bytes over message_size_limit")
             return
         if qos == 2:
             session = conn.session
@@ -525,6 +603,24 @@ class BrokerCore:
                 self._write(conn, b"\x40\x02" + pid)
             else:
                 self._write(conn, b"\x40\x03" + pid + b"\x10")  # no matching subscribers
+
+    def _drop_publish(self, conn: ServerConnection, p: Publish, reason: int, detail: str) -> None:
+        """A PUBLISH not taken, the connection kept: acknowledged so the client's flow ends (3.x: as if taken, as
+        mosquitto does); 5.0 is told why in PUBACK / PUBREC."""
+        self.notices.append(Notice("dropped", conn.client_id, conn.peer, detail))
+        qos = p.qos
+        if qos:
+            pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
+            kind = b"\x40" if qos == 1 else b"\x50"
+            if conn.version == 5:
+                self._write(conn, kind + b"\x03" + pid + bytes((reason,)))  # a failed PUBREC ends a QoS 2 flow too
+            elif qos == 1:
+                self._write(conn, kind + b"\x02" + pid)
+            else:
+                session = conn.session
+                assert session is not None
+                session.incoming.publish_received(p)  # 3.x: the flow goes on to PUBREL / PUBCOMP
+                self._write(conn, kind + b"\x02" + pid)
 
     def _on_puback(self, conn: ServerConnection, p: PubAck | PubRec | PubComp, now: float) -> None:
         session = conn.session
@@ -564,10 +660,13 @@ class BrokerCore:
         if not entries:
             return False
         origin = message.origin
+        views = self._views  # empty unless an ACL is in force: then every delivery is checked for read access
         if len(entries) == 1 and entries[0][0][:7] != "$share/":
             # The common case: one subscription matches, nothing to merge.
             _, client_id, opts = entries[0]
             session = self.sessions.get(client_id)  # type: ignore[call-overload]
+            if views and not _may_read(views, client_id, topic):  # type: ignore[arg-type]
+                return True
             if session is not None and not (opts.no_local and client_id == origin):
                 sid = (opts.subscription_identifier,) if opts.subscription_identifier else ()
                 qos = message.qos if message.qos < opts.qos else opts.qos
@@ -582,9 +681,15 @@ class BrokerCore:
                 continue
             if opts.no_local and client_id == origin:
                 continue
+            if views and not _may_read(views, client_id, topic):  # type: ignore[arg-type]
+                continue
             _merge(targets, client_id, opts)  # type: ignore[arg-type]
         for key, members in groups.items():
-            # Shared subscriptions: one member per group, taking turns among those connected.
+            # Shared subscriptions: one member per group, taking turns among those connected (and allowed to read).
+            if views:
+                members = [m for m in members if _may_read(views, m[0], topic)]
+                if not members:
+                    continue
             members.sort(key=_first)
             turn = self._shared_turn.get(key, 0)
             chosen = None
@@ -740,6 +845,11 @@ class BrokerCore:
             if topic_filter_error(flt) is not None:
                 codes.append(0x8F if version == 5 else 0x80)
                 continue
+            if conn.acl is not None and not conn.acl.may_subscribe(flt):
+                # Our one difference from mosquitto's acl_file (which grants and then filters every delivery).
+                self.notices.append(Notice("refused", conn.client_id, conn.peer, f"SUBSCRIBE {flt!r}: ACL"))
+                codes.append(0x87 if version == 5 else 0x80)
+                continue
             if conn.bridge:
                 # A 3.x bridge has no subscription options: the flag asks for what 5.0 bridges ask for (mosquitto).
                 opts = SubscriptionOptions(sub.qos, True, True, sub.retain_handling, sid)
@@ -752,6 +862,8 @@ class BrokerCore:
             if group is not None or sub.retain_handling == 2 or (sub.retain_handling == 1 and not is_new):
                 continue  # no retained messages for shared subscriptions (4.8.2) or when not asked for
             for message in self.retained.match(real):
+                if conn.acl is not None and not conn.acl.can_read(message.topic):
+                    continue
                 retained.append((message, min(message.qos, sub.qos), True, (sid,) if sid else ()))
         self._send(conn, SubAck(p.packet_id, tuple(codes)))
         for message, qos, retain, sids in retained:
@@ -859,11 +971,17 @@ class BrokerCore:
         session.subscriptions.clear()
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
+            self._views.pop(session.client_id, None)
 
     def _publish_will(self, session: Session, now: float) -> None:
         will = session.will
         session.will = None
         if will is None:
+            return
+        view = self._views.get(session.client_id)
+        if view is not None and not view.can_write(will.topic):
+            # Checked when it goes out, against the ACL then in force (as mosquitto 2.0.11: CONNECT is accepted).
+            self.notices.append(Notice("dropped", session.client_id, "-", f"will to {will.topic!r}: ACL"))
             return
         props = will.properties.replace(will_delay_interval=None) if will.properties.items else EMPTY_PROPERTIES
         self._route(Message(will.topic, will.payload, will.qos, will.retain, props, session.client_id, now), now)
@@ -965,6 +1083,22 @@ def _text_problem(text: str | None, what: str) -> str | None:
         return None
     at = control_character(text)
     return None if at < 0 else f"{what} holds control character U+{ord(text[at]):04X} at character {at}"
+
+
+def _may_read(views: dict[str, AclView], client_id: str, topic: str) -> bool:
+    view = views.get(client_id)
+    return view is None or view.can_read(topic)
+
+
+def _still_admitted(old: AuthPolicy, new: AuthPolicy, conn: ServerConnection) -> bool:
+    """Whether `new` would admit a client `old` admitted. Passwords are not kept: a user whose hash changed (a new
+    password, or the same one hashed again) must log in again."""
+    if new.uses_certificates:
+        return conn.certificate is not None
+    if conn.username is None or new.passwords is None:
+        return new.allow_anonymous is not False
+    entry = new.passwords.get(conn.username)
+    return entry is not None and old.passwords is not None and old.passwords.get(conn.username) == entry
 
 
 def _first(item: tuple[Any, ...]) -> Any:

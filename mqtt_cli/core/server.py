@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from .codec import PacketReader
 
 if TYPE_CHECKING:
+    from .acl import AclView
+    from .auth import AuthPolicy, CertificateIdentity
     from .session import Session
 
 __all__ = ["ServerConnection"]
@@ -19,11 +21,12 @@ __all__ = ["ServerConnection"]
 
 class ServerConnection:
     __slots__ = (
+        "acl",
         "alias_out_maximum",
         "aliases_in",
         "aliases_out",
-        "auth",
         "bridge",
+        "certificate",
         "client_id",
         "client_max_packet_size",
         "close_requested",
@@ -32,13 +35,16 @@ class ServerConnection:
         "context",
         "keepalive",
         "last_received",
+        "login_failed",
         "normal_disconnect",
         "opened_at",
         "out",
         "peer",
+        "policy",
         "reader",
         "session",
         "topic_alias_maximum",
+        "username",
         "version",
         "versions",
         "wants_drain",
@@ -49,12 +55,17 @@ class ServerConnection:
         peer: str,
         now: float,
         max_packet_size: int | None,
+        policy: AuthPolicy | None = None,
+        certificate: CertificateIdentity | None = None,
         versions: frozenset[int] | None = None,
-        auth: Any = None,
     ) -> None:
         self.peer = peer  # "host:port", for logs
         self.versions = versions  # protocol levels its listener allows (3, 4, 5); None: all
-        self.auth = auth  # its listener's authentication settings, as the configuration gave them (opaque here)
+        self.policy = policy  # its listener's authentication and ACL (None: anyone may do anything)
+        self.certificate = certificate  # the verified TLS client certificate, if any
+        self.username: str | None = None  # as authenticated (the certificate's name with use_identity_as_username)
+        self.acl: AclView | None = None  # what it may read and write, once connected (None: everything)
+        self.login_failed = False  # refused for its credentials: the network layer delays the CONNACK
         self.reader = PacketReader(None, max_packet_size=max_packet_size)
         self.version = 4  # until the CONNECT says otherwise
         self.client_id: str | None = None

@@ -18,14 +18,21 @@ import ssl
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import trio
 
+from mqtt_cli.core.auth import (
+    OPEN_POLICY,
+    AuthPolicy,
+    CertificateIdentity,
+    certificate_identity,
+    is_loopback,
+    unsafe_listener_error,
+)
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice
+from mqtt_cli.core.config import ALL_VERSIONS, ListenerSettings, Scheme, listener_from_url, parse_listener_url
 from mqtt_cli.core.server import ServerConnection
 from mqtt_cli.net.websocket import CloseReason, HandshakeRefused, WebSocketStream
 
@@ -37,9 +44,8 @@ __all__ = [
     "Scheme",
     "ServeOptions",
     "ServerError",
+    "listener_record",
     "parse_listen_url",
-    "parse_mode",
-    "parse_versions",
     "serve",
 ]
 
@@ -48,33 +54,11 @@ CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send its CONNECT
 DRAIN_ON_SHUTDOWN = 2.0  # seconds writers get to send the last DISCONNECTs and wills
 WRITER_LINGER = 1.0  # seconds a writer waits for more output before it ends
 SWEEP_INTERVAL = 0.5  # seconds between keep-alive checks (a late close by half a second is within the spec)
+LOGIN_FAILURE_DELAY = 1.0  # seconds a client refused for its credentials waits for its CONNACK (that task only)
 
 
 class ServerError(Exception):
     """A start-up failure to report in one line (port in use, unreadable certificate, bad URL)."""
-
-
-class Scheme(StrEnum):
-    MQTT = "mqtt"
-    MQTTS = "mqtts"
-    WS = "ws"  # MQTT over WebSocket
-    WSS = "wss"  # MQTT over WebSocket over TLS
-    UNIX = "unix"  # a Unix domain socket
-
-    @property
-    def tls(self) -> bool:
-        return self in (Scheme.MQTTS, Scheme.WSS)
-
-    @property
-    def websocket(self) -> bool:
-        return self in (Scheme.WS, Scheme.WSS)
-
-
-DEFAULT_PORTS = {Scheme.MQTT: 1883, Scheme.MQTTS: 8883, Scheme.WS: 8080, Scheme.WSS: 8081}
-_SCHEME_NAMES = {"mqtt": Scheme.MQTT, "tcp": Scheme.MQTT, "mqtts": Scheme.MQTTS, "ssl": Scheme.MQTTS}
-_SCHEME_NAMES.update({"ws": Scheme.WS, "wss": Scheme.WSS, "unix": Scheme.UNIX})
-# Protocol levels by the names people use for them (the CONNECT's protocol level is 3, 4 or 5).
-VERSION_NAMES = {"3.1": 3, "3": 3, "3.1.1": 4, "4": 4, "5": 5, "5.0": 5}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +90,7 @@ class Listener:
     versions: frozenset[int] | None = None
     max_connections: int = 0
     tls: ListenerTLS | None = None
-    auth: Any = field(default=None, compare=False)
+    auth: AuthPolicy | None = field(default=None, compare=False)  # its own policy; None: ServeOptions.auth
 
     def __post_init__(self) -> None:
         if not isinstance(self.scheme, Scheme):  # "ws" from a configuration file: the enum (ValueError if unknown)
@@ -121,72 +105,38 @@ class Listener:
         return where + (self.path or "") if self.scheme.websocket else where
 
 
-def parse_versions(text: str, where: str) -> frozenset[int]:
-    """`3.1,3.1.1,5` (also 3, 4, 5.0) as protocol levels; `where` starts the error message."""
-    levels = set()
-    for name in text.split(","):
-        level = VERSION_NAMES.get(name.strip())
-        if level is None:
-            raise ServerError(f"{where}: unknown MQTT version {name.strip()!r}; use 3.1, 3.1.1 or 5, comma-separated")
-        levels.add(level)
-    return frozenset(levels)
-
-
 def parse_listen_url(url: str) -> Listener:
     """A listener URL (port 0: any free port), with its settings as query parameters:
 
     mqtt://HOST:PORT, mqtts://HOST:PORT, ws://HOST:PORT[/PATH], wss://HOST:PORT[/PATH] (no path: any), and
-    unix:///PATH; parameters `versions=3.1.1,5`, `max_connections=N` and, for unix, `mode=0660`.
+    unix:///PATH; parameters `versions=3.1.1,5`, `max_connections=N` and, for unix, `mode=0660`. Parsed by
+    core.config (the configuration file's listeners are the same records).
     """
-    parts = urlsplit(url)
-    scheme = _SCHEME_NAMES.get(parts.scheme.lower())
-    if scheme is None:
-        raise ServerError(f"listener {url!r}: the scheme must be mqtt, mqtts, ws, wss or unix")
-    if parts.fragment or parts.username or parts.password:
-        raise ServerError(f"listener {url!r}: no user name or #fragment in a listener URL")
-    settings: dict[str, Any] = {}
-    for key, values in parse_qs(parts.query, keep_blank_values=True, strict_parsing=False).items():
-        value = values[-1]
-        if key == "versions":
-            settings["versions"] = parse_versions(value, f"listener {url!r}")
-        elif key == "max_connections":
-            if not value.isdigit():
-                raise ServerError(f"listener {url!r}: max_connections must be a whole number (0: no limit)")
-            settings["max_connections"] = int(value)
-        elif key == "mode" and scheme is Scheme.UNIX:
-            settings["mode"] = parse_mode(value, f"listener {url!r}")
-        else:
-            known = "versions, max_connections" + (", mode" if scheme is Scheme.UNIX else "")
-            raise ServerError(f"listener {url!r}: unknown setting {key!r}; known: {known}")
-    if scheme is Scheme.UNIX:
-        path = unquote(parts.netloc + parts.path)
-        if not path.startswith("/") or parts.netloc:
-            raise ServerError(f"listener {url!r}: a Unix socket needs an absolute path, unix:///run/mqtt.sock")
-        return Listener(scheme, "", 0, path, **settings)
     try:
-        port = parts.port
-    except ValueError:
-        raise ServerError(f"listener {url!r}: the port must be a number from 0 to 65535") from None
-    path = None
-    if scheme.websocket:
-        if parts.path not in ("", "/"):
-            path = parts.path
-    elif parts.path not in ("", "/"):
-        raise ServerError(f"listener {url!r}: only {scheme}://host:port is understood (a path is for ws and wss)")
-    port = DEFAULT_PORTS[scheme] if port is None else port
-    return Listener(scheme, parts.hostname or "127.0.0.1", port, path, **settings)
+        return listener_record(listener_from_url(url))
+    except ValueError as exc:
+        raise ServerError(f"listener {url!r}: {exc}") from None
 
 
-def parse_mode(text: str, where: str) -> int:
-    """A file mode in octal (0660, 660, 0o660)."""
-    digits = text.lower().removeprefix("0o")
-    try:
-        mode = int(digits, 8)
-    except ValueError:
-        mode = -1
-    if not 0 <= mode <= 0o777:
-        raise ServerError(f"{where}: mode {text!r} is not a file mode; give octal digits such as 0660")
-    return mode
+def listener_record(settings: ListenerSettings, auth: AuthPolicy | None = None) -> Listener:
+    """The server's record of a configured listener (`auth`: its authentication settings, if its own)."""
+    address = parse_listener_url(settings.url)
+    tls = None
+    own = settings.certfile or settings.keyfile or settings.cafile or settings.require_certificate
+    if address.scheme.tls and own:
+        tls = ListenerTLS(_path(settings.certfile), _path(settings.keyfile), _path(settings.cafile),
+                          settings.require_certificate)  # fmt: skip
+    versions = None
+    if set(settings.versions) != set(ALL_VERSIONS):
+        versions = frozenset(v.level for v in settings.versions)
+    return Listener(
+        address.scheme, address.host, address.port, address.path or None, settings.mode, versions,
+        settings.max_connections, tls, auth,
+    )  # fmt: skip
+
+
+def _path(name: str | None) -> Path | None:
+    return None if name is None else Path(name)
 
 
 @dataclass(slots=True)
@@ -201,6 +151,7 @@ class ServeOptions:
     ready_file: Path | None = None
     on_notice: Callable[[Notice], None] | None = None
     on_listening: Callable[[list[Listener]], None] | None = None
+    auth: AuthPolicy = OPEN_POLICY  # for listeners without their own (allow_anonymous None: decided per listener)
 
     def default_tls(self) -> ListenerTLS:
         return ListenerTLS(self.tls_cert, self.tls_key, self.tls_cafile, self.require_certificate)
@@ -226,6 +177,31 @@ def tls_context(files: ListenerTLS, where: str = "an mqtts:// or wss:// listener
     return ctx
 
 
+def _tls_for(spec: Listener, options: ServeOptions, policy: AuthPolicy) -> ssl.SSLContext:
+    files = spec.tls or options.default_tls()
+    ctx = tls_context(files, f"listener {spec.url}")
+    if policy.uses_certificates and not files.require_certificate:
+        if files.cafile is None:
+            raise ServerError(
+                f"listener {spec.url}: a certificate identity as user name needs a CA file (--tls-cafile) to check "
+                "certificates against"
+            )
+        ctx.verify_mode = ssl.CERT_OPTIONAL  # a client without one is refused at CONNECT (not authorized)
+    return ctx
+
+
+def listener_policy(options: ServeOptions, spec: Listener) -> AuthPolicy:
+    """The policy a listener's connections get, `allow_anonymous` decided; ServerError for one that must not start
+    (open to the network without any authentication, anonymous access not allowed explicitly)."""
+    policy = spec.auth or options.auth
+    local = spec.scheme is Scheme.UNIX or is_loopback(spec.host)  # a Unix socket is as local as loopback
+    if not local:
+        error = unsafe_listener_error(policy, spec.url, spec.host)
+        if error is not None:
+            raise ServerError(error)
+    return policy.resolved(local)
+
+
 class OpenListener:
     """A listener the server has open: its sockets, its accepting tasks and the connections it accepted."""
 
@@ -238,6 +214,10 @@ class OpenListener:
         self.closed = False
         self.cancel_scope = trio.CancelScope()
         self.unix_inode: int | None = None  # the socket file we made (removed on close if still ours)
+        # A TLS listener's context, used for each connection when it is accepted: a reload swaps it, and the
+        # connections accepted from then on get the new certificate.
+        self.tls: ssl.SSLContext | None = None
+        self.policy: AuthPolicy = OPEN_POLICY  # what its connections are checked against (set when opened)
 
     def __repr__(self) -> str:
         return f"<OpenListener {', '.join(b.url for b in self.bound)}>"
@@ -300,6 +280,10 @@ class BrokerServer:
                     if net.wake is not None:
                         net.wake.set()
                     continue
+                if conn.login_failed:  # its refusing CONNACK waits a moment, in a writer task of its own
+                    net.writing = True
+                    nursery.start_soon(self._writer, conn, net, LOGIN_FAILURE_DELAY)
+                    continue
                 out = conn.out
                 raw = net.raw
                 if out and raw is not None:
@@ -325,10 +309,12 @@ class BrokerServer:
                 if report is not None:
                     report(notice)
 
-    async def _writer(self, conn: ServerConnection, net: _Conn) -> None:
+    async def _writer(self, conn: ServerConnection, net: _Conn, delay: float = 0.0) -> None:
         core = self.core
         stream = net.stream
         try:
+            if delay:
+                await trio.sleep(delay)
             while True:
                 while conn.out:
                     data = bytes(conn.out)
@@ -376,6 +362,14 @@ class BrokerServer:
             listener.active += 1
         try:
             peer = _peer(stream, spec)
+            policy = listener.policy if listener is not None else OPEN_POLICY
+            certificate = None
+            if isinstance(stream, trio.SSLStream) and policy.uses_certificates:
+                try:
+                    certificate = await _client_certificate(stream)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    await trio.aclose_forcefully(stream)
+                    return
             if spec is not None and spec.scheme.websocket:
                 try:
                     with trio.fail_after(CONNECT_TIMEOUT):  # the upgrade counts against the time a CONNECT has
@@ -387,17 +381,18 @@ class BrokerServer:
             if listener is not None and listener.closed:  # closed while this one was upgrading
                 await trio.aclose_forcefully(stream)
                 return
-            await self._serve(stream, peer, listener)
+            await self._serve(stream, peer, listener, certificate)
         finally:
             self.active -= 1
             if listener is not None:
                 listener.active -= 1
 
-    async def _serve(self, stream: trio.abc.Stream, peer: str, listener: OpenListener | None) -> None:
+    async def _serve(
+        self, stream: trio.abc.Stream, peer: str, listener: OpenListener | None, certificate: CertificateIdentity | None
+    ) -> None:
         core = self.core
         if listener is not None:
-            spec = listener.spec
-            conn = core.open(peer, trio.current_time(), spec.versions, spec.auth)
+            conn = core.open(peer, trio.current_time(), listener.policy, certificate, versions=listener.spec.versions)
             listener.connections.add(conn)
         else:
             conn = core.open(peer, trio.current_time())
@@ -472,23 +467,24 @@ class BrokerServer:
 
     async def _bind(self, spec: Listener) -> OpenListener:
         """Opens the sockets of `spec` (nothing accepted yet); ServerError says why it cannot."""
-        ctx = None
-        if spec.scheme.tls:
-            ctx = tls_context(spec.tls or self.options.default_tls(), f"listener {spec.url}")
+        policy = listener_policy(self.options, spec)
+        ctx = _tls_for(spec, self.options, policy) if spec.scheme.tls else None
         if spec.scheme is Scheme.UNIX:
-            return await _bind_unix(spec)
+            listener = await _bind_unix(spec)
+            listener.policy = policy
+            return listener
         try:
             tcp = await trio.open_tcp_listeners(spec.port, host=spec.host)
         except OSError as exc:
             raise ServerError(f"cannot listen on {spec.url}: {exc.strerror or exc}") from None
-        sockets: list[trio.abc.Listener[Any]] = []
         bound = []
         for lst in tcp:
             host, port = lst.socket.getsockname()[:2]
             bound.append(replace(spec, host=host, port=port))
-            # wss: https_compatible, as browsers close TLS without close_notify
-            sockets.append(trio.SSLListener(lst, ctx, https_compatible=spec.scheme is Scheme.WSS) if ctx else lst)
-        return OpenListener(spec, sockets, bound)
+        listener = OpenListener(spec, list(tcp), bound)
+        listener.tls = ctx
+        listener.policy = policy
+        return listener
 
     def _start(self, listener: OpenListener) -> None:
         nursery = self._nursery
@@ -508,6 +504,10 @@ class BrokerServer:
                         await trio.sleep(0.1)  # out of descriptors: let connections end, as trio.serve_listeners
                         continue
                     raise
+                if listener.tls is not None:  # as trio.SSLListener does, with the context in force now
+                    # wss: https_compatible, as browsers close TLS without close_notify
+                    wss = listener.spec.scheme is Scheme.WSS
+                    stream = trio.SSLStream(stream, listener.tls, server_side=True, https_compatible=wss)
                 assert self._nursery is not None
                 self._nursery.start_soon(self._handle_quietly, stream, listener)
 
@@ -546,11 +546,74 @@ class BrokerServer:
         if self.options.ready_file is not None:
             _write_ready_file(self.options.ready_file, self.bound)
 
+    async def reload(self, options: ServeOptions) -> list[str]:
+        """Applies a new configuration, or raises ServerError and changes nothing; returns what changed.
+
+        Listeners are matched by where they listen (scheme, address, port, path, file mode): one kept keeps its
+        sockets and connections and takes the new settings (versions, max_connections, auth) for the connections
+        it accepts from then on; new ones are opened first, so a port that cannot be bound or a certificate that
+        cannot be read leaves everything as it was; removed ones are closed (close_listener: their connections
+        are ended, 5.0 DISCONNECT 0x8B, wills published). TLS files are read again for every TLS listener: new
+        connections get the new certificate. Limits: see BrokerCore.reconfigure.
+        """
+        wanted = {_where(spec): spec for spec in options.listeners}
+        kept = [lst for lst in self.listeners if _where(lst.spec) in wanted]
+        policies = {id(lst): listener_policy(options, wanted[_where(lst.spec)]) for lst in kept}
+        contexts = {
+            id(lst): _tls_for(wanted[_where(lst.spec)], options, policies[id(lst)])
+            for lst in kept
+            if lst.spec.scheme.tls
+        }
+        have = {_where(lst.spec) for lst in kept}
+        added: list[OpenListener] = []
+        try:
+            for where, spec in wanted.items():
+                if where not in have:
+                    added.append(await self._bind(spec))
+        except BaseException:
+            for listener in added:
+                await self._discard(listener)
+            raise
+        # From here on nothing fails: apply.
+        changes = []
+        callbacks = (self.options.on_notice, self.options.on_listening)
+        old_broker = self.options.broker
+        self.options = options
+        options.on_notice = options.on_notice or callbacks[0]
+        options.on_listening = options.on_listening or callbacks[1]
+        for listener in kept:
+            spec = wanted[_where(listener.spec)]
+            if spec != listener.spec or spec.auth is not listener.spec.auth:
+                listener.spec = spec
+                listener.bound = [replace(spec, host=b.host, port=b.port) for b in listener.bound]
+            if id(listener) in contexts:
+                listener.tls = contexts[id(listener)]
+            # Password and ACL files were read again: the connections go on under the new policy (mosquitto's
+            # reload: who may no longer connect is disconnected, the others get the new ACL at once).
+            policy = policies[id(listener)]
+            self.core.replace_policy(listener.policy, policy, trio.current_time())
+            listener.policy = policy
+        self.core.reconfigure(options.broker, trio.current_time())
+        if options.broker != old_broker:
+            changes.append("limits changed")
+        for listener in added:
+            self._start(listener)
+            changes.append(f"listener {', '.join(b.url for b in listener.bound)} opened")
+        for listener in [lst for lst in self.listeners if lst not in kept and lst not in added]:
+            ended = len(listener.connections)
+            await self.close_listener(listener)
+            changes.append(f"listener {listener.spec.url} closed ({ended} connections ended)")
+        self._listening_changed()
+        self._ticker_wake.set()  # the $SYS interval may have changed
+        return changes
+
     # --- running --------------------------------------------------------------------------------------------
 
     async def run(self, stop: trio.Event, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listens and serves until `stop` is set, then shuts down gracefully."""
         opts = self.options
+        for spec in opts.listeners:
+            listener_policy(opts, spec)  # one that must not start: refused before any socket is opened
         opened: list[OpenListener] = []
         try:
             for spec in opts.listeners:
@@ -589,6 +652,26 @@ class BrokerServer:
         # A failed TLS handshake, or a peer gone mid-write: that connection only.
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             await self._handle(stream, listener)
+
+    def reload_auth(self, policies: list[AuthPolicy]) -> None:
+        """New auth policies (read with net/auth_files.py), one per `options.listeners` entry: checked for every
+        listener first (ServerError, nothing applied), then new connections get them and connected clients are
+        re-checked (BrokerCore.replace_policy: some disconnected, some subscriptions dropped). `reload` does the
+        same for a whole new configuration."""
+        specs = self.options.listeners
+        if len(policies) != len(specs):
+            raise ValueError(f"{len(policies)} policies for {len(specs)} listeners")
+        resolved = {
+            _where(spec): listener_policy(self.options, replace(spec, auth=policy))
+            for spec, policy in zip(specs, policies, strict=True)
+        }
+        now = trio.current_time()
+        for listener in self.listeners:
+            new = resolved.get(_where(listener.spec))
+            if new is not None:
+                self.core.replace_policy(listener.policy, new, now)
+                listener.policy = new
+        self._flush()
 
     async def shutdown(self) -> None:
         """Publishes wills, sends 5.0 clients DISCONNECT 0x8B, and gives writers a moment to send it all."""
@@ -678,8 +761,28 @@ def _ready_entry(b: Listener) -> dict[str, Any]:
 def _write_ready_file(path: Path, bound: list[Listener]) -> None:
     data = {"listeners": [_ready_entry(b) for b in bound]}
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data) + "\n")
-    tmp.replace(path)  # atomic: a script polling for the file never reads half of it
+    try:
+        tmp.write_text(json.dumps(data) + "\n")
+        tmp.replace(path)  # atomic: a script polling for the file never reads half of it
+    except OSError as exc:
+        raise ServerError(f"cannot write the ready file {path}: {exc.strerror or exc}") from None
+
+
+async def _client_certificate(stream: trio.SSLStream[Any]) -> CertificateIdentity | None:
+    """The verified client certificate's identity (the handshake is done here, within the CONNECT timeout)."""
+    with trio.move_on_after(CONNECT_TIMEOUT) as scope:
+        await stream.do_handshake()
+    if scope.cancelled_caught:
+        raise trio.BrokenResourceError("no TLS handshake in time")
+    cert = stream.getpeercert()
+    if not cert:
+        return None
+    return certificate_identity(cert.get("subject", ()))  # type: ignore[arg-type]
+
+
+def _where(spec: Listener) -> tuple[Any, ...]:
+    """What identifies a listener across a reload: the socket it needs (a change there is a new listener)."""
+    return (spec.scheme, spec.host, spec.port, spec.path, spec.mode)
 
 
 async def serve(

@@ -461,12 +461,14 @@ async def test_max_connections_per_listener() -> None:
 
 
 async def test_auth_settings_reach_the_core() -> None:
-    settings = {"allow_anonymous": False}
+    from mqtt_cli.core.auth import AuthPolicy
+
+    settings = AuthPolicy(allow_anonymous=True)
     async with running(Listener(Scheme.MQTT, "127.0.0.1", 0, auth=settings)) as server:
         with trio.fail_after(10):
             async with open_client(ClientSettings(endpoint=endpoint(bound(server, Scheme.MQTT)), client_id="a")):
                 (conn,) = server.core.connections
-                assert conn.auth is settings
+                assert conn.policy is settings
 
 
 # --- unix sockets -----------------------------------------------------------------------------------------------

@@ -1,0 +1,880 @@
+"""The broker's configuration as typed records, checked with key paths; mosquitto.conf translated to them.
+
+Sans-IO: `load_config` takes the parsed TOML table (the caller reads and parses the file), `to_table` gives
+back a table for tomli-w, and `translate_mosquitto` takes mosquitto.conf text (and the text of the files its
+`include_dir` lines name, read by the caller) and returns the same records plus the lines it cannot honour.
+
+Every section is a frozen record whose fields are the keys: the field's type and `metadata` (range, help)
+are the schema, so checking, `--print-config` and the documentation's key list come from one definition.
+Sections later issues fill (`[persistence]`, `[[bridge]]`, `[metrics]`) are reserved: named, and refused
+with the issue that brings them, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields, replace
+from enum import Enum, StrEnum
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+__all__ = [
+    "RESERVED_SECTIONS",
+    "AuthSettings",
+    "BrokerSettings",
+    "ConfigError",
+    "LimitsSettings",
+    "ListenerSettings",
+    "LogFormat",
+    "LogLevel",
+    "LogSettings",
+    "ProtocolVersion",
+    "Scheme",
+    "SysSettings",
+    "Translation",
+    "Unsupported",
+    "include_dirs",
+    "listener_from_url",
+    "load_config",
+    "parse_listener_url",
+    "to_table",
+    "translate_mosquitto",
+]
+
+
+class ConfigError(Exception):
+    """One line: the file, the key path, what is wrong and what is allowed."""
+
+
+class Scheme(StrEnum):
+    MQTT = "mqtt"
+    MQTTS = "mqtts"
+    WS = "ws"  # MQTT over WebSocket
+    WSS = "wss"  # MQTT over WebSocket over TLS
+    UNIX = "unix"  # a Unix domain socket
+
+    @property
+    def tls(self) -> bool:
+        return self in (Scheme.MQTTS, Scheme.WSS)
+
+    @property
+    def websocket(self) -> bool:
+        return self in (Scheme.WS, Scheme.WSS)
+
+
+class ProtocolVersion(StrEnum):
+    v31 = "3.1"
+    v311 = "3.1.1"
+    v5 = "5"
+
+    @property
+    def level(self) -> int:
+        """The protocol level byte of CONNECT."""
+        return {"3.1": 3, "3.1.1": 4, "5": 5}[self.value]
+
+
+class LogFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+class LogLevel(StrEnum):
+    """What is logged, from the most to the least: each level includes those after it."""
+
+    debug = "debug"
+    info = "info"  # connections and disconnections (mosquitto's notice and information)
+    warning = "warning"  # refused connections, dropped messages, protocol errors
+    error = "error"  # internal errors, failed reloads
+    none = "none"
+
+    @property
+    def rank(self) -> int:
+        return list(LogLevel).index(self)
+
+
+ALL_VERSIONS = (ProtocolVersion.v31, ProtocolVersion.v311, ProtocolVersion.v5)
+#: A listener URL's port when it gives none.
+DEFAULT_PORTS = {Scheme.MQTT: 1883, Scheme.MQTTS: 8883, Scheme.WS: 8080, Scheme.WSS: 8081}
+SCHEME_NAMES = {"mqtt": Scheme.MQTT, "tcp": Scheme.MQTT, "mqtts": Scheme.MQTTS, "ssl": Scheme.MQTTS}
+SCHEME_NAMES.update({"ws": Scheme.WS, "wss": Scheme.WSS, "unix": Scheme.UNIX})
+#: Protocol versions by the names people use for them (also the CONNECT's protocol level).
+VERSION_NAMES = {
+    "3.1": ProtocolVersion.v31, "3": ProtocolVersion.v31, "3.1.1": ProtocolVersion.v311, "4": ProtocolVersion.v311,
+    "5": ProtocolVersion.v5, "5.0": ProtocolVersion.v5,
+}  # fmt: skip
+
+
+def _key(help: str, lo: float | None = None, hi: float | None = None, **extra: Any) -> dict[str, Any]:
+    return {"help": help, "lo": lo, "hi": hi, **extra}
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSettings:
+    """One `[[listener]]`: its URL and its own settings."""
+
+    url: str = field(metadata=_key("mqtt://HOST:PORT, mqtts://, ws://HOST:PORT/PATH, wss://, unix:///PATH"))
+    versions: tuple[ProtocolVersion, ...] = field(
+        default=ALL_VERSIONS, metadata=_key("protocol versions accepted on this listener")
+    )
+    max_connections: int = field(default=0, metadata=_key("connections at once on this listener (0: no limit)", 0))
+    certfile: str | None = field(default=None, metadata=_key("server certificate chain (PEM), for mqtts:// and wss://"))
+    keyfile: str | None = field(default=None, metadata=_key("private key (PEM) of certfile"))
+    cafile: str | None = field(default=None, metadata=_key("CA certificates client certificates are checked against"))
+    require_certificate: bool = field(default=False, metadata=_key("refuse TLS clients without a valid certificate"))
+    mode: int | None = field(default=None, metadata=_key("unix:// socket file mode, e.g. 0o660", 0, 0o777))
+    # Auth settings of this listener, used when [auth] per_listener_settings is true (else [auth] applies).
+    allow_anonymous: bool | None = field(default=None, metadata=_key("clients without a user name are accepted"))
+    password_file: str | None = field(default=None, metadata=_key("password file (mosquitto_passwd format)"))
+    acl_file: str | None = field(default=None, metadata=_key("ACL file (mosquitto format)"))
+    use_identity_as_username: bool = field(
+        default=False, metadata=_key("the client certificate's CN is the user name (password not checked)")
+    )
+    use_subject_as_username: bool = field(
+        default=False, metadata=_key("the client certificate's subject is the user name (password not checked)")
+    )
+
+    @property
+    def scheme(self) -> Scheme:
+        return parse_listener_url(self.url).scheme
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerAddress:
+    """A listener URL taken apart."""
+
+    scheme: Scheme
+    host: str = ""
+    port: int = 0
+    path: str = ""  # the WebSocket path ("": any) or the Unix socket's file
+    query: str = ""  # settings (--listen URLs only; a [[listener]] table has keys)
+
+
+def parse_listener_url(url: str) -> ListenerAddress:
+    """`mqtt://host:port`, `mqtts://`, `ws://host:port/path`, `wss://`, `unix:///path`; ValueError saying why."""
+    parts = urlsplit(url)
+    scheme = SCHEME_NAMES.get(parts.scheme.lower())
+    if scheme is None:
+        raise ValueError("the scheme must be mqtt, mqtts, ws, wss or unix")
+    if parts.fragment or parts.username or parts.password:
+        raise ValueError("no user name or #fragment in a listener URL")
+    if scheme is Scheme.UNIX:
+        path = unquote(parts.netloc + parts.path)
+        if not path.startswith("/") or parts.netloc or path == "/":
+            raise ValueError("a Unix socket needs an absolute path, unix:///run/mqtt.sock")
+        return ListenerAddress(scheme, path=path, query=parts.query)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError("the port must be a number from 0 to 65535") from None
+    if not scheme.websocket and parts.path not in ("", "/"):
+        raise ValueError(f"only {scheme}://host:port is understood (a path is for ws and wss)")
+    path = parts.path if scheme.websocket and parts.path not in ("", "/") else ""
+    host = parts.hostname or "127.0.0.1"
+    return ListenerAddress(scheme, host, DEFAULT_PORTS[scheme] if port is None else port, path, parts.query)
+
+
+def listener_from_url(url: str) -> ListenerSettings:
+    """A `--listen` URL with its settings as query parameters (`?versions=3.1.1,5&max_connections=N`, unix:
+    `&mode=0660`) as a listener's settings; ValueError saying why not."""
+    address = parse_listener_url(url)
+    values: dict[str, Any] = {}
+    for key, texts in parse_qs(address.query, keep_blank_values=True).items():
+        text = texts[-1]
+        if key == "versions":
+            values["versions"] = tuple(sorted({_version(name) for name in text.split(",")}, key=ALL_VERSIONS.index))
+        elif key == "max_connections":
+            if not text.isdigit():
+                raise ValueError("max_connections must be a whole number (0: no limit)")
+            values["max_connections"] = int(text)
+        elif key == "mode" and address.scheme is Scheme.UNIX:
+            values["mode"] = _mode(text)
+        else:
+            known = "versions, max_connections" + (", mode" if address.scheme is Scheme.UNIX else "")
+            raise ValueError(f"unknown setting {key!r}; known: {known}")
+    return ListenerSettings(url.partition("?")[0], **values)
+
+
+def _version(name: str) -> ProtocolVersion:
+    version = VERSION_NAMES.get(name.strip())
+    if version is None:
+        raise ValueError(f"unknown MQTT version {name.strip()!r}; use 3.1, 3.1.1 or 5, comma-separated")
+    return version
+
+
+def _mode(text: str) -> int:
+    """A file mode in octal (0660, 660, 0o660)."""
+    try:
+        mode = int(text.lower().removeprefix("0o"), 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise ValueError(f"mode {text!r} is not a file mode; give octal digits such as 0660")
+    return mode
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsSettings:
+    """`[limits]`: the broker's limits, with mosquitto's defaults and meaning (0: unlimited where it says so)."""
+
+    max_keepalive: int = field(
+        default=65535,
+        metadata=_key("longest keep alive, s (5.0: Server Keep Alive; 3.x: refused above; 0: none)", 0, 65535),
+    )
+    max_topic_alias: int = field(default=10, metadata=_key("topic aliases a 5.0 client may set", 0, 65535))
+    max_inflight: int = field(
+        default=20, metadata=_key("QoS 1/2 in flight to a client stating no Receive Maximum (0: 65,535)", 0, 65535)
+    )
+    max_queued_messages: int = field(
+        default=1000, metadata=_key("QoS 1/2 messages queued per client beyond its window (0: unlimited)", 0)
+    )
+    max_queued_bytes: int = field(default=0, metadata=_key("bytes queued per client (0: unlimited)", 0))
+    queue_drop_oldest: bool = field(default=False, metadata=_key("a full queue drops its oldest message, not the new"))
+    max_packet_size: int = field(
+        default=0, metadata=_key("largest packet accepted, bytes (0: the protocol's maximum)", 0, 268435460)
+    )
+    message_size_limit: int = field(
+        default=0, metadata=_key("largest payload; a bigger message is acknowledged, dropped (0: none)", 0, 268435455)
+    )
+    max_connections: int = field(default=0, metadata=_key("connections at once, all listeners (0: unlimited)", 0))
+    retain_available: bool = field(default=True, metadata=_key("retained messages are kept (5.0: Retain Available)"))
+    reason_strings: bool = field(
+        default=False, metadata=_key("5.0 DISCONNECT and refusing CONNACK say why (Reason String), for debugging")
+    )
+    max_topic_levels: int = field(
+        default=200, metadata=_key("levels a topic name or filter may have (mosquitto's limit; 0: no limit)", 0, 65535)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AuthSettings:
+    """`[auth]`: who may connect and what they may do (every listener, unless per_listener_settings)."""
+
+    allow_anonymous: bool | None = field(
+        default=None, metadata=_key("clients without a user name are accepted (unset: on loopback listeners only)")
+    )
+    password_file: str | None = field(default=None, metadata=_key("password file (mosquitto_passwd format)"))
+    acl_file: str | None = field(default=None, metadata=_key("ACL file (mosquitto format)"))
+    per_listener_settings: bool = field(
+        default=False, metadata=_key("each [[listener]] has its own allow_anonymous, password_file and acl_file")
+    )
+    use_identity_as_username: bool = field(
+        default=False, metadata=_key("on every listener, the client certificate's CN is the user name")
+    )
+    use_subject_as_username: bool = field(
+        default=False, metadata=_key("on every listener, the client certificate's subject is the user name")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings:
+    """`[log]`: where log lines go and which."""
+
+    level: LogLevel = field(default=LogLevel.warning, metadata=_key("least important lines written"))
+    format: LogFormat = field(default=LogFormat.text, metadata=_key("text for people, json (one object a line)"))
+    file: str | None = field(default=None, metadata=_key("append to this file (reopened on SIGUSR2); unset: stderr"))
+    syslog: bool = field(default=False, metadata=_key("also send every line to syslog"))
+    syslog_address: str = field(default="/dev/log", metadata=_key("syslog's unix datagram socket"))
+    syslog_facility: str = field(
+        default="daemon", metadata=_key("syslog facility", choices=("daemon", "user", *(f"local{i}" for i in range(8))))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SysSettings:
+    """`[sys]`: the `$SYS/broker/...` topics."""
+
+    interval: float = field(default=10.0, metadata=_key("seconds between $SYS updates (0: none)", 0))
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    """The whole file: `[[listener]]`, `[limits]`, `[auth]`, `[log]`, `[sys]`."""
+
+    listener: tuple[ListenerSettings, ...] = field(
+        default=(ListenerSettings("mqtt://127.0.0.1:1883"),), metadata=_key("the listeners")
+    )
+    limits: LimitsSettings = field(default_factory=LimitsSettings, metadata=_key("limits"))
+    auth: AuthSettings = field(default_factory=AuthSettings, metadata=_key("authentication and ACL"))
+    log: LogSettings = field(default_factory=LogSettings, metadata=_key("logging"))
+    sys: SysSettings = field(default_factory=SysSettings, metadata=_key("$SYS topics"))
+
+
+#: Sections later issues add: named so that a file using them is told when, not "unknown section".
+RESERVED_SECTIONS = {"persistence": "#18", "bridge": "#19", "metrics": "#19"}
+
+
+# --- checking a table against the records --------------------------------------------------------------------
+
+
+def load_config(table: Mapping[str, Any], source: str) -> BrokerSettings:
+    """The records for a parsed TOML table; ConfigError naming `source`, the key path and what is allowed."""
+    return _build(BrokerSettings, table, "", source)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _build(cls: type, table: Any, path: str, source: str) -> Any:
+    where = path or "the top level"
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{source}: {where}: must be a table, not {_shown(table)}")
+    hints = _hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        key_path = f"{path}.{key}" if path else key
+        f = known.get(key)
+        if f is None:
+            if not path and key in RESERVED_SECTIONS:
+                raise ConfigError(f"{source}: [{key}] is not supported yet (issue {RESERVED_SECTIONS[key]})")
+            near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            where_in = f"in [{path}]" if path else "at the top level"
+            raise ConfigError(f"{source}: {key_path}: unknown key; {hint}known {where_in}: {', '.join(known)}")
+        values[key] = _value(hints[key], f.metadata, value, key_path, source)
+    for name, f in known.items():
+        if name not in values and f.default is MISSING and f.default_factory is MISSING:
+            raise ConfigError(f"{source}: {path}.{name}: missing; {f.metadata['help']}")
+    try:
+        return cls(**values)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {where}: {exc}") from None
+
+
+def _shown(value: Any) -> str:
+    kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array"}
+    name = kind.get(type(value), "a table" if isinstance(value, Mapping) else type(value).__name__)
+    return f"{name} ({value!r})" if not isinstance(value, (Mapping, list)) else name
+
+
+def _value(kind: Any, meta: Mapping[str, Any], value: Any, path: str, source: str) -> Any:
+    origin = typing.get_origin(kind)
+    args = typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):  # X | None: the key is left out for None
+        kind = next(a for a in args if a is not type(None))
+        return _value(kind, meta, value, path, source)
+    if origin is tuple:
+        item = args[0]
+        if not isinstance(value, list):
+            raise ConfigError(f"{source}: {path}: must be an array, not {_shown(value)}")
+        if isinstance(item, type) and hasattr(item, "__dataclass_fields__"):
+            return tuple(_build(item, v, f"{path}[{i}]", source) for i, v in enumerate(value))
+        out = tuple(_value(item, meta, v, f"{path}[{i}]", source) for i, v in enumerate(value))
+        if not out:
+            raise ConfigError(f"{source}: {path}: must not be empty")
+        return out
+    if isinstance(kind, type) and hasattr(kind, "__dataclass_fields__"):
+        return _build(kind, value, path, source)
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        allowed = [m.value for m in kind]
+        if not isinstance(value, str) or value not in allowed:
+            near = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.6)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise ConfigError(f"{source}: {path}: must be one of {', '.join(map(repr, allowed))}, not {value!r}{hint}")
+        return kind(value)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{source}: {path}: must be true or false, not {_shown(value)}")
+        return value
+    if kind in (int, float):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if kind is float:
+            ok = ok or isinstance(value, float)
+        lo, hi = meta.get("lo"), meta.get("hi")
+        if not ok or (lo is not None and value < lo) or (hi is not None and value > hi):
+            rng = f" from {lo} to {hi}" if hi is not None else f" >= {lo}" if lo is not None else ""
+            what = "an integer" if kind is int else "a number"
+            shown = repr(value) if ok else _shown(value)
+            raise ConfigError(f"{source}: {path}: must be {what}{rng}, not {shown}")
+        return float(value) if kind is float else value
+    if kind is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{source}: {path}: must be a string, not {_shown(value)}")
+        choices = meta.get("choices")
+        if choices and value not in choices:
+            near = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise ConfigError(f"{source}: {path}: must be one of {', '.join(choices)}, not {value!r}{hint}")
+        if path.endswith(".url") or path == "url":
+            try:
+                address = parse_listener_url(value)
+            except ValueError as exc:
+                raise ConfigError(f"{source}: {path}: {value!r}: {exc}") from None
+            if address.query:
+                raise ConfigError(f"{source}: {path}: {value!r}: settings are keys of the [[listener]] table here")
+        return value
+    raise TypeError(f"no check for {kind!r}")  # a schema field of a type this module does not know: a bug
+
+
+def override(settings: BrokerSettings, section: str, values: Mapping[str, Any]) -> BrokerSettings:
+    """`settings` with the command line's values for keys of `[section]` (None: not given), checked as the
+    file's are; errors name the flag (`--max-keepalive`)."""
+    record = getattr(settings, section)
+    hints = _hints(type(record))
+    meta = {f.name: f.metadata for f in fields(record)}
+    given = {
+        key: _value(hints[key], meta[key], value, "--" + key.replace("_", "-"), "command line")
+        for key, value in values.items()
+        if value is not None
+    }
+    return replace(settings, **{section: replace(record, **given)}) if given else settings
+
+
+def override_listeners(settings: BrokerSettings, urls: Sequence[str], tls: Mapping[str, Any]) -> BrokerSettings:
+    """`--listen` URLs replace the file's listeners (keeping none of their settings); `--tls-*` flags set the
+    TLS files of every mqtts:// and wss:// listener."""
+    listeners = settings.listener
+    if urls:
+        parsed = []
+        for url in urls:
+            try:
+                parsed.append(listener_from_url(url))
+            except ValueError as exc:
+                raise ConfigError(f"command line: --listen: listener {url!r}: {exc}") from None
+        listeners = tuple(parsed)
+    given = {key: value for key, value in tls.items() if value is not None and value is not False}
+    if given:
+        listeners = tuple(replace(lst, **given) if lst.scheme.tls else lst for lst in listeners)
+    return replace(settings, listener=listeners)
+
+
+def check(settings: BrokerSettings, source: str) -> BrokerSettings:
+    """Rules across keys (a TLS listener needs its files, ...), after the flags were applied."""
+    if not settings.listener:
+        raise ConfigError(f"{source}: listener: at least one [[listener]] is needed")
+    for i, lst in enumerate(settings.listener):
+        path = f"listener[{i}]"
+        address = parse_listener_url(lst.url)
+        if address.scheme.tls and (lst.certfile is None or lst.keyfile is None):
+            raise ConfigError(f"{source}: {path}: {lst.url} needs certfile and keyfile (or --tls-cert and --tls-key)")
+        if lst.require_certificate and lst.cafile is None:
+            raise ConfigError(f"{source}: {path}.require_certificate: needs cafile to check client certificates")
+        if lst.mode is not None and address.scheme is not Scheme.UNIX:
+            raise ConfigError(f"{source}: {path}.mode: only for unix:// listeners")
+        if (lst.use_identity_as_username or lst.use_subject_as_username) and not address.scheme.tls:
+            raise ConfigError(f"{source}: {path}: use_identity/subject_as_username need a TLS listener")
+        if lst.use_identity_as_username and lst.use_subject_as_username:
+            raise ConfigError(
+                f"{source}: {path}: use_identity_as_username and use_subject_as_username exclude each other"
+            )
+    auth = settings.auth
+    if auth.use_identity_as_username and auth.use_subject_as_username:
+        raise ConfigError(f"{source}: auth: use_identity_as_username and use_subject_as_username exclude each other")
+    if (auth.use_identity_as_username or auth.use_subject_as_username) and not any(
+        parse_listener_url(lst.url).scheme.tls for lst in settings.listener
+    ):
+        raise ConfigError(f"{source}: auth: a certificate identity as user name needs an mqtts:// or wss:// listener")
+    for i, lst in enumerate(settings.listener):
+        identity = lst.use_identity_as_username or lst.use_subject_as_username
+        identity = identity or auth.use_identity_as_username or auth.use_subject_as_username
+        if identity and parse_listener_url(lst.url).scheme.tls and lst.cafile is None:
+            raise ConfigError(
+                f"{source}: listener[{i}]: a certificate identity as user name needs cafile (--tls-cafile) to check "
+                "client certificates against"
+            )
+    return settings
+
+
+# --- records to a table (for tomli-w) --------------------------------------------------------------------------
+
+
+def to_table(record: Any) -> dict[str, Any]:
+    """The TOML table of a record: every key (None ones left out: TOML has no null), enums by value."""
+    out: dict[str, Any] = {}
+    for f in fields(record):
+        value = getattr(record, f.name)
+        if value is None:
+            continue
+        out[f.name] = _plain(value)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "__dataclass_fields__"):
+        return to_table(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Enum):
+        return value.value
+    return value
+
+
+def key_docs() -> list[tuple[str, str, str, str]]:
+    """(key path, type, default, help) of every key, for docs/broker.md and its test."""
+    rows: list[tuple[str, str, str, str]] = []
+
+    def walk(cls: type, prefix: str) -> None:
+        hints = _hints(cls)
+        for f in fields(cls):
+            kind = hints[f.name]
+            inner = typing.get_args(kind)[0] if typing.get_origin(kind) is tuple else kind
+            if isinstance(inner, type) and hasattr(inner, "__dataclass_fields__"):
+                walk(inner, f"{prefix}{f.name}{'[]' if inner is not kind else ''}.")
+                continue
+            default = f.default if f.default is not MISSING else None
+            rows.append(
+                (
+                    prefix + f.name,
+                    _type_name(kind),
+                    "" if default is None else repr(_plain(default)),
+                    f.metadata["help"],
+                )
+            )
+
+    walk(BrokerSettings, "")
+    return rows
+
+
+def _type_name(kind: Any) -> str:
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    if typing.get_origin(kind) is tuple:
+        return f"array of {_type_name(args[0])}"
+    if args:
+        return _type_name(args[0])
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return " | ".join(repr(m.value) for m in kind)
+    return {bool: "boolean", int: "integer", float: "number", str: "string"}.get(kind, str(kind))
+
+
+# --- mosquitto.conf ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Unsupported:
+    """A mosquitto.conf line we cannot honour."""
+
+    source: str
+    line: int
+    text: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.line}: {self.text!r}: {self.why}"
+
+
+@dataclass(frozen=True, slots=True)
+class Translation:
+    settings: BrokerSettings
+    unsupported: tuple[Unsupported, ...]
+
+
+_INCLUDE = re.compile(r"^\s*include_dir\s+(.+?)\s*$")
+
+
+def include_dirs(text: str) -> list[str]:
+    """The directories a mosquitto.conf's `include_dir` lines name (the caller reads their *.conf files)."""
+    return [m.group(1) for line in text.splitlines() if (m := _INCLUDE.match(line))]
+
+
+_LIMIT_KEYS = {
+    "max_keepalive": "max_keepalive",
+    "max_packet_size": "max_packet_size",
+    "max_inflight_messages": "max_inflight",
+    "max_queued_messages": "max_queued_messages",
+    "max_queued_bytes": "max_queued_bytes",
+    "max_topic_alias": "max_topic_alias",
+}
+_LISTENER_FILES = {"cafile": "cafile", "certfile": "certfile", "keyfile": "keyfile"}
+_LISTENER_BOOLS = ("require_certificate", "use_identity_as_username", "use_subject_as_username")
+_AUTH_KEYS = ("allow_anonymous", "password_file", "acl_file")
+_LOG_TYPES = {
+    "debug": LogLevel.debug,
+    "all": LogLevel.debug,
+    "subscribe": LogLevel.debug,
+    "unsubscribe": LogLevel.debug,
+    "websockets": LogLevel.debug,
+    "information": LogLevel.info,
+    "notice": LogLevel.info,
+    "warning": LogLevel.warning,
+    "error": LogLevel.error,
+    "none": LogLevel.none,
+}
+#: Options whose one value we honour: it is what this broker does anyway (mosquitto's default, mostly).
+_OUR_BEHAVIOUR = {
+    "max_inflight_bytes": "0",
+    "max_qos": "2",
+    "memory_limit": "0",
+    "upgrade_outgoing_qos": "false",
+    "set_tcp_nodelay": "true",  # trio sets TCP_NODELAY on every connection
+}
+_BRIDGE_KEYS = frozenset(
+    [
+        "address",
+        "addresses",
+        "bridge_attempt_unsubscribe",
+        "bridge_bind_address",
+        "bridge_cafile",
+        "bridge_capath",
+        "bridge_certfile",
+        "bridge_keyfile",
+        "bridge_identity",
+        "bridge_insecure",
+        "bridge_max_packet_size",
+        "bridge_outgoing_retain",
+        "bridge_protocol_version",
+        "bridge_psk",
+        "bridge_require_ocsp",
+        "bridge_alpn",
+        "bridge_tls_version",
+        "cleansession",
+        "local_cleansession",
+        "clientid",
+        "local_clientid",
+        "idle_timeout",
+        "keepalive_interval",
+        "local_password",
+        "local_username",
+        "notifications",
+        "notifications_local_only",
+        "notification_topic",
+        "password",
+        "remote_clientid",
+        "remote_password",
+        "remote_username",
+        "restart_timeout",
+        "round_robin",
+        "start_type",
+        "threshold",
+        "topic",
+        "try_private",
+        "username",
+    ]
+)
+_PERSISTENCE_KEYS = frozenset(
+    [
+        "autosave_interval",
+        "autosave_on_changes",
+        "persistence_file",
+        "persistence_location",
+        "persistent_client_expiration",
+    ]
+)
+
+
+def translate_mosquitto(
+    text: str, source: str, included: Mapping[str, Sequence[tuple[str, str]]] | None = None
+) -> Translation:
+    """mosquitto.conf (2.0) as our records, and every line we cannot honour (file, line number, why).
+
+    `included` maps each `include_dir` argument to its files' (name, text), in the order mosquitto reads
+    them (sorted by name); they are read where the line stands, as mosquitto does.
+    """
+    t = _Translator()
+    t.feed(text, source, included or {})
+    return t.finish()
+
+
+class _Translator:
+    def __init__(self) -> None:
+        self.limits: dict[str, Any] = {}
+        self.auth: dict[str, Any] = {}
+        self.log: dict[str, Any] = {}
+        self.sys: dict[str, Any] = {}
+        self.listeners: list[dict[str, Any]] = []  # each with "_port", "_address", "_protocol", "_domain"
+        self.default: dict[str, Any] = {}  # settings given before any `listener` line (the default listener's)
+        self.unsupported: list[Unsupported] = []
+        self.per_listener = False
+        self.in_bridge = False
+        self.log_dests: list[str] = []
+        self.log_types: list[LogLevel] = []
+        self.here = Unsupported("", 0, "", "")  # the line being read
+        self.default_lines: list[Unsupported] = []  # lines that set the default listener's settings
+
+    def feed(self, text: str, source: str, included: Mapping[str, Sequence[tuple[str, str]]]) -> None:
+        for number, raw in enumerate(text.splitlines(), 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, _, rest = line.partition(" ")
+            value = rest.strip()
+            self.here = Unsupported(source, number, line, "")
+            try:
+                done = self.line(key, value)
+            except ValueError as exc:
+                done = str(exc)
+            if key == "include_dir" and done is True:
+                for name, sub in included.get(value, ()):
+                    self.feed(sub, name, included)
+            elif done is not True:
+                self.unsupported.append(Unsupported(source, number, line, done or f"{key} is not supported"))
+
+    def _target(self) -> dict[str, Any]:
+        if self.listeners:
+            return self.listeners[-1]
+        self.default_lines.append(self.here)
+        return self.default
+
+    def line(self, key: str, value: str) -> bool | str:
+        """True when honoured, else why not."""
+        if not value:
+            return f"{key} needs a value"
+        if key in _OUR_BEHAVIOUR:
+            ours = _OUR_BEHAVIOUR[key]
+            return True if value == ours else f"only {key} {ours} (this broker's behaviour)"
+        if key == "user":
+            return "this broker does not change user: start it as that user (systemd: User=)"
+        if key == "connection":
+            self.in_bridge = True
+            return "bridges are not supported yet (issue #19)"
+        if self.in_bridge and key in _BRIDGE_KEYS:
+            return "bridges are not supported yet (issue #19)"
+        if key == "listener":
+            self.in_bridge = False
+            port, _, address = value.partition(" ")
+            self.listeners.append({"_port": _int(port, key, 0, 65535), "_address": address.strip()})
+            return True
+        if key in ("port", "bind_address"):
+            self.default["_port" if key == "port" else "_address"] = (
+                _int(value, key, 0, 65535) if key == "port" else value
+            )
+            return True
+        if key == "protocol":
+            if value not in ("mqtt", "websockets"):
+                return f"protocol {value} is not supported (mqtt or websockets)"
+            self._target()["_protocol"] = value
+            return True
+        if key == "socket_domain":
+            if value not in ("ipv4", "ipv6"):
+                return "socket_domain is ipv4 or ipv6"
+            self._target()["_domain"] = value
+            return True
+        if key == "http_dir" or key == "capath":
+            return f"{key} is not supported"
+        if key in _LISTENER_FILES:
+            self._target()[_LISTENER_FILES[key]] = value
+            return True
+        if key in _LISTENER_BOOLS:
+            self._target()[key] = _bool(value, key)
+            return True
+        if key == "max_connections":
+            n = int(value) if re.fullmatch(r"-?\d+", value) else _int(value, key, 0)
+            self._target()["max_connections"] = max(n, 0)  # mosquitto's -1: unlimited
+            return True
+        if key == "per_listener_settings":
+            self.per_listener = _bool(value, key)
+            self.auth["per_listener_settings"] = self.per_listener
+            return True
+        if key in _AUTH_KEYS:
+            parsed: Any = _bool(value, key) if key == "allow_anonymous" else value
+            if self.per_listener and self.listeners:
+                self.listeners[-1][key] = parsed
+            else:
+                self.auth[key] = parsed
+            return True
+        if key in _LIMIT_KEYS:
+            self.limits[_LIMIT_KEYS[key]] = _int(value, key, 0)
+            return True
+        if key == "message_size_limit":
+            self.limits["message_size_limit"] = _int(value, key, 0)
+            return True
+        if key == "retain_available":
+            self.limits["retain_available"] = _bool(value, key)
+            return True
+        if key == "sys_interval":
+            self.sys["interval"] = float(_int(value, key, 0))
+            return True
+        if key == "include_dir":
+            return True
+        if key == "log_dest":
+            return self._log_dest(value)
+        if key == "log_type":
+            level = _LOG_TYPES.get(value)
+            if level is None:
+                return f"log_type {value} is not known"
+            self.log_types.append(level)
+            return True
+        if key == "log_timestamp":
+            return True if _bool(value, key) else "log lines always carry a time stamp"
+        if key == "connection_messages":
+            if not _bool(value, key):
+                self.log.setdefault("_no_connections", True)
+            return True
+        if key == "log_facility":
+            n = _int(value, key, 0, 7)
+            self.log["syslog_facility"] = f"local{n}"
+            return True
+        if key == "persistence":
+            return True if not _bool(value, key) else "persistence is not supported yet (issue #18)"
+        if key in _PERSISTENCE_KEYS:
+            return "persistence is not supported yet (issue #18)"
+        return f"{key} is not supported"
+
+    def _log_dest(self, value: str) -> bool | str:
+        kind, _, arg = value.partition(" ")
+        if kind == "file" and arg.strip():
+            if "file" in self.log:
+                return "only one log file"
+            self.log["file"] = arg.strip()
+        elif kind == "syslog":
+            self.log["syslog"] = True
+        elif kind in ("stderr", "none"):
+            pass
+        else:
+            return f"log_dest {kind} is not supported (file, syslog, stderr, none)"
+        return True
+
+    def finish(self) -> Translation:
+        default = self.default
+        if not self.listeners:
+            if "_port" not in default and "_address" not in default:
+                default["_address"] = "127.0.0.1"  # mosquitto 2 with no listener: local only, port 1883
+            specs = [default]
+        elif "_port" in default or "_address" in default:
+            specs = [default, *self.listeners]  # `port` beside `listener` lines: both listen
+        else:
+            specs = list(self.listeners)
+            for where in self.default_lines:
+                self.unsupported.append(
+                    replace(where, why="set for mosquitto's default listener, which no `port` line starts")
+                )
+        records = [
+            ListenerSettings(url=_mosquitto_url(spec), **{k: v for k, v in spec.items() if not k.startswith("_")})
+            for spec in specs
+        ]
+        level = LogLevel.warning
+        if self.log_types:
+            level = min(self.log_types, key=lambda lvl: lvl.rank)
+        elif not self.log.pop("_no_connections", False):
+            level = LogLevel.info  # mosquitto logs connections by default
+        self.log.pop("_no_connections", None)
+        log = LogSettings(**self.log, level=level)
+        settings = BrokerSettings(
+            listener=tuple(records),
+            limits=LimitsSettings(**self.limits),
+            auth=AuthSettings(**self.auth),
+            log=log,
+            sys=SysSettings(**self.sys),
+        )
+        return Translation(settings, tuple(self.unsupported))
+
+
+def _mosquitto_url(spec: dict[str, Any]) -> str:
+    port = spec.get("_port", 1883)
+    address = spec.get("_address", "")
+    ws = spec.get("_protocol") == "websockets"
+    tls = "certfile" in spec or "keyfile" in spec
+    if port == 0 and address.startswith("/"):
+        return f"unix://{address}"
+    if not address:
+        address = "::" if spec.get("_domain") == "ipv6" else "0.0.0.0"
+    host = f"[{address}]" if ":" in address else address
+    scheme = ("wss" if tls else "ws") if ws else ("mqtts" if tls else "mqtt")
+    return f"{scheme}://{host}:{port}"
+
+
+def _int(value: str, key: str, lo: int, hi: int | None = None) -> int:
+    if not re.fullmatch(r"\d+", value) or int(value) < lo or (hi is not None and int(value) > hi):
+        rng = f"from {lo} to {hi}" if hi is not None else f">= {lo}"
+        raise ValueError(f"{key} must be an integer {rng}, not {value!r}")
+    return int(value)
+
+
+def _bool(value: str, key: str) -> bool:
+    if value not in ("true", "false"):
+        raise ValueError(f"{key} must be true or false, not {value!r}")
+    return value == "true"

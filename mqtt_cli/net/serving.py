@@ -1,0 +1,108 @@
+"""`mqtt serve` as a process: the broker, its log, and its signals.
+
+SIGINT/SIGTERM shut down gracefully (a second one stops at once); SIGHUP reloads the configuration
+(everything is read and checked first; a reload that fails logs one line and leaves the running configuration
+as it was); SIGUSR2 reopens the log file (for logrotate).
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from mqtt_cli.core.config import BrokerSettings, ConfigError, LogLevel, Translation
+from mqtt_cli.net.config import ConfigSource, FileProblem, check_files, serve_options
+from mqtt_cli.net.log import BrokerLog, LogError
+from mqtt_cli.net.server import BrokerServer, Listener, ServeOptions, ServerError
+
+__all__ = ["Serving", "unsupported_error"]
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2)
+
+
+def unsupported_error(source: ConfigSource, count: int) -> ConfigError:
+    return ConfigError(
+        f"{source.path}: {count} line{'s' if count != 1 else ''} cannot be honoured (listed above); "
+        "remove them, or pass --ignore-unsupported to run without them"
+    )
+
+
+@dataclass(slots=True)
+class Serving:
+    """What a reload needs to do what the start did: read the source again and apply the same flags."""
+
+    source: ConfigSource
+    apply_flags: Callable[[BrokerSettings], BrokerSettings]
+    instance: str
+    version: str
+    ready_file: Path | None = None
+    on_listening: Callable[[list[Listener]], None] | None = None
+    log: BrokerLog | None = None  # opened by the caller once the configuration is known to be good
+
+    def options(self, translation: Translation | None = None) -> tuple[BrokerSettings, ServeOptions]:
+        """The configuration (read now unless given), with the flags applied, checked (ConfigError, FileProblem)."""
+        if translation is None:
+            translation = self.source.read()
+        if translation.unsupported and not self.source.ignore_unsupported:
+            raise unsupported_error(self.source, len(translation.unsupported))
+        settings = self.apply_flags(translation.settings)
+        options = serve_options(settings, str(self.source.path or "command line"), instance=self.instance,
+                                version=self.version)  # fmt: skip
+        check_files(settings)
+        options.ready_file = self.ready_file
+        options.on_listening = self.on_listening
+        if self.log is not None:
+            options.on_notice = self.log.notice
+        return settings, options
+
+    async def run(self, options: ServeOptions) -> None:
+        """Serves until SIGINT or SIGTERM; ServerError when it cannot start."""
+        stop = trio.Event()
+        server = BrokerServer(options)
+        async with trio.open_nursery() as nursery:
+
+            async def watch_signals(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                with trio.open_signal_receiver(*_SIGNALS) as signals:
+                    task_status.started()  # from here on, SIGHUP and SIGUSR2 no longer end the process
+                    async for signum in signals:
+                        if signum == signal.SIGHUP:
+                            await self.reload(server)
+                        elif signum == signal.SIGUSR2:
+                            self.reopen_log()
+                        elif stop.is_set():
+                            nursery.cancel_scope.cancel()  # a second signal: stop at once
+                            return
+                        else:
+                            stop.set()
+
+            await nursery.start(watch_signals)  # before the ready file says we listen
+            await server.run(stop)
+            nursery.cancel_scope.cancel()
+
+    async def reload(self, server: BrokerServer) -> bool:
+        """SIGHUP: read, check, apply; or log one line why not and change nothing."""
+        assert self.log is not None
+        try:
+            settings, options = self.options()
+            changes = await server.reload(options)
+        except (ConfigError, FileProblem, ServerError) as exc:
+            self.log.message(LogLevel.error, "reload", f"reload failed, the configuration is unchanged: {exc}")
+            return False
+        try:
+            self.log.reconfigure(settings.log)  # its file was checked: this fails only if it went away since
+        except LogError as exc:
+            changes.append(f"{exc}: logging as before")
+        # At warning level, so that the default log shows an operator's reloads (mosquitto: at notice level).
+        self.log.message(LogLevel.warning, "reload", f"configuration reloaded: {'; '.join(changes) or 'no change'}")
+        return True
+
+    def reopen_log(self) -> None:
+        assert self.log is not None
+        try:
+            self.log.reopen()
+        except LogError as exc:
+            self.log.message(LogLevel.error, "log", f"{exc}; still writing to the file opened before")
