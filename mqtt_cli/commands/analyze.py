@@ -443,6 +443,10 @@ def record(
         fail("--persistent needs --client-id: the broker finds the session by it", EXIT_USAGE)
     if duration is not None and duration <= 0:
         fail("--duration must be positive", EXIT_USAGE)
+    if trigger <= 0:
+        fail("--trigger must be positive", EXIT_USAGE)
+    if count is not None and count < 1:
+        fail("--count must be at least 1", EXIT_USAGE)
     from mqtt_cli.core.topics import topic_filter_error
     from mqtt_cli.net.transports import parse_url
 
@@ -455,6 +459,9 @@ def record(
         if problem:
             fail(f"--topic {item!r}: {problem}", EXIT_USAGE)
     settings = _confs(conf)
+    if master.startswith("local"):
+        _require_spark()
+        _check_writable(out)
     options = {"qos": str(qos)}
     if client_id:
         options["client_id"] = client_id

@@ -215,7 +215,8 @@ def _latency_chart(name: str, bins: list[dict[str, Any]]) -> str:
             f' height="{_H - _PAD - y:.1f}" fill="{_BAR_COLOUR}" data-count="{count}">'
             f"<title>{lo:.3g}–{hi:.3g} ms: {count:,}</title></rect>"
         )
-        if b % 4 == 0 or len(every) <= 8:  # decades, or every edge when there are few bins
+        # Decades (every edge when there are few bins), and the first edge unless a decade is close to it.
+        if b % 4 == 0 or len(every) <= 8 or (n == 0 and (-b) % 4 * slot > 40):
             ticks.append((x0, f"{lo:.3g}"))
     ticks.append((_PAD + len(every) * slot, f"{10 ** ((last + 1) / 4):.3g}"))
     svg.append(_x_axis("latency, ms (logarithmic; bars of a quarter decade)", ticks))
