@@ -5,6 +5,7 @@
 #   rabbitmq-server               interop tests against a second broker (its MQTT plugin)
 #   openjdk-17-jre-headless       a Java runtime for Spark (`mqtt analyze`), when there is no java
 #   python3-venv                  `python3 -m venv` on a bare Debian
+#   chromium                      headless browser tests (the HTML report looked at)
 #
 # As root (with apt-get): installs what is missing with one `apt-get update` first, and keeps the
 # services of the brokers it installed from starting (and stops/disables them should they start anyway):
@@ -25,6 +26,7 @@ have mosquitto_pub || missing+=(mosquitto-clients)
 have tshark || missing+=(tshark)
 { [ -x /usr/sbin/rabbitmq-server ] || have rabbitmqctl; } || missing+=(rabbitmq-server)
 { have java || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ]; } || missing+=(openjdk-17-jre-headless)
+have chromium || missing+=(chromium)
 # Debian's python3 has venv but ensurepip only with python3-venv; only apt can help Debian's python.
 if [ "$(command -v "$python" 2>/dev/null)" = /usr/bin/python3 ] || [ "$python" = /usr/bin/python3 ]; then
     /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)

@@ -35,7 +35,8 @@ Delivery when reading is **at most once**: MQTT cannot replay, and the client ac
 arrives, before Spark has written it. A micro-batch that Spark replays after a failure comes back empty.
 With `persistent`, messages sent while the query is stopped wait at the broker instead of being lost.
 
-How it runs: the stream reader lives in the driver's Python process (Spark calls `latestOffset`, `partitions`
+How it runs: the stream reader lives in a Python process on the driver (PySpark's streaming source runner,
+started by the JVM, not the process that started the query; Spark calls `latestOffset`, `partitions`
 and `commit` there). It connects on first use, from a thread of its own running trio, and buffers messages;
 offsets count messages received. `partitions(start, end)` hands the messages themselves to the executors inside
 the input partitions, so `read()` on an executor never connects: a second connection with the same client id
