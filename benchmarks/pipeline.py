@@ -13,6 +13,16 @@
    the JVM and its Python workers during the warm ingest tells how many cores were kept busy.
 
 Results: benchmarks/results/pipeline-DATE.json (everything) and pipeline-DATE.txt (the summary printed).
+
+    .venv/bin/python benchmarks/pipeline.py --small [--rounds 3] [--compare /path/to/other/checkout]
+
+`--small`: the commands as a user runs them on a small capture (about 220 MQTT packets), each a process of its own,
+against a bare Spark session's start-up timed in the same run: a process that starts a session (our settings) and
+stops it. In each round, in turn: the bare start-up, `mqtt analyze ingest`, `mqtt analyze report` (terminal,
+`--json`, `--html`); the medians are compared with the goals (ingest within 1.5x of the start-up, report within
+2x). `--compare DIR` also times the commands of another checkout (e.g. before a change) in the same rounds, and
+checks that both give the same report (`--json`, but for the query times). Results:
+benchmarks/results/pipeline-small-DATE.json and .txt.
 """
 
 from __future__ import annotations
@@ -210,13 +220,116 @@ def run_master(master: str, capture: Path, table: Path, report: bool) -> dict[st
     return out
 
 
+_BARE = (
+    "from mqtt_cli.pipeline.session import start_session\n"
+    "start_session('local[*]').stop()\n"
+)
+SMALL_GOALS = {"ingest": 1.5, "report": 2.0}
+
+
+def _timed(cmd: list[str], code: Path) -> tuple[float, str]:
+    """Wall-clock seconds of a command run with `code` first on PYTHONPATH (which mqtt_cli is imported)."""
+    env = {**os.environ, "PYTHONPATH": str(code), "NO_COLOR": "1", "COLUMNS": "160"}
+    clock = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=code)
+    seconds = time.perf_counter() - clock
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {proc.returncode}: {proc.stderr[-2000:]}")
+    return seconds, proc.stdout
+
+
+def _cpu_model() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:
+        return platform.processor()
+    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def small(rounds: int, compare: Path | None) -> int:
+    """`--small` (see the module's docstring)."""
+    py = sys.executable
+    codes = {"this": ROOT} | ({"compare": compare.resolve()} if compare else {})
+    times: dict[str, list[float]] = {}
+    reports: dict[str, dict[str, Any]] = {}
+    lines: list[str] = []
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="mqtt-pipeline-small-") as tmp:
+        capture = Path(tmp) / "small.pcap"
+        counts = write_capture(capture, 147, 4)
+        say(f"capture: {counts['packets']} MQTT packets ({counts['publishes']} PUBLISH) in {counts['frames']} frames")
+        for n in range(rounds):
+            times.setdefault("bare start-up", []).append(_timed([py, "-c", _BARE], ROOT)[0])
+            for name, code in codes.items():
+                table = Path(tmp) / f"{name}-{n}"
+                run = [py, "-m", "mqtt_cli", "analyze"]
+                ingest = [*run, "ingest", str(capture), "-o", str(table)]
+                times.setdefault(f"{name}: ingest", []).append(_timed(ingest, code)[0])
+                times.setdefault(f"{name}: report", []).append(_timed([*run, "report", str(table)], code)[0])
+                seconds, out = _timed([*run, "report", "--json", str(table)], code)
+                times.setdefault(f"{name}: report --json", []).append(seconds)
+                report = json.loads(out)
+                report.pop("seconds")
+                report.pop("table")
+                # The timeline's series came in Spark's order before they were put busiest first.
+                report["timeline"]["series"].sort(key=lambda series: (series["kind"], series["name"] or ""))
+                reports[name] = report
+                html = Path(tmp) / f"{name}-{n}.html"
+                times.setdefault(f"{name}: report --html", []).append(
+                    _timed([*run, "report", "--html", str(html), str(table)], code)[0]
+                )
+            say(f"round {n + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()))
+    bare = _median(times["bare start-up"])
+    medians = {name: _median(values) for name, values in times.items()}
+    say(f"medians of {rounds} rounds (s): " + ", ".join(f"{k} {v:.1f}" for k, v in medians.items()))
+    met = True
+    for name, seconds in medians.items():
+        if name.startswith("this: "):
+            goal = SMALL_GOALS["ingest" if "ingest" in name else "report"]
+            ratio = seconds / bare
+            met = met and ratio <= goal
+            say(f"{name}: {ratio:.2f}x the bare start-up (goal <= {goal}x)")
+        elif name.startswith("compare: "):
+            say(f"{name}: {seconds / bare:.2f}x the bare start-up")
+    if compare is not None:
+        # The compared checkout may predate columns and keys: compare what both reports hold.
+        same = all(reports["this"].get(key) == value for key, value in reports["compare"].items())
+        say(f"same report as {compare}: {same}")
+    load_after = os.getloadavg()
+    model = _cpu_model()
+    say(f"CPU: {model}, {os.cpu_count()} CPUs; load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem = RESULTS / f"pipeline-small-{datetime.date.today().isoformat()}"
+    results = {"cpu": model, "times": times, "medians": medians, "bare": bare, "load": [load_before, load_after]}
+    stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    header = f"# benchmarks/pipeline.py --small --rounds {rounds}"
+    stem.with_suffix(".txt").write_text("\n".join([header, *lines]) + "\n")
+    return 0 if met else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--small", action="store_true", help="the commands on a small capture (see above)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--compare", type=Path, help="--small: also time the checkout at this path")
     parser.add_argument("--publishes", type=int, default=1_000_000)
     parser.add_argument("--connections", type=int, default=200)
     parser.add_argument("--run", help=argparse.SUPPRESS)  # internal: MASTER CAPTURE TABLE REPORT, prints JSON
     parser.add_argument("--args", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.small:
+        return small(args.rounds, args.compare)
     if args.run:
         capture, table, report = args.args
         print(json.dumps(run_master(args.run, Path(capture), Path(table), report == "1")))

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from mqtt_cli.capture.aliases import TopicAliases, property_value
 from mqtt_cli.core import (
     Connect,
     PacketType,
@@ -139,7 +140,7 @@ def _prop_text(name: str, value: Any) -> str:
 # --- one line per packet -----------------------------------------------------------------------------------
 
 
-def _details(rec: dict[str, Any], aliases: dict[tuple[Any, ...], str]) -> list[tuple[str, str]]:
+def _details(rec: dict[str, Any], aliases: TopicAliases) -> list[tuple[str, str]]:
     """The fields that matter for the record's type, as (text, style) parts. `aliases` remembers topic aliases."""
     ptype = rec.get("type")
     obj = rec.get("_obj")
@@ -161,22 +162,18 @@ def _details(rec: dict[str, Any], aliases: dict[tuple[Any, ...], str]) -> list[t
             parts.append((" session-present", "dim"))
     elif ptype == "PUBLISH":
         topic = rec.get("topic") or ""
-        alias = next((v for n, v in rec.get("properties") or () if n == "topic_alias"), None)
+        alias = property_value(rec.get("properties"), "topic_alias")
+        # A 5.0 topic alias: set by a PUBLISH with a topic, used by later ones with an empty topic (per direction
+        # of a connection). Shown resolved; the record keeps the topic as on the wire.
+        resolved = aliases.topic(rec)
         if alias is None:
             parts.append((topic or "(empty)", "bold"))
+        elif topic:
+            parts.append((topic, "bold"))
+            parts.append((f" alias={alias}", "dim"))
         else:
-            # A 5.0 topic alias: set by a PUBLISH with a topic, used by later ones with an empty topic
-            # (per direction of a connection). Shown resolved; the record keeps the topic as on the wire.
-            key = (rec.get("stream"), rec.get("from_client"), alias)
-            if topic:
-                if len(aliases) >= 100_000:
-                    aliases.clear()
-                aliases[key] = topic
-                parts.append((topic, "bold"))
-                parts.append((f" alias={alias}", "dim"))
-            else:
-                parts.append((aliases.get(key, "(unknown alias)"), "bold"))
-                parts.append((f" via alias {alias}", "dim"))
+            parts.append((resolved or "(unknown alias)", "bold"))
+            parts.append((f" via alias {alias}", "dim"))
         flags = f" q{rec.get('qos')}"
         if rec.get("packet_id") is not None:
             flags += f" id={rec['packet_id']}"
@@ -248,7 +245,7 @@ class PacketLines:
         self._console = console
         self._flush = flush  # after every record (a live capture)
         self._clock = _Clock()
-        self._aliases: dict[tuple[Any, ...], str] = {}
+        self._aliases = TopicAliases()
 
     def parts(self, rec: dict[str, Any]) -> list[tuple[str, str]]:
         return self.head(rec) + [(printable(text), style) for text, style in _details(rec, self._aliases)]
@@ -548,7 +545,8 @@ def stats_tables(stats: Any, capture: dict[str, int] | None = None, top: int = 1
             more = f", top {top}" if len(counter) > top else ""
             table = _table(f"{title}: {len(counter):,}{more}", col, "packets")
             for name, count in counter.most_common(top):
-                table.add_row(Text(printable(name)) if name else "(empty)", f"{count:,}")  # no markup
+                label = "(unknown topic alias)" if name is None else Text(printable(name)) if name else "(empty)"
+                table.add_row(label, f"{count:,}")  # no markup
             parts.append(table)
     if stats.errors:
         table = _table("Rule breaks and malformed data", "error", "packets")

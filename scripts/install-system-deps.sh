@@ -7,7 +7,7 @@
 #   openjdk-17-jre-headless       a Java runtime for Spark (`mqtt analyze`), when there is no java
 #   python3-venv                  `python3 -m venv` on a bare Debian
 #   systemd, logrotate            tests of docs/broker.md's unit (systemd-analyze verify) and logrotate snippet
-#   chromium                      the browser test: MQTT.js in headless Chromium against our ws:// listener
+#   chromium                      browser tests: MQTT.js against our ws:// listener; the HTML report looked at
 #   nodejs, npm                   npm installs MQTT.js for that test (Makefile's web-deps), when there is no npm
 #
 # As root (with apt-get): installs what is missing with one `apt-get update` first, and keeps the

@@ -10,7 +10,13 @@ class CaptureError(Exception):
 
 
 class NotACapture(CaptureError):
-    """The input is none of the formats we read (pcap, pcapng, optionally compressed)."""
+    """The input is none of the formats we read (pcap, pcapng, optionally compressed). `unknown_format`: its
+    content is of no known kind (it might be something else a command reads, e.g. a raw MQTT byte stream); the
+    message says what was found, each command says what it can do instead."""
+
+    def __init__(self, message: str, unknown_format: bool = False) -> None:
+        super().__init__(message)
+        self.unknown_format = unknown_format
 
 
 class CorruptCapture(CaptureError):

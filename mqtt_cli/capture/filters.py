@@ -4,7 +4,8 @@ Kinds combine with AND, repeated values of one kind with OR. A topic filter keep
 it matches, CONNECTs whose will topic it matches, and SUBSCRIBE/UNSUBSCRIBE packets with a filter it matches
 (or equal to it); packets without a topic go when a topic filter is given. An MQTT 5.0 PUBLISH with an empty
 topic and a topic alias is matched by the topic that alias was last set to, in that direction of that
-connection (records keep the topic as on the wire; the filter follows every PUBLISH to resolve aliases).
+connection (records keep the topic as on the wire; the filter follows every PUBLISH to resolve aliases, through
+aliases.TopicAliases).
 """
 
 from __future__ import annotations
@@ -15,12 +16,10 @@ from typing import Any
 
 from mqtt_cli.core import matches, topic_filter_error
 
+from .aliases import TopicAliases
 from .records import PACKET_TYPES
 
 __all__ = ["RecordFilter", "parse_types"]
-
-# Topic aliases remembered at most (connection, direction, alias), as render.PacketLines does.
-MAX_ALIASES = 100_000
 
 
 def parse_types(values: Iterable[str]) -> set[str]:
@@ -50,12 +49,12 @@ class RecordFilter:
         self._globs = [c for c in self.clients if any(ch in c for ch in "*?[")]
         self._exact = {c for c in self.clients if c not in self._globs}
         self.active = bool(self.types or self.topics or self.clients)
-        self._aliases: dict[tuple[Any, Any, int], str] = {}  # (stream, src, alias) -> topic
+        self._aliases = TopicAliases()
 
     def __call__(self, rec: dict[str, Any]) -> bool:
         topic = None
         if self.topics and rec.get("type") == "PUBLISH":
-            topic = self._publish_topic(rec)  # first: aliases are learnt from records the other filters drop
+            topic = self._aliases.topic(rec)  # first: aliases are learnt from records the other filters drop
         if self.types and rec.get("type") not in self.types:
             return False
         if self.clients and not self._client_ok(rec.get("client")):
@@ -66,23 +65,6 @@ class RecordFilter:
         if client is None:
             return False
         return client in self._exact or any(fnmatchcase(client, glob) for glob in self._globs)
-
-    def _publish_topic(self, rec: dict[str, Any]) -> str | None:
-        """The PUBLISH's topic, through its topic alias when the topic is empty (5.0, per connection and direction)."""
-        topic = rec.get("topic")
-        props = rec.get("properties")
-        if not props:
-            return topic
-        alias = next((value for name, value in props if name == "topic_alias"), None)
-        if alias is None:
-            return topic
-        key = (rec.get("stream"), rec.get("src"), alias)
-        if topic:
-            if len(self._aliases) >= MAX_ALIASES and key not in self._aliases:
-                self._aliases.clear()
-            self._aliases[key] = topic
-            return topic
-        return self._aliases.get(key)
 
     def _topic_ok(self, rec: dict[str, Any], topic: str | None) -> bool:
         ptype = rec.get("type")

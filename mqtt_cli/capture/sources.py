@@ -142,7 +142,8 @@ class CaptureSource:
         shown = " ".join(f"{b:02x}" for b in head[:4])
         raise NotACapture(
             f"{self.name} is not a capture file: its {inner}content starts with {shown or 'nothing'}, not a pcap or"
-            " pcapng magic number (for a raw MQTT byte stream use --raw)"
+            " pcapng magic number",
+            unknown_format=True,
         )
 
     def records(self) -> Iterator[Record]:

@@ -1,11 +1,17 @@
 """A summary of dump records for `mqtt dump --stats`: packets by type, client and topic, malformed packets,
-and QoS 1/2 flows whose acknowledgements never appeared in the capture."""
+and QoS 1/2 flows whose acknowledgements never appeared in the capture.
+
+Topics are counted resolved: a 5.0 PUBLISH that names its topic by a topic alias counts for the topic that alias
+stands for in its connection and direction (aliases.TopicAliases); one whose alias was set before the capture
+began counts under None ("unknown alias")."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
+from .aliases import TopicAliases
 
 __all__ = ["DumpStats", "OpenFlow"]
 
@@ -34,19 +40,22 @@ class DumpStats:
     packets: int = 0
     by_type: Counter[str] = field(default_factory=Counter)
     by_client: Counter[str] = field(default_factory=Counter)
-    by_topic: Counter[str] = field(default_factory=Counter)
+    by_topic: Counter[str | None] = field(default_factory=Counter)  # None: an alias set before the capture
     malformed: int = 0  # MALFORMED records and packets breaking a rule
     errors: Counter[str] = field(default_factory=Counter)
     payload_bytes: int = 0
     flows_dropped: int = 0
     # (stream, publisher is the client, packet id) -> (flow, who sends the awaited packet: the client?)
     _flows: dict[tuple[int, bool, int], tuple[OpenFlow, bool]] = field(default_factory=dict)
+    _aliases: TopicAliases = field(default_factory=TopicAliases)
 
     def add(self, rec: dict[str, Any], shown: bool = True) -> None:
         """Counts `rec` when `shown` (it passed the filters); follows QoS flows with every record either way."""
         ptype = rec.get("type")
+        # Every PUBLISH, shown or not, teaches its topic alias (filters drop records that set one).
+        topic = self._aliases.topic(rec) if ptype == "PUBLISH" else None
         if rec.get("stream") is not None and rec.get("from_client") is not None:
-            self._follow(rec, ptype)
+            self._follow(rec, ptype, topic)
         if not shown:
             return
         self.packets += 1
@@ -55,7 +64,7 @@ class DumpStats:
         if who:
             self.by_client[who] += 1
         if ptype == "PUBLISH":
-            self.by_topic[rec.get("topic") or ""] += 1
+            self.by_topic[topic] += 1
             self.payload_bytes += rec.get("payload_len") or 0
         error = rec.get("error")
         if ptype == "MALFORMED" or error:
@@ -67,7 +76,7 @@ class DumpStats:
     def open_flows(self) -> list[OpenFlow]:
         return [flow for flow, _ in self._flows.values()]
 
-    def _follow(self, rec: dict[str, Any], ptype: Any) -> None:
+    def _follow(self, rec: dict[str, Any], ptype: Any, topic: str | None) -> None:
         pid = rec.get("packet_id")
         if pid is None:
             return
@@ -83,7 +92,7 @@ class DumpStats:
                 self.flows_dropped += 1
             who = rec.get("client") or _client_side(rec) or "?"
             flow = OpenFlow(
-                stream, who, pid, qos, rec.get("topic") or "", "PUBACK" if qos == 1 else "PUBREC", rec.get("ts")
+                stream, who, pid, qos, topic or "", "PUBACK" if qos == 1 else "PUBREC", rec.get("ts")
             )
             flows[(stream, from_client, pid)] = (flow, not from_client)
         elif ptype in _NEXT:

@@ -24,6 +24,8 @@ EXIT_NOT_A_CAPTURE = 3
 EXIT_MISSING = 4
 EXIT_INTERRUPTED = 130
 
+_SMALL_TABLE_BYTES = 64 << 20  # a table this small is reported with session.SMALL_INPUT_CONF
+
 
 app = typer.Typer(
     name="analyze",
@@ -184,12 +186,30 @@ def ingest(
         fail("- reads a capture from standard input, which is a terminal: pipe one in (tcpdump -w - ...)", EXIT_USAGE)
     for path in captures:
         if str(path) != "-":
-            try:  # missing, unreadable or a directory: one line, before Spark starts
-                path.open("rb").close()
-            except OSError as err:
-                fail(f"{path}: {err.strerror}", EXIT_FAILURE)
+            _check_capture(str(path))
     with _stdin_spooled(bool(from_stdin)) as spooled:
+        if spooled is not None:
+            _check_capture(str(spooled), "standard input")
         _ingest(captures, spooled, out, master, settings, port, tls_port, detect, version, overwrite, append, split_mb)
+
+
+def _check_capture(path: str, name: str | None = None) -> None:
+    """Opens and sniffs a capture as `mqtt dump` does, before Spark starts: a file that is missing, unreadable or
+    not a capture ends the command in one line (exit 1, or 3 for not a capture) instead of a Spark job."""
+    from mqtt_cli.capture import CaptureError, CaptureSource, NotACapture
+
+    def said(message: str) -> str:
+        return message.replace(path, name) if name else message
+
+    try:
+        with CaptureSource(path):
+            pass
+    except NotACapture as exc:
+        fail(said(str(exc)), EXIT_NOT_A_CAPTURE)
+    except CaptureError as exc:  # e.g. a compressed file that cannot be decompressed
+        fail(said(str(exc)), EXIT_FAILURE)
+    except OSError as exc:
+        fail(f"{name or path}: cannot read it: {exc.strerror or exc}", EXIT_FAILURE)
 
 
 def _check_writable(out: Path) -> None:
@@ -210,6 +230,19 @@ def _check_writable(out: Path) -> None:
         where = exc.filename if isinstance(exc.filename, str) else str(place)
         where = str(Path(where).parent) if ".mqtt-analyze-probe-" in where else where
         fail(f"--out {out}: cannot write in {where}: {exc.strerror or exc}", EXIT_FAILURE)
+
+
+def _check_html_target(html: Path) -> None:
+    """--html is written after the queries: a place where it cannot go is said before Spark starts (exit 1)."""
+    import os
+
+    folder = html.absolute().parent
+    if html.is_dir():
+        fail(f"--html {html}: is a directory; give a file name", EXIT_FAILURE)
+    if not folder.is_dir():
+        fail(f"--html {html}: no directory {folder} to write it in", EXIT_FAILURE)
+    if not os.access(folder, os.W_OK) or (html.exists() and not os.access(html, os.W_OK)):
+        fail(f"--html {html}: cannot write there (permission denied)", EXIT_FAILURE)
 
 
 @contextmanager
@@ -238,6 +271,7 @@ def _ingest(
 ) -> None:  # fmt: skip
     from mqtt_cli.capture import CaptureError
     from mqtt_cli.pipeline.dissect import DissectOptions
+    from mqtt_cli.pipeline.ingest import SMALL_BYTES
 
     paths = [str(spooled) if str(p) == "-" and spooled is not None else str(p) for p in captures]
     labels = [str(p) for p in captures]  # the `capture_file` column: "-" for standard input
@@ -249,6 +283,7 @@ def _ingest(
         return message
 
     options = DissectOptions(*capture_ports(port, tls_port), detect, version)
+    settings = _small_input(settings, master, sum(Path(p).stat().st_size for p in paths) <= SMALL_BYTES)
     with _spark(master, settings) as (spark, ctrl_c):
         from mqtt_cli.pipeline.ingest import ingest as run_ingest
         from mqtt_cli.pipeline.progress import SparkProgress
@@ -284,6 +319,19 @@ def _ingest(
             print(f"mqtt: error: {said(error)}; the packets before that point were ingested", file=sys.stderr)
         if result.errors:
             raise typer.Exit(EXIT_FAILURE)
+
+
+def _small_input(settings: dict[str, str], master: str, small: bool) -> dict[str, str]:
+    """Our settings for a small input under a local master (session.SMALL_INPUT_CONF), the user's --conf winning."""
+    from mqtt_cli.pipeline.session import SMALL_INPUT_CONF, is_local
+
+    return {**SMALL_INPUT_CONF, **settings} if small and is_local(master) else settings
+
+
+def _table_bytes(table: Path) -> int:
+    import os
+
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _dirs, files in os.walk(table) for f in files)
 
 
 def _has_parquet(table: Path) -> bool:
@@ -329,6 +377,9 @@ def report(
     if top < 1:
         fail("--top must be at least 1", EXIT_USAGE)
     settings = _confs(conf)
+    if html is not None:
+        _check_html_target(html)
+    settings = _small_input(settings, master, _table_bytes(table) <= _SMALL_TABLE_BYTES)
     with _spark(master, settings) as (spark, _ctrl_c):
         from mqtt_cli.pipeline.report import build_report
 
@@ -392,6 +443,10 @@ def record(
         fail("--persistent needs --client-id: the broker finds the session by it", EXIT_USAGE)
     if duration is not None and duration <= 0:
         fail("--duration must be positive", EXIT_USAGE)
+    if trigger <= 0:
+        fail("--trigger must be positive", EXIT_USAGE)
+    if count is not None and count < 1:
+        fail("--count must be at least 1", EXIT_USAGE)
     from mqtt_cli.core.topics import topic_filter_error
     from mqtt_cli.net.transports import parse_url
 
@@ -404,6 +459,9 @@ def record(
         if problem:
             fail(f"--topic {item!r}: {problem}", EXIT_USAGE)
     settings = _confs(conf)
+    if master.startswith("local"):
+        _require_spark()
+        _check_writable(out)
     options = {"qos": str(qos)}
     if client_id:
         options["client_id"] = client_id
@@ -419,9 +477,16 @@ def record(
     with _spark(master, settings, cancel_jobs=False) as (spark, ctrl_c):
         from mqtt_cli.pipeline.record import record as run_record
 
+        def started() -> None:
+            from mqtt_cli.net.transports import parse_url
+
+            until = f"for {duration:g} s" if duration is not None else "until Ctrl-C"
+            until += f" or {count:,} messages" if count is not None else ""
+            print(f"recording {', '.join(topic)} from {parse_url(url).endpoint} into {out} {until}", file=sys.stderr)
+
         rows = run_record(
             spark, url, topic, str(out), duration=duration, options=options, count=count,
-            trigger_seconds=trigger, on_progress=show, stop=lambda: ctrl_c.interrupted,
+            trigger_seconds=trigger, on_progress=show, on_started=started, stop=lambda: ctrl_c.interrupted,
         )  # fmt: skip
         if show is not None:
             print(file=sys.stderr)

@@ -172,7 +172,7 @@ def dump(
                 if summary is not None:
                     _print_stats(summary, None, json_lines)
     except NotACapture as exc:
-        fail(str(exc), EXIT_NOT_A_CAPTURE)
+        fail(f"{exc} (for a raw MQTT byte stream use --raw)" if exc.unknown_format else str(exc), EXIT_NOT_A_CAPTURE)
     except CorruptCapture as exc:
         fail(f"{exc}; the packets before that point were decoded", EXIT_FAILURE)
     except CaptureError as exc:

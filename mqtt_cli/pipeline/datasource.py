@@ -25,12 +25,18 @@ Options (names are case-insensitive):
 | username, password, keepalive, connect_timeout | as for `mqtt sub` |
 | max_buffered | reading: messages held between micro-batches before the source stops reading the socket |
 |   | (default 100000): TCP then holds the broker back |
+| status_dir | reading: a directory through which the query's owner follows and ends the subscription (the |
+|   | reader runs in a Python process of Spark's own): the source writes `subscribed.json` there once the |
+|   | broker has answered SUBSCRIBE; when a file `stop` appears, it sends DISCONNECT at its next offset |
+|   | request and writes `stopped.json` ({"received": N, "base": B}: the offset holding every message it |
+|   | took, and the one it started from) |
 
 Delivery when reading is **at most once**: MQTT cannot replay, and the client acknowledges a message when it
 arrives, before Spark has written it. A micro-batch that Spark replays after a failure comes back empty.
 With `persistent`, messages sent while the query is stopped wait at the broker instead of being lost.
 
-How it runs: the stream reader lives in the driver's Python process (Spark calls `latestOffset`, `partitions`
+How it runs: the stream reader lives in a Python process on the driver (PySpark's streaming source runner,
+started by the JVM, not the process that started the query; Spark calls `latestOffset`, `partitions`
 and `commit` there). It connects on first use, from a thread of its own running trio, and buffers messages;
 offsets count messages received. `partitions(start, end)` hands the messages themselves to the executors inside
 the input partitions, so `read()` on an executor never connects: a second connection with the same client id
@@ -136,6 +142,7 @@ class MqttOptions:
         self.keepalive = int(opts.get("keepalive", "60"))
         self.connect_timeout = float(opts.get("connect_timeout", "10"))
         self.max_buffered = int(opts.get("max_buffered", "100000"))
+        self.status_dir = opts.get("status_dir") or None
 
     def settings(self, client_id: str, persistent: bool = False) -> Any:
         from mqtt_cli.net.client import ClientSettings
@@ -235,8 +242,17 @@ class _Feed:
         opts = self.options
         client_id = opts.client_id or "mqtt-spark-" + secrets.token_hex(5)
         token = trio.lowlevel.current_trio_token()
+        ending = trio.Event()
+        reading = False
+
+        def end() -> None:
+            # Connected: DISCONNECT first (cancelling the connection outright would end it without one).
+            ending.set()
+            if not reading:
+                scope.cancel()
+
         with trio.CancelScope() as scope:
-            self._stop = lambda: token.run_sync_soon(scope.cancel)
+            self._stop = lambda: token.run_sync_soon(end)
             async with open_client(opts.settings(client_id, opts.persistent)) as client:
                 qos = 1 if opts.qos is None else opts.qos
 
@@ -246,11 +262,22 @@ class _Feed:
                     if refused:
                         raise RuntimeError(f"the broker refused the subscription to {', '.join(refused)}")
                     self.connected.set()
+                    _tell(opts.status_dir, "subscribed.json", {"client_id": client_id, "version": client.version})
 
                 v5 = client.version == 5
                 # Read while SUBSCRIBE is answered: a resumed session's queue can come first, and a full message
                 # buffer would hold SUBACK back behind it.
                 async with trio.open_nursery() as nursery:
+
+                    async def disconnect_when_asked() -> None:
+                        await ending.wait()
+                        await client.disconnect()
+                        nursery.cancel_scope.cancel()
+
+                    reading = True
+                    if ending.is_set():
+                        return
+                    nursery.start_soon(disconnect_when_asked)
                     nursery.start_soon(subscribe)
                     async for msg in client.messages:
                         if not isinstance(msg, Publish):
@@ -263,6 +290,10 @@ class _Feed:
                         with self.lock:
                             self.received += 1
                             self.buffer.append((self.received, row))
+
+    @property
+    def closed(self) -> bool:
+        return not self._thread.is_alive()
 
     def take(self, start: int, end: int) -> list[tuple[Any, ...]]:
         with self.lock:
@@ -278,6 +309,18 @@ class _Feed:
             with contextlib.suppress(RuntimeError):  # trio already finished
                 self._stop()
         self._thread.join(10)
+
+
+def _tell(folder: str | None, name: str, content: dict[str, Any]) -> None:
+    """Writes `folder/name` whole (a rename), for the query's owner that polls for it."""
+    if folder is None:
+        return
+    import os
+
+    part = os.path.join(folder, f".{name}.part")
+    with open(part, "w", encoding="utf-8") as f:
+        json.dump(content, f)
+    os.replace(part, os.path.join(folder, name))
 
 
 class MqttStreamReader(DataSourceStreamReader):
@@ -304,6 +347,15 @@ class MqttStreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         feed = self._ensure(int((start or {}).get("received", 0)))
+        status = self._opts.status_dir
+        if status is not None and not feed.closed:
+            import os
+
+            if os.path.exists(os.path.join(status, "stop")):
+                # The owner is ending the query: DISCONNECT now; what arrived until then is in this offset, and
+                # the owner lets the query run until a micro-batch has written it.
+                feed.close()
+                _tell(status, "stopped.json", {"received": feed.received, "base": feed.base})
         return {"received": feed.received}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:

@@ -23,11 +23,13 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from mqtt_cli.capture import Dissector
+from mqtt_cli.capture.aliases import TopicAliases
 from mqtt_cli.capture.errors import CaptureError
 from mqtt_cli.capture.frames import decode_frame, reverse_flow
 from mqtt_cli.capture.records import format_ts
+from mqtt_cli.core.packets import Publish
 
-from .schema import DUMP_COLUMNS, END_SEQ, JSON_COLUMNS, SEQ_SHIFT, arrow_schema
+from .schema import DUMP_COLUMNS, END_SEQ, JSON_COLUMNS, PROPERTY_COLUMNS, SEQ_SHIFT, arrow_schema
 from .splits import Window, read_window
 
 __all__ = [
@@ -48,7 +50,8 @@ FRAME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("data", "binary"),
     ("key", "binary"),
 )
-# What dissect_rows writes: the dump's keys, then ours (`time` is derived in Spark), then the ranking helpers.
+# What dissect_rows writes: the dump's keys, then ours (`time` is derived in Spark), the ranking helpers, then
+# the properties' columns.
 ROW_COLUMNS: tuple[tuple[str, str], ...] = (
     *DUMP_COLUMNS,
     ("capture_file", "string"),
@@ -59,6 +62,9 @@ ROW_COLUMNS: tuple[tuple[str, str], ...] = (
     ("seq", "bigint"),
     ("file_id", "int"),
     ("_numbered", "bigint"),
+    ("resolved_topic", "string"),
+    ("payload", "binary"),
+    *PROPERTY_COLUMNS,
 )
 _BATCH = 8192
 _DIRECTION = {True: "to_broker", False: "to_client", None: None}
@@ -78,7 +84,11 @@ class DissectOptions:
         self.version = version
 
     def dissector(self, on_numbered: Callable[[int], None] | None = None) -> Dissector:
-        return Dissector(self.ports, self.tls_ports, detect=self.detect, version=self.version, on_numbered=on_numbered)
+        # keep_objects: the PUBLISH payloads go into the table (`payload`), which the dump's records do not hold.
+        return Dissector(
+            self.ports, self.tls_ports, detect=self.detect, version=self.version, on_numbered=on_numbered,
+            keep_objects=True,
+        )  # fmt: skip
 
 
 # --- 1. windows -> frames ----------------------------------------------------------------------------------------
@@ -194,11 +204,37 @@ class _Rows:
         for name, values in zip(_OWN_NAMES, self.own, strict=True):
             arrays.append(pa.array(values, self.schema.field(name).type))
             values.clear()
+        if "properties" in present:
+            named = [None if (v := r.get("properties")) is None else _named_properties(v) for r in recs]
+            for name, _kind in PROPERTY_COLUMNS:
+                arrays.append(pa.array([p.get(name) if p else None for p in named], self.schema.field(name).type))
+        else:
+            arrays += [pa.nulls(len(recs), self.schema.field(name).type) for name, _kind in PROPERTY_COLUMNS]
         recs.clear()
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
-_OWN_NAMES = ("capture_file", "conn_key", "direction", "protocol_version", "ts_ns", "seq", "file_id", "_numbered")
+_OWN_NAMES = (
+    "capture_file", "conn_key", "direction", "protocol_version", "ts_ns", "seq", "file_id", "_numbered",
+    "resolved_topic", "payload",
+)  # fmt: skip
+_REPEATED = {"user_property": "user_properties", "subscription_identifier": "subscription_identifiers"}
+
+
+def _named_properties(props: Any) -> dict[str, Any]:
+    """A record's `properties` (`[[name, value], ...]` as mqtt dump writes them, or already by name) as the
+    property columns' values: repeatable ones gathered into lists, binary ones (hex in the dump) as bytes."""
+    out: dict[str, Any] = {}
+    pairs = props.items() if isinstance(props, dict) else props
+    for name, value in pairs:
+        plural = _REPEATED.get(name)
+        if plural is not None:
+            out.setdefault(plural, []).append(value)
+        elif name == "correlation_data" and isinstance(value, str):
+            out[name] = bytes.fromhex(value)
+        else:
+            out[name] = value
+    return out
 
 
 class _File:
@@ -213,6 +249,7 @@ class _File:
         self.default_version = options.version or 4
         self.versions: dict[int, int] = {}  # local connection number -> protocol version from its CONNECT
         self.keys: dict[tuple[Any, Any, Any], str] = {}
+        self.aliases = TopicAliases()
 
     def _on_numbered(self, index: int) -> None:
         self.numbered[index] = self.now
@@ -247,6 +284,13 @@ class _File:
             own[5].append(seq_base + pos)
             own[6].append(self.file_id)
             own[7].append(numbered.get(stream, -1))
+            if rec["type"] == "PUBLISH":
+                own[8].append(self.aliases.topic(rec))
+                packet = getattr(rec.get("_obj"), "packet", rec.get("_obj"))
+                own[9].append(packet.payload if isinstance(packet, Publish) else None)
+            else:
+                own[8].append(None)
+                own[9].append(None)
             rows.recs.append(rec)
 
 

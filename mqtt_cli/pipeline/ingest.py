@@ -18,6 +18,10 @@ The stages, each parallel over Spark's executors:
    was numbered), then the rows are written as Parquet. Local masters: the workers write the files with
    pyarrow as they decode and the driver ranks the connections (parts.py); other masters: Spark's writer, the
    rows cached and joined with the ranks.
+
+Small inputs (SMALL_BYTES in all, a local master) skip two jobs whose start-up would cost more than their work:
+the scan of step 2 and the final writing of step 6 run in the driver, with the same functions the tasks run.
+Decoding (steps 3-5) stays a Spark job.
 """
 
 from __future__ import annotations
@@ -40,7 +44,9 @@ from .splits import FilePlan, Window, plan_file, scan, settle
 __all__ = ["DEFAULT_SPLIT_BYTES", "IngestResult", "ingest", "plan_windows"]
 
 DEFAULT_SPLIT_BYTES = 32 << 20
+SMALL_BYTES = 8 << 20  # captures this small in all: scan and final write in the driver (module docstring)
 _MODES = ("errorifexists", "overwrite", "append")
+_SMALL_ROWS = 100_000  # staged rows the driver writes as the table itself (cheaper than a job's start-up)
 _MIN_SPLIT = 1 << 20
 
 
@@ -63,6 +69,10 @@ def _split_size(spark: Any, sizes: Sequence[int], requested: int | None) -> int:
     return max(_MIN_SPLIT, min(DEFAULT_SPLIT_BYTES, -(-total // (cores * 4))))
 
 
+def _small(spark: Any, sizes: Sequence[int]) -> bool:
+    return sum(sizes) <= SMALL_BYTES and is_local(spark.sparkContext.master)
+
+
 def plan_windows(
     spark: Any, paths: Sequence[str], split_bytes: int | None = None
 ) -> tuple[list[Window], dict[int, int], dict[int, str]]:
@@ -72,7 +82,10 @@ def plan_windows(
     target = _split_size(spark, sizes, split_bytes)
     plans: list[FilePlan] = [plan_file(path, file_id, target) for file_id, path in enumerate(paths)]
     splits = [split for plan in plans for split in plan.splits]
-    scans = spark.sparkContext.parallelize(splits, max(1, len(splits))).map(scan).collect()
+    if _small(spark, sizes):
+        scans = [scan(split) for split in splits]
+    else:
+        scans = spark.sparkContext.parallelize(splits, max(1, len(splits))).map(scan).collect()
     windows: list[Window] = []
     errors: dict[int, str] = {}
     frames: dict[int, int] = {}
@@ -172,7 +185,13 @@ def _write_from_workers(
         say("writing")
         clock = time.perf_counter()
         ranks = rank([(row["file_id"], row["_numbered"]) for row in staged])
-        if files:
+        if files and sum(n for _, n in files) <= _SMALL_ROWS:  # a few files of few rows: in the driver
+            import pyarrow as pa
+
+            todo = pa.RecordBatch.from_pydict({"index": list(range(len(files))), "path": [p for p, _ in files]})
+            for _ in finish_parts(iter([todo]), ranks=ranks, final=str(final), job=job):
+                pass
+        elif files:
             todo = spark.createDataFrame([(i, path) for i, (path, _) in enumerate(files)], "index int, path string")
             todo.repartition(len(files), "index").mapInArrow(
                 partial(finish_parts, ranks=ranks, final=str(final), job=job), "path string"

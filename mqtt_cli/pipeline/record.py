@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from .schema import TABLE_COLUMNS
@@ -26,6 +27,15 @@ def recorded_columns(broker: str, client_id: str | None) -> list[Any]:
     from pyspark.sql import functions as F
 
     micros = F.expr("unix_micros(timestamp)")
+    # The 5.0 properties, `[[name, value], ...]` as mqtt dump writes them, as the table's typed columns.
+    pairs = "from_json(properties, 'array<array<string>>')"
+
+    def prop(name: str) -> Any:
+        return F.expr(f"try_element_at(filter({pairs}, x -> x[0] = '{name}'), 1)[1]")
+
+    def props(name: str) -> Any:
+        return F.expr(f"transform(filter({pairs}, x -> x[0] = '{name}'), x -> x[1])")
+
     known: dict[str, Any] = {
         "ts": F.concat(
             (micros.cast("bigint") / 1_000_000).cast("bigint").cast("string"),
@@ -46,6 +56,16 @@ def recorded_columns(broker: str, client_id: str | None) -> list[Any]:
         "payload_len": F.length("payload").cast("bigint"),
         "payload_sha256": F.sha2(F.col("payload"), 256),
         "properties": F.col("properties"),
+        "resolved_topic": F.col("topic"),  # our client resolves the broker's topic aliases itself
+        "payload": F.col("payload"),
+        "topic_alias": prop("topic_alias"),
+        "payload_format_indicator": prop("payload_format_indicator"),
+        "message_expiry_interval": prop("message_expiry_interval"),
+        "content_type": prop("content_type"),
+        "response_topic": prop("response_topic"),
+        "correlation_data": F.unhex(prop("correlation_data")),
+        "subscription_identifiers": props("subscription_identifier"),
+        "user_properties": F.transform(props("user_property"), lambda v: F.from_json(v, "array<string>")),
         "capture_file": F.lit(broker),
         "conn_key": F.lit(f"{client_id or 'mqtt analyze record'} -> {broker}"),
         "direction": F.lit("to_client"),
@@ -68,17 +88,27 @@ def record(
     count: int | None = None,
     trigger_seconds: float = 1.0,
     on_progress: Callable[[int], None] | None = None,
+    on_started: Callable[[], None] | None = None,
     stop: Callable[[], bool] | None = None,
+    start_timeout: float = 120.0,
 ) -> int:
-    """Records until `duration` seconds have passed or `count` rows are written (neither: until
-    KeyboardInterrupt, or `stop()` true); returns the rows written. The query is stopped on the way out in every
-    case (Ctrl-C included); messages received after its last micro-batch are not written (at most once)."""
+    """Records until `duration` seconds have passed since the subscription, or `count` rows are written (neither:
+    until KeyboardInterrupt, or `stop()` true); returns the rows written. `on_started` is called once the broker
+    has answered SUBSCRIBE: messages published from then on are recorded.
+
+    Ending is a drain, not a cut: the source sends DISCONNECT, and the query runs until a micro-batch has written
+    every message received before it (the client acknowledged them: cutting would lose them). A second
+    KeyboardInterrupt, or the drain taking over a minute, stops the query at once."""
+    import shutil
+    import tempfile
+
     from mqtt_cli.net.transports import parse_url
 
     from .datasource import register
 
     register(spark)
-    opts = {"url": url, "topic": ",".join(topics), **(options or {})}
+    status = Path(tempfile.mkdtemp(prefix="mqtt-analyze-record-"))
+    opts = {"url": url, "topic": ",".join(topics), **(options or {}), "status_dir": str(status)}
     broker = str(parse_url(url).endpoint)  # no user name or password in the table
     stream = spark.readStream.format("mqtt")
     for key, value in opts.items():
@@ -92,24 +122,75 @@ def record(
         .start()
     )
     rows: dict[int, int] = {}
-    deadline = None if duration is None else time.monotonic() + duration
+
+    def written() -> int:
+        for progress in query.recentProgress:
+            rows[progress["batchId"]] = progress["numInputRows"]
+        return sum(rows.values())
+
+    def stopping() -> bool:
+        return stop is not None and stop()
+
     try:
+        # The source connects at the query's first offset request, seconds after start(): wait for SUBACK.
+        limit = time.monotonic() + start_timeout
+        while not (status / "subscribed.json").exists():
+            query.awaitTermination(0.2)  # raises the query's failure (no connection, subscription refused)
+            if not query.isActive or stopping():
+                return written()
+            if time.monotonic() > limit:
+                raise RuntimeError(f"no subscription at {broker} after {start_timeout:.0f} s")
+        if on_started is not None:
+            on_started()
+        deadline = None if duration is None else time.monotonic() + duration
         while query.isActive:
             left = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
             if left <= 0:
                 break
-            query.awaitTermination(left)  # raises the query's failure, if it failed
-            for progress in query.recentProgress:
-                rows[progress["batchId"]] = progress["numInputRows"]
-            written = sum(rows.values())
+            query.awaitTermination(left)
+            done = written()
             if on_progress is not None:
-                on_progress(written)
-            if (count is not None and written >= count) or (stop is not None and stop()):
+                on_progress(done)
+            if (count is not None and done >= count) or stopping():
                 break
+        _drain(query, status, trigger_seconds)
     finally:
         query.stop()
-    for progress in query.recentProgress:
-        rows[progress["batchId"]] = progress["numInputRows"]
+        shutil.rmtree(status, ignore_errors=True)
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))
-    return sum(rows.values())
+    return written()
+
+
+def _drain(query: Any, status: Path, trigger_seconds: float) -> None:
+    """Asks the source to disconnect, then waits until a micro-batch has committed the offset holding everything
+    it received (bounded: a minute and a few triggers)."""
+    import json
+
+    (status / "stop").touch()
+    limit = time.monotonic() + 60 + 5 * trigger_seconds
+    received = None
+    while query.isActive and time.monotonic() < limit:
+        if received is None and (status / "stopped.json").exists():
+            said = json.loads((status / "stopped.json").read_text())
+            received = said["received"]
+            if received <= said["base"]:
+                return  # nothing arrived in this run
+        if received is not None and _committed(query) >= received:
+            return
+        query.awaitTermination(0.2)
+
+
+def _committed(query: Any) -> int:
+    """The highest offset a finished micro-batch of the query has read up to (-1: none yet)."""
+    import json
+
+    best = -1
+    for progress in query.recentProgress:
+        for source in progress.get("sources", ()):
+            end = source.get("endOffset")
+            if isinstance(end, str):
+                end = json.loads(end)
+            if isinstance(end, dict) and "received" in end:
+                best = max(best, int(end["received"]))
+    return best

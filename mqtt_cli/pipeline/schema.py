@@ -16,6 +16,15 @@ Columns of our own:
 * `seq`: orders the rows as `mqtt dump` writes them (exactly within a connection): the number of the frame
   whose reading produced the record times 2**20, plus its place among that frame's records; records of the
   capture's end come last.
+* `resolved_topic` (PUBLISH): the topic the message is about. `topic` is as on the wire, empty when a 5.0
+  topic alias stands for it; `resolved_topic` is then the topic the alias was set to in that direction of that
+  connection (null when it was set before the capture began). The report counts topics by it.
+* `payload` (PUBLISH): the message's payload bytes (a payload cut short by a capture gap is not there: null).
+
+Then the MQTT 5.0 properties of a packet as typed columns (PROPERTY_COLUMNS), named as the attributes of
+`mqtt_cli.core.Properties` and as `mqtt sub --json` names them: `topic_alias`, `payload_format_indicator`,
+`message_expiry_interval`, `content_type`, `response_topic`, `correlation_data` (bytes), `subscription_identifiers`
+(a list, wire order), `user_properties` (a list of [key, value] pairs, wire order); null when absent.
 
 (`error`, the first protocol rule a packet breaks or what is wrong with bytes that are no packet, is a key of
 `mqtt dump` already.)
@@ -30,6 +39,7 @@ __all__ = [
     "END_SEQ",
     "JSON_COLUMNS",
     "OWN_COLUMNS",
+    "PROPERTY_COLUMNS",
     "SEQ_SHIFT",
     "TABLE_COLUMNS",
     "arrow_schema",
@@ -91,8 +101,21 @@ OWN_COLUMNS: tuple[tuple[str, str], ...] = (
     ("ts_ns", "bigint"),
     ("time", "timestamp"),
     ("seq", "bigint"),
+    ("resolved_topic", "string"),
+    ("payload", "binary"),
 )
-TABLE_COLUMNS = (*DUMP_COLUMNS, *OWN_COLUMNS)
+# Named as mqtt_cli.core.Properties' attributes (the repeatable ones in the plural, as lists).
+PROPERTY_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("topic_alias", "int"),
+    ("payload_format_indicator", "int"),
+    ("message_expiry_interval", "bigint"),
+    ("content_type", "string"),
+    ("response_topic", "string"),
+    ("correlation_data", "binary"),
+    ("subscription_identifiers", "array<int>"),
+    ("user_properties", "array<array<string>>"),
+)
+TABLE_COLUMNS = (*DUMP_COLUMNS, *OWN_COLUMNS, *PROPERTY_COLUMNS)
 
 SEQ_SHIFT = 20
 END_SEQ = ((1 << 42) - 1) << SEQ_SHIFT  # frame part of `seq` for the records of a capture's end
@@ -115,6 +138,7 @@ def arrow_schema(columns: tuple[tuple[str, str], ...]) -> Any:
         "binary": pa.binary(),
         "array<int>": pa.list_(pa.int32()),
         "array<string>": pa.list_(pa.string()),
+        "array<array<string>>": pa.list_(pa.list_(pa.string())),
         "timestamp": pa.timestamp("us", tz="UTC"),
     }
     return pa.schema([pa.field(name, types[kind]) for name, kind in columns])

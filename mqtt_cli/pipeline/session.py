@@ -34,6 +34,7 @@ from typing import Any
 
 __all__ = [
     "INSTALL_HINT",
+    "SMALL_INPUT_CONF",
     "CtrlC",
     "is_local",
     "java_executable",
@@ -44,6 +45,12 @@ __all__ = [
 ]
 
 INSTALL_HINT = "pip install 'mqtt-cli[spark]'"
+
+#: Settings for a small input (a capture of a few MiB, a table of a few dozen): one shuffle partition and no
+#: adaptive re-planning. Each shuffle partition is a task and each adaptive stage a re-plan, which on little
+#: data cost more than the work: the report's queries took half the time without them. Given under `--conf`,
+#: the user's values win.
+SMALL_INPUT_CONF = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false"}
 _PACKAGE = Path(__file__).resolve().parent.parent  # mqtt_cli/
 _LOG4J = Path(__file__).resolve().parent / "log4j2.properties"
 

@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.table import Table
 
+from .report import LATENCY_LABELS, series_label, topic_label
+
 __all__ = ["report_tables", "sparkline", "when"]
 
 _BARS = " ▁▂▃▄▅▆▇█"
@@ -70,13 +72,13 @@ def report_tables(report: dict[str, Any]) -> RenderableType:
         total = [p["messages"] for p in timeline["points"]]
         t.add_row("all", f"{max(total) / step:,.1f}", sparkline(total))
         for series in timeline["series"]:
-            name = f"{series['kind']} {series['name'] or '(empty)'}"
+            name = series_label(series)
             t.add_row(name, f"{max(series['messages']) / step:,.1f}", sparkline(series["messages"]))
         parts.append(t)
 
     t = _table("Topics", "topic", "messages", "payload bytes", "clients", "first", "last")
     for row in report["topics"]:
-        t.add_row(row["topic"] or "(empty: topic alias)", f"{row['messages']:,}", f"{row['payload_bytes']:,}",
+        t.add_row(topic_label(row["topic"]), f"{row['messages']:,}", f"{row['payload_bytes']:,}",
                   str(row["clients"]), when(row["first_ns"]), when(row["last_ns"]))  # fmt: skip
     parts.append(t)
 
@@ -87,14 +89,7 @@ def report_tables(report: dict[str, Any]) -> RenderableType:
     parts.append(t)
 
     t = _table("Acknowledgement latency (ms)", "flow", "count", "p50", "p90", "p99", "max")
-    labels = {
-        "qos1_puback": "QoS 1 PUBLISH → PUBACK",
-        "qos2_pubrec": "QoS 2 PUBLISH → PUBREC",
-        "qos2_pubrel": "QoS 2 PUBREC → PUBREL",
-        "qos2_pubcomp": "QoS 2 PUBREL → PUBCOMP",
-        "qos2_total": "QoS 2 PUBLISH → PUBCOMP",
-    }
-    for name, label in labels.items():
+    for name, label in LATENCY_LABELS.items():
         row = report["latency"][name]
         t.add_row(label, f"{row['count']:,}", _ms(row["p50"]), _ms(row["p90"]), _ms(row["p99"]), _ms(row["max"]))
     parts.append(t)

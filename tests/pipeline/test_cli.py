@@ -189,3 +189,40 @@ spark.stop()
     from .test_ingest import assert_same
 
     assert_same(dump_records(capture), rows, capture.name)
+
+
+@needs_spark
+def test_inputs_are_checked_before_spark_starts(run: Run, mqtt_exe: Path, tmp_path: Path) -> None:
+    """Not a capture (exit 3), empty, a directory, missing (exit 1), a good capture beside a bad one, an --html or
+    --out that cannot be written: one line, before Spark starts (SPARK_HOME points nowhere, so a Spark start-up
+    would fail otherwise), no option suggested that the command does not have, nothing written."""
+    from ..conftest import cli_env
+
+    env = cli_env(SPARK_HOME=str(tmp_path / "no-spark"))
+    conf = tmp_path / "mosquitto.conf"
+    conf.write_text("listener 1883\nallow_anonymous true\n")
+    (tmp_path / "empty.pcap").write_bytes(b"")
+    good = next(iter(sample_captures()))
+    out = tmp_path / "t"
+    cases = [
+        ([conf], 3, f"mqtt: error: {conf} is not a capture file: its content starts with 6c 69 73 74, not a pcap or"
+                    " pcapng magic number"),
+        ([tmp_path / "empty.pcap"], 3, f"mqtt: error: {tmp_path / 'empty.pcap'} is empty: expected a pcap or pcapng"),
+        ([tmp_path], 1, f"mqtt: error: {tmp_path} is a directory, not a capture file"),
+        ([tmp_path / "nothing.pcap"], 1, f"mqtt: error: cannot open {tmp_path / 'nothing.pcap'}: No such file"),
+        ([good, conf], 3, f"mqtt: error: {conf} is not a capture file"),
+    ]  # fmt: skip
+    for inputs, code, message in cases:
+        result = run([mqtt_exe, "analyze", "ingest", *inputs, "-o", out], env=env, timeout=60)
+        assert result.returncode == code, result.stderr
+        assert result.stderr.startswith(message) and len(result.stderr.splitlines()) == 1, result.stderr
+        assert "--raw" not in result.stderr and not out.exists()
+    table = tmp_path / "table"
+    table.mkdir()
+    (table / "part-0.parquet").write_bytes(b"")
+    result = run([mqtt_exe, "analyze", "report", table, "--html", tmp_path / "no" / "r.html"], env=env, timeout=60)
+    assert result.returncode == 1
+    where = tmp_path / "no"
+    assert result.stderr == f"mqtt: error: --html {where / 'r.html'}: no directory {where} to write it in\n"
+    result = run([mqtt_exe, "analyze", "record", "--url", "mqtt://127.0.0.1:1", "-t", "a", "-o", conf], env=env)
+    assert result.returncode == 1 and result.stderr == f"mqtt: error: --out {conf}: not a directory\n"

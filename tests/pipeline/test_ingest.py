@@ -15,7 +15,7 @@ import pytest
 from mqtt_cli.core import ConnAck, Connect, PubAck, Publish, encode
 from mqtt_cli.pipeline.dissect import DissectOptions
 from mqtt_cli.pipeline.ingest import ingest
-from mqtt_cli.pipeline.schema import DUMP_COLUMNS, JSON_COLUMNS, TABLE_COLUMNS
+from mqtt_cli.pipeline.schema import DUMP_COLUMNS, JSON_COLUMNS, PROPERTY_COLUMNS, TABLE_COLUMNS
 from tests.capture.helpers import session
 from tests.capture.pcapwriter import Conversation, pcap, pcapng
 
@@ -73,6 +73,42 @@ def test_the_table_has_every_column_and_our_own(spark: Any, samples_table: tuple
     assert row["time"].timestamp() == pytest.approx(row["ts_ns"] / 1e9, abs=1e-6)
     v5 = df.where("type = 'PUBLISH' AND properties <> '[]'").first()
     assert isinstance(json.loads(v5["properties"]), list)
+
+
+def test_property_columns_and_payloads_match_the_dump(
+    spark: Any, samples_table: tuple[Path, list[Path], Any]
+) -> None:
+    """The typed property columns say what `properties` (the dump's JSON) says; PUBLISH payloads hash as the dump's
+    payload_sha256; resolved_topic is the topic wherever no alias is used."""
+    import hashlib
+
+    out, _captures, _result = samples_table
+    rows = spark.read.parquet(str(out)).where("properties IS NOT NULL AND properties <> '[]'").collect()
+    assert rows
+    seen = set()
+    for row in rows:
+        expected: dict[str, Any] = {}
+        for name, value in json.loads(row["properties"]):
+            if name == "user_property":
+                expected.setdefault("user_properties", []).append(list(value))
+            elif name == "subscription_identifier":
+                expected.setdefault("subscription_identifiers", []).append(value)
+            elif name == "correlation_data":
+                expected[name] = bytes.fromhex(value)
+            else:
+                expected[name] = value
+        for name, _kind in PROPERTY_COLUMNS:
+            assert row[name] == expected.get(name), (name, row["properties"])
+            if row[name] is not None:
+                seen.add(name)
+    assert {"user_properties", "content_type", "correlation_data", "response_topic"} <= seen
+    publishes = spark.read.parquet(str(out)).where("type = 'PUBLISH'").collect()
+    for row in publishes:
+        if row["payload_sha256"] is not None and row["payload"] is not None:
+            assert hashlib.sha256(row["payload"]).hexdigest() == row["payload_sha256"]
+        if row["topic_alias"] is None:
+            assert row["resolved_topic"] == row["topic"]
+    assert sum(r["payload"] is not None for r in publishes) >= 0.9 * len(publishes)
 
 
 def _hard_capture(tmp_path: Path) -> tuple[Path, Path]:
