@@ -7,8 +7,10 @@
     df.writeStream.format("mqtt").option("url", ...).option("checkpointLocation", ...).start()
 
 Columns: `topic` string, `payload` binary (a string column is written as UTF-8), `qos` int, `retain` boolean,
-`properties` string (5.0 properties as `mqtt dump` writes them: the JSON text of `[[name, value], ...]`, null
-on a 3.1.1 connection), and when reading also `dup` boolean and `timestamp` (when the message arrived).
+`properties` string (5.0 properties as `mqtt sub --json` and `mqtt dump --json` write them: the JSON text of an
+object named as Properties' attributes, `user_properties` a list of `[key, value]`; null on a 3.1.1 connection;
+writing also takes the `[[name, value], ...]` list of earlier versions), and when reading also `dup` boolean
+and `timestamp` (when the message arrived).
 
 Options (names are case-insensitive):
 
@@ -90,15 +92,33 @@ def register(spark: Any) -> None:
 
 
 def properties_to_json(props: Properties) -> str:
-    return _compact(props.as_list())
+    return _compact(props.as_json())
+
+
+# The object's names for the repeatable properties, and the property each item of their lists is.
+_LISTED = {"user_properties": "user_property", "subscription_identifiers": "subscription_identifier"}
 
 
 def properties_from_json(text: str | None) -> Properties:
-    """`[[name, value], ...]` as `mqtt dump` writes it (bytes as hex, user properties as pairs) -> Properties."""
+    """The JSON object `mqtt sub --json` writes (Properties.as_json(); bytes as hex) -> Properties; the
+    `[[name, value], ...]` list of earlier versions is read too."""
     if not text:
         return Properties()
+    parsed = json.loads(text)
+    if isinstance(parsed, dict):
+        pairs: list[tuple[str, Any]] = []
+        for name, value in parsed.items():
+            single = _LISTED.get(name)
+            if single is None:
+                pairs.append((name, value))
+            elif isinstance(value, list):
+                pairs.extend((single, item) for item in value)
+            else:
+                raise ValueError(f"MQTT 5.0 property {name!r} must be a list")
+    else:
+        pairs = [(name, value) for name, value in parsed]
     items = []
-    for name, value in json.loads(text):
+    for name, value in pairs:
         spec = PROPERTY_BY_NAME.get(name)
         if spec is None:
             raise ValueError(f"unknown MQTT 5.0 property {name!r}")

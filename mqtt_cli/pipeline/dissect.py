@@ -28,6 +28,7 @@ from mqtt_cli.capture.errors import CaptureError
 from mqtt_cli.capture.frames import decode_frame, reverse_flow
 from mqtt_cli.capture.records import format_ts
 from mqtt_cli.core.packets import Publish
+from mqtt_cli.core.properties import properties_json
 
 from .schema import DUMP_COLUMNS, END_SEQ, JSON_COLUMNS, PROPERTY_COLUMNS, SEQ_SHIFT, arrow_schema
 from .splits import Window, read_window
@@ -198,7 +199,9 @@ class _Rows:
             if name not in present:
                 arrays.append(pa.nulls(len(recs), field.type))
             elif name in JSON_COLUMNS:
-                arrays.append(pa.array([None if (v := r.get(name)) is None else _compact(v) for r in recs], field.type))
+                # The JSON object `mqtt dump --json` writes (Properties' attribute names), not the records' pairs.
+                texts = [None if (v := r.get(name)) is None else _compact(_as_object(v)) for r in recs]
+                arrays.append(pa.array(texts, field.type))
             else:
                 arrays.append(pa.array([r.get(name) for r in recs], field.type))
         for name, values in zip(_OWN_NAMES, self.own, strict=True):
@@ -219,6 +222,10 @@ _OWN_NAMES = (
     "resolved_topic", "payload",
 )  # fmt: skip
 _REPEATED = {"user_property": "user_properties", "subscription_identifier": "subscription_identifiers"}
+
+
+def _as_object(props: Any) -> Any:
+    return properties_json(props) if isinstance(props, list) else props
 
 
 def _named_properties(props: Any) -> dict[str, Any]:

@@ -27,14 +27,15 @@ def recorded_columns(broker: str, client_id: str | None) -> list[Any]:
     from pyspark.sql import functions as F
 
     micros = F.expr("unix_micros(timestamp)")
-    # The 5.0 properties, `[[name, value], ...]` as mqtt dump writes them, as the table's typed columns.
-    pairs = "from_json(properties, 'array<array<string>>')"
+    # The 5.0 properties (the data source's JSON object, named as Properties' attributes) as typed columns.
+    fields = (
+        "topic_alias:int,payload_format_indicator:int,message_expiry_interval:bigint,content_type:string,"
+        "response_topic:string,correlation_data:string,subscription_identifiers:array<bigint>,"
+        "user_properties:array<array<string>>"
+    )
 
     def prop(name: str) -> Any:
-        return F.expr(f"try_element_at(filter({pairs}, x -> x[0] = '{name}'), 1)[1]")
-
-    def props(name: str) -> Any:
-        return F.expr(f"transform(filter({pairs}, x -> x[0] = '{name}'), x -> x[1])")
+        return F.expr(f"from_json(properties, 'struct<{fields}>').{name}")
 
     known: dict[str, Any] = {
         "ts": F.concat(
@@ -64,8 +65,8 @@ def recorded_columns(broker: str, client_id: str | None) -> list[Any]:
         "content_type": prop("content_type"),
         "response_topic": prop("response_topic"),
         "correlation_data": F.unhex(prop("correlation_data")),
-        "subscription_identifiers": props("subscription_identifier"),
-        "user_properties": F.transform(props("user_property"), lambda v: F.from_json(v, "array<string>")),
+        "subscription_identifiers": prop("subscription_identifiers"),
+        "user_properties": prop("user_properties"),
         "capture_file": F.lit(broker),
         "conn_key": F.lit(f"{client_id or 'mqtt analyze record'} -> {broker}"),
         "direction": F.lit("to_client"),

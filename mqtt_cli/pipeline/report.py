@@ -80,8 +80,10 @@ _LATENCY_STEPS = {
     "qos2_total": ("qos = 2 AND t1 = 'PUBREC' AND t2 = 'PUBREL' AND t3 = 'PUBCOMP'", "(ts3 - ts_ns) / 1e6"),
 }
 
+# The properties' JSON text is an object (`mqtt dump --json`); tables written before 0.2 hold a [[name, value]] list.
 _SERVER_KEEP_ALIVE = (
-    "CAST(try_element_at(filter(from_json(properties, 'array<array<string>>'), x -> x[0] = 'server_keep_alive'), 1)[1]"
+    "CAST(coalesce(get_json_object(properties, '$.server_keep_alive'), "
+    "try_element_at(filter(from_json(properties, 'array<array<string>>'), x -> x[0] = 'server_keep_alive'), 1)[1])"
     " AS INT)"
 )
 

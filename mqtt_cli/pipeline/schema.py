@@ -2,9 +2,8 @@
 name, and columns of our own.
 
 Types follow the JSON: numbers are integers, `ts` stays the exact decimal string `mqtt dump` writes, lists of
-strings and integers are arrays. `properties` and `will_properties` (lists of `[name, value]` whose values are
-integers, strings or pairs) are kept as their compact JSON text, exactly as `mqtt dump --json` writes them:
-Spark SQL reads them with `from_json(properties, 'array<array<string>>')` or `get_json_object`.
+strings and integers are arrays. `properties` and `will_properties` are kept as the compact JSON text of the
+object `mqtt dump --json` writes (Properties' attribute names): Spark SQL reads them with `get_json_object`.
 
 Columns of our own:
 
