@@ -32,6 +32,7 @@ def on_terminal(args: list[str], answers: list[str]) -> tuple[int, str]:
         os.execv(sys.executable, [sys.executable, "-m", "mqtt_cli", "passwd", *args])
     shown = b""
     pending = list(answers)
+    given = 0
     deadline = time.monotonic() + DEADLINE
     while time.monotonic() < deadline:
         ready, _, _ = select.select([fd], [], [], 0.1)
@@ -43,9 +44,18 @@ def on_terminal(args: list[str], answers: list[str]) -> tuple[int, str]:
             if not chunk:
                 break
             shown += chunk
-            if pending and shown.rstrip().endswith(b":"):
+            # One answer per prompt, once it is shown: an answer typed before getpass has turned echo off is
+            # flushed by it (TCSAFLUSH), and the command would wait for it for ever.
+            if pending and shown.lower().count(b"password:") > given and shown.rstrip().endswith(b":"):
                 os.write(fd, pending.pop(0).encode() + b"\n")
-    _, status = os.waitpid(pid, 0)
+                given += 1
+    end = time.monotonic() + 5  # it may close the terminal a moment before it exits
+    while (waited := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < end:
+        time.sleep(0.02)
+    status = waited[1]
+    if waited[0] == 0:  # still running: it waits for input that is not coming
+        os.kill(pid, 9)
+        _, status = os.waitpid(pid, 0)
     os.close(fd)
     return os.waitstatus_to_exitcode(status), shown.decode(errors="replace")
 
