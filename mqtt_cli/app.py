@@ -34,7 +34,6 @@ Exit codes: 0 success, 1 runtime error, 2 usage error, 130 interrupted.
 _CLIENT = {"help_option_names": ["--help"]}
 COMMANDS: dict[str, tuple[str, dict[str, Any]]] = {
     "serve": ("serve:serve", {}),
-    "passwd": ("passwd:passwd", {"no_args_is_help": True}),
     "pub": ("pub:pub", {"context_settings": _CLIENT}),
     "sub": ("sub:sub", {"context_settings": _CLIENT}),
     "rr": ("rr:rr", {"context_settings": _CLIENT}),
@@ -42,6 +41,7 @@ COMMANDS: dict[str, tuple[str, dict[str, Any]]] = {
     "dump": ("dump:dump", {"no_args_is_help": True}),
     "analyze": ("analyze:app", {}),  # a typer app of its own: analyze ingest/report/record (pyspark, lazily)
     "bench": ("bench:bench", {"context_settings": _CLIENT}),
+    "passwd": ("passwd:passwd", {"no_args_is_help": True}),
     "config": ("config:app", {}),  # a typer app of its own: config set/show/list
     "completions": ("completions:completions", {"no_args_is_help": True}),
 }
