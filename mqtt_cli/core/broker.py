@@ -173,7 +173,7 @@ class BrokerCore:
         self._clock = now  # the latest time given by the network layer (for _send, which is not given one)
         self._topics_ok: set[str] = set()  # topics and filters that passed _topic_problem (bounded)
         self._views: dict[str, AclView] = {}  # client id -> its ACL, while its session lasts (auth hook)
-        self.load = LoadAverages()  # $SYS/broker/load/..., updated with $SYS
+        self.load = LoadAverages(now)  # $SYS/broker/load/..., updated with $SYS
 
     # --- the network layer's entry points ------------------------------------------------------------------
 

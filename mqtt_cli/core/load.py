@@ -17,20 +17,14 @@ LOAD_WINDOWS = {"1min": 60.0, "5min": 300.0, "15min": 900.0}
 
 @dataclass(slots=True)
 class LoadAverages:
-    """Smoothed rates of named counters. `update` takes the counters' values now; `averages` what to publish."""
+    """Smoothed rates of named counters. `update` takes the counters' values now; `topics` what to publish."""
 
-    last: float | None = None
+    last: float  # when the counters were last given (at first: the start, every counter at 0)
     values: dict[str, int] = field(default_factory=dict)
     current: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def update(self, counters: dict[str, int], now: float) -> None:
-        if self.last is None or now <= self.last:
-            if self.last is None:
-                self.last = now
-                self.values = dict(counters)
-                for name in counters:
-                    for window in LOAD_WINDOWS:
-                        self.current[(name, window)] = 0.0
+        if now <= self.last:
             return
         elapsed = now - self.last
         for name, value in counters.items():
