@@ -590,6 +590,9 @@ class BrokerServer:
         changes = []
         callbacks = (self.options.on_notice, self.options.on_listening)
         old_broker = self.options.broker
+        if options.metrics != self.options.metrics:  # its socket is the start's: kept, and the log says so
+            changes.append("metrics.listen changed: takes effect at the next start")
+            options.metrics = self.options.metrics
         self.options = options
         options.on_notice = options.on_notice or callbacks[0]
         options.on_listening = options.on_listening or callbacks[1]

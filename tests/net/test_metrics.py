@@ -145,3 +145,18 @@ def test_process_figures_are_this_process() -> None:
         assert process_figures().open_fds == p.open_fds + 1
     assert 0 < p.start_time_seconds <= time.time()
     assert p.cpu_seconds > 0
+
+
+async def test_reload_keeps_the_endpoint() -> None:
+    listeners = [parse_listen_url("mqtt://127.0.0.1:0")]
+    server = BrokerServer(ServeOptions(listeners=listeners, metrics=MetricsAddress("127.0.0.1", 0)))
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            stop = trio.Event()
+            await nursery.start(server.run, stop)
+            where = server.metrics_bound
+            assert where is not None
+            changes = await server.reload(ServeOptions(listeners=listeners, metrics=MetricsAddress("127.0.0.1", 1)))
+            assert "metrics.listen changed: takes effect at the next start" in changes
+            assert (await http(where, get("/readyz")))[0] == 200
+            stop.set()
