@@ -172,3 +172,33 @@ def test_sys_topics_as_mosquitto_publishes_them(ours_metrics: Broker, tmp_path: 
     assert ours["$SYS/broker/uptime"].endswith(" seconds")
     assert float(ours["$SYS/broker/load/publish/received/1min"]) > 0, {k: v for k, v in ours.items() if "load" in k}
     assert int(ours["$SYS/broker/publish/bytes/received"]) >= 10  # "m0".."m4"
+
+
+def test_refused_logins_are_counted_by_reason(tmp_path: Path) -> None:
+    passwords = tmp_path / "passwords"
+    subprocess.run(["mosquitto_passwd", "-b", "-c", str(passwords), "alice", "right"], check=True, timeout=30)
+    broker = start_ours(tmp_path / "ours", "--password-file", str(passwords), "--metrics-listen", f"{HOST}:0")
+    try:
+        for version in ("mqttv311", "mqttv5"):
+            wrong = subprocess.run(
+                ["mosquitto_pub", "-h", HOST, "-p", str(broker.port), "-V", version, "-u", "alice", "-P", "wrong",
+                 "-t", "t", "-m", "x"],
+                capture_output=True, timeout=30,
+            )  # fmt: skip
+            assert wrong.returncode != 0
+        anonymous = subprocess.run(["mosquitto_pub", "-h", HOST, "-p", str(broker.port), "-t", "t", "-m", "x"],
+                                   capture_output=True, timeout=30)  # fmt: skip
+        assert anonymous.returncode != 0
+        publish_ok = subprocess.run(
+            ["mosquitto_pub", "-h", HOST, "-p", str(broker.port), "-u", "alice", "-P", "right", "-t", "t", "-m", "x"],
+            capture_output=True, timeout=30,
+        )  # fmt: skip
+        assert publish_ok.returncode == 0, publish_ok.stderr
+        text = fetch(metrics_url(broker) + "/metrics")[1]
+    finally:
+        broker.stop()
+    pattern = r'(?m)^mqtt_broker_connects_refused_total\{reason="(\w+)"\} (\S+)$'
+    refused = {m.group(1): float(m.group(2)) for m in re.finditer(pattern, text)}
+    # Every failed login is refused "not authorized" (5.0 0x87, 3.1.1 5), as mosquitto 2.0 answers them.
+    assert {k: v for k, v in refused.items() if v} == {"not_authorized": 3}, refused
+    assert value(text, "mqtt_broker_connects_accepted_total") == 1
