@@ -21,12 +21,14 @@ from .conftest import start_ours
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
-PROMETHEUS = shutil.which("prometheus")
-PROMTOOL = shutil.which("promtool")
-needs_prometheus = pytest.mark.skipif(
-    PROMETHEUS is None or PROMTOOL is None,
-    reason="Debian's prometheus package is not installed (scripts/install-system-deps.sh installs it)",
-)
+
+def prometheus_tool(name: str) -> str:
+    """promtool or prometheus; a missing one fails the test (never a skip counted as a pass)."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail("Debian's prometheus package is not installed (scripts/install-system-deps.sh installs it)")
+    return path
+
 
 # mosquitto 2.0 has them only when built with memory tracking; Python has no such figure (docs/broker.md).
 NO_COUNTERPART = {"$SYS/broker/heap/current", "$SYS/broker/heap/maximum"}
@@ -68,13 +70,12 @@ def value(text: str, name: str, labels: str = "") -> float:
     return float(found.group(1))
 
 
-@needs_prometheus
 def test_promtool_accepts_the_metrics(ours_metrics: Broker) -> None:
+    promtool = prometheus_tool("promtool")
     publish(ours_metrics, "promtool/check", 3, 1)
     status, text = fetch(metrics_url(ours_metrics) + "/metrics")
     assert status == 200
-    assert PROMTOOL is not None
-    check = subprocess.run([PROMTOOL, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30)
+    check = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30)
     # promtool lints as well as parses: any line it prints (a missing HELP, a bad unit suffix...) is a failure.
     assert check.returncode == 0 and check.stdout == b"" and check.stderr == b"", check.stdout + check.stderr
     assert value(text, "mqtt_broker_publish_received_total", 'qos="1"') >= 3
@@ -82,8 +83,8 @@ def test_promtool_accepts_the_metrics(ours_metrics: Broker) -> None:
     assert fetch(metrics_url(ours_metrics) + "/readyz") == (200, "ready\n")
 
 
-@needs_prometheus
 def test_prometheus_scrapes_what_the_broker_counted(ours_metrics: Broker, tmp_path: Path) -> None:
+    prometheus = prometheus_tool("prometheus")
     target = urllib.parse.urlsplit(metrics_url(ours_metrics)).netloc
     config = tmp_path / "prometheus.yml"
     config.write_text(
@@ -92,9 +93,8 @@ def test_prometheus_scrapes_what_the_broker_counted(ours_metrics: Broker, tmp_pa
     )
     port = free_port()
     log = (tmp_path / "prometheus.log").open("wb")
-    assert PROMETHEUS is not None
     proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
          f"--web.listen-address={HOST}:{port}"],
         stdout=log, stderr=log, stdin=subprocess.DEVNULL,
     )  # fmt: skip
