@@ -2,6 +2,11 @@
 
     .venv/bin/python benchmarks/broker.py [--reps 3] [--count 200000] [--conns 10000] [--only fanin,fanout,lat,conns]
     .venv/bin/python benchmarks/broker.py --acl [--reps 3] [--count 100000]
+    .venv/bin/python benchmarks/broker.py --metrics [--reps 5] [--count 200000]
+
+--metrics: fan-in QoS 0, 64 B, our broker with the metrics endpoint on and scraped every second (GET /metrics
+with Prometheus's Accept header, from this process) against the same broker with it off, runs interleaved; the
+issue's target is a ratio of at least 0.98.
 
 --acl: fan-in (1 publisher to 1 subscriber on bench/#) and fan-out (1 publisher to 10 subscribers), QoS 1, 64 B,
 each broker with an ACL of 1,000 `pattern` lines (999 that match nothing the load generator publishes, and
@@ -174,6 +179,86 @@ def acl_mode(args: argparse.Namespace, work: Path) -> int:
     return 0
 
 
+def _start(label: str, port: int, cmd: list[str]) -> subprocess.Popen[bytes]:
+    import socket
+
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise SystemExit(f"benchmarks/broker.py: {label} did not start") from None
+            time.sleep(0.1)
+
+
+def metrics_mode(args: argparse.Namespace, work: Path) -> int:
+    """Fan-in QoS 0 with the metrics endpoint on (scraped every second) and off; prints medians and the ratio."""
+    import signal
+    import threading
+    import urllib.request
+
+    metrics_port = 18876
+    serve = [
+        "taskset", "-c", "0", sys.executable, "-m", "mqtt_cli", "serve", "--max-queued-messages", "0",
+        "--max-inflight", "0", "--sys-interval", "0",
+    ]  # fmt: skip
+    targets = {
+        "metrics off": (18874, [*serve, "--port", "18874"]),
+        "metrics on": (18875, [*serve, "--port", "18875", "--metrics-listen", f"127.0.0.1:{metrics_port}"]),
+    }
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    rows: list[dict[str, object]] = []
+    stop = threading.Event()
+    scrapes = [0]
+
+    def scrape() -> None:
+        accept = {"Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"}
+        while not stop.wait(1.0):
+            request = urllib.request.Request(f"http://127.0.0.1:{metrics_port}/metrics", headers=accept)
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                answer.read()
+            scrapes[0] += 1
+
+    scraper = threading.Thread(target=scrape, daemon=True)
+    try:
+        for label, (port, cmd) in targets.items():
+            procs[label] = _start(label, port, cmd)
+        scraper.start()
+        labels = list(targets)
+        for rep_no in range(args.reps):
+            for k in range(len(labels)):
+                label = labels[(k + rep_no) % len(labels)]
+                port = targets[label][0]
+                cmd = ["taskset", "-c", "1", str(work / "bench" / "mqttload"), "thru", "--fanin", "--pubs", "1",
+                       "--subs", "1", "--qos", "0", "--size", "64", "--count", str(args.count), "--timeout", "300",
+                       "--port", str(port), "--broker-pid", str(procs[label].pid)]  # fmt: skip
+                out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
+                row = json.loads(out.splitlines()[-1]) if out else {"error": "no output"}
+                row.update(label=label, rep=rep_no + 1, test="fanin-qos0-metrics")
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr)
+    finally:
+        stop.set()
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+                proc.wait(10)
+    out_path = ROOT / "benchmarks" / "results" / f"broker-metrics-{time.strftime('%Y-%m-%d')}.jsonl"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with out_path.open("a") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    med = {lb: median([r for r in rows if r["label"] == lb], "delivered_per_s") for lb in targets}
+    off, on = med["metrics off"], med["metrics on"]
+    print(f"fan-in QoS 0, 64 B: metrics off {off:,.0f}/s, on (scraped every 1 s, {scrapes[0]} scrapes) {on:,.0f}/s, "
+          f"ratio {on / off:.3f} (target >= 0.98)")  # fmt: skip
+    print(f"raw results: {out_path}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=3)
@@ -181,6 +266,7 @@ def main() -> int:
     parser.add_argument("--conns", type=int, default=10_000)
     parser.add_argument("--only", default="fanin,fanout,lat,conns")
     parser.add_argument("--acl", action="store_true", help="QoS 1 fan-in/fan-out with 1,000 ACL patterns vs none")
+    parser.add_argument("--metrics", action="store_true", help="fan-in QoS 0 with the metrics endpoint scraped vs off")
     args = parser.parse_args()
     if not (BENCH / "matrix.sh").exists():
         print(f"benchmarks/broker.py: {BENCH} is missing (the shared load generator)", file=sys.stderr)
@@ -190,6 +276,8 @@ def main() -> int:
     subprocess.run(["make", "-s", "-C", str(work / "bench"), "mqttload"], check=True)
     if args.acl:
         return acl_mode(args, work)
+    if args.metrics:
+        return metrics_mode(args, work)
     conf = work / "mosquitto.conf"
     conf.write_text((BENCH / "mosquitto.conf").read_text().replace("listener 1883", "listener 18860"))
     ours = (

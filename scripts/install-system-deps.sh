@@ -9,6 +9,7 @@
 #   systemd, logrotate            tests of docs/broker.md's unit (systemd-analyze verify) and logrotate snippet
 #   chromium                      browser tests: MQTT.js against our ws:// listener; the HTML report looked at
 #   nodejs, npm                   npm installs MQTT.js for that test (Makefile's web-deps), when there is no npm
+#   prometheus                    promtool checks `mqtt serve`'s /metrics, and a real Prometheus server scrapes it
 #
 # As root (with apt-get): installs what is missing with one `apt-get update` first, and keeps the
 # services of the brokers it installed from starting (and stops/disables them should they start anyway):
@@ -35,6 +36,7 @@ have logrotate || missing+=(logrotate)
 have chromium || missing+=(chromium)
 { have node || have nodejs; } || missing+=(nodejs)
 have npm || missing+=(npm)
+have promtool || missing+=(prometheus)
 # Debian's python3 has venv but ensurepip only with python3-venv; only apt can help Debian's python.
 if [ "$(command -v "$python" 2>/dev/null)" = /usr/bin/python3 ] || [ "$python" = /usr/bin/python3 ]; then
     /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
@@ -91,6 +93,7 @@ for pkg in "${missing[@]}"; do
     case $pkg in
         mosquitto) stop_service mosquitto mosquitto ;;
         rabbitmq-server) stop_service rabbitmq-server rabbitmq ;;
+        prometheus) stop_service prometheus prometheus ;;
     esac
 done
 

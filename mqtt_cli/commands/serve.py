@@ -84,6 +84,13 @@ def serve(
     ready_file: Annotated[
         Path | None, typer.Option(help="Write the bound listeners there (JSON) once listening.")
     ] = None,
+    metrics_listen: Annotated[
+        str | None,
+        typer.Option(
+            help="Serve GET /metrics (Prometheus), /healthz and /readyz over HTTP at HOST:PORT (0: any free port; "
+            "the ready file tells which). Replaces the file's [metrics] listen.",
+        ),
+    ] = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Log connections too (--log-level info).", rich_help_panel=LOG)
     ] = False,
@@ -210,7 +217,7 @@ def serve(
     import trio
 
     from mqtt_cli import version_text
-    from mqtt_cli.core.config import BrokerSettings, ConfigError, override, override_listeners
+    from mqtt_cli.core.config import BrokerSettings, ConfigError, override, override_listeners, parse_metrics_address
     from mqtt_cli.net.config import ConfigSource, FileProblem, toml_text, writable
     from mqtt_cli.net.log import BrokerLog, LogError
     from mqtt_cli.net.server import Listener, ServerError
@@ -220,6 +227,11 @@ def serve(
         fail("give --config or --mosquitto-conf, not both", EXIT_USAGE)
     source = ConfigSource(config or mosquitto_conf, mosquitto=mosquitto_conf is not None,
                           ignore_unsupported=ignore_unsupported)  # fmt: skip
+    if metrics_listen is not None:
+        try:
+            parse_metrics_address(metrics_listen)
+        except ValueError as exc:
+            fail(f"command line: --metrics-listen: {exc}", EXIT_USAGE)
     urls = list(listen or [])
     if not urls and (host is not None or port is not None):
         address = host or "127.0.0.1"
@@ -242,6 +254,7 @@ def serve(
             "max_topic_levels": max_topic_levels, "reason_strings": reason_strings or None,
         })  # fmt: skip
         settings = override(settings, "sys", {"interval": sys_interval})
+        settings = override(settings, "metrics", {"listen": metrics_listen})
         settings = override(settings, "auth", {
             "password_file": _str(password_file), "acl_file": _str(acl_file), "allow_anonymous": allow_anonymous,
             "use_identity_as_username": use_identity_as_username or None,

@@ -20,6 +20,7 @@ from .auth import AuthPolicy, CertificateIdentity, authenticate
 from .codec import encode
 from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
 from .flows import FlowState
+from .load import LoadAverages
 from .packets import (
     Auth,
     ConnAck,
@@ -38,7 +39,7 @@ from .packets import (
     Unsubscribe,
 )
 from .properties import EMPTY_PROPERTIES, Properties
-from .reasons import REASONS_BY_PACKET, SERVER_ONLY_DISCONNECT_REASONS, v3_connack_code
+from .reasons import REASONS_BY_PACKET, SERVER_ONLY_DISCONNECT_REASONS, reason_name, v3_connack_code
 from .records import replace
 from .retained import RetainedStore
 from .server import ServerConnection
@@ -81,19 +82,54 @@ class BrokerConfig:
     reason_strings: bool = False
 
 
+def _by_qos() -> list[int]:
+    return [0, 0, 0]
+
+
 @dataclass(slots=True)
 class BrokerStats:
+    """The broker's counters, the one source of $SYS and of the metrics endpoint (core/metrics.py). Only
+    increments on paths that run anyway; sums and gauges are worked out when asked for."""
+
     started: float = 0.0
-    clients_total: int = 0
+    sockets_total: int = 0  # connections opened (CONNECT or not)
+    clients_total: int = 0  # CONNECTs accepted
     clients_maximum: int = 0
+    sessions_expired: int = 0  # sessions ended by their expiry interval while disconnected
     messages_received: int = 0  # every packet, as mosquitto counts
     messages_sent: int = 0
-    publish_received: int = 0
-    publish_sent: int = 0
     bytes_received: int = 0
     bytes_sent: int = 0
-    publish_dropped: int = 0  # lost to a queue or buffer limit, or too large for the client
+    # PUBLISH by QoS (index 0..2); bytes are payload bytes, as mosquitto's $SYS/broker/publish/bytes/...
+    publish_received_qos: list[int] = field(default_factory=_by_qos)
+    publish_received_bytes_qos: list[int] = field(default_factory=_by_qos)
+    publish_sent_qos: list[int] = field(default_factory=_by_qos)
+    publish_sent_bytes_qos: list[int] = field(default_factory=_by_qos)
+    # Messages lost, by why: a full queue, QoS 0 to a client whose buffer is full, over the client's maximum
+    # packet size, expired before delivery, and QoS 0 that matched no subscription.
+    dropped_queue_full: int = 0
+    dropped_buffer_full: int = 0
+    dropped_too_large: int = 0
     expired: int = 0
+    dropped_no_subscriber: int = 0
+    refused: dict[str, int] = field(default_factory=dict)  # CONNECTs refused, by reason (snake_case name)
+    rejected: dict[int, int] = field(default_factory=dict)  # PUBLISHes not taken (ACL, size...), by reason code
+
+    @property
+    def publish_received(self) -> int:
+        return sum(self.publish_received_qos)
+
+    @property
+    def publish_sent(self) -> int:
+        return sum(self.publish_sent_qos)
+
+    @property
+    def publish_dropped(self) -> int:
+        """As $SYS/broker/publish/messages/dropped: lost to a queue or buffer limit, or too large for the client."""
+        return self.dropped_queue_full + self.dropped_buffer_full + self.dropped_too_large
+
+    def count_refused(self, reason: str) -> None:
+        self.refused[reason] = self.refused.get(reason, 0) + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +173,7 @@ class BrokerCore:
         self._clock = now  # the latest time given by the network layer (for _send, which is not given one)
         self._topics_ok: set[str] = set()  # topics and filters that passed _topic_problem (bounded)
         self._views: dict[str, AclView] = {}  # client id -> its ACL, while its session lasts (auth hook)
+        self.load = LoadAverages(now)  # $SYS/broker/load/..., updated with $SYS
 
     # --- the network layer's entry points ------------------------------------------------------------------
 
@@ -153,6 +190,7 @@ class BrokerCore:
         policy (None: no checks) and its TLS client certificate."""
         conn = ServerConnection(peer, now, self.config.max_packet_size or None, policy, certificate, versions)
         self.connections.add(conn)
+        self.stats.sockets_total += 1
         return conn
 
     def receive(self, conn: ServerConnection, data: bytes, now: float) -> None:
@@ -240,6 +278,7 @@ class BrokerCore:
                 session.will_at = None
                 self._publish_will(session, now)
             elif timer.kind == "expire" and session.expires_at == timer.when:
+                self.stats.sessions_expired += 1
                 self._end_session(session, now)
         if self._next_sys is not None and now >= self._next_sys:
             self._publish_sys(now)
@@ -292,7 +331,7 @@ class BrokerCore:
             level = err.details.get("protocol_level", 0)
             if err.details.get("protocol_name") not in ("MQTT", "MQIsdp"):
                 # Not MQTT at all [MQTT-3.1.2-1]: closed without an answer in any version's format (mosquitto).
-                self._close(conn, now, reason=None, detail=str(err), refused=True)
+                self._close(conn, now, reason=None, detail=str(err), refused="not_mqtt")
                 return
             if level >= 5:
                 conn.version = 5
@@ -300,7 +339,7 @@ class BrokerCore:
             else:
                 conn.version = 4
                 self._send(conn, ConnAck(False, 1))
-            self._close(conn, now, reason=None, detail=str(err), refused=True)
+            self._close(conn, now, reason=None, detail=str(err), refused="unsupported_protocol_version")
             return
         if err.reason_code == 0x8F and isinstance(packet, Subscribe | Unsubscribe):
             # Not a topic filter at all (a misplaced wildcard, an empty filter, a broken $share/): a malformed
@@ -315,7 +354,7 @@ class BrokerCore:
             if conn.version == 5 and err.reason_code in REASONS_BY_PACKET[2] and self.config.reason_strings:
                 # The CONNACK is a MAY (5.0 3.1.4, 4.13); mosquitto closes without one.
                 self._send(conn, ConnAck(False, err.reason_code, Properties(reason_string=str(err)[:200])))
-            self._close(conn, now, reason=None, detail=str(err), refused=True)
+            self._close(conn, now, reason=None, detail=str(err), refused=refusal_name(err.reason_code or 0x81))
             return
         if err.packet_type in _SERVER_TO_CLIENT_ONLY:
             # Its type alone breaks the protocol: that is the error to report, before whatever its body breaks.
@@ -532,12 +571,14 @@ class BrokerCore:
     def _refuse(self, conn: ServerConnection, reason_v5: int, detail: str, now: float) -> None:
         code = reason_v5 if conn.version == 5 else v3_connack_code(reason_v5)
         self._send(conn, ConnAck(False, code))
-        self._close(conn, now, reason=None, detail=detail, refused=True)
+        self._close(conn, now, reason=None, detail=detail, refused=refusal_name(reason_v5))
 
     # --- PUBLISH and its flows --------------------------------------------------------------------------------
 
     def _on_publish(self, conn: ServerConnection, p: Publish, now: float) -> None:
-        self.stats.publish_received += 1
+        stats = self.stats
+        stats.publish_received_qos[p.qos] += 1
+        stats.publish_received_bytes_qos[p.qos] += len(p.payload)
         topic = p.topic
         props = p.properties
         if props.items:  # 5.0 only: the codec refuses properties before
@@ -596,6 +637,8 @@ class BrokerCore:
             self._write(conn, b"\x50\x02" + p.packet_id.to_bytes(2, "big"))  # type: ignore[union-attr]
         message = Message(topic, p.payload, qos, p.retain, props, conn.client_id, now)
         matched = self._route(message, now)
+        if not matched and not qos:
+            stats.dropped_no_subscriber += 1
         if qos == 1:
             # PUBACK written directly: the short form is the same in every version.
             pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
@@ -608,6 +651,7 @@ class BrokerCore:
         """A PUBLISH not taken, the connection kept: acknowledged so the client's flow ends (3.x: as if taken, as
         mosquitto does); 5.0 is told why in PUBACK / PUBREC."""
         self.notices.append(Notice("dropped", conn.client_id, conn.peer, detail))
+        self.stats.rejected[reason] = self.stats.rejected.get(reason, 0) + 1
         qos = p.qos
         if qos:
             pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
@@ -727,7 +771,7 @@ class BrokerCore:
             if qos:
                 self._enqueue(session, Delivery(message, qos, retain, sids))
             else:
-                self.stats.publish_dropped += 1
+                self.stats.dropped_buffer_full += 1
                 session.dropped += 1
             return
         if qos and (session.queue or not session.outgoing.window_open):
@@ -771,17 +815,19 @@ class BrokerCore:
             # 3.1.2.11.4: a packet over the client's maximum is not sent, as if it had been delivered.
             if pid is not None:
                 session.outgoing.discard(pid)
-            self.stats.publish_dropped += 1
+            self.stats.dropped_too_large += 1
             session.dropped += 1
             return
         if new_alias:
             aliases[message.topic] = new_alias  # type: ignore[index]  # only once the client has it
-        self.stats.publish_sent += 1
+        stats = self.stats
+        stats.publish_sent_qos[qos] += 1
+        stats.publish_sent_bytes_qos[qos] += len(message.payload)
         self._write(conn, data)
 
     def _enqueue(self, session: Session, delivery: Delivery) -> None:
         if session.enqueue(delivery, self.limits) is not None:
-            self.stats.publish_dropped += 1
+            self.stats.dropped_queue_full += 1
 
     def _pump(self, session: Session, now: float) -> None:
         """Sends queued deliveries while the client's window and our buffer allow."""
@@ -930,11 +976,14 @@ class BrokerCore:
     # --- closing, wills, session ends -------------------------------------------------------------------------
 
     def _close(
-        self, conn: ServerConnection, now: float, *, reason: int | None, detail: str, refused: bool = False
+        self, conn: ServerConnection, now: float, *, reason: int | None, detail: str, refused: str | None = None
     ) -> None:
-        """Ends a connection: 5.0 DISCONNECT with `reason` when there is one, then the session is detached."""
+        """Ends a connection: 5.0 DISCONNECT with `reason` when there is one, then the session is detached.
+        `refused`: a CONNECT refused, why (counted by that name)."""
         if conn.closed:
             return
+        if refused is not None:
+            self.stats.count_refused(refused)
         if reason is not None and conn.connected and conn.version == 5 and reason in REASONS_BY_PACKET[14]:
             why = Properties(reason_string=detail[:200]) if detail and self.config.reason_strings else EMPTY_PROPERTIES
             self._send(conn, Disconnect(reason, why))
@@ -1013,7 +1062,7 @@ class BrokerCore:
             session = conn.session
             if session is not None and packet.packet_id is not None:
                 session.outgoing.discard(packet.packet_id)
-            self.stats.publish_dropped += 1
+            self.stats.dropped_too_large += 1
             return None
         props = getattr(packet, "properties", None)
         if props is not None and props.items:
@@ -1036,34 +1085,80 @@ class BrokerCore:
 
     # --- $SYS ---------------------------------------------------------------------------------------------------
 
+    def queued(self) -> tuple[int, int]:
+        """Messages queued for sessions (beyond their in-flight windows), and their payload bytes."""
+        count = size = 0
+        for session in self.sessions.values():
+            if session.queue:
+                count += len(session.queue)
+                size += sum(len(d.message.payload) for d in session.queue)
+        return count, size
+
+    def shared_subscriptions(self) -> int:
+        return sum(flt[:7] == "$share/" for s in self.sessions.values() for flt in s.subscriptions)
+
+    def load_counters(self) -> dict[str, int]:
+        """What $SYS/broker/load/NAME/... averages, by NAME (mosquitto's names)."""
+        s = self.stats
+        return {
+            "messages/received": s.messages_received,
+            "messages/sent": s.messages_sent,
+            "publish/dropped": s.publish_dropped,
+            "publish/received": s.publish_received,
+            "publish/sent": s.publish_sent,
+            "bytes/received": s.bytes_received,
+            "bytes/sent": s.bytes_sent,
+            "sockets": s.sockets_total,
+            "connections": s.clients_total,
+        }
+
     def sys_figures(self, now: float) -> dict[str, str]:
+        """The $SYS/broker/... topics and their values, mosquitto 2.0's names (its heap/... has no counterpart in
+        Python: the metrics endpoint gives the process's resident memory instead)."""
         s = self.stats
         connected = self.connected
-        return {
+        queued, queued_bytes = self.queued()
+        figures = {
             "$SYS/broker/version": self.config.version,
             "$SYS/broker/uptime": f"{int(now - s.started)} seconds",
             "$SYS/broker/clients/connected": str(connected),
             "$SYS/broker/clients/disconnected": str(len(self.sessions) - connected),
             "$SYS/broker/clients/total": str(len(self.sessions)),
             "$SYS/broker/clients/maximum": str(s.clients_maximum),
+            "$SYS/broker/clients/active": str(connected),  # mosquitto's older names, still published by 2.0
+            "$SYS/broker/clients/inactive": str(len(self.sessions) - connected),
+            "$SYS/broker/clients/expired": str(s.sessions_expired),
             "$SYS/broker/messages/received": str(s.messages_received),
             "$SYS/broker/messages/sent": str(s.messages_sent),
+            "$SYS/broker/messages/stored": str(queued),
             "$SYS/broker/publish/messages/received": str(s.publish_received),
             "$SYS/broker/publish/messages/sent": str(s.publish_sent),
             "$SYS/broker/publish/messages/dropped": str(s.publish_dropped),
+            "$SYS/broker/publish/bytes/received": str(sum(s.publish_received_bytes_qos)),
+            "$SYS/broker/publish/bytes/sent": str(sum(s.publish_sent_bytes_qos)),
             "$SYS/broker/bytes/received": str(s.bytes_received),
             "$SYS/broker/bytes/sent": str(s.bytes_sent),
             "$SYS/broker/subscriptions/count": str(len(self.subscriptions)),
+            "$SYS/broker/shared_subscriptions/count": str(self.shared_subscriptions()),
             "$SYS/broker/retained messages/count": str(len(self.retained)),
-            "$SYS/broker/store/messages/count": str(sum(len(x.queue) for x in self.sessions.values())),
+            "$SYS/broker/store/messages/count": str(queued),
+            "$SYS/broker/store/messages/bytes": str(queued_bytes),
         }
+        figures.update(self.load.topics())
+        return figures
 
     def _publish_sys(self, now: float) -> None:
+        self.load.update(self.load_counters(), now)
         for topic, value in self.sys_figures(now).items():
             old = self.retained.get(topic)
             if old is not None and old.payload == value.encode():
                 continue  # unchanged: no traffic, as mosquitto
             self._route(Message(topic, value.encode(), 0, True, EMPTY_PROPERTIES, None, now), now)
+
+
+def refusal_name(code: int) -> str:
+    """A CONNACK reason code's name as a metric label: "Bad User Name or Password" -> bad_user_name_or_password."""
+    return "_".join("".join(c if c.isalnum() else " " for c in reason_name(code, 2).lower()).split())
 
 
 def _merge(targets: dict[str, tuple[int, bool, tuple[int, ...]]], client_id: str, opts: SubscriptionOptions) -> None:

@@ -6,7 +6,7 @@ back a table for tomli-w, and `translate_mosquitto` takes mosquitto.conf text (a
 
 Every section is a frozen record whose fields are the keys: the field's type and `metadata` (range, help)
 are the schema, so checking, `--print-config` and the documentation's key list come from one definition.
-Sections later issues fill (`[persistence]`, `[[bridge]]`, `[metrics]`) are reserved: named, and refused
+Sections later issues fill (`[persistence]`, `[[bridge]]`) are reserved: named, and refused
 with the issue that brings them, never silently ignored.
 """
 
@@ -32,6 +32,8 @@ __all__ = [
     "LogFormat",
     "LogLevel",
     "LogSettings",
+    "MetricsAddress",
+    "MetricsSettings",
     "ProtocolVersion",
     "Scheme",
     "SysSettings",
@@ -41,6 +43,7 @@ __all__ = [
     "listener_from_url",
     "load_config",
     "parse_listener_url",
+    "parse_metrics_address",
     "to_table",
     "translate_mosquitto",
 ]
@@ -291,8 +294,46 @@ class SysSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricsAddress:
+    """Where the metrics endpoint listens (or listens now: its real port)."""
+
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
+def parse_metrics_address(text: str) -> MetricsAddress:
+    """`HOST:PORT` or `[V6]:PORT` (port 0: any free one); ValueError saying what is wrong."""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or "/" in text:
+        raise ValueError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:9883)")
+    if not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{text!r}: the port must be a number from 0 to 65535")
+    return MetricsAddress(host, int(port))
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    """`[metrics]`: the HTTP endpoint for monitoring systems (GET /metrics, /healthz, /readyz)."""
+
+    listen: str | None = field(
+        default=None, metadata=_key("HOST:PORT of the HTTP endpoint, e.g. 127.0.0.1:9883 (port 0: any free port)")
+    )
+
+    def __post_init__(self) -> None:
+        if self.listen is not None:
+            parse_metrics_address(self.listen)
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerSettings:
-    """The whole file: `[[listener]]`, `[limits]`, `[auth]`, `[log]`, `[sys]`."""
+    """The whole file: `[[listener]]`, `[limits]`, `[auth]`, `[log]`, `[sys]`, `[metrics]`."""
 
     listener: tuple[ListenerSettings, ...] = field(
         default=(ListenerSettings("mqtt://127.0.0.1:1883"),), metadata=_key("the listeners")
@@ -301,10 +342,11 @@ class BrokerSettings:
     auth: AuthSettings = field(default_factory=AuthSettings, metadata=_key("authentication and ACL"))
     log: LogSettings = field(default_factory=LogSettings, metadata=_key("logging"))
     sys: SysSettings = field(default_factory=SysSettings, metadata=_key("$SYS topics"))
+    metrics: MetricsSettings = field(default_factory=MetricsSettings, metadata=_key("metrics and health endpoint"))
 
 
 #: Sections later issues add: named so that a file using them is told when, not "unknown section".
-RESERVED_SECTIONS = {"persistence": "#18", "bridge": "#19", "metrics": "#19"}
+RESERVED_SECTIONS = {"persistence": "#18", "bridge": "#19"}
 
 
 # --- checking a table against the records --------------------------------------------------------------------

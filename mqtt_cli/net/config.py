@@ -24,6 +24,7 @@ from mqtt_cli.core.config import (
     check,
     include_dirs,
     load_config,
+    parse_metrics_address,
     to_table,
     translate_mosquitto,
 )
@@ -167,6 +168,7 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
         ),
         max_connections=limits.max_connections,
         auth=broker_policy,
+        metrics=None if settings.metrics.listen is None else parse_metrics_address(settings.metrics.listen),
     )
     for i, spec in enumerate(listeners):
         try:

@@ -32,8 +32,17 @@ from mqtt_cli.core.auth import (
     unsafe_listener_error,
 )
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice
-from mqtt_cli.core.config import ALL_VERSIONS, ListenerSettings, Scheme, listener_from_url, parse_listener_url
+from mqtt_cli.core.config import (
+    ALL_VERSIONS,
+    ListenerSettings,
+    MetricsAddress,
+    Scheme,
+    listener_from_url,
+    parse_listener_url,
+)
+from mqtt_cli.core.metrics import ConnectedClients
 from mqtt_cli.core.server import ServerConnection
+from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
 from mqtt_cli.net.websocket import CloseReason, HandshakeRefused, WebSocketStream
 
 __all__ = [
@@ -152,6 +161,7 @@ class ServeOptions:
     on_notice: Callable[[Notice], None] | None = None
     on_listening: Callable[[list[Listener]], None] | None = None
     auth: AuthPolicy = OPEN_POLICY  # for listeners without their own (allow_anonymous None: decided per listener)
+    metrics: MetricsAddress | None = None  # the HTTP endpoint for monitoring (net/metrics.py)
 
     def default_tls(self) -> ListenerTLS:
         return ListenerTLS(self.tls_cert, self.tls_key, self.tls_cafile, self.require_certificate)
@@ -253,6 +263,8 @@ class BrokerServer:
         self._ticker_wake = trio.Event()
         self._nursery: trio.Nursery | None = None  # where writers run; set by run() (or a test)
         self._stopping = False
+        self.ready = False  # listeners bound (GET /readyz)
+        self.metrics_bound: MetricsAddress | None = None
 
     @property
     def bound(self) -> list[Listener]:
@@ -544,7 +556,7 @@ class BrokerServer:
 
     def _listening_changed(self) -> None:
         if self.options.ready_file is not None:
-            _write_ready_file(self.options.ready_file, self.bound)
+            _write_ready_file(self.options.ready_file, self.bound, self.metrics_bound)
 
     async def reload(self, options: ServeOptions) -> list[str]:
         """Applies a new configuration, or raises ServerError and changes nothing; returns what changed.
@@ -578,6 +590,9 @@ class BrokerServer:
         changes = []
         callbacks = (self.options.on_notice, self.options.on_listening)
         old_broker = self.options.broker
+        if options.metrics != self.options.metrics:  # its socket is the start's: kept, and the log says so
+            changes.append("metrics.listen changed: takes effect at the next start")
+            options.metrics = self.options.metrics
         self.options = options
         options.on_notice = options.on_notice or callbacks[0]
         options.on_listening = options.on_listening or callbacks[1]
@@ -610,7 +625,30 @@ class BrokerServer:
     # --- running --------------------------------------------------------------------------------------------
 
     async def run(self, stop: trio.Event, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Listens and serves until `stop` is set, then shuts down gracefully."""
+        """Listens and serves until `stop` is set, then shuts down gracefully. The metrics endpoint, when asked
+        for, answers from before the listeners are bound (/readyz: 503) to after they are closed."""
+        source = MetricsSource(lambda: self.core, lambda: self.ready, self.connected_clients)
+        address = self.options.metrics
+        sockets = None
+        if address is not None:
+            try:
+                sockets = await bind_metrics(address)
+            except OSError as exc:
+                raise ServerError(f"metrics endpoint {address.host}:{address.port}: {exc.strerror or exc}") from None
+        async with open_metrics(sockets, source) as self.metrics_bound:
+            await self._run(stop, task_status)
+
+    def connected_clients(self) -> list[ConnectedClients]:
+        """Connected clients by listener and protocol level (the metrics endpoint's gauge)."""
+        counts: dict[tuple[str, int], int] = {}
+        for lst in self.listeners:
+            where = lst.bound[0].url if lst.bound else lst.spec.url
+            for conn in lst.connections:
+                if conn.connected and not conn.closed:
+                    counts[(where, conn.version)] = counts.get((where, conn.version), 0) + 1
+        return [ConnectedClients(url, level, n) for (url, level), n in sorted(counts.items())]
+
+    async def _run(self, stop: trio.Event, task_status: Any) -> None:
         opts = self.options
         for spec in opts.listeners:
             listener_policy(opts, spec)  # one that must not start: refused before any socket is opened
@@ -627,6 +665,7 @@ class BrokerServer:
                 self._nursery = nursery
                 for listener in opened:
                     self._start(listener)
+                self.ready = True
                 self._listening_changed()
                 if opts.on_listening is not None:
                     opts.on_listening(self.bound)
@@ -758,8 +797,10 @@ def _ready_entry(b: Listener) -> dict[str, Any]:
     return entry
 
 
-def _write_ready_file(path: Path, bound: list[Listener]) -> None:
-    data = {"listeners": [_ready_entry(b) for b in bound]}
+def _write_ready_file(path: Path, bound: list[Listener], metrics: MetricsAddress | None = None) -> None:
+    data: dict[str, Any] = {"listeners": [_ready_entry(b) for b in bound]}
+    if metrics is not None:
+        data["metrics"] = {"url": metrics.url, "host": metrics.host, "port": metrics.port}
     tmp = path.with_name(path.name + ".tmp")
     try:
         tmp.write_text(json.dumps(data) + "\n")

@@ -130,7 +130,9 @@ interval = 2.5
         ({"lsitener": []}, "lsitener: unknown key; did you mean 'listener'? known at the top level: listener, limits"),
         ({"persistence": {"file": "x"}}, "broker.toml: [persistence] is not supported yet (issue #18)"),
         ({"bridge": [{}]}, "[bridge] is not supported yet (issue #19)"),
-        ({"metrics": {}}, "[metrics] is not supported yet (issue #19)"),
+        ({"metrics": {"listen": "9883"}}, "metrics: '9883' is not HOST:PORT (e.g. 127.0.0.1:9883)"),
+        ({"metrics": {"listen": "127.0.0.1:99999"}}, "metrics: '127.0.0.1:99999': the port must be a number"),
+        ({"metrics": {"lisen": "x"}}, "metrics.lisen: unknown key; did you mean 'listen'?"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_key(table: dict[str, object], expected: str) -> None:
