@@ -167,6 +167,7 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
         ),
         max_connections=limits.max_connections,
         auth=broker_policy,
+        persistence=settings.persistence,
     )
     for i, spec in enumerate(listeners):
         try:
