@@ -111,7 +111,7 @@ class Store:
             _check(db)
         except (sqlite3.Error, OSError, _Unreadable) as exc:
             raise StoreError(f"persistence: {path}: {getattr(exc, 'strerror', None) or exc}") from None
-        warning = f"persistence: {path} cannot be read ({why}); moved to {aside}, starting with nothing restored"
+        warning = f"{path} cannot be read ({why}); moved to {aside}, starting with nothing restored"
         store = cls(path, db, now, warning)
         return store, store.load(now)
 
