@@ -165,6 +165,14 @@ def serve(
             rich_help_panel=LIMITS,
         ),
     ] = False,
+    persistence: Annotated[
+        Path | None,
+        typer.Option(
+            help="Keep retained messages, persistent sessions and their queued messages in this SQLite file "
+            "(created if missing): what was acknowledged survives a restart, even kill -9. Default: nothing kept.",
+            rich_help_panel=FILES,
+        ),
+    ] = None,
     sys_interval: Annotated[
         float | None, typer.Option(help="Seconds between $SYS updates (0: none; default 10).", rich_help_panel=LIMITS)
     ] = None,
@@ -255,6 +263,7 @@ def serve(
         })  # fmt: skip
         settings = override(settings, "sys", {"interval": sys_interval})
         settings = override(settings, "metrics", {"listen": metrics_listen})
+        settings = override(settings, "persistence", {"path": _str(persistence)})
         settings = override(settings, "auth", {
             "password_file": _str(password_file), "acl_file": _str(acl_file), "allow_anonymous": allow_anonymous,
             "use_identity_as_username": use_identity_as_username or None,

@@ -38,6 +38,16 @@ from .packets import (
     UnsubAck,
     Unsubscribe,
 )
+from .persistence import (
+    Change,
+    DeliveryAdded,
+    DeliveryDone,
+    RetainedCleared,
+    RetainedSet,
+    SessionRemoved,
+    SessionSaved,
+    StoredSession,
+)
 from .properties import EMPTY_PROPERTIES, Properties
 from .reasons import REASONS_BY_PACKET, SERVER_ONLY_DISCONNECT_REASONS, reason_name, v3_connack_code
 from .records import replace
@@ -174,6 +184,66 @@ class BrokerCore:
         self._topics_ok: set[str] = set()  # topics and filters that passed _topic_problem (bounded)
         self._views: dict[str, AclView] = {}  # client id -> its ACL, while its session lasts (auth hook)
         self.load = LoadAverages(now)  # $SYS/broker/load/..., updated with $SYS
+        # Persistence (core/persistence.py): None while off, so the hot paths pay one None check. When on, what
+        # is to be stored, and the acknowledgements that must wait for the commit holding it (conn, bytes).
+        self.changes: list[Change] | None = None
+        self.held: list[tuple[ServerConnection, bytes]] = []
+        self._row = 0  # the last delivery row handed out
+
+    # --- persistence ----------------------------------------------------------------------------------------
+
+    def enable_persistence(self) -> None:
+        """From now on, changes worth keeping go to `changes`, and PUBACK/PUBREC to `held` (see persistence)."""
+        if self.changes is None:
+            self.changes = []
+
+    def restore(self, sessions: Iterable[StoredSession], retained: Iterable[Message], now: float) -> None:
+        """What the store kept, before any connection: retained messages, and sessions with their
+        subscriptions and the deliveries not yet acknowledged (those that were in flight go first again, as new
+        sends). A session whose client was connected when the broker stopped starts its expiry now."""
+        for message in retained:
+            self.retained.set(message.topic, message)
+        for stored in sessions:
+            session = Session(stored.client_id, stored.version)
+            session.expiry_interval = stored.expiry_interval
+            session.expires_at = stored.expires_at
+            if session.expires_at is None and session.expiry_interval != NEVER_EXPIRES:
+                session.expires_at = now + session.expiry_interval
+            if session.expires_at is not None:
+                self._schedule(session.expires_at, "expire", session.client_id)
+            for flt, opts in stored.subscriptions:
+                self.subscriptions.add(flt, session.client_id, opts)
+                session.subscriptions[flt] = opts
+            if stored.deliveries:
+                queue: deque[Delivery] = deque()
+                for d in stored.deliveries:
+                    queue.append(Delivery(d.message, d.qos, d.retain, d.subscription_ids, d.row))
+                    session.queued_bytes += d.message.size
+                    self._row = max(self._row, d.row)
+                session.queue = queue
+            self.sessions[session.client_id] = session
+            self._save_session(session)
+
+    def release(self, held: list[tuple[ServerConnection, bytes]]) -> None:
+        """The commit holding what these acknowledgements promise is done: they go out (to open connections)."""
+        for conn, data in held:
+            if not conn.closed:
+                self._write(conn, data)
+
+    def _save_session(self, session: Session) -> None:
+        changes = self.changes
+        if changes is not None and session.expiry_interval:
+            subs = tuple(session.subscriptions.items())
+            changes.append(
+                SessionSaved(session.client_id, session.version, session.expiry_interval, session.expires_at, subs)
+            )
+
+    def _delivery_done(self, session: Session, packet_id: int) -> None:
+        rows = session.rows
+        if rows:
+            row = rows.pop(packet_id, 0)
+            if row and self.changes is not None:
+                self.changes.append(DeliveryDone(session.client_id, row))
 
     # --- the network layer's entry points ------------------------------------------------------------------
 
@@ -447,6 +517,11 @@ class BrokerCore:
         session.expiry_interval = expiry
         session.will = p.will
         session.connection = conn
+        if self.changes is not None:
+            if expiry:
+                self._save_session(session)
+            elif session_present:
+                self.changes.append(SessionRemoved(client_id))  # kept no longer than this connection
         self._attach_acl(conn, client_id)
         self.connected += 1
         conn.session = session
@@ -548,6 +623,7 @@ class BrokerCore:
             del session.subscriptions[flt]
             self.subscriptions.remove(flt, session.client_id)
             self.notices.append(Notice("unsubscribed", conn.client_id, conn.peer, f"{flt!r}: ACL after a reload"))
+            self._save_session(session)
 
     def _expire_inflight(self, session: Session, version: int, now: float) -> None:
         """Before re-sending after a reconnect (5.0 3.3.2.3.3): a PUBLISH carries the expiry interval it has left,
@@ -562,6 +638,7 @@ class BrokerCore:
             p = entry.publish
             if p.qos == 1 and message.expired(now):
                 outgoing.discard(p.packet_id)  # type: ignore[arg-type]
+                self._delivery_done(session, p.packet_id)  # type: ignore[arg-type]
                 self.stats.expired += 1
             elif version == 5:
                 remaining = max(0, int(message.expires_at - now + 0.999999))
@@ -633,8 +710,11 @@ class BrokerCore:
                 self._close(conn, now, reason=0x93, detail=f"receive maximum {limit} exceeded")
                 return
             # PUBREC first, 0x00 whether anyone subscribed or not, as mosquitto: the message is ours from here, and
-            # the publisher hears so before its own subscription (if any) hears the message.
-            self._write(conn, b"\x50\x02" + p.packet_id.to_bytes(2, "big"))  # type: ignore[union-attr]
+            # the publisher hears so before its own subscription (if any) hears the message. With persistence, it
+            # waits for the commit of what the message changed (held), as a PUBACK does.
+            pubrec = b"\x50\x02" + p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
+            if self.changes is None:
+                self._write(conn, pubrec)
         message = Message(topic, p.payload, qos, p.retain, props, conn.client_id, now)
         matched = self._route(message, now)
         if not matched and not qos:
@@ -643,9 +723,15 @@ class BrokerCore:
             # PUBACK written directly: the short form is the same in every version.
             pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
             if matched or conn.version < 5:
-                self._write(conn, b"\x40\x02" + pid)
+                ack = b"\x40\x02" + pid
             else:
-                self._write(conn, b"\x40\x03" + pid + b"\x10")  # no matching subscribers
+                ack = b"\x40\x03" + pid + b"\x10"  # no matching subscribers
+            if self.changes is None:
+                self._write(conn, ack)
+            else:
+                self.held.append((conn, ack))
+        elif qos == 2 and self.changes is not None:
+            self.held.append((conn, pubrec))
 
     def _drop_publish(self, conn: ServerConnection, p: Publish, reason: int, detail: str) -> None:
         """A PUBLISH not taken, the connection kept: acknowledged so the client's flow ends (3.x: as if taken, as
@@ -671,6 +757,9 @@ class BrokerCore:
         assert session is not None
         try:
             _, pubrel = session.outgoing.acknowledge(p)
+            if session.rows is not None and type(p) is not PubComp:
+                # The client has the message (PUBACK, or PUBREC for QoS 2): nothing more to re-send from the file.
+                self._delivery_done(session, p.packet_id)
         except RemoteProtocolError as err:
             if p.packet_id not in session.outgoing:
                 # An acknowledgement for nothing in flight (a client acknowledging twice, or after our restart)
@@ -700,6 +789,8 @@ class BrokerCore:
                 self.retained.set(topic, message)
             else:
                 self.retained.discard(topic)
+            if self.changes is not None and message.origin is not None:  # $SYS figures (origin None) are not kept
+                self.changes.append(RetainedSet(message) if message.payload else RetainedCleared(topic))
         entries = self.subscriptions.match(topic)
         if not entries:
             return False
@@ -761,23 +852,27 @@ class BrokerCore:
     def _deliver(
         self, session: Session, message: Message, qos: int, retain: bool, sids: tuple[int, ...], now: float
     ) -> None:
+        row = 0
+        if qos and self.changes is not None and session.expiry_interval:
+            self._row = row = self._row + 1
+            self.changes.append(DeliveryAdded(session.client_id, row, message, qos, retain, sids))
         conn = session.connection
         if conn is None or conn.closed:
             if qos:
-                self._enqueue(session, Delivery(message, qos, retain, sids))
+                self._enqueue(session, Delivery(message, qos, retain, sids, row))
             return
         if conn.wants_drain or len(conn.out) >= self.config.max_buffered_bytes:
             conn.wants_drain = True
             if qos:
-                self._enqueue(session, Delivery(message, qos, retain, sids))
+                self._enqueue(session, Delivery(message, qos, retain, sids, row))
             else:
                 self.stats.dropped_buffer_full += 1
                 session.dropped += 1
             return
         if qos and (session.queue or not session.outgoing.window_open):
-            self._enqueue(session, Delivery(message, qos, retain, sids))
+            self._enqueue(session, Delivery(message, qos, retain, sids, row))
             return
-        self._send_message(conn, session, message, qos, retain, sids, now)
+        self._send_message(conn, session, message, qos, retain, sids, now, row)
 
     def _send_message(
         self,
@@ -788,6 +883,7 @@ class BrokerCore:
         retain: bool,
         sids: tuple[int, ...],
         now: float,
+        row: int = 0,
     ) -> None:
         version = conn.version
         props = None
@@ -797,6 +893,10 @@ class BrokerCore:
         if qos:
             kept = (props or message.properties) if version == 5 else EMPTY_PROPERTIES  # 3.x has no properties
             pid = session.outgoing.send_fields(message.topic, message.payload, qos, retain, kept, message).packet_id
+            if row:
+                if session.rows is None:
+                    session.rows = {}
+                session.rows[pid] = row  # type: ignore[index]
         aliases = conn.aliases_out
         new_alias = 0
         if aliases is None:
@@ -815,6 +915,7 @@ class BrokerCore:
             # 3.1.2.11.4: a packet over the client's maximum is not sent, as if it had been delivered.
             if pid is not None:
                 session.outgoing.discard(pid)
+                self._delivery_done(session, pid)
             self.stats.dropped_too_large += 1
             session.dropped += 1
             return
@@ -826,8 +927,11 @@ class BrokerCore:
         self._write(conn, data)
 
     def _enqueue(self, session: Session, delivery: Delivery) -> None:
-        if session.enqueue(delivery, self.limits) is not None:
+        dropped = session.enqueue(delivery, self.limits)
+        if dropped is not None:
             self.stats.dropped_queue_full += 1
+            if dropped.row and self.changes is not None:
+                self.changes.append(DeliveryDone(session.client_id, dropped.row))
 
     def _pump(self, session: Session, now: float) -> None:
         """Sends queued deliveries while the client's window and our buffer allow."""
@@ -844,8 +948,10 @@ class BrokerCore:
             d = session.dequeue()
             if d.message.expired(now):
                 self.stats.expired += 1
+                if d.row and self.changes is not None:
+                    self.changes.append(DeliveryDone(session.client_id, d.row))
                 continue
-            self._send_message(conn, session, d.message, d.qos, d.retain, d.subscription_ids, now)
+            self._send_message(conn, session, d.message, d.qos, d.retain, d.subscription_ids, now, d.row)
 
     # --- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------------------------------------
 
@@ -911,6 +1017,7 @@ class BrokerCore:
                 if conn.acl is not None and not conn.acl.can_read(message.topic):
                     continue
                 retained.append((message, min(message.qos, sub.qos), True, (sid,) if sid else ()))
+        self._save_session(session)
         self._send(conn, SubAck(p.packet_id, tuple(codes)))
         for message, qos, retain, sids in retained:
             if message.expired(now):
@@ -930,6 +1037,7 @@ class BrokerCore:
             if existed:
                 self.subscriptions.remove(flt, session.client_id)
             codes.append(0x00 if existed else 0x11)
+        self._save_session(session)
         self._send(conn, UnsubAck(p.packet_id, tuple(codes) if conn.version == 5 else ()))
 
     def _on_pingreq(self, conn: ServerConnection, p: PingReq, now: float) -> None:
@@ -1006,9 +1114,11 @@ class BrokerCore:
                 self._publish_will(session, now)
         if session.expiry_interval == 0:
             self._end_session(session, now)
-        elif session.expiry_interval != NEVER_EXPIRES:
+            return
+        if session.expiry_interval != NEVER_EXPIRES:
             session.expires_at = now + session.expiry_interval
             self._schedule(session.expires_at, "expire", session.client_id)
+        self._save_session(session)
 
     def _end_session(self, session: Session, now: float) -> None:
         if session.will is not None and session.connection is None and session.will_at is not None:
@@ -1021,6 +1131,8 @@ class BrokerCore:
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
             self._views.pop(session.client_id, None)
+            if self.changes is not None:
+                self.changes.append(SessionRemoved(session.client_id))
 
     def _publish_will(self, session: Session, now: float) -> None:
         will = session.will
@@ -1062,6 +1174,7 @@ class BrokerCore:
             session = conn.session
             if session is not None and packet.packet_id is not None:
                 session.outgoing.discard(packet.packet_id)
+                self._delivery_done(session, packet.packet_id)
             self.stats.dropped_too_large += 1
             return None
         props = getattr(packet, "properties", None)

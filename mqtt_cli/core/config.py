@@ -6,7 +6,7 @@ back a table for tomli-w, and `translate_mosquitto` takes mosquitto.conf text (a
 
 Every section is a frozen record whose fields are the keys: the field's type and `metadata` (range, help)
 are the schema, so checking, `--print-config` and the documentation's key list come from one definition.
-Sections later issues fill (`[persistence]`, `[[bridge]]`) are reserved: named, and refused
+Sections later issues fill (`[[bridge]]`) are reserved: named, and refused
 with the issue that brings them, never silently ignored.
 """
 
@@ -34,8 +34,10 @@ __all__ = [
     "LogSettings",
     "MetricsAddress",
     "MetricsSettings",
+    "PersistenceSettings",
     "ProtocolVersion",
     "Scheme",
+    "SyncMode",
     "SysSettings",
     "Translation",
     "Unsupported",
@@ -78,6 +80,13 @@ class ProtocolVersion(StrEnum):
     def level(self) -> int:
         """The protocol level byte of CONNECT."""
         return {"3.1": 3, "3.1.1": 4, "5": 5}[self.value]
+
+
+class SyncMode(StrEnum):
+    """How hard a commit of the persistence database is pushed to disk (SQLite's `synchronous`)."""
+
+    normal = "normal"  # survives the broker being killed (kill -9): what was acknowledged is in the file
+    full = "full"  # also survives power loss and an OS crash: an fsync per commit group
 
 
 class LogFormat(StrEnum):
@@ -331,9 +340,18 @@ class MetricsSettings:
             parse_metrics_address(self.listen)
 
 
+class PersistenceSettings:
+    """`[persistence]`: what the broker acknowledged survives a restart (off while `path` is unset)."""
+
+    path: str | None = field(default=None, metadata=_key("database file (SQLite); unset: nothing is kept"))
+    synchronous: SyncMode = field(
+        default=SyncMode.normal, metadata=_key("normal: survives kill -9; full: also survives power loss")
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerSettings:
-    """The whole file: `[[listener]]`, `[limits]`, `[auth]`, `[log]`, `[sys]`, `[metrics]`."""
+    """The whole file: `[[listener]]`, `[limits]`, `[auth]`, `[log]`, `[sys]`, `[metrics]`, `[persistence]`."""
 
     listener: tuple[ListenerSettings, ...] = field(
         default=(ListenerSettings("mqtt://127.0.0.1:1883"),), metadata=_key("the listeners")
@@ -343,10 +361,13 @@ class BrokerSettings:
     log: LogSettings = field(default_factory=LogSettings, metadata=_key("logging"))
     sys: SysSettings = field(default_factory=SysSettings, metadata=_key("$SYS topics"))
     metrics: MetricsSettings = field(default_factory=MetricsSettings, metadata=_key("metrics and health endpoint"))
+    persistence: PersistenceSettings = field(
+        default_factory=PersistenceSettings, metadata=_key("what survives a restart")
+    )
 
 
 #: Sections later issues add: named so that a file using them is told when, not "unknown section".
-RESERVED_SECTIONS = {"persistence": "#18", "bridge": "#19"}
+RESERVED_SECTIONS = {"bridge": "#19"}
 
 
 # --- checking a table against the records --------------------------------------------------------------------
@@ -687,15 +708,11 @@ _BRIDGE_KEYS = frozenset(
         "username",
     ]
 )
-_PERSISTENCE_KEYS = frozenset(
-    [
-        "autosave_interval",
-        "autosave_on_changes",
-        "persistence_file",
-        "persistence_location",
-        "persistent_client_expiration",
-    ]
-)
+# Snapshot timing: this broker commits what it acknowledges, so there is no snapshot to time.
+_SNAPSHOT_KEYS = frozenset(["autosave_interval", "autosave_on_changes"])
+#: The database file when mosquitto.conf names none: not mosquitto's own `mosquitto.db`, whose format is not ours
+#: (a file we cannot read is moved aside, and a mosquitto.db beside ours should stay mosquitto's).
+DEFAULT_PERSISTENCE_FILE = "mqtt-cli.db"
 
 
 def translate_mosquitto(
@@ -717,6 +734,7 @@ class _Translator:
         self.auth: dict[str, Any] = {}
         self.log: dict[str, Any] = {}
         self.sys: dict[str, Any] = {}
+        self.persistence: dict[str, Any] = {}  # "_on", "_location", "_file" as mosquitto.conf gave them
         self.listeners: list[dict[str, Any]] = []  # each with "_port", "_address", "_protocol", "_domain"
         self.default: dict[str, Any] = {}  # settings given before any `listener` line (the default listener's)
         self.unsupported: list[Unsupported] = []
@@ -841,9 +859,18 @@ class _Translator:
             self.log["syslog_facility"] = f"local{n}"
             return True
         if key == "persistence":
-            return True if not _bool(value, key) else "persistence is not supported yet (issue #18)"
-        if key in _PERSISTENCE_KEYS:
-            return "persistence is not supported yet (issue #18)"
+            self.persistence["_on"] = _bool(value, key)
+            return True
+        if key == "persistence_location":
+            self.persistence["_location"] = value
+            return True
+        if key == "persistence_file":
+            if "/" in value:
+                return "persistence_file is a file name; give the directory with persistence_location"
+            self.persistence["_file"] = value
+            return True
+        if key in _SNAPSHOT_KEYS:
+            return True  # every acknowledged change is committed: stronger than any autosave setting
         return f"{key} is not supported"
 
     def _log_dest(self, value: str) -> bool | str:
@@ -891,8 +918,17 @@ class _Translator:
             auth=AuthSettings(**self.auth),
             log=log,
             sys=SysSettings(**self.sys),
+            persistence=_persistence_of(self.persistence),
         )
         return Translation(settings, tuple(self.unsupported))
+
+
+def _persistence_of(p: dict[str, Any]) -> PersistenceSettings:
+    if not p.get("_on"):
+        return PersistenceSettings()  # persistence_location without `persistence true` keeps nothing (mosquitto)
+    location = p.get("_location", "")
+    name = p.get("_file", DEFAULT_PERSISTENCE_FILE)
+    return PersistenceSettings(path=location.rstrip("/") + "/" + name if location else name)
 
 
 def _mosquitto_url(spec: dict[str, Any]) -> str:

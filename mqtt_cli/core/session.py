@@ -129,6 +129,7 @@ class Delivery:
     qos: int
     retain: bool
     subscription_ids: tuple[int, ...] = ()
+    row: int = 0  # its record in the persistence store (0: not stored)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +158,7 @@ class Session:
     will: Will | None = None
     will_at: float | None = None  # a delayed will pending since the connection closed
     connection: Any = None  # the ServerConnection while connected
+    rows: dict[int, int] | None = None  # persistence on: packet id in flight -> its delivery's stored row
 
     def enqueue(self, delivery: Delivery, limits: QueueLimits) -> Delivery | None:
         """Queues a delivery within the limits; returns the delivery dropped to respect them, if any."""

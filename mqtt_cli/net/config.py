@@ -169,6 +169,7 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
         max_connections=limits.max_connections,
         auth=broker_policy,
         metrics=None if settings.metrics.listen is None else parse_metrics_address(settings.metrics.listen),
+        persistence=settings.persistence,
     )
     for i, spec in enumerate(listeners):
         try:

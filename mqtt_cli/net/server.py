@@ -36,13 +36,16 @@ from mqtt_cli.core.config import (
     ALL_VERSIONS,
     ListenerSettings,
     MetricsAddress,
+    PersistenceSettings,
     Scheme,
     listener_from_url,
     parse_listener_url,
 )
 from mqtt_cli.core.metrics import ConnectedClients
+from mqtt_cli.core.persistence import Change
 from mqtt_cli.core.server import ServerConnection
 from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
+from mqtt_cli.net.store import Store, StoreError
 from mqtt_cli.net.websocket import CloseReason, HandshakeRefused, WebSocketStream
 
 __all__ = [
@@ -162,6 +165,7 @@ class ServeOptions:
     on_listening: Callable[[list[Listener]], None] | None = None
     auth: AuthPolicy = OPEN_POLICY  # for listeners without their own (allow_anonymous None: decided per listener)
     metrics: MetricsAddress | None = None  # the HTTP endpoint for monitoring (net/metrics.py)
+    persistence: PersistenceSettings = field(default_factory=PersistenceSettings)  # path None: nothing kept
 
     def default_tls(self) -> ListenerTLS:
         return ListenerTLS(self.tls_cert, self.tls_key, self.tls_cafile, self.require_certificate)
@@ -265,6 +269,11 @@ class BrokerServer:
         self._stopping = False
         self.ready = False  # listeners bound (GET /readyz)
         self.metrics_bound: MetricsAddress | None = None
+        # Persistence (net/store.py), when on: changes and held acknowledgements waiting for the next commit.
+        self._store: Store | None = None
+        self._to_commit: list[Change] = []
+        self._to_release: list[tuple[ServerConnection, bytes]] = []
+        self._commit_wake = trio.Event()
 
     @property
     def bound(self) -> list[Listener]:
@@ -281,6 +290,8 @@ class BrokerServer:
         does not take at once (a slow or busy subscriber) goes to a writer task, which exists while it has work.
         """
         core = self.core
+        if core.changes or core.held:
+            self._collect()
         while core.dirty:
             nursery = self._nursery
             assert nursery is not None
@@ -314,12 +325,89 @@ class BrokerServer:
                 if out or conn.close_requested:
                     net.writing = True
                     nursery.start_soon(self._writer, conn, net)
+        if core.changes or core.held:  # from core.drained() above
+            self._collect()
         if core.notices:
             report = self.options.on_notice
             while core.notices:
                 notice = core.notices.popleft()
                 if report is not None:
                     report(notice)
+
+    # --- persistence ------------------------------------------------------------------------------------------
+
+    def _collect(self) -> None:
+        """Takes what the core wants stored and the acknowledgements waiting for it, for the next commit."""
+        core = self.core
+        assert core.changes is not None
+        self._to_commit += core.changes
+        core.changes.clear()
+        self._to_release += core.held
+        core.held.clear()
+        self._commit_wake.set()
+
+    async def _committer(self) -> None:
+        """Commits in groups: whatever accumulated while the previous commit ran goes in one transaction; the
+        acknowledgements it held go out when it is done (never before: acknowledged means stored)."""
+        store = self._store
+        assert store is not None
+        while True:
+            await self._commit_wake.wait()
+            self._commit_wake = trio.Event()
+            while self._to_commit or self._to_release:
+                changes, held = self._to_commit, self._to_release
+                self._to_commit, self._to_release = [], []
+                if changes:
+                    try:
+                        await trio.to_thread.run_sync(store.commit, changes)
+                    except StoreError as exc:
+                        # Not stored, so not acknowledged: the publishers re-send after reconnecting.
+                        self._report(Notice("error", None, "-", f"{exc}; {len(held)} acknowledgements withheld"))
+                        continue
+                self.core.release(held)
+                self._flush()
+
+    def _commit_now(self) -> None:
+        """The last changes, at shutdown (in this thread: nothing else runs any more)."""
+        store = self._store
+        if store is None:
+            return
+        if self.core.changes or self.core.held:
+            self._collect()
+        changes, self._to_commit, self._to_release = self._to_commit, [], []
+        if changes:
+            try:
+                store.commit(changes)
+            except StoreError as exc:
+                self._report(Notice("error", None, "-", str(exc)))
+
+    def _report(self, notice: Notice) -> None:
+        report = self.options.on_notice
+        if report is not None:
+            report(notice)
+
+    async def _open_store(self) -> None:
+        """Opens the database and restores what it holds into the core, before any listener accepts."""
+        settings = self.options.persistence
+        if settings.path is None:
+            return
+        path = Path(settings.path)
+        now = trio.current_time()
+        try:
+            store, restored = await trio.to_thread.run_sync(Store.open, path, settings.synchronous, now)
+        except StoreError as exc:
+            raise ServerError(str(exc)) from None
+        if store.warning is not None:
+            self._report(Notice("persistence", None, "-", store.warning))
+        self._store = store
+        core = self.core
+        core.restore(restored.sessions, restored.retained, now)
+        core.enable_persistence()
+        if core.changes:  # sessions whose expiry starts now: their new time is written at once
+            self._to_commit += core.changes
+            core.changes.clear()
+            await trio.to_thread.run_sync(store.commit, self._to_commit)
+            self._to_commit = []
 
     async def _writer(self, conn: ServerConnection, net: _Conn, delay: float = 0.0) -> None:
         core = self.core
@@ -652,6 +740,7 @@ class BrokerServer:
         opts = self.options
         for spec in opts.listeners:
             listener_policy(opts, spec)  # one that must not start: refused before any socket is opened
+        await self._open_store()
         opened: list[OpenListener] = []
         try:
             for spec in opts.listeners:
@@ -659,6 +748,8 @@ class BrokerServer:
         except BaseException:
             for listener in opened:
                 await self._discard(listener)
+            if self._store is not None:
+                self._store.close()
             raise
         try:
             async with trio.open_nursery() as nursery:
@@ -670,6 +761,8 @@ class BrokerServer:
                 if opts.on_listening is not None:
                     opts.on_listening(self.bound)
                 nursery.start_soon(self._ticker)
+                if self._store is not None:
+                    nursery.start_soon(self._committer)
                 task_status.started(self)
                 await stop.wait()
                 for listener in self.listeners:  # no new connections while the others end
@@ -679,6 +772,9 @@ class BrokerServer:
         finally:
             for listener in self.listeners:
                 await self._discard(listener)
+            if self._store is not None:
+                self._commit_now()
+                self._store.close()
 
     @staticmethod
     async def _discard(listener: OpenListener) -> None:

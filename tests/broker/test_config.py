@@ -234,7 +234,7 @@ def test_example_file_is_a_valid_configuration() -> None:
             "broker.toml: limits.max_inflight: must be an integer from 0 to 65535",
         ),
         ("[limits\n", [], 2, "broker.toml: not valid TOML: "),
-        ("[persistence]\n", [], 2, "broker.toml: [persistence] is not supported yet (issue #18)"),
+        ('[persistence]\nsynchronous = "off"\n', [], 2, "broker.toml: persistence.synchronous: must be one of"),
         (
             '[[listener]]\nurl = "mqtts://127.0.0.1:0"\n',
             [],
@@ -290,14 +290,14 @@ def test_mosquitto_conf_refused_until_ignore_unsupported(tmp_path: Path, started
     port = free_port()
     conf = tmp_path / "mosquitto.conf"
     conf.write_text(
-        f"listener {port} {HOST}\nallow_anonymous true\npersistence true\nmax_keepalive 120\n"
+        f"listener {port} {HOST}\nallow_anonymous true\npersistent_client_expiration 1d\nmax_keepalive 120\n"
         "connection cloud\naddress mqtt.example.com:8883\ntopic sensors/# out 1\n"
     )
     done = serve_fails("--mosquitto-conf", str(conf))
     assert done.returncode == 2
     lines = done.stderr.splitlines()
     assert lines[:4] == [
-        f"mqtt: error: {conf}:3: 'persistence true': persistence is not supported yet (issue #18)",
+        f"mqtt: error: {conf}:3: 'persistent_client_expiration 1d': persistent_client_expiration is not supported",
         f"mqtt: error: {conf}:5: 'connection cloud': bridges are not supported yet (issue #19)",
         f"mqtt: error: {conf}:6: 'address mqtt.example.com:8883': bridges are not supported yet (issue #19)",
         f"mqtt: error: {conf}:7: 'topic sensors/# out 1': bridges are not supported yet (issue #19)",
@@ -310,7 +310,7 @@ def test_mosquitto_conf_refused_until_ignore_unsupported(tmp_path: Path, started
     printed = subprocess.run([*SERVE, "--mosquitto-conf", str(conf), "--print-config"], capture_output=True,
                              text=True, timeout=DEADLINE)  # fmt: skip
     assert printed.returncode == 0
-    assert printed.stdout.startswith(f"# not translated: {conf}:3: 'persistence true'")
+    assert printed.stdout.startswith(f"# not translated: {conf}:3: 'persistent_client_expiration 1d'")
     assert f'url = "mqtt://{HOST}:{port}"' in printed.stdout and "max_keepalive = 120" in printed.stdout
     broker = start(started, tmp_path / "run", "--mosquitto-conf", str(conf), "--ignore-unsupported")
     assert broker.wait_ready()[0]["port"] == port
@@ -599,17 +599,16 @@ def test_debian_default_mosquitto_conf(tmp_path: Path) -> None:
     done = serve_fails("--mosquitto-conf", str(conf))
     assert done.returncode == 2
     *named, summary = done.stderr.splitlines()
-    assert summary.endswith("3 lines cannot be honoured (listed above); remove them, or pass --ignore-unsupported "
+    assert summary.endswith("1 line cannot be honoured (listed above); remove them, or pass --ignore-unsupported "
                             "to run without them")  # fmt: skip
     assert [re.sub(r":(\d+): '([^']*)'.*", r" \2", line.removeprefix("mqtt: error: ")) for line in named] == [
         f"{conf} pid_file /run/mosquitto/mosquitto.pid",
-        f"{conf} persistence true",
-        f"{conf} persistence_location /var/lib/mosquitto/",
     ]
     printed = subprocess.run([*SERVE, "--mosquitto-conf", str(conf), "--print-config"], capture_output=True,
                              text=True, timeout=DEADLINE)  # fmt: skip
     assert printed.returncode == 0
     assert 'url = "mqtt://127.0.0.1:1883"' in printed.stdout  # no listener: local only, as mosquitto 2
+    assert 'path = "/var/lib/mosquitto/mqtt-cli.db"' in printed.stdout  # persistence true, beside mosquitto.db
     assert 'file = "/var/log/mosquitto/mosquitto.log"' in printed.stdout
 
 

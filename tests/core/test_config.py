@@ -18,8 +18,10 @@ from mqtt_cli.core.config import (
     ListenerSettings,
     LogFormat,
     LogLevel,
+    PersistenceSettings,
     ProtocolVersion,
     Scheme,
+    SyncMode,
     check,
     include_dirs,
     key_docs,
@@ -128,7 +130,11 @@ interval = 2.5
             "listener[0].versions[0]: must be one of '3.1', '3.1.1', '5', not '3'",
         ),
         ({"lsitener": []}, "lsitener: unknown key; did you mean 'listener'? known at the top level: listener, limits"),
-        ({"persistence": {"file": "x"}}, "broker.toml: [persistence] is not supported yet (issue #18)"),
+        (
+            {"persistence": {"file": "x"}},
+            "broker.toml: persistence.file: unknown key; known in [persistence]: path, synchronous",
+        ),
+        ({"persistence": {"synchronous": "off"}}, "broker.toml: persistence.synchronous: "),
         ({"bridge": [{}]}, "[bridge] is not supported yet (issue #19)"),
         ({"metrics": {"listen": "9883"}}, "metrics: '9883' is not HOST:PORT (e.g. 127.0.0.1:9883)"),
         ({"metrics": {"listen": "127.0.0.1:99999"}}, "metrics: '127.0.0.1:99999': the port must be a number"),
@@ -275,11 +281,12 @@ def test_mosquitto_per_listener_settings() -> None:
     assert s.log.level is LogLevel.warning
 
 
-def test_mosquitto_bridges_persistence_and_user_are_named_with_their_line() -> None:
+def test_mosquitto_bridges_and_user_are_named_with_their_line_persistence_honoured() -> None:
     s, unsupported = translate("bridge.conf")
     assert s.listener == (ListenerSettings("mqtt://127.0.0.1:1883"),)
     lines = dict(unsupported)
-    assert lines[4] == lines[5] == lines[6] == "persistence is not supported yet (issue #18)"
+    assert not {4, 5, 6} & set(lines)  # persistence, persistence_location, autosave_interval
+    assert s.persistence == PersistenceSettings(path="/var/lib/mosquitto/mqtt-cli.db")
     assert lines[7] == "pid_file is not supported"
     assert "start it as that user" in lines[8]
     assert [n for n, why in unsupported if "issue #19" in why] == [10, 11, 12, 13, 14, 15, 16]
@@ -349,16 +356,33 @@ def test_debian_example_with_every_option_uncommented() -> None:
                 "sys_interval", "per_listener_settings", "protocol", "require_certificate",
                 "use_identity_as_username", "use_subject_as_username", "log_dest", "log_type",
                 "connection_messages", "log_timestamp", "include_dir", "retain_available", "message_size_limit",
-                "max_topic_alias", "port", "bind_address", "persistence"}  # fmt: skip
+                "max_topic_alias", "port", "bind_address", "persistence", "persistence_file",
+                "persistence_location", "autosave_interval", "autosave_on_changes"}  # fmt: skip
     for number, line in enumerate(text.splitlines(), 1):
         if not line or line.startswith("#"):
             continue
         key, _, value = line.partition(" ")
         if key in honoured and value and "<" not in value:
             assert number not in named, line
-        elif key in {"connection", "address", "topic", "autosave_interval", "persistence_file", "pid_file"}:
+        elif key in {"connection", "address", "topic", "pid_file"}:
             assert number in named, line
     assert all(u.why for u in result.unsupported)
+
+
+def test_mosquitto_persistence_lines() -> None:
+    def path(text: str) -> str | None:
+        result = translate_mosquitto(text, "m.conf")
+        assert not result.unsupported
+        return result.settings.persistence.path
+
+    assert path("persistence false\npersistence_location /var/lib/x/\n") is None  # nothing kept, as mosquitto
+    assert path("persistence true\n") == "mqtt-cli.db"  # mosquitto: the working directory
+    assert path("persistence true\npersistence_location /d\npersistence_file b.db\n") == "/d/b.db"
+    bad = translate_mosquitto("persistence_file /x/b.db\n", "m.conf").unsupported
+    assert [u.why for u in bad] == ["persistence_file is a file name; give the directory with persistence_location"]
+    toml = load_config({"persistence": {"path": "/p.db", "synchronous": "full"}}, "b.toml").persistence
+    assert toml == PersistenceSettings("/p.db", SyncMode.full)
+    assert BrokerSettings().persistence.path is None  # off by default
 
 
 def test_certificate_identity_rules() -> None:

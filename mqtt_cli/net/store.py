@@ -1,0 +1,276 @@
+"""The broker's persistence: BrokerCore's change records (core/persistence.py) in an SQLite file.
+
+The standard library's sqlite3 in WAL mode: no new dependency, and a file users can inspect with `sqlite3`.
+`commit` writes a group of changes in one transaction (one fsync with `synchronous = full`, none with
+`normal`, whose WAL writes still survive a killed process); the server runs it in a worker thread and sends
+the acknowledgements the group held only once it returned. One commit runs at a time, so a burst of
+messages arriving during a commit goes into the next one: the busier the broker, the bigger the groups.
+
+Times: the core's clock is trio's (monotonic); the file holds wall-clock times, converted with the offset
+taken when the store is opened, so that expiry intervals go on counting across a restart.
+
+A file that cannot be read (not a database, corrupt, truncated, a newer schema) is moved aside with a time
+stamp and the broker starts empty: `Store.open` says so in its `warning`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mqtt_cli.core.config import SyncMode
+from mqtt_cli.core.errors import RemoteProtocolError
+from mqtt_cli.core.persistence import (
+    Change,
+    DeliveryAdded,
+    DeliveryDone,
+    RetainedCleared,
+    RetainedSet,
+    SessionRemoved,
+    SessionSaved,
+    StoredDelivery,
+    StoredSession,
+)
+from mqtt_cli.core.properties import decode_properties, encode_properties
+from mqtt_cli.core.session import Message, SubscriptionOptions
+
+__all__ = ["SCHEMA_VERSION", "Restored", "Store", "StoreError"]
+
+#: Bumped by any change of the tables below; an older file is migrated on open, a newer one moved aside.
+SCHEMA_VERSION = 1
+_PUBLISH = 3  # packet type whose properties a message keeps
+
+_SCHEMA = """
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+CREATE TABLE retained (
+    topic TEXT PRIMARY KEY, payload BLOB NOT NULL, qos INTEGER NOT NULL, properties BLOB NOT NULL,
+    origin TEXT, received_at REAL NOT NULL
+);
+CREATE TABLE sessions (
+    client_id TEXT PRIMARY KEY, version INTEGER NOT NULL, expiry_interval INTEGER NOT NULL, expires_at REAL
+);
+CREATE TABLE subscriptions (
+    client_id TEXT NOT NULL, filter TEXT NOT NULL, qos INTEGER NOT NULL, no_local INTEGER NOT NULL,
+    retain_as_published INTEGER NOT NULL, retain_handling INTEGER NOT NULL, identifier INTEGER,
+    PRIMARY KEY (client_id, filter)
+);
+CREATE TABLE deliveries (
+    row INTEGER PRIMARY KEY, client_id TEXT NOT NULL, topic TEXT NOT NULL, payload BLOB NOT NULL,
+    message_qos INTEGER NOT NULL, message_retain INTEGER NOT NULL, properties BLOB NOT NULL, origin TEXT,
+    received_at REAL NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, subscription_ids TEXT NOT NULL
+);
+CREATE INDEX deliveries_by_client ON deliveries (client_id, row);
+"""
+
+
+class StoreError(Exception):
+    """The database cannot be created or written (one line: the file and why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    sessions: list[StoredSession]
+    retained: list[Message]
+    removed_sessions: int  # expired while the broker was down: removed from the file
+
+
+class Store:
+    """One SQLite file. Not thread-safe: one call at a time (the server runs one commit at a time)."""
+
+    def __init__(self, path: Path, db: sqlite3.Connection, now: float, warning: str | None) -> None:
+        self.path = path
+        self._db = db
+        self._offset = time.time() - now  # core clock -> wall clock
+        self.warning = warning  # the one line to log when the file was moved aside
+
+    @classmethod
+    def open(cls, path: Path, synchronous: SyncMode, now: float) -> tuple[Store, Restored]:
+        """Opens (or creates) the file and reads what it holds; a file that cannot be read is moved aside and a
+        new one started (`warning` says so). StoreError when no file can be opened at all."""
+        db = None
+        try:
+            db = _connect(path, synchronous)
+            _check(db)
+            store = cls(path, db, now, None)
+            return store, store.load(now)
+        except (sqlite3.DatabaseError, _Unreadable) as exc:
+            if db is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    db.close()
+            why = str(exc)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"persistence: {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        try:
+            aside = _move_aside(path)
+            db = _connect(path, synchronous)
+            _check(db)
+        except (sqlite3.Error, OSError, _Unreadable) as exc:
+            raise StoreError(f"persistence: {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        warning = f"{path} cannot be read ({why}); moved to {aside}, starting with nothing restored"
+        store = cls(path, db, now, warning)
+        return store, store.load(now)
+
+    def load(self, now: float) -> Restored:
+        """What the file holds, in core times; expired sessions and retained messages are removed from it. A
+        file that fails here (corrupt pages found while reading) raises sqlite3.DatabaseError."""
+        db = self._db
+        wall = now + self._offset
+        with db:
+            gone = db.execute(
+                "SELECT client_id FROM sessions WHERE expires_at IS NOT NULL AND expires_at <= ?", (wall,)
+            ).fetchall()
+            for (client_id,) in gone:
+                _remove_session(db, client_id)
+            db.execute("DELETE FROM deliveries WHERE client_id NOT IN (SELECT client_id FROM sessions)")
+        retained = []
+        for topic, payload, qos, props, origin, received in db.execute("SELECT * FROM retained ORDER BY topic"):
+            message = self._message(topic, payload, qos, True, props, origin, received)
+            if message.expired(now):
+                with db:
+                    db.execute("DELETE FROM retained WHERE topic = ?", (topic,))
+                continue
+            retained.append(message)
+        subs: dict[str, list[tuple[str, SubscriptionOptions]]] = {}
+        for client_id, flt, qos, no_local, rap, rh, sid in db.execute(
+            "SELECT * FROM subscriptions ORDER BY client_id, filter"
+        ):
+            opts = SubscriptionOptions(qos, bool(no_local), bool(rap), rh, sid)
+            subs.setdefault(client_id, []).append((flt, opts))
+        deliveries: dict[str, list[StoredDelivery]] = {}
+        for row in db.execute("SELECT * FROM deliveries ORDER BY row"):
+            rid, client_id, topic, payload, mqos, mretain, props, origin, received, qos, retain, sids = row
+            message = self._message(topic, payload, mqos, bool(mretain), props, origin, received)
+            stored = StoredDelivery(rid, message, qos, bool(retain), tuple(json.loads(sids)))
+            deliveries.setdefault(client_id, []).append(stored)
+        sessions = [
+            StoredSession(
+                client_id,
+                version,
+                expiry,
+                None if expires is None else expires - self._offset,
+                tuple(subs.get(client_id, ())),
+                tuple(deliveries.get(client_id, ())),
+            )
+            for client_id, version, expiry, expires in db.execute("SELECT * FROM sessions ORDER BY client_id")
+        ]
+        return Restored(sessions, retained, len(gone))
+
+    def _message(
+        self, topic: str, payload: bytes, qos: int, retain: bool, props: bytes, origin: str | None, received: float
+    ) -> Message:
+        errors: list[RemoteProtocolError] = []
+        properties, _ = decode_properties(props, 0, len(props), _PUBLISH, errors)
+        if errors:
+            raise sqlite3.DatabaseError(f"stored message properties: {errors[0]}")
+        return Message(topic, bytes(payload), qos, retain, properties, origin, received - self._offset)
+
+    def commit(self, changes: list[Change]) -> None:
+        """Writes `changes` in one transaction (in order). Raises StoreError when the file cannot be written."""
+        db = self._db
+        off = self._offset
+        try:
+            with db:
+                for c in changes:
+                    kind = type(c)
+                    if kind is DeliveryAdded:
+                        m = c.message  # type: ignore[union-attr]
+                        db.execute(
+                            "INSERT OR REPLACE INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            (c.row, c.client_id, m.topic, m.payload, m.qos, m.retain,  # type: ignore[union-attr]
+                             encode_properties(m.properties, _PUBLISH), m.origin, m.received_at + off,
+                             c.qos, c.retain, json.dumps(c.subscription_ids)),  # type: ignore[union-attr]
+                        )  # fmt: skip
+                    elif kind is DeliveryDone:
+                        db.execute("DELETE FROM deliveries WHERE row = ?", (c.row,))  # type: ignore[union-attr]
+                    elif kind is RetainedSet:
+                        m = c.message  # type: ignore[union-attr]
+                        db.execute(
+                            "INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?, ?, ?)",
+                            (m.topic, m.payload, m.qos, encode_properties(m.properties, _PUBLISH), m.origin,
+                             m.received_at + off),
+                        )  # fmt: skip
+                    elif kind is RetainedCleared:
+                        db.execute("DELETE FROM retained WHERE topic = ?", (c.topic,))  # type: ignore[union-attr]
+                    elif kind is SessionSaved:
+                        _save_session(db, c, off)  # type: ignore[arg-type]
+                    elif kind is SessionRemoved:
+                        _remove_session(db, c.client_id)  # type: ignore[union-attr]
+        except sqlite3.Error as exc:
+            raise StoreError(f"persistence: {self.path}: {exc}") from None
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()
+
+
+class _Unreadable(Exception):
+    """This broker's file in a form it cannot restore from (a newer schema, not its tables)."""
+
+
+def _connect(path: Path, synchronous: SyncMode) -> sqlite3.Connection:
+    # check_same_thread off: trio's worker threads take turns, one commit at a time.
+    db = sqlite3.connect(path, check_same_thread=False)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute(f"PRAGMA synchronous = {synchronous.value.upper()}")
+    return db
+
+
+def _check(db: sqlite3.Connection) -> None:
+    """Creates the tables in an empty file; checks the version of a file that has them (_Unreadable if newer)."""
+    tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        with db:
+            db.executescript("BEGIN;" + _SCHEMA + f"INSERT INTO schema_version VALUES ({SCHEMA_VERSION}); COMMIT;")
+        return
+    if "schema_version" not in tables:
+        raise _Unreadable("no schema_version table: not this broker's file")
+    row = db.execute("SELECT version FROM schema_version").fetchone()
+    if row is None:
+        raise _Unreadable("an empty schema_version table")
+    if row[0] > SCHEMA_VERSION:
+        raise _Unreadable(f"schema version {row[0]}, newer than this broker's {SCHEMA_VERSION}")
+    # Reading every page now finds a corrupt or truncated file before anything is restored from it.
+    problem = db.execute("PRAGMA quick_check").fetchone()[0]
+    if problem != "ok":
+        raise _Unreadable(f"quick_check: {problem}")
+
+
+def _move_aside(path: Path) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    aside = path.with_name(f"{path.name}.unreadable-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.unreadable-{stamp}-{n}")
+    os.replace(path, aside)
+    for suffix in ("-wal", "-shm"):
+        extra = path.with_name(path.name + suffix)
+        if extra.exists():
+            os.replace(extra, aside.with_name(aside.name + suffix))
+    return aside
+
+
+def _save_session(db: sqlite3.Connection, c: SessionSaved, off: float) -> None:
+    expires = None if c.expires_at is None else c.expires_at + off
+    db.execute("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?)", (c.client_id, c.version, c.expiry_interval,
+                                                                        expires))  # fmt: skip
+    db.execute("DELETE FROM subscriptions WHERE client_id = ?", (c.client_id,))
+    db.executemany(
+        "INSERT INTO subscriptions VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (c.client_id, flt, o.qos, o.no_local, o.retain_as_published, o.retain_handling,
+             o.subscription_identifier)
+            for flt, o in c.subscriptions
+        ],
+    )  # fmt: skip
+
+
+def _remove_session(db: sqlite3.Connection, client_id: str) -> None:
+    db.execute("DELETE FROM sessions WHERE client_id = ?", (client_id,))
+    db.execute("DELETE FROM subscriptions WHERE client_id = ?", (client_id,))
+    db.execute("DELETE FROM deliveries WHERE client_id = ?", (client_id,))
