@@ -340,6 +340,7 @@ class MetricsSettings:
             parse_metrics_address(self.listen)
 
 
+@dataclass(frozen=True, slots=True)
 class PersistenceSettings:
     """`[persistence]`: what the broker acknowledged survives a restart (off while `path` is unset)."""
 
