@@ -261,9 +261,9 @@ def serve(
             "max_packet_size": max_packet_size, "max_connections": max_connections,
             "max_topic_levels": max_topic_levels, "reason_strings": reason_strings or None,
         })  # fmt: skip
-        settings = override(settings, "sys", {"interval": sys_interval})
-        settings = override(settings, "metrics", {"listen": metrics_listen})
-        settings = override(settings, "persistence", {"path": _str(persistence)})
+        settings = override(settings, "sys", {"interval": sys_interval}, {"interval": "--sys-interval"})
+        settings = override(settings, "metrics", {"listen": metrics_listen}, {"listen": "--metrics-listen"})
+        settings = override(settings, "persistence", {"path": _str(persistence)}, {"path": "--persistence"})
         settings = override(settings, "auth", {
             "password_file": _str(password_file), "acl_file": _str(acl_file), "allow_anonymous": allow_anonymous,
             "use_identity_as_username": use_identity_as_username or None,

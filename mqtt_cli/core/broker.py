@@ -116,12 +116,14 @@ class BrokerStats:
     publish_sent_qos: list[int] = field(default_factory=_by_qos)
     publish_sent_bytes_qos: list[int] = field(default_factory=_by_qos)
     # Messages lost, by why: a full queue, QoS 0 to a client whose buffer is full, over the client's maximum
-    # packet size, expired before delivery, and QoS 0 that matched no subscription.
+    # packet size, expired before delivery, QoS 0 that matched no subscription, and queued for a session whose
+    # ACL, applied when its client came back, no longer lets it read them (restored sessions, reloads).
     dropped_queue_full: int = 0
     dropped_buffer_full: int = 0
     dropped_too_large: int = 0
     expired: int = 0
     dropped_no_subscriber: int = 0
+    dropped_not_authorized: int = 0
     refused: dict[str, int] = field(default_factory=dict)  # CONNECTs refused, by reason (snake_case name)
     rejected: dict[int, int] = field(default_factory=dict)  # PUBLISHes not taken (ACL, size...), by reason code
 
@@ -205,6 +207,7 @@ class BrokerCore:
             self.retained.set(message.topic, message)
         for stored in sessions:
             session = Session(stored.client_id, stored.version)
+            session.username = stored.username
             session.expiry_interval = stored.expiry_interval
             session.expires_at = stored.expires_at
             if session.expires_at is None and session.expiry_interval != NEVER_EXPIRES:
@@ -235,7 +238,10 @@ class BrokerCore:
         if changes is not None and session.expiry_interval:
             subs = tuple(session.subscriptions.items())
             changes.append(
-                SessionSaved(session.client_id, session.version, session.expiry_interval, session.expires_at, subs)
+                SessionSaved(
+                    session.client_id, session.version, session.expiry_interval, session.expires_at, subs,
+                    session.username,
+                )
             )
 
     def _delivery_done(self, session: Session, packet_id: int) -> None:
@@ -313,6 +319,7 @@ class BrokerCore:
             self.timers_changed = True
         self.config = config
         self.limits = QueueLimits(config.max_queued_messages, config.max_queued_bytes, config.queue_drop_oldest)
+        self._topics_ok.clear()  # checked again against the new max_topic_levels
 
     def internal_error(self, conn: ServerConnection, now: float, detail: str) -> None:
         """Handling this connection's input failed unexpectedly: close it (5.0: 0x83), keep everything else."""
@@ -517,6 +524,7 @@ class BrokerCore:
         session.expiry_interval = expiry
         session.will = p.will
         session.connection = conn
+        session.username = conn.username
         if self.changes is not None:
             if expiry:
                 self._save_session(session)
@@ -528,6 +536,9 @@ class BrokerCore:
         receive_maximum = props.receive_maximum if version == 5 else None
         # No limit still means 65,535: past that every packet identifier is in flight (2.2.1).
         session.outgoing.receive_maximum = receive_maximum or c.max_inflight or 65535
+        # What the CONNACK announces holds for this connection, whatever a reload changes later.
+        conn.receive_maximum_announced = c.max_inflight if 0 < c.max_inflight < 65535 else 0
+        conn.retain_available = c.retain_available
         if version == 5:
             conn.client_max_packet_size = props.maximum_packet_size
             conn.topic_alias_maximum = c.max_topic_alias
@@ -586,7 +597,13 @@ class BrokerCore:
         """Whether a session kept under an ACL was another user's: it is not handed over (its subscriptions and
         queued messages were granted to that user), the client starts afresh as with a clean start."""
         view = self._views.get(client_id)
-        return view is not None and view.username != conn.username
+        if view is not None:
+            return view.username != conn.username
+        # No view: a session restored from the store, or kept from before an ACL was configured. Under an ACL it
+        # goes only to the user it was granted to.
+        session = self.sessions.get(client_id)
+        acl = conn.policy.acl if conn.policy is not None else None
+        return acl is not None and session is not None and session.username != conn.username
 
     def _attach_acl(self, conn: ServerConnection, client_id: str) -> None:
         policy = conn.policy
@@ -595,7 +612,34 @@ class BrokerCore:
             conn.acl = None
             self._views.pop(client_id, None)
         else:
-            conn.acl = self._views[client_id] = acl.view(conn.username, client_id)
+            view = conn.acl = self._views[client_id] = acl.view(conn.username, client_id)
+            session = self.sessions.get(client_id)
+            if session is not None:
+                self._apply_view(session, view, conn)
+
+    def _apply_view(self, session: Session, view: AclView, conn: ServerConnection) -> None:
+        """A session resumed under an ACL: what it kept that the ACL does not let its user read goes. Messages
+        queued while no view or an older ACL applied (restored from the store, queued before a reload) are checked
+        here, before any is sent; so are its subscriptions, as a reload checks a connected client's."""
+        queue = session.queue
+        if queue:
+            kept: deque[Delivery] = deque()
+            for d in queue:
+                if view.can_read(d.message.topic):
+                    kept.append(d)
+                    continue
+                session.queued_bytes -= d.message.size
+                self.stats.dropped_not_authorized += 1
+                if d.row and self.changes is not None:
+                    self.changes.append(DeliveryDone(session.client_id, d.row))
+            session.queue = kept
+        gone = [f for f in session.subscriptions if not view.may_subscribe(f)]
+        for flt in gone:
+            del session.subscriptions[flt]
+            self.subscriptions.remove(flt, session.client_id)
+            self.notices.append(Notice("unsubscribed", conn.client_id, conn.peer, f"{flt!r}: not allowed by the ACL"))
+        if gone:
+            self._save_session(session)
 
     def replace_policy(self, old: AuthPolicy, new: AuthPolicy, now: float) -> None:
         """A reload: every connection under `old` goes on under `new` (see apply_policy)."""
@@ -681,7 +725,7 @@ class BrokerCore:
             if why is not None:
                 self._close(conn, now, reason=why[0], detail=f"PUBLISH topic name: {why[1]}")
                 return
-        if p.retain and not self.config.retain_available:
+        if p.retain and not conn.retain_available:  # as its CONNACK said (a reload changes it for new ones)
             self._close(conn, now, reason=0x9A, detail="retain is not available")
             return
         qos = p.qos
@@ -702,9 +746,10 @@ class BrokerCore:
             session = conn.session
             assert session is not None
             if not session.incoming.publish_received(p):
-                self._send(conn, PubRec(p.packet_id))  # type: ignore[arg-type]  # a re-send: acknowledge only
+                # A re-send: acknowledge only; with persistence, after the commit that holds the first one.
+                self._acknowledge(conn, encode(PubRec(p.packet_id), conn.version))  # type: ignore[arg-type]
                 return
-            limit = self.config.max_inflight
+            limit = conn.receive_maximum_announced
             if limit and len(session.incoming) > limit and conn.version == 5:
                 # [MQTT-3.3.4-7]: more QoS 2 unreleased than the Receive Maximum we announced.
                 self._close(conn, now, reason=0x93, detail=f"receive maximum {limit} exceeded")
@@ -743,14 +788,22 @@ class BrokerCore:
             pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
             kind = b"\x40" if qos == 1 else b"\x50"
             if conn.version == 5:
-                self._write(conn, kind + b"\x03" + pid + bytes((reason,)))  # a failed PUBREC ends a QoS 2 flow too
+                self._acknowledge(conn, kind + b"\x03" + pid + bytes((reason,)))  # a failed PUBREC ends QoS 2 too
             elif qos == 1:
-                self._write(conn, kind + b"\x02" + pid)
+                self._acknowledge(conn, kind + b"\x02" + pid)
             else:
                 session = conn.session
                 assert session is not None
                 session.incoming.publish_received(p)  # 3.x: the flow goes on to PUBREL / PUBCOMP
-                self._write(conn, kind + b"\x02" + pid)
+                self._acknowledge(conn, kind + b"\x02" + pid)
+
+    def _acknowledge(self, conn: ServerConnection, data: bytes) -> None:
+        """A PUBACK/PUBREC: at once, or with persistence behind the held ones, so acknowledgements keep the order
+        of their PUBLISHes [MQTT-4.6.0-2] and none goes before the commit of what came before it."""
+        if self.changes is None:
+            self._write(conn, data)
+        else:
+            self.held.append((conn, data))
 
     def _on_puback(self, conn: ServerConnection, p: PubAck | PubRec | PubComp, now: float) -> None:
         session = conn.session

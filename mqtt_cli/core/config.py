@@ -475,14 +475,17 @@ def _value(kind: Any, meta: Mapping[str, Any], value: Any, path: str, source: st
     raise TypeError(f"no check for {kind!r}")  # a schema field of a type this module does not know: a bug
 
 
-def override(settings: BrokerSettings, section: str, values: Mapping[str, Any]) -> BrokerSettings:
+def override(
+    settings: BrokerSettings, section: str, values: Mapping[str, Any], flags: Mapping[str, str] | None = None
+) -> BrokerSettings:
     """`settings` with the command line's values for keys of `[section]` (None: not given), checked as the
-    file's are; errors name the flag (`--max-keepalive`)."""
+    file's are; errors name the flag: `--` and the key's name (`--max-keepalive`) unless `flags` names it."""
     record = getattr(settings, section)
     hints = _hints(type(record))
     meta = {f.name: f.metadata for f in fields(record)}
+    flags = flags or {}
     given = {
-        key: _value(hints[key], meta[key], value, "--" + key.replace("_", "-"), "command line")
+        key: _value(hints[key], meta[key], value, flags.get(key, "--" + key.replace("_", "-")), "command line")
         for key, value in values.items()
         if value is not None
     }

@@ -143,11 +143,13 @@ def broker_families(core: BrokerCore, connected: Iterable[ConnectedClients], now
         "too_large": s.dropped_too_large,
         "expired": s.expired,
         "no_subscriber": s.dropped_no_subscriber,
+        "not_authorized": s.dropped_not_authorized,
     }
     f.add("mqtt_broker_messages_dropped", c,
           "Messages not delivered, by reason: queue_full (a session's queue limit), buffer_full (QoS 0 to a client "
           "that does not read), too_large (over the client's maximum packet size), expired, no_subscriber (QoS 0 "
-          "that matched no subscription).", _by("reason", dropped))  # fmt: skip
+          "that matched no subscription), not_authorized (queued, then not readable under the ACL in force when its "
+          "client came back).", _by("reason", dropped))  # fmt: skip
     rejected = {refusal_name(code): n for code, n in s.rejected.items()}
     f.add("mqtt_broker_publish_rejected", c, "PUBLISH packets not taken (ACL, size, $SYS), by reason.",
           _by("reason", rejected))  # fmt: skip

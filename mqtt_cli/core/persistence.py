@@ -46,6 +46,7 @@ class SessionSaved:
     expiry_interval: int
     expires_at: float | None  # set while disconnected (core clock)
     subscriptions: tuple[tuple[str, SubscriptionOptions], ...]
+    username: str | None = None  # the user it belongs to (an ACL hands it to no other)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,3 +95,4 @@ class StoredSession:
     expires_at: float | None
     subscriptions: tuple[tuple[str, SubscriptionOptions], ...]
     deliveries: tuple[StoredDelivery, ...]  # in the order they were queued
+    username: str | None = None

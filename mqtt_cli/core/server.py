@@ -42,6 +42,8 @@ class ServerConnection:
         "peer",
         "policy",
         "reader",
+        "receive_maximum_announced",
+        "retain_available",
         "session",
         "topic_alias_maximum",
         "username",
@@ -67,6 +69,8 @@ class ServerConnection:
         self.acl: AclView | None = None  # what it may read and write, once connected (None: everything)
         self.login_failed = False  # refused for its credentials: the network layer delays the CONNACK
         self.reader = PacketReader(None, max_packet_size=max_packet_size)
+        self.receive_maximum_announced = 0  # the Receive Maximum its CONNACK announced (0: none)
+        self.retain_available = True  # as its CONNACK said
         self.version = 4  # until the CONNECT says otherwise
         self.client_id: str | None = None
         self.bridge = False  # mosquitto's bridge flag in a 3.x CONNECT: no echo, retain as published

@@ -159,6 +159,7 @@ class Session:
     will_at: float | None = None  # a delayed will pending since the connection closed
     connection: Any = None  # the ServerConnection while connected
     rows: dict[int, int] | None = None  # persistence on: packet id in flight -> its delivery's stored row
+    username: str | None = None  # the user it was granted to (ACLs: not handed to another user; persisted)
 
     def enqueue(self, delivery: Delivery, limits: QueueLimits) -> Delivery | None:
         """Queues a delivery within the limits; returns the delivery dropped to respect them, if any."""

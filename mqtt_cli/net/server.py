@@ -681,6 +681,9 @@ class BrokerServer:
         if options.metrics != self.options.metrics:  # its socket is the start's: kept, and the log says so
             changes.append("metrics.listen changed: takes effect at the next start")
             options.metrics = self.options.metrics
+        if options.persistence != self.options.persistence:  # the store is the start's: kept, and the log says so
+            changes.append("persistence changed: takes effect at the next start")
+            options.persistence = self.options.persistence
         self.options = options
         options.on_notice = options.on_notice or callbacks[0]
         options.on_listening = options.on_listening or callbacks[1]

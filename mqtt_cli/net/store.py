@@ -52,7 +52,8 @@ CREATE TABLE retained (
     origin TEXT, received_at REAL NOT NULL
 );
 CREATE TABLE sessions (
-    client_id TEXT PRIMARY KEY, version INTEGER NOT NULL, expiry_interval INTEGER NOT NULL, expires_at REAL
+    client_id TEXT PRIMARY KEY, version INTEGER NOT NULL, expiry_interval INTEGER NOT NULL, expires_at REAL,
+    username TEXT
 );
 CREATE TABLE subscriptions (
     client_id TEXT NOT NULL, filter TEXT NOT NULL, qos INTEGER NOT NULL, no_local INTEGER NOT NULL,
@@ -155,8 +156,11 @@ class Store:
                 None if expires is None else expires - self._offset,
                 tuple(subs.get(client_id, ())),
                 tuple(deliveries.get(client_id, ())),
+                username,
             )
-            for client_id, version, expiry, expires in db.execute("SELECT * FROM sessions ORDER BY client_id")
+            for client_id, version, expiry, expires, username in db.execute(
+                "SELECT client_id, version, expiry_interval, expires_at, username FROM sessions ORDER BY client_id"
+            )
         ]
         return Restored(sessions, retained, len(gone))
 
@@ -257,8 +261,8 @@ def _move_aside(path: Path) -> Path:
 
 def _save_session(db: sqlite3.Connection, c: SessionSaved, off: float) -> None:
     expires = None if c.expires_at is None else c.expires_at + off
-    db.execute("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?)", (c.client_id, c.version, c.expiry_interval,
-                                                                        expires))  # fmt: skip
+    db.execute("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?)",
+               (c.client_id, c.version, c.expiry_interval, expires, c.username))  # fmt: skip
     db.execute("DELETE FROM subscriptions WHERE client_id = ?", (c.client_id,))
     db.executemany(
         "INSERT INTO subscriptions VALUES (?, ?, ?, ?, ?, ?, ?)",
