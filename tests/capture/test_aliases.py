@@ -62,7 +62,7 @@ def test_dump_stats_names_an_alias_set_before_the_capture(tmp_path: Path) -> Non
     path = tmp_path / "aliases.pcap"
     path.write_bytes(pcap(_alias_conversations()))
     out = subprocess.run(
-        [sys.executable, "-m", "mqtt_cli", "dump", "--stats", "-q", str(path)],
+        [sys.executable, "-m", "mqtt_cli", "dump", "--stats", "--quiet", str(path)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -86,7 +86,7 @@ def pub_lines(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
 def test_dump_stats_of_mqtt_pub_lines_counts_every_line_under_its_topic(pub_lines: tuple[Path, int]) -> None:
     path, port = pub_lines
     out = subprocess.run(
-        [sys.executable, "-m", "mqtt_cli", "dump", "--stats", "-q", "-p", str(port), str(path)],
+        [sys.executable, "-m", "mqtt_cli", "dump", "--stats", "--quiet", "-p", str(port), str(path)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -101,7 +101,7 @@ def test_dump_stats_of_mqtt_pub_lines_counts_every_line_under_its_topic(pub_line
     assert wire.count('"topic":""') == sum(PUB_LINES.values()) - len(PUB_LINES)
     for topic, count in PUB_LINES.items():
         found = subprocess.run(
-            [sys.executable, "-m", "mqtt_cli", "dump", "-q", "--stats", "-p", str(port), "--topic", topic, str(path)],
+            [sys.executable, "-m", "mqtt_cli", "dump", "--quiet", "--stats", "-p", str(port), "--topic", topic, str(path)],
             capture_output=True, text=True, timeout=60,
         ).stdout  # fmt: skip
         assert f"{topic} │ {count:>7}" in found or f"{topic} │ {count}" in found, found
