@@ -63,6 +63,7 @@ __all__ = [
 
 READ_SIZE = 65536
 CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send its CONNECT
+RETRY_COMMIT = 1.0  # seconds between tries of a persistence commit that failed (a full disk, say)
 DRAIN_ON_SHUTDOWN = 2.0  # seconds writers get to send the last DISCONNECTs and wills
 WRITER_LINGER = 1.0  # seconds a writer waits for more output before it ends
 SWEEP_INTERVAL = 0.5  # seconds between keep-alive checks (a late close by half a second is within the spec)
@@ -361,8 +362,13 @@ class BrokerServer:
                     try:
                         await trio.to_thread.run_sync(store.commit, changes)
                     except StoreError as exc:
-                        # Not stored, so not acknowledged: the publishers re-send after reconnecting.
+                        # Not stored, so not acknowledged. Kept, in order, ahead of what comes next and tried
+                        # again: a later group must not be stored without this one (a session's row before its
+                        # deliveries), and once the disk has room again the withheld acknowledgements go out.
                         self._report(Notice("error", None, "-", f"{exc}; {len(held)} acknowledgements withheld"))
+                        self._to_commit[:0] = changes
+                        self._to_release[:0] = held
+                        await trio.sleep(RETRY_COMMIT)
                         continue
                 self.core.release(held)
                 self._flush()

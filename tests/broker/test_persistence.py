@@ -289,3 +289,37 @@ def test_kill9_torture_nothing_acknowledged_is_lost(ours: Callable[..., Ours], t
         mosq.stop()
     print(tally.line("mqtt serve --persistence"), "|", theirs.line("mosquitto persistence true"))
     assert len(theirs.acknowledged) > 100  # it ran; what it lost is reported above, not asserted
+
+
+# --- a file that cannot be written ---------------------------------------------------------------------------
+
+
+def test_a_full_disk_withholds_acknowledgements_until_there_is_room(ours: Callable[..., Ours]) -> None:
+    """A file-size limit stands for a full disk: the commit fails, the PUBACK is withheld (never sent for what is
+    not stored), and once the limit is lifted ("space is back") the same changes are committed and acknowledged;
+    after a SIGKILL every message acknowledged is delivered."""
+    import resource
+
+    broker = ours()
+    subscribe_offline(broker.port, "keeper", "d/#")
+    publish_acked(broker.port, "d/first", b"first")
+    assert broker.proc is not None
+    pid = broker.proc.pid
+    size = broker.db.stat().st_size + (broker.db.with_name(broker.db.name + "-wal").stat().st_size)
+    # No file of it may grow past what it is now (the soft limit: lifting it again needs no privilege).
+    resource.prlimit(pid, resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
+    c = client("filler")
+    connect(c, broker.port)
+    big = b"x" * 200_000
+    info = c.publish("d/big", big, qos=1)
+    time.sleep(2.0)
+    assert not info.is_published()  # withheld: not stored
+    assert "acknowledgements withheld" in broker.stderr.read_text()
+    resource.prlimit(pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    info.wait_for_publish(DEADLINE)
+    assert info.is_published()  # the retried commit went through: acknowledged now
+    c.disconnect()
+    c.loop_stop()
+    broker.kill()
+    broker.start()
+    assert collect(broker.port, "keeper") == [b"first", big]

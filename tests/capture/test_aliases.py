@@ -101,7 +101,8 @@ def test_dump_stats_of_mqtt_pub_lines_counts_every_line_under_its_topic(pub_line
     assert wire.count('"topic":""') == sum(PUB_LINES.values()) - len(PUB_LINES)
     for topic, count in PUB_LINES.items():
         found = subprocess.run(
-            [sys.executable, "-m", "mqtt_cli", "dump", "--quiet", "--stats", "-p", str(port), "--topic", topic, str(path)],
+            [sys.executable, "-m", "mqtt_cli", "dump", "--quiet", "--stats", "-p", str(port), "--topic", topic,
+             str(path)],
             capture_output=True, text=True, timeout=60,
         ).stdout  # fmt: skip
         assert f"{topic} │ {count:>7}" in found or f"{topic} │ {count}" in found, found
