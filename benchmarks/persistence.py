@@ -43,7 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from broker import BENCH, MOSQUITTO, ROOT, median, start_broker  # noqa: E402
+from broker import BENCH, MOSQUITTO, ROOT, median, start_broker
 
 PORTS = {"ours off": 18880, "ours on": 18881, "mosquitto persist": 18882}
 

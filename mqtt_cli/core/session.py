@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .codec import encode, encode_topic_name, frame_publish
 from .flows import IncomingFlows, OutgoingFlows
 from .packets import Publish, Will
 from .properties import EMPTY_PROPERTIES, Properties, encode_properties, properties_from_items
+
+if TYPE_CHECKING:
+    from .packed import PackedQueue
 
 __all__ = ["Delivery", "Message", "QueueLimits", "Session", "SubscriptionOptions"]
 
@@ -150,7 +153,8 @@ class Session:
     incoming: IncomingFlows = field(default_factory=IncomingFlows)
     # Empty most of the time: a shared empty tuple until something is queued (an empty deque is 600 bytes,
     # and a broker holds a session per connected client).
-    queue: deque[Delivery] | tuple[()] = ()
+    # Restored from the store: a PackedQueue (core/packed.py), which offers what is used of the deque here.
+    queue: deque[Delivery] | PackedQueue | tuple[()] = ()
     queued_bytes: int = 0
     dropped: int = 0  # messages this session lost to its limits (also counted broker-wide)
     expiry_interval: int = 0  # seconds the session outlives its connection; 0xFFFFFFFF: never expires

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from mqtt_cli.core.config import SyncMode
 from mqtt_cli.core.errors import RemoteProtocolError
+from mqtt_cli.core.packed import PackedQueue
 from mqtt_cli.core.packets import Will
 from mqtt_cli.core.persistence import (
     Change,
@@ -172,16 +173,38 @@ class Store:
         ):
             opts = SubscriptionOptions(qos, bool(no_local), bool(rap), rh, sid)
             subs.setdefault(client_id, []).append((flt, opts))
+        # Queued deliveries (most of a big file) are packed as they are read, with no objects per message:
+        # what many share (properties, subscription identifiers, topic and client id strings) decoded once.
         deliveries: dict[str, list[StoredDelivery]] = {}
+        queued: dict[str, PackedQueue] = {}
+        props_seen: dict[bytes, Properties] = {}
+        sids_seen: dict[str, tuple[int, ...]] = {}
+        strings: dict[str, str] = {}
+        off = self._offset
         for row in db.execute("SELECT * FROM deliveries ORDER BY row"):
             rid, client_id, topic, payload, mqos, mretain, props, origin, received, qos, retain, sids, pid, rel = row
-            message = self._message(topic, payload, mqos, bool(mretain), props, origin, received)
-            stored = StoredDelivery(rid, message, qos, bool(retain), tuple(json.loads(sids)), pid, bool(rel))
-            deliveries.setdefault(client_id, []).append(stored)
+            if pid is not None:  # in flight: few, restored as objects
+                message = self._message(topic, payload, mqos, bool(mretain), props, origin, received)
+                stored = StoredDelivery(rid, message, qos, bool(retain), tuple(json.loads(sids)), pid, bool(rel))
+                deliveries.setdefault(client_id, []).append(stored)
+                continue
+            packed = queued.get(client_id)
+            if packed is None:
+                packed = queued[client_id] = PackedQueue()
+            properties = props_seen.get(props)
+            if properties is None:
+                properties = props_seen[props] = _properties(props, _PUBLISH)
+            ids = sids_seen.get(sids)
+            if ids is None:
+                ids = sids_seen[sids] = tuple(json.loads(sids))
+            topic = strings.setdefault(topic, topic)
+            if origin is not None:
+                origin = strings.setdefault(origin, origin)
+            packed.add(rid, topic, payload, mqos, bool(mretain), properties, origin, received - off, qos,
+                       bool(retain), ids)  # fmt: skip
         incoming: dict[str, list[int]] = {}
         for client_id, pid in db.execute("SELECT client_id, packet_id FROM incoming ORDER BY client_id, packet_id"):
             incoming.setdefault(client_id, []).append(pid)
-        off = self._offset
         sessions = []
         for row in db.execute("SELECT * FROM sessions ORDER BY client_id"):
             client_id, version, expiry, expires, username, wtopic, wpayload, wqos, wretain, wprops, will_at = row
@@ -200,6 +223,7 @@ class Store:
                     will,
                     None if will_at is None else will_at - off,
                     tuple(incoming.get(client_id, ())),
+                    queued.get(client_id),
                 )
             )
         return Restored(sessions, retained, len(gone))
