@@ -16,60 +16,57 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from .properties import Properties
 from .session import Delivery, Message
 
-__all__ = ["PackedQueue"]
+__all__ = ["PackedQueue", "Shape"]
 
 _HEAD = struct.Struct("<qdII")  # stored row, received_at (core clock), shape index, payload length
-_Shape = tuple[str, "str | None", Properties, int, bool, int, bool, tuple[int, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What queued messages have in common besides their payload, row and time: kept once, shared by index."""
+
+    topic: str
+    origin: str | None
+    properties: Properties
+    message_qos: int
+    message_retain: bool
+    qos: int  # of the delivery
+    retain: bool
+    subscription_ids: tuple[int, ...]
 
 
 class PackedQueue:
-    """Restored deliveries, oldest first, packed; then those queued since, as Delivery objects."""
+    """Restored deliveries, oldest first, packed; then those queued since, as Delivery objects. `shapes` is the
+    table the restore shares between all its queues (the records hold indexes into it)."""
 
-    __slots__ = ("_blob", "_count", "_pos", "_shape_ids", "_shapes", "_tail", "last_row", "payload_bytes", "size")
+    __slots__ = ("_blob", "_count", "_pos", "_shapes", "_tail", "last_row", "payload_bytes", "size")
 
-    def __init__(self) -> None:
+    def __init__(self, shapes: list[Shape]) -> None:
         self._blob = bytearray()
         self._pos = 0  # where the next packed record starts
         self._count = 0  # packed records not taken yet
-        self._shapes: list[_Shape] = []
-        self._shape_ids: dict[_Shape, int] | None = {}  # while adding: shape -> index (dropped once consumed)
+        self._shapes = shapes
         self._tail: deque[Delivery] = deque()
         self.last_row = 0  # the highest stored row added
         self.size = 0  # sum of Message.size of the packed records added (what Session.queued_bytes counts)
         self.payload_bytes = 0  # payload bytes of the packed records not yet taken
 
-    def add(
-        self,
-        row: int,
-        topic: str,
-        payload: bytes,
-        message_qos: int,
-        message_retain: bool,
-        properties: Properties,
-        origin: str | None,
-        received_at: float,
-        qos: int,
-        retain: bool,
-        subscription_ids: tuple[int, ...],
-    ) -> None:
-        """Appends one restored delivery (before any popleft or append: the store fills it, then the core)."""
-        shape = (topic, origin, properties, message_qos, message_retain, qos, retain, subscription_ids)
-        ids = self._shape_ids
-        assert ids is not None and not self._tail, "PackedQueue.add after the queue was put to use"
-        index = ids.get(shape)
-        if index is None:
-            index = ids[shape] = len(self._shapes)
-            self._shapes.append(shape)
+    def add(self, row: int, received_at: float, shape: int, payload: bytes, size: int) -> None:
+        """Appends one restored delivery (the store fills the queue before the core uses it): `shape` indexes
+        the shared table, `size` is its message's Message.size."""
+        assert not self._tail, "PackedQueue.add after the queue was put to use"
         blob = self._blob
-        blob += _HEAD.pack(row, received_at, index, len(payload))
+        blob += _HEAD.pack(row, received_at, shape, len(payload))
         blob += payload
         self._count += 1
-        self.last_row = max(self.last_row, row)
-        self.size += len(payload) + len(topic)
+        if row > self.last_row:
+            self.last_row = row
+        self.size += size
         self.payload_bytes += len(payload)
 
     def __len__(self) -> int:
@@ -79,13 +76,11 @@ class PackedQueue:
         return bool(self._count or self._tail)
 
     def append(self, delivery: Delivery) -> None:
-        self._shape_ids = None
         self._tail.append(delivery)
 
     def popleft(self) -> Delivery:
         if not self._count:
             return self._tail.popleft()
-        self._shape_ids = None
         delivery, self._pos = self._unpack(self._pos)
         self._count -= 1
         self.payload_bytes -= len(delivery.message.payload)
@@ -93,7 +88,6 @@ class PackedQueue:
         if not self._count:
             self._blob = bytearray()
             self._pos = 0
-            self._shapes = []
         elif self._pos > 1 << 20 and self._pos > len(blob) // 2:  # give back what was taken, in large steps
             del blob[: self._pos]
             self._pos = 0
@@ -112,7 +106,7 @@ class PackedQueue:
     def _unpack(self, pos: int) -> tuple[Delivery, int]:
         row, received_at, index, length = _HEAD.unpack_from(self._blob, pos)
         start = pos + _HEAD.size
-        topic, origin, properties, mqos, mretain, qos, retain, sids = self._shapes[index]
+        s = self._shapes[index]
         payload = bytes(self._blob[start : start + length])
-        message = Message(topic, payload, mqos, mretain, properties, origin, received_at)
-        return Delivery(message, qos, retain, sids, row), start + length
+        message = Message(s.topic, payload, s.message_qos, s.message_retain, s.properties, s.origin, received_at)
+        return Delivery(message, s.qos, s.retain, s.subscription_ids, row), start + length

@@ -33,6 +33,11 @@ class SubscriptionOptions:
     subscription_identifier: int | None = None
 
 
+# Shared by messages with no encoding cached yet (never written to): a million messages restored from the
+# persistence store would otherwise hold a million empty dicts.
+_NO_WIRE: dict[Any, tuple[bytes, bytes]] = {}
+
+
 class Message:
     """An application message held by the broker, with its encodings cached per variant."""
 
@@ -57,7 +62,7 @@ class Message:
         self.received_at = received_at
         expiry = properties.message_expiry_interval if properties.items else None
         self.expires_at = received_at + expiry if expiry is not None else None
-        self._wire: dict[Any, tuple[bytes, bytes]] = {}
+        self._wire: dict[Any, tuple[bytes, bytes]] = _NO_WIRE  # its own dict once something is cached
 
     @property
     def size(self) -> int:
@@ -95,6 +100,8 @@ class Message:
             else:
                 parts = (raw, b"")
             if len(self._wire) < 8:  # a handful of variants; more would be one per subscriber
+                if self._wire is _NO_WIRE:
+                    self._wire = {}
                 self._wire[key] = parts
         if qos:
             return b"".join((parts[0], packet_id.to_bytes(2, "big"), parts[1]))  # type: ignore[union-attr]

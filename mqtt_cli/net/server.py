@@ -45,7 +45,7 @@ from mqtt_cli.core.metrics import ConnectedClients
 from mqtt_cli.core.persistence import Change
 from mqtt_cli.core.server import ServerConnection
 from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
-from mqtt_cli.net.store import Store, StoreError
+from mqtt_cli.net.store import Store, StoreError, release_free_memory
 from mqtt_cli.net.websocket import CloseReason, HandshakeRefused, WebSocketStream
 
 __all__ = [
@@ -424,6 +424,8 @@ class BrokerServer:
         self._store = store
         core = self.core
         core.restore(restored.sessions, restored.retained, now)
+        del restored
+        release_free_memory()
         core.enable_persistence()
         if core.changes:  # sessions whose expiry starts now: their new time is written at once
             self._to_commit += core.changes

@@ -21,6 +21,7 @@ made by the same steps, so a migrated file and a new one have the same tables, c
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import sqlite3
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from mqtt_cli.core.config import SyncMode
 from mqtt_cli.core.errors import RemoteProtocolError
-from mqtt_cli.core.packed import PackedQueue
+from mqtt_cli.core.packed import PackedQueue, Shape
 from mqtt_cli.core.packets import Will
 from mqtt_cli.core.persistence import (
     Change,
@@ -50,7 +51,7 @@ from mqtt_cli.core.persistence import (
 from mqtt_cli.core.properties import WILL, Properties, decode_properties, encode_properties
 from mqtt_cli.core.session import Message, SubscriptionOptions
 
-__all__ = ["SCHEMA_VERSION", "Restored", "Store", "StoreError"]
+__all__ = ["SCHEMA_VERSION", "Restored", "Store", "StoreError", "release_free_memory"]
 
 #: Bumped by any change of the tables below; an older file is migrated on open, a newer one moved aside.
 SCHEMA_VERSION = 2
@@ -173,13 +174,13 @@ class Store:
         ):
             opts = SubscriptionOptions(qos, bool(no_local), bool(rap), rh, sid)
             subs.setdefault(client_id, []).append((flt, opts))
-        # Queued deliveries (most of a big file) are packed as they are read, with no objects per message:
-        # what many share (properties, subscription identifiers, topic and client id strings) decoded once.
+        # Queued deliveries (most of a big file) are packed as they are read, with no objects kept per message:
+        # what many share (topic, publisher, properties, flags, subscription identifiers) made once, a Shape.
         deliveries: dict[str, list[StoredDelivery]] = {}
         queued: dict[str, PackedQueue] = {}
-        props_seen: dict[bytes, Properties] = {}
+        shapes: list[Shape] = []
+        shape_ids: dict[tuple[object, ...], int] = {}
         sids_seen: dict[str, tuple[int, ...]] = {}
-        strings: dict[str, str] = {}
         off = self._offset
         for row in db.execute("SELECT * FROM deliveries ORDER BY row"):
             rid, client_id, topic, payload, mqos, mretain, props, origin, received, qos, retain, sids, pid, rel = row
@@ -190,18 +191,17 @@ class Store:
                 continue
             packed = queued.get(client_id)
             if packed is None:
-                packed = queued[client_id] = PackedQueue()
-            properties = props_seen.get(props)
-            if properties is None:
-                properties = props_seen[props] = _properties(props, _PUBLISH)
-            ids = sids_seen.get(sids)
-            if ids is None:
-                ids = sids_seen[sids] = tuple(json.loads(sids))
-            topic = strings.setdefault(topic, topic)
-            if origin is not None:
-                origin = strings.setdefault(origin, origin)
-            packed.add(rid, topic, payload, mqos, bool(mretain), properties, origin, received - off, qos,
-                       bool(retain), ids)  # fmt: skip
+                packed = queued[client_id] = PackedQueue(shapes)
+            key = (topic, origin, props, mqos, mretain, qos, retain, sids)
+            shape = shape_ids.get(key)
+            if shape is None:
+                shape = shape_ids[key] = len(shapes)
+                properties = _properties(props, _PUBLISH)
+                ids = sids_seen.get(sids)
+                if ids is None:
+                    ids = sids_seen[sids] = tuple(json.loads(sids))
+                shapes.append(Shape(topic, origin, properties, mqos, bool(mretain), qos, bool(retain), ids))
+            packed.add(rid, received - off, shape, payload, len(payload) + len(topic))
         incoming: dict[str, list[int]] = {}
         for client_id, pid in db.execute("SELECT client_id, packet_id FROM incoming ORDER BY client_id, packet_id"):
             incoming.setdefault(client_id, []).append(pid)
@@ -282,6 +282,17 @@ class Store:
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
             self._db.close()
+
+
+def release_free_memory() -> None:
+    """Hands the heap pages freed since start back to the system (glibc's malloc_trim): reading a big file
+    makes and frees a million row objects, whose pages would otherwise stay in the broker's resident size."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        return
+    trim(0)
 
 
 class _Unreadable(Exception):
