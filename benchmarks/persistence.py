@@ -63,6 +63,12 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (its figure on a loaded machine, where wall time is not)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_load(load: str, qos: int, port: int, pid: int, args: argparse.Namespace, work: Path, label: str) -> dict:
     if load == "clean":
         cmd = ["taskset", "-c", "1", str(work / "bench" / "mqttload"), "thru", "--fanin", "--pubs", "1", "--subs",
@@ -111,7 +117,10 @@ def fanin(args: argparse.Namespace, work: Path, rows: list[dict]) -> None:
                 for qos in (1, 2):
                     for k in range(len(labels)):
                         label = labels[(k + rep) % len(labels)]
-                        row = run_load(load, qos, PORTS[label], procs[label].pid, args, work, label)
+                        pid = procs[label].pid
+                        before = cpu_s(pid)
+                        row = run_load(load, qos, PORTS[label], pid, args, work, label)
+                        row["broker_cpu_total_s"] = round(cpu_s(pid) - before, 3)
                         row.update(test="fanin", load=load, qos=qos, label=label, rep=rep + 1)
                         rows.append(row)
                         print(json.dumps(row), file=sys.stderr)
@@ -131,6 +140,19 @@ def fanin(args: argparse.Namespace, work: Path, rows: list[dict]) -> None:
             off, on, mq = med["ours off"], med["ours on"], med["mosquitto persist"]
             print(f"{load:<12}{qos:>4}{off:>11,.0f}{on:>11,.0f}{mq:>11,.0f}{on / off:>8.2f}{on / mq:>9.2f}"
                   f"  {lost}")  # fmt: skip
+    # On a loaded machine the rates say more about the neighbours than about the brokers: the broker's own CPU
+    # time per message (all threads, the whole run) is the steadier figure. Its inverse ratio is the rate ratio
+    # a quiet machine would show where the broker is the bottleneck.
+    print("\nbroker CPU per message (us, all its threads, whole run), median; ratios as rates would be")
+    print(f"{'load':<12}{'QoS':>4}{'ours off':>11}{'ours on':>11}{'mosq pers':>11}{'off/on':>8}{'mosq/on':>9}")
+    for load in ("clean", "persistent"):
+        for qos in (1, 2):
+            sel = [r for r in rows if r.get("test") == "fanin" and r["load"] == load and r["qos"] == qos]
+            for r in sel:
+                r["cpu_us_per_msg"] = 1e6 * r["broker_cpu_total_s"] / max(1, int(r.get("delivered", 0) or 0))
+            cost = {lb: median([r for r in sel if r["label"] == lb], "cpu_us_per_msg") for lb in labels}
+            off, on, mq = cost["ours off"], cost["ours on"], cost["mosquitto persist"]
+            print(f"{load:<12}{qos:>4}{off:>11.1f}{on:>11.1f}{mq:>11.1f}{off / on:>8.2f}{mq / on:>9.2f}")
 
 
 def build_file(path: Path, args: argparse.Namespace) -> int:
@@ -180,12 +202,6 @@ def status_kb(pid: int, field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (its figure on a loaded machine, where wall time is not)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start_timed(cmd: list[str], port: int) -> tuple[subprocess.Popen[bytes], float]:

@@ -240,7 +240,7 @@ class Store:
         off = self._offset
         try:
             with db:
-                for c in changes:
+                for c in _coalesced(changes):
                     kind = type(c)
                     if kind is DeliveryAdded:
                         m = c.message  # type: ignore[union-attr]
@@ -248,7 +248,7 @@ class Store:
                             "INSERT OR REPLACE INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 0)",
                             (c.row, c.client_id, m.topic, m.payload, m.qos, m.retain,  # type: ignore[union-attr]
                              encode_properties(m.properties, _PUBLISH), m.origin, m.received_at + off,
-                             c.qos, c.retain, json.dumps(c.subscription_ids)),  # type: ignore[union-attr]
+                             c.qos, c.retain, json.dumps(c.subscription_ids) if c.subscription_ids else "[]"),  # type: ignore[union-attr]
                         )  # fmt: skip
                     elif kind is DeliveryDone:
                         db.execute("DELETE FROM deliveries WHERE row = ?", (c.row,))  # type: ignore[union-attr]
@@ -282,6 +282,22 @@ class Store:
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
             self._db.close()
+
+
+_DELIVERY_STEPS = (DeliveryAdded, DeliverySent, DeliveryReleased, DeliveryDone)
+
+
+def _coalesced(changes: list[Change]) -> list[Change]:
+    """`changes` without the deliveries both added and done within them: a message its subscriber acknowledged
+    before the commit leaves the file as it was, so nothing of it is written (a busy online persistent session,
+    the common case, then costs no row at all). Rows are never reused, so a row added here was not on file."""
+    done = {c.row for c in changes if type(c) is DeliveryDone}
+    if not done:
+        return changes
+    gone = {c.row for c in changes if type(c) is DeliveryAdded and c.row in done}
+    if not gone:
+        return changes
+    return [c for c in changes if not (type(c) in _DELIVERY_STEPS and c.row in gone)]  # type: ignore[union-attr]
 
 
 def release_free_memory() -> None:
