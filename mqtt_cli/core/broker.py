@@ -273,7 +273,8 @@ class BrokerCore:
                 if queue:
                     session.queue = queue
             self.sessions[session.client_id] = session
-            self._save_session(session)
+            if connected:  # its expiry (and will delay) start now: on file
+                self._save_session(session)
         for session in due:
             self._publish_will(session, now)
             if session.expiry_interval:

@@ -423,11 +423,11 @@ class BrokerServer:
             self._report(Notice("persistence", None, "-", store.warning))
         self._store = store
         core = self.core
+        core.enable_persistence()
         core.restore(restored.sessions, restored.retained, now)
         del restored
         release_free_memory()
-        core.enable_persistence()
-        if core.changes:  # sessions whose expiry starts now: their new time is written at once
+        if core.changes:  # expiry and will delays that start now, wills published: written at once
             self._to_commit += core.changes
             core.changes.clear()
             await trio.to_thread.run_sync(store.commit, self._to_commit)
