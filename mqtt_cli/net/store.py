@@ -238,50 +238,96 @@ class Store:
         """Writes `changes` in one transaction (in order). Raises StoreError when the file cannot be written."""
         db = self._db
         off = self._offset
+        batch = _Batch()
         try:
             with db:
                 for c in _coalesced(changes):
                     kind = type(c)
+                    # The per-message records go to the batch, written with one executemany per statement.
                     if kind is DeliveryAdded:
                         m = c.message  # type: ignore[union-attr]
-                        db.execute(
-                            "INSERT OR REPLACE INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 0)",
+                        batch.added.append(
                             (c.row, c.client_id, m.topic, m.payload, m.qos, m.retain,  # type: ignore[union-attr]
-                             encode_properties(m.properties, _PUBLISH), m.origin, m.received_at + off,
-                             c.qos, c.retain, json.dumps(c.subscription_ids) if c.subscription_ids else "[]"),  # type: ignore[union-attr]
+                             encode_properties(m.properties, _PUBLISH), m.origin, m.received_at + off, c.qos,
+                             c.retain, json.dumps(c.subscription_ids) if c.subscription_ids else "[]")  # type: ignore[union-attr]
                         )  # fmt: skip
                     elif kind is DeliveryDone:
-                        db.execute("DELETE FROM deliveries WHERE row = ?", (c.row,))  # type: ignore[union-attr]
+                        batch.done.append((c.row,))  # type: ignore[union-attr]
                     elif kind is DeliverySent:
-                        db.execute("UPDATE deliveries SET packet_id = ? WHERE row = ?",
-                                   (c.packet_id, c.row))  # type: ignore[union-attr]  # fmt: skip
+                        batch.sent.append((c.packet_id, c.row))  # type: ignore[union-attr]
                     elif kind is DeliveryReleased:
-                        db.execute("UPDATE deliveries SET released = 1 WHERE row = ?", (c.row,))  # type: ignore[union-attr]
+                        batch.released.append((c.row,))  # type: ignore[union-attr]
                     elif kind is IncomingAdded:
-                        db.execute("INSERT OR IGNORE INTO incoming VALUES (?, ?)",
-                                   (c.client_id, c.packet_id))  # type: ignore[union-attr]  # fmt: skip
+                        key = (c.client_id, c.packet_id)  # type: ignore[union-attr]
+                        if key in batch.incoming_released_keys:  # an identifier used again: its release first
+                            batch.write(db)
+                        batch.incoming_added.append(key)
                     elif kind is IncomingReleased:
-                        db.execute("DELETE FROM incoming WHERE client_id = ? AND packet_id = ?",
-                                   (c.client_id, c.packet_id))  # type: ignore[union-attr]  # fmt: skip
-                    elif kind is RetainedSet:
-                        m = c.message  # type: ignore[union-attr]
-                        db.execute(
-                            "INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?, ?, ?)",
-                            (m.topic, m.payload, m.qos, encode_properties(m.properties, _PUBLISH), m.origin,
-                             m.received_at + off),
-                        )  # fmt: skip
-                    elif kind is RetainedCleared:
-                        db.execute("DELETE FROM retained WHERE topic = ?", (c.topic,))  # type: ignore[union-attr]
-                    elif kind is SessionSaved:
-                        _save_session(db, c, off)  # type: ignore[arg-type]
-                    elif kind is SessionRemoved:
-                        _remove_session(db, c.client_id)  # type: ignore[union-attr]
+                        key = (c.client_id, c.packet_id)  # type: ignore[union-attr]
+                        batch.incoming_released.append(key)
+                        batch.incoming_released_keys.add(key)
+                    else:
+                        batch.write(db)  # what came before, first: sessions and deliveries keep their order
+                        if kind is RetainedSet:
+                            m = c.message  # type: ignore[union-attr]
+                            db.execute(
+                                "INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?, ?, ?)",
+                                (m.topic, m.payload, m.qos, encode_properties(m.properties, _PUBLISH), m.origin,
+                                 m.received_at + off),
+                            )  # fmt: skip
+                        elif kind is RetainedCleared:
+                            db.execute("DELETE FROM retained WHERE topic = ?", (c.topic,))  # type: ignore[union-attr]
+                        elif kind is SessionSaved:
+                            _save_session(db, c, off)  # type: ignore[arg-type]
+                        elif kind is SessionRemoved:
+                            _remove_session(db, c.client_id)  # type: ignore[union-attr]
+                batch.write(db)
         except sqlite3.Error as exc:
             raise StoreError(f"persistence: {self.path}: {exc}") from None
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
             self._db.close()
+
+
+class _Batch:
+    """Per-message records of one commit, by statement. Written in the order of a delivery's life (added, sent,
+    released, done) and of an incoming identifier's (added, released), which is each record's own order: rows are
+    never reused, and an incoming identifier used again ends the batch before it (`commit`)."""
+
+    __slots__ = ("added", "done", "incoming_added", "incoming_released", "incoming_released_keys", "released", "sent")
+
+    def __init__(self) -> None:
+        self.added: list[tuple[object, ...]] = []
+        self.sent: list[tuple[int, int]] = []
+        self.released: list[tuple[int]] = []
+        self.done: list[tuple[int]] = []
+        self.incoming_added: list[tuple[str, int]] = []
+        self.incoming_released: list[tuple[str, int]] = []
+        self.incoming_released_keys: set[tuple[str, int]] = set()
+
+    def write(self, db: sqlite3.Connection) -> None:
+        if self.added:
+            db.executemany(
+                "INSERT OR REPLACE INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 0)", self.added
+            )
+            self.added.clear()
+        if self.sent:
+            db.executemany("UPDATE deliveries SET packet_id = ? WHERE row = ?", self.sent)
+            self.sent.clear()
+        if self.released:
+            db.executemany("UPDATE deliveries SET released = 1 WHERE row = ?", self.released)
+            self.released.clear()
+        if self.done:
+            db.executemany("DELETE FROM deliveries WHERE row = ?", self.done)
+            self.done.clear()
+        if self.incoming_added:
+            db.executemany("INSERT OR IGNORE INTO incoming VALUES (?, ?)", self.incoming_added)
+            self.incoming_added.clear()
+        if self.incoming_released:
+            db.executemany("DELETE FROM incoming WHERE client_id = ? AND packet_id = ?", self.incoming_released)
+            self.incoming_released.clear()
+            self.incoming_released_keys.clear()
 
 
 _DELIVERY_STEPS = (DeliveryAdded, DeliverySent, DeliveryReleased, DeliveryDone)
