@@ -275,6 +275,7 @@ class BrokerServer:
         self._to_commit: list[Change] = []
         self._to_release: list[tuple[ServerConnection, bytes]] = []
         self._commit_wake = trio.Event()
+        self._committing = False  # the committer has a group in hand (being written, or waiting to retry)
 
     @property
     def bound(self) -> list[Listener]:
@@ -328,6 +329,9 @@ class BrokerServer:
                     nursery.start_soon(self._writer, conn, net)
         if core.changes or core.held:  # from core.drained() above
             self._collect()
+            if core.dirty:  # acknowledgements released at once (_collect): sent now, not at the next flush
+                self._flush()
+                return
         if core.notices:
             report = self.options.on_notice
             while core.notices:
@@ -341,6 +345,14 @@ class BrokerServer:
         """Takes what the core wants stored and the acknowledgements waiting for it, for the next commit."""
         core = self.core
         assert core.changes is not None
+        if not core.changes and not self._committing and not self._to_commit and not self._to_release:
+            # Nothing to store and nothing being stored: these acknowledgements promise nothing that is not on
+            # file already (clean sessions, no retained message), so they go out now, without a trip through
+            # the committer task.
+            held = core.held
+            core.held = []
+            core.release(held)
+            return
         self._to_commit += core.changes
         core.changes.clear()
         self._to_release += core.held
@@ -356,6 +368,7 @@ class BrokerServer:
         while True:
             await self._commit_wake.wait()
             self._commit_wake = trio.Event()
+            self._committing = True
             while self._to_commit or self._to_release:
                 changes, held = self._to_commit, self._to_release
                 self._to_commit, self._to_release = [], []
@@ -388,6 +401,7 @@ class BrokerServer:
                                             f"s; {len(held)} withheld acknowledgements sent"))  # fmt: skip
                 self.core.release(held)
                 self._flush()
+            self._committing = False
 
     def _commit_now(self) -> None:
         """The last changes, at shutdown (in this thread: nothing else runs any more)."""
