@@ -77,12 +77,13 @@ def run_load(load: str, qos: int, port: int, pid: int, args: argparse.Namespace,
         out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
         return json.loads(out.splitlines()[-1]) if out else {"error": "no output"}
     result = work / "bench.json"
-    # New sessions each run: one coming back would find the previous run's state (ids in use, a late PUBREL).
-    prefix = f"pers-{label.replace(' ', '-')}-q{qos}-{time.monotonic_ns()}-"
+    # New sessions and topics each run: a session coming back would find the previous run's state (ids in use, a
+    # late PUBREL), and the previous runs' sessions, offline and kept, must not match (they would queue it all).
+    run = f"{label.replace(' ', '-')}-q{qos}-{time.monotonic_ns()}"
     cmd = ["taskset", "-c", "1", sys.executable, "-m", "mqtt_cli", "bench", "pubsub", "-h", "127.0.0.1",
-           "-p", str(port), "-V", "311", "--no-clean", "--prefix", prefix, "-c", "1", "--subs", "1",
-           "-q", str(qos), "-s", "64", "-L", str(args.count), "-I", "0", "--workers", "1", "--quiet",
-           "--json", str(result)]  # fmt: skip
+           "-p", str(port), "-V", "311", "--no-clean", "--prefix", f"{run}-", "-t", f"pbench/{run}/%i",
+           "-c", "1", "--subs", "1", "-q", str(qos), "-s", "64", "-L", str(args.count), "-I", "0",
+           "--workers", "1", "--quiet", "--json", str(result)]  # fmt: skip
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False, timeout=600)
     if not result.exists():
         return {"error": f"no output: exit {done.returncode}: {done.stderr.strip()[-300:]}"}
