@@ -1055,7 +1055,9 @@ class BrokerCore:
                     session.rows = {}
                 session.rows[pid] = row  # type: ignore[index]
                 self.changes.append(DeliverySent(session.client_id, row, pid))  # type: ignore[union-attr,arg-type]
-        aliases = conn.aliases_out
+        held = row and qos == 2  # written after the commit of its packet identifier (below)
+        # A held PUBLISH names its topic in full: packets written meanwhile must not rely on an alias it would set.
+        aliases = conn.aliases_out if not held else None
         new_alias = 0
         if aliases is None:
             data = message.wire(version, qos, retain, pid, props)
@@ -1082,7 +1084,7 @@ class BrokerCore:
         stats = self.stats
         stats.publish_sent_qos[qos] += 1
         stats.publish_sent_bytes_qos[qos] += len(message.payload)
-        if row and qos == 2:
+        if held:
             # Exactly once across a restart: the client may hold this packet identifier only once the file does
             # (a re-send under another one would be a second message to it). QoS 1 may arrive twice: not held.
             self.held.append((conn, data))
