@@ -1,0 +1,244 @@
+"""Bridges inside `mqtt serve` ([[bridge]]): our broker as a real process, Debian's mosquitto as the remote."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import paho.mqtt.client as paho
+import pytest
+
+from tests.broker.conftest import start_ours
+from tests.brokers import Broker, start_mosquitto
+
+from .helpers import RUNNING, Watcher, publish
+
+pytestmark = pytest.mark.interop
+
+
+def bridge_toml(remote: Broker, *topics: str, name: str = "cloud", extra: str = "", remote_extra: str = "") -> str:
+    rules = ", ".join(repr(t) if '"' in t else f'"{t}"' for t in topics)
+    return (
+        f'[[bridge]]\nname = "{name}"\ntopics = [{rules}]\nrestart_timeout = [0.1, 0.5]\n{extra}\n'
+        f'[bridge.remote]\nurl = ["{remote.url}"]\n{remote_extra}\n'
+    )
+
+
+def start_with_bridges(workdir: Path, text: str, *args: str) -> Broker:
+    workdir.mkdir(parents=True, exist_ok=True)
+    conf = workdir / "broker.toml"
+    conf.write_text(text)
+    broker = start_ours(workdir, "--config", str(conf), *args)
+    RUNNING.append(broker)
+    return broker
+
+
+def log_of(broker: Broker) -> str:
+    return (broker.workdir / "serve.log").read_text()
+
+
+def wait_log(broker: Broker, what: str, count: int = 1, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while log_of(broker).count(what) < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what!r} x{count} in the log:\n{log_of(broker)[-3000:]}")
+        time.sleep(0.05)
+
+
+def test_out_and_in_with_prefixes_against_mosquitto(tmp_path: Path) -> None:
+    remote = start_mosquitto(tmp_path / "remote")
+    RUNNING.append(remote)
+    ours = start_with_bridges(
+        tmp_path / "ours", bridge_toml(remote, 'sensors/# out 1 "" site1/', "cmd/# in 1 local/ cloud/")
+    )
+    wait_log(ours, "bridge cloud: connected to")
+    at_remote = Watcher(remote, "#")
+    at_local = Watcher(ours, "local/#")
+    try:
+        time.sleep(0.3)  # the remote subscription of the `in` rule is made after CONNACK
+        publish(ours, [(f"sensors/t{i}", b"%d" % i, 1, False) for i in range(50)])
+        publish(remote, [(f"cloud/cmd/x{i}", b"c%d" % i, 1, False) for i in range(50)])
+        at_remote.wait_count(50)
+        at_local.wait_count(50)
+        got = sorted(m[0] for m in at_remote.messages if m[0].startswith("site1/"))
+        assert got == sorted(f"site1/sensors/t{i}" for i in range(50))
+        assert sorted(m[0] for m in at_local.messages) == sorted(f"local/cmd/x{i}" for i in range(50))
+        assert {m[2] for m in at_local.messages} == {1}
+        # Nothing looped back: what came in is not sent out (no rule matches it anyway), and `in` messages
+        # reached the remote only once (the ones published there).
+        assert not any(m[0].startswith("site1/cmd") for m in at_remote.messages)
+    finally:
+        at_remote.close()
+        at_local.close()
+
+
+def test_both_rule_does_not_loop_and_sys_state(tmp_path: Path) -> None:
+    remote = start_mosquitto(tmp_path / "remote")
+    RUNNING.append(remote)
+    ours = start_with_bridges(tmp_path / "ours", bridge_toml(remote, "shared/# both 1"), "--sys-interval", "1")
+    wait_log(ours, "bridge cloud: connected to")
+    at_remote = Watcher(remote, "shared/#")
+    at_local = Watcher(ours, "shared/#", "$SYS/broker/connection/#")
+    try:
+        time.sleep(0.3)
+        publish(ours, [("shared/a", b"from-local", 1, False)])
+        publish(remote, [("shared/b", b"from-remote", 1, False)])
+        time.sleep(1.5)
+        assert at_remote.payloads() == {b"from-local": 1, b"from-remote": 1}
+        local = Watcher.payloads(at_local)
+        assert local[b"from-local"] == 1 and local[b"from-remote"] == 1
+        states = [m for m in at_local.messages if m[0] == "$SYS/broker/connection/cloud/state"]
+        assert states and states[-1][1] == b"1"
+        remote.stop()
+        at_local.wait_last(b"0", timeout=15)
+        assert at_local.messages[-1][0] == "$SYS/broker/connection/cloud/state"
+    finally:
+        at_remote.close()
+        at_local.close()
+
+
+def test_remote_down_then_back_loses_nothing_at_qos1(tmp_path: Path) -> None:
+    """Local messages published while the remote is down stay in the bridge's session and go when it is back."""
+    remote = start_mosquitto(tmp_path / "remote")
+    RUNNING.append(remote)
+    ours = start_with_bridges(tmp_path / "ours", bridge_toml(remote, "d/# out 1"))
+    wait_log(ours, "bridge cloud: connected to")
+    at_remote = Watcher(remote, "d/#", client_id="watch", clean=False)
+    try:
+        publish(ours, [(f"d/{i}", b"%d" % i, 1, False) for i in range(100)])
+        at_remote.wait_count(100)
+        at_remote.close()
+        remote.stop()
+        publish(ours, [(f"d/{i}", b"%d" % i, 1, False) for i in range(100, 300)])
+        remote.restart()
+        at_remote = Watcher(remote, "d/#", client_id="watch", clean=False)
+        at_remote.wait_count(200, timeout=30)
+        payloads = at_remote.payloads()
+        assert all(payloads[b"%d" % i] >= 1 for i in range(100, 300)), sorted(set(range(100, 300)) - {
+            int(p) for p in payloads})  # fmt: skip
+    finally:
+        at_remote.close()
+
+
+def test_mosquitto_bridging_to_us_as_a_peer(tmp_path: Path) -> None:
+    """mosquitto with its own `connection` to our broker (3.1.1, bridge flag): messages go both ways once."""
+    ours = start_ours(tmp_path / "ours")
+    RUNNING.append(ours)
+    conf = (
+        f"connection tous\naddress {ours.host}:{ours.port}\ntopic p/# both 1\n"
+        "bridge_protocol_version mqttv311\ncleansession false\nrestart_timeout 1\n"
+    )
+    peer = start_mosquitto(tmp_path / "peer", extra_conf=conf)
+    RUNNING.append(peer)
+    at_ours = Watcher(ours, "p/#")
+    at_peer = Watcher(peer, "p/#")
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # until the peer's bridge is up and subscribed
+            publish(peer, [("p/probe", b"probe", 1, False)])
+            if at_ours.payloads()[b"probe"]:
+                break
+            time.sleep(0.3)
+        publish(ours, [("p/x", b"ours", 1, False)])
+        publish(peer, [("p/y", b"peer", 1, False)])
+        time.sleep(1.5)
+        assert at_peer.payloads()[b"ours"] == 1 and at_ours.payloads()[b"peer"] == 1
+        assert at_ours.payloads()[b"ours"] == 1 and at_peer.payloads()[b"peer"] == 1
+    finally:
+        at_ours.close()
+        at_peer.close()
+
+
+def test_sighup_adds_removes_and_changes_bridges(tmp_path: Path) -> None:
+    remote = start_mosquitto(tmp_path / "remote")
+    RUNNING.append(remote)
+    one = bridge_toml(remote, "a/# out 1", name="one")
+    two = bridge_toml(remote, "b/# out 1", name="two")
+    ours = start_with_bridges(tmp_path / "ours", one)
+    wait_log(ours, "bridge one: connected to")
+    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="stays")
+    client.connect(ours.host, ours.port)
+    client.loop_start()
+    at_remote = Watcher(remote, "#")
+    try:
+        conf = ours.workdir / "broker.toml"
+        conf.write_text(one + two)
+        assert ours.proc is not None
+        ours.proc.send_signal(signal.SIGHUP)
+        wait_log(ours, "bridge two added")
+        wait_log(ours, "bridge two: connected to")
+        publish(ours, [("a/1", b"a1", 1, False), ("b/1", b"b1", 1, False)])
+        at_remote.wait_count(2)
+        assert at_remote.payloads() == {b"a1": 1, b"b1": 1}
+        assert log_of(ours).count("bridge one: connected to") == 1  # one was not touched
+        conf.write_text(bridge_toml(remote, "b/# out 1", "c/# out 1", name="two"))
+        ours.proc.send_signal(signal.SIGHUP)
+        wait_log(ours, "bridge one removed")
+        wait_log(ours, "bridge two changed")
+        wait_log(ours, "bridge two: connected to", 2)
+        publish(ours, [("a/2", b"a2", 1, False), ("b/2", b"b2", 1, False), ("c/2", b"c2", 1, False)])
+        at_remote.wait_count(4)
+        time.sleep(0.5)
+        assert at_remote.payloads() == {b"a1": 1, b"b1": 1, b"b2": 1, b"c2": 1}
+        assert client.is_connected()  # clients were not touched
+    finally:
+        client.loop_stop()
+        client.disconnect()
+        at_remote.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('[[bridge]]\nname = "x"\ntopics = ["a/# sideways"]\n[bridge.remote]\nurl = ["mqtt://h"]\n',
+         "bridge[0].topics[0]: topic rule 'a/# sideways': direction 'sideways' is not in, out or both"),
+        ('[[bridge]]\nname = "x"\ntopics = ["a/#"]\n', "bridge[0].remote: missing"),
+        ('[[bridge]]\nname = "x"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\nkeepalive = "60"\n',
+         "bridge[0].remote.keepalive: must be an integer"),
+        ('[[bridge]]\nname = "x"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["ftp://h"]\n',
+         "bridge[0].remote.url[0]: 'ftp://h': give mqtt://HOST[:PORT]"),
+        ('[[bridge]]\nname = "x"\ntopics = ["a/#"]\nremote_url = "x"\n[bridge.remote]\nurl = ["mqtt://h"]\n',
+         "bridge[0].remote_url: unknown key"),
+        ('[[bridge]]\nname = "a/b"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\n', "bridge[0]: name 'a/b'"),
+        ('[[bridge]]\nname = "x"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\n'
+         '[[bridge]]\nname = "x"\ntopics = ["b/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\n',
+         "bridge[1].name: 'x' is the name of an earlier bridge"),
+        ('[[bridge]]\nname = "x"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\npassword_file = "/nonexistent"\n',
+         "bridge[0].remote: password file /nonexistent: No such file or directory"),
+    ],
+)
+def test_config_errors_name_the_key(tmp_path: Path, body: str, message: str) -> None:
+    conf = tmp_path / "broker.toml"
+    conf.write_text(body)
+    result = subprocess.run(
+        [sys.executable, "-m", "mqtt_cli", "serve", "--config", str(conf), "--port", "0"],
+        capture_output=True, text=True, timeout=30, env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and str(conf) in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_print_config_round_trips_bridges(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.toml"
+    conf.write_text(
+        '[[bridge]]\nname = "c"\ntopics = [\'s/# out 1 "" site/\', "k/# in 2"]\nnotification_topic = "st/c"\n'
+        '[bridge.remote]\nurl = ["mqtt://127.0.0.1:1", "mqtt://127.0.0.1:2"]\nclient_id = "me"\n'
+        'protocol_version = "3.1.1"\nclean_start = true\nkeepalive = 30\n'
+    )
+
+    def printed(path: Path) -> str:
+        return subprocess.run(
+            [sys.executable, "-m", "mqtt_cli", "serve", "--config", str(path), "--print-config"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout  # fmt: skip
+
+    first = printed(conf)
+    again = tmp_path / "again.toml"
+    again.write_text(first)
+    assert printed(again) == first
+    assert 'client_id = "me"' in first and "clean_start = true" in first and 's/# out 1 \\"\\" site/' in first
