@@ -832,6 +832,7 @@ class _Translator:
         self.unsupported: list[Unsupported] = []
         self.per_listener = False
         self.in_bridge = False
+        self.bridges: list[dict[str, Any]] = []  # `connection` blocks, with "_line" (the connection line)
         self.log_dests: list[str] = []
         self.log_types: list[LogLevel] = []
         self.here = Unsupported("", 0, "", "")  # the line being read
@@ -872,9 +873,10 @@ class _Translator:
             return "this broker does not change user: start it as that user (systemd: User=)"
         if key == "connection":
             self.in_bridge = True
-            return "bridges are not supported yet (issue #19)"
+            self.bridges.append({"name": value, "_line": self.here, "topics": [], "remote": {}})
+            return True
         if self.in_bridge and key in _BRIDGE_KEYS:
-            return "bridges are not supported yet (issue #19)"
+            return self._bridge_line(self.bridges[-1], key, value)
         if key == "listener":
             self.in_bridge = False
             port, _, address = value.partition(" ")
@@ -965,6 +967,75 @@ class _Translator:
             return True  # every acknowledged change is committed: stronger than any autosave setting
         return f"{key} is not supported"
 
+    def _bridge_line(self, b: dict[str, Any], key: str, value: str) -> bool | str:
+        """One line of a `connection` block, onto the [[bridge]] keys (see docs/bridge.md for the mapping)."""
+        remote = b["remote"]
+        if key in ("address", "addresses"):
+            urls = []
+            for item in value.split():
+                host, sep, port = item.rpartition(":") if not item.endswith("]") else (item, "", "")
+                if not sep:
+                    host, port = item, "1883"
+                good_host = re.fullmatch(r"[\w.-]+|\[[0-9a-fA-F:.]+\]", host)
+                if not port.isdigit() or not 0 < int(port) < 65536 or not good_host:
+                    return f"{key}: {item!r} is not HOST[:PORT]"
+                urls.append(f"mqtt://{host}:{port}")
+            remote["url"] = remote.get("url", []) + urls
+            return True
+        if key == "topic":
+            try:
+                parse_rule(value)
+            except BridgeRuleError as exc:
+                return str(exc)
+            b["topics"].append(value)
+            return True
+        simple = {
+            "remote_username": "username", "username": "username", "remote_password": "password",
+            "password": "password", "remote_clientid": "client_id", "clientid": "client_id", "bridge_cafile": "cafile",
+            "bridge_capath": "capath", "bridge_certfile": "cert", "bridge_keyfile": "key", "bridge_alpn": "alpn",
+        }  # fmt: skip
+        if key in simple:
+            remote[simple[key]] = value
+            return True
+        if key == "bridge_tls_version":
+            if value not in ("tlsv1.2", "tlsv1.3"):
+                return "bridge_tls_version: tlsv1.2 or tlsv1.3"
+            remote["tls_version"] = value
+            return True
+        if key in ("cleansession", "try_private", "bridge_insecure"):
+            name = {"cleansession": "clean_start", "bridge_insecure": "insecure"}.get(key, key)
+            remote[name] = _bool(value, key)
+            return True
+        if key == "keepalive_interval":
+            remote["keepalive"] = _int(value, key, 0, 65535)
+            return True
+        if key == "bridge_protocol_version":
+            versions = {"mqttv31": "3.1", "mqttv311": "3.1.1", "mqttv50": "5"}
+            if value not in versions:
+                return "bridge_protocol_version: mqttv31, mqttv311 or mqttv50"
+            remote["protocol_version"] = versions[value]
+            return True
+        if key == "local_clientid":
+            b["local_client_id"] = value
+            return True
+        if key == "notifications":
+            b["_notifications"] = _bool(value, key)
+            return True
+        if key == "notification_topic":
+            b["notification_topic"] = value
+            return True
+        if key == "restart_timeout":
+            words = value.split()
+            if not 1 <= len(words) <= 2 or not all(w.isdigit() and int(w) > 0 for w in words):
+                return "restart_timeout: one or two whole numbers of seconds (BASE [CAP])"
+            b["restart_timeout"] = (float(words[0]), float(words[-1]))
+            return True
+        if key == "start_type":
+            return True if value == "automatic" else "only start_type automatic: an embedded bridge always runs"
+        if key in ("local_username", "local_password"):
+            return f"{key}: the embedded bridge is inside the broker: no local login, and no ACL applies to it"
+        return f"{key} is not supported in a bridge"
+
     def _log_dest(self, value: str) -> bool | str:
         kind, _, arg = value.partition(" ")
         if kind == "file" and arg.strip():
@@ -1004,7 +1075,25 @@ class _Translator:
             level = LogLevel.info  # mosquitto logs connections by default
         self.log.pop("_no_connections", None)
         log = LogSettings(**self.log, level=level)
+        bridges = []
+        for b in self.bridges:
+            where: Unsupported = b.pop("_line")
+            wants_notifications = b.pop("_notifications", True)
+            if not wants_notifications:
+                b.pop("notification_topic", None)
+            remote = b.pop("remote")
+            remote.setdefault("protocol_version", "3.1.1")  # mosquitto's default for a bridge
+            if "url" in remote:
+                remote["url"] = tuple(remote["url"])
+            b["topics"] = tuple(b["topics"])
+            try:
+                if not remote.get("url") or not b["topics"]:
+                    raise ValueError("a connection needs an address and at least one topic line")
+                bridges.append(BridgeSettings(remote=BridgeRemoteSettings(**remote), **b))
+            except ValueError as exc:
+                self.unsupported.append(replace(where, why=f"bridge left out: {exc}"))
         settings = BrokerSettings(
+            bridge=tuple(bridges),
             listener=tuple(records),
             limits=LimitsSettings(**self.limits),
             auth=AuthSettings(**self.auth),

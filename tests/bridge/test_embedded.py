@@ -207,7 +207,8 @@ def test_sighup_adds_removes_and_changes_bridges(tmp_path: Path) -> None:
         ('[[bridge]]\nname = "x"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\n'
          '[[bridge]]\nname = "x"\ntopics = ["b/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\n',
          "bridge[1].name: 'x' is the name of an earlier bridge"),
-        ('[[bridge]]\nname = "x"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\npassword_file = "/nonexistent"\n',
+        ('[[bridge]]\nname = "x"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\n'
+         'password_file = "/nonexistent"\n',
          "bridge[0].remote: password file /nonexistent: No such file or directory"),
     ],
 )

@@ -291,22 +291,20 @@ def test_mosquitto_conf_refused_until_ignore_unsupported(tmp_path: Path, started
     conf = tmp_path / "mosquitto.conf"
     conf.write_text(
         f"listener {port} {HOST}\nallow_anonymous true\npersistent_client_expiration 1d\nmax_keepalive 120\n"
-        "connection cloud\naddress mqtt.example.com:8883\ntopic sensors/# out 1\n"
+        "connection cloud\naddress 127.0.0.1:1\ntopic sensors/# out 1\nround_robin true\n"
     )
     done = serve_fails("--mosquitto-conf", str(conf))
     assert done.returncode == 2
     lines = done.stderr.splitlines()
-    assert lines[:4] == [
+    assert lines[:2] == [
         f"mqtt: error: {conf}:3: 'persistent_client_expiration 1d': persistent_client_expiration is not supported",
-        f"mqtt: error: {conf}:5: 'connection cloud': bridges are not supported yet (issue #19)",
-        f"mqtt: error: {conf}:6: 'address mqtt.example.com:8883': bridges are not supported yet (issue #19)",
-        f"mqtt: error: {conf}:7: 'topic sensors/# out 1': bridges are not supported yet (issue #19)",
+        f"mqtt: error: {conf}:8: 'round_robin true': round_robin is not supported in a bridge",
     ]
-    assert lines[4] == (
-        f"mqtt: error: {conf}: 4 lines cannot be honoured (listed above); remove them, or pass "
+    assert lines[2] == (
+        f"mqtt: error: {conf}: 2 lines cannot be honoured (listed above); remove them, or pass "
         "--ignore-unsupported to run without them"
     )
-    assert len(lines) == 5
+    assert len(lines) == 3
     printed = subprocess.run([*SERVE, "--mosquitto-conf", str(conf), "--print-config"], capture_output=True,
                              text=True, timeout=DEADLINE)  # fmt: skip
     assert printed.returncode == 0
