@@ -264,8 +264,8 @@ class BrokerCore:
     ) -> ServerConnection:
         """A client inside the process: a session under `client_id` (resumed if it exists, `expiry` seconds after
         detach; NEVER_EXPIRES by default) whose deliveries go to `sink.deliver(message, qos, retain, packet_id)`
-        instead of bytes, at most `receive_maximum` QoS 1/2 unacknowledged (acknowledge_internal). Messages in
-        flight to it before (an earlier attach, or restored from the store) are handed over again first."""
+        instead of bytes, at most `receive_maximum` QoS 1/2 unacknowledged (acknowledge_internal). Nothing is
+        delivered before resume_internal."""
         old = self.sessions.get(client_id)
         if old is not None and old.connection is not None:
             self._close(old.connection, now, reason=0x8E, detail="session taken over")
@@ -286,7 +286,15 @@ class BrokerCore:
         self.sessions[client_id] = session
         conn.session = session
         self._save_session(session)
-        # What was in flight goes first again (the sink forwards it with the same packet identifiers).
+        return conn
+
+    def resume_internal(self, conn: ServerConnection, now: float) -> None:
+        """After attach (and subscribe_internal): what the session holds goes to the sink, in flight first (with
+        the same packet identifiers), then the queue as the window allows."""
+        session = conn.session
+        assert session is not None and conn.sink is not None
+        sink = conn.sink
+        client_id = session.client_id
         for entry in session.outgoing.entries():
             p = entry.publish
             message = entry.context if type(entry.context) is Message else Message(
@@ -294,7 +302,6 @@ class BrokerCore:
             )
             sink.deliver(message, p.qos, p.retain, p.packet_id)
         self._pump(session, now)
-        return conn
 
     def detach(self, conn: ServerConnection, now: float, *, forget: bool = False) -> None:
         """An in-process client goes: its session stays (deliveries queue for its next attach), or with `forget`

@@ -64,10 +64,14 @@ class _Out:
 
 class EmbeddedBridge:
     def __init__(self, config: EmbeddedConfig, core_of: Callable[[], BrokerCore], flush: Callable[[], None],
-                 log: Callable[[str], None]) -> None:  # fmt: skip
+                 to_send: Callable[[EmbeddedBridge], None], log: Callable[[str], None]) -> None:  # fmt: skip
         self.config = config
         self._core_of = core_of
-        self._flush = flush  # the server's: what the core produced for network clients leaves
+        # The server's: what the core produced for network clients leaves (and then send_now() of the bridges
+        # that asked through to_send: one send to the remote per read of a publisher, not one per message).
+        self._flush = flush
+        self._to_send = to_send
+        self._send_asked = False
         self.log = log
         self.stats = LinkStats(config.name, config.local_client_id)
         self.client: Client | None = None
@@ -109,6 +113,7 @@ class EmbeddedBridge:
         core.subscribe_internal(
             self.conn, {f: SubscriptionOptions(q, True, True) for f, q in filters.items()}, now
         )
+        core.resume_internal(self.conn, now)  # what the session kept (a restart's store, an earlier run) goes on
         self._flush()
         try:
             with self._scope:
@@ -199,17 +204,27 @@ class EmbeddedBridge:
         if not out_qos:
             if client.connected and client.queued < self.config.qos0_queue:
                 client.publish_nowait(out_topic, message.payload, 0, retain, props)
+                if not self._send_asked:
+                    self._send_asked = True
+                    self._to_send(self)
             else:
                 stats.dropped[0] += 1
             if packet_id is not None:
                 core.acknowledge_internal(self.conn, packet_id, trio.current_time())
             return
+        if not self._send_asked:
+            self._send_asked = True
+            self._to_send(self)
         ctx = _Out(packet_id, self.conn)  # type: ignore[arg-type]
         if out_qos == 1 and not props.items and client.relay(out_topic, message.payload, 1, retain, ctx):
-            client.send_now()
             return
         client.publish_nowait(out_topic, message.payload, out_qos, retain, props, context=ctx)
-        client.send_now()
+
+    def send_now(self) -> None:
+        """What deliver() gave the remote client leaves (the server calls it at the end of its flush)."""
+        self._send_asked = False
+        if self.client is not None:
+            self.client.send_now()
 
     def taken(self, token: Any) -> None:
         """A remote message's commit is done (persistence): acknowledged to the remote now."""
@@ -221,10 +236,10 @@ class EmbeddedBridge:
                 client.send_now()
 
     def _delivered(self, ctx: Any) -> None:
-        """The remote acknowledged a forward (PUBACK; PUBREC for QoS 2): the local flow ends."""
+        """The remote acknowledged a forward (PUBACK; PUBREC for QoS 2): the local flow ends (what that changes
+        leaves with the flush at the end of this read, _observe)."""
         if type(ctx) is _Out and not ctx.conn.closed:
             self._core_of().acknowledge_internal(ctx.conn, ctx.pid, trio.current_time())
-            self._flush()
 
     # --- remote to local ----------------------------------------------------------------------------------------
 
@@ -261,7 +276,7 @@ class EmbeddedBridge:
         taken = core.publish_internal(conn, topic, p.payload, out_qos, p.retain, props, trio.current_time(), token)
         if taken and qos:
             client.acknowledge(p.packet_id)  # type: ignore[arg-type]
-        self._flush()
+        # The deliveries it made leave with the flush at the end of this read (_observe).
 
     # --- events -------------------------------------------------------------------------------------------------
 
@@ -283,6 +298,9 @@ class EmbeddedBridge:
                     self.log(f"{self.who}: remote connection lost: {event.reason}")
                 self.stats.connected = False
                 self._notify_local(b"0")
+        # Called after every read of the remote: what it produced for local clients and the store, and for the
+        # remote (acknowledgements, forwards the window let through), leaves now.
+        self._flush()
         if self.client is not None:
             self.client.send_now()
 

@@ -279,6 +279,7 @@ class BrokerServer:
         self._commit_wake = trio.Event()
         # Embedded bridges by name: each its task's bridge and an event set when that task has ended.
         self.bridges: dict[str, tuple[EmbeddedBridge, trio.Event]] = {}
+        self._bridges_to_send: list[EmbeddedBridge] = []  # those with messages for their remote since _flush
 
     @property
     def bound(self) -> list[Listener]:
@@ -332,6 +333,10 @@ class BrokerServer:
                     nursery.start_soon(self._writer, conn, net)
         if core.changes or core.held:  # from core.drained() above
             self._collect()
+        if self._bridges_to_send:  # what embedded bridges were given for their remotes: one send each
+            sending, self._bridges_to_send = self._bridges_to_send, []
+            for bridge in sending:
+                bridge.send_now()
         if core.notices:
             report = self.options.on_notice
             while core.notices:
@@ -745,12 +750,14 @@ class BrokerServer:
     def _start_bridge(self, config: EmbeddedConfig) -> None:
         nursery = self._nursery
         assert nursery is not None
-        bridge = EmbeddedBridge(config, lambda: self.core, self._flush, self._bridge_log)
+        bridge = EmbeddedBridge(config, lambda: self.core, self._flush, self._bridges_to_send_append, self._bridge_log)
         done = trio.Event()
 
         async def run() -> None:
             try:
                 await bridge.run()
+            except Exception as exc:  # a bug in one bridge ends that bridge, never the broker
+                self._bridge_log(f"bridge {config.name}: stopped by an internal error: {exc!r} (reload to restart it)")
             finally:
                 done.set()
 
@@ -761,6 +768,9 @@ class BrokerServer:
         bridge, done = self.bridges.pop(name)
         bridge.stop(forget=forget)
         await done.wait()
+
+    def _bridges_to_send_append(self, bridge: EmbeddedBridge) -> None:
+        self._bridges_to_send.append(bridge)
 
     def _bridge_log(self, line: str) -> None:
         self._report(Notice("bridge", None, "-", line))
