@@ -358,3 +358,47 @@ def test_our_broker_killed_with_persistence_loses_nothing_acknowledged(tmp_path:
     print(f"QoS 1: {len(q1)} distinct, {sum(q1.values()) - len(q1)} duplicates; QoS 2: "
           f"{sum(q2.values()) - len(q2)} duplicates")  # fmt: skip
     assert missing1 == [] and missing2 == [], (missing1[:10], missing2[:10], log_of(ours)[-2000:])
+
+
+# --- metrics -------------------------------------------------------------------------------------------------
+
+
+def test_bridge_metrics_pass_promtool_and_count_what_sys_says(tmp_path: Path) -> None:
+    from tests.broker.test_metrics_interop import fetch, metrics_url, prometheus_tool, value
+
+    remote = start_mosquitto(tmp_path / "remote")
+    RUNNING.append(remote)
+    ours = start_with_bridges(tmp_path / "ours", bridge_toml(remote, "m/# out 1", "back/# in 1"),
+                              "--metrics-listen", "127.0.0.1:0", "--sys-interval", "1")  # fmt: skip
+    wait_log(ours, "bridge cloud: connected to")
+    time.sleep(0.3)
+    publish(ours, [(f"m/{i}", b"x", 1, False) for i in range(20)])
+    publish(remote, [(f"back/{i}", b"y", 1, False) for i in range(5)])
+    time.sleep(0.5)
+    status, text = fetch(metrics_url(ours) + "/metrics")
+    assert status == 200
+    check = subprocess.run([prometheus_tool("promtool"), "check", "metrics"], input=text.encode(),
+                           capture_output=True, timeout=30)  # fmt: skip
+    assert check.returncode == 0 and check.stdout == b"" and check.stderr == b"", check.stdout + check.stderr
+    assert value(text, "mqtt_bridge_up", 'bridge="cloud"') == 1
+    assert value(text, "mqtt_bridge_forwarded_messages_total", 'bridge="cloud",direction="out"') == 20
+    assert value(text, "mqtt_bridge_forwarded_messages_total", 'bridge="cloud",direction="in"') == 5
+    assert value(text, "mqtt_bridge_messages_queued", 'bridge="cloud"') == 0
+    remote.stop()
+    wait_log(ours, "bridge cloud: remote connection lost")
+    publish(ours, [(f"m/{i}", b"x", 1, False) for i in range(7)])
+    _, text = fetch(metrics_url(ours) + "/metrics")
+    assert value(text, "mqtt_bridge_up", 'bridge="cloud"') == 0
+    assert value(text, "mqtt_bridge_messages_queued", 'bridge="cloud"') == 7  # kept for the remote
+    _, om = fetch(metrics_url(ours) + "/metrics", "application/openmetrics-text; version=1.0.0")
+    assert 'mqtt_bridge_forwarded_messages_total{bridge="cloud",direction="out"} 27' in om
+    remote.restart()
+    wait_log(ours, "bridge cloud: connected to", 2)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        _, text = fetch(metrics_url(ours) + "/metrics")
+        if value(text, "mqtt_bridge_messages_queued", 'bridge="cloud"') == 0:
+            break
+        time.sleep(0.1)
+    assert value(text, "mqtt_bridge_messages_queued", 'bridge="cloud"') == 0
+    assert value(text, "mqtt_bridge_reconnects_total", 'bridge="cloud"') == 1
