@@ -50,7 +50,7 @@ class EmbeddedConfig:
     notification_topic: str | None = None  # retained 1/0 on both brokers (mosquitto's notifications)
     qos0_queue: int = 10_000  # QoS 0 messages held for a remote that is slow, beyond which they drop
     receive_maximum: int = 1000  # unacknowledged messages each way: the remote's to us, ours to it
-    linger: float = 0.0
+    linger: float = 0.005  # as mqtt bridge's default: a busy remote reader waits that long to read more at once
     source: Any = None  # the configuration record it was made from: a reload restarts the bridge when it differs
 
 
