@@ -206,7 +206,9 @@ def test_flags_override_the_file_in_print_config(tmp_path: Path) -> None:
 
 
 def test_example_file_is_a_valid_configuration() -> None:
-    from mqtt_cli.core.config import check
+    import tomllib
+
+    from mqtt_cli.core.config import check, load_config
     from mqtt_cli.net.config import read_config
 
     example = REPO / "docs" / "broker.example.toml"
@@ -216,6 +218,12 @@ def test_example_file_is_a_valid_configuration() -> None:
     done = subprocess.run([*SERVE, "--config", str(example), "--print-config"], capture_output=True, text=True,
                           timeout=DEADLINE)  # fmt: skip
     assert done.returncode == 0 and 'url = "mqtts://0.0.0.0:8883"' in done.stdout
+    # Its commented bridge section is a valid one once uncommented.
+    text = example.read_text()
+    block = text[text.index("# [[bridge]]") :]
+    uncommented = "\n".join(line[2:] if line.startswith("# ") else "" for line in block.splitlines())
+    (bridge,) = load_config(tomllib.loads(uncommented), "example").bridge
+    assert bridge.name == "cloud" and bridge.remote.url == ("mqtts://cloud.example:8883",)
 
 
 @pytest.mark.parametrize(
