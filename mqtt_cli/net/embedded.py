@@ -52,6 +52,9 @@ class EmbeddedConfig:
     receive_maximum: int = 1000  # unacknowledged messages each way: the remote's to us, ours to it
     linger: float = 0.005  # as mqtt bridge's default: a busy remote reader waits that long to read more at once
     source: Any = None  # the configuration record it was made from: a reload restarts the bridge when it differs
+    # Remote filters an earlier run of this bridge subscribed to and the rules no longer have (a reload that
+    # changed the rules): unsubscribed once connected, or the persistent remote session would keep sending them.
+    unsubscribe: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -151,12 +154,12 @@ class EmbeddedBridge:
             await client.wait_connected()
             v5 = client.conn.version == 5
             subs = [Subscription(f, q, no_local=v5, retain_as_published=v5) for f, q in best.items()]
-            if not subs:
-                return
             connack = client.connack
             props = connack.properties if connack is not None else EMPTY_PROPERTIES
             codes: tuple[int, ...] = ()
-            if v5 and props.subscription_identifier_available != 0:
+            if not subs:
+                pass
+            elif v5 and props.subscription_identifier_available != 0:
                 sids = {sub.topic_filter: i + 1 for i, sub in enumerate(subs)}
                 for sub in subs:
                     sid = Properties(subscription_identifier=sids[sub.topic_filter])
@@ -166,6 +169,10 @@ class EmbeddedBridge:
                 codes = await client.subscribe(subs)
                 self._sids = {}
             self._routes[1].clear()
+            old = [f for f in self.config.unsubscribe if f not in best]
+            if old:
+                await client.unsubscribe(old)
+                self.log(f"{self.who}: remote: unsubscribed from {', '.join(old)} (no longer in the rules)")
         except ClientError:
             return
         for sub, code in zip(subs, codes, strict=False):

@@ -31,6 +31,7 @@ from mqtt_cli.core.auth import (
     is_loopback,
     unsafe_listener_error,
 )
+from mqtt_cli.core.bridge import source_filters
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice
 from mqtt_cli.core.config import (
     ALL_VERSIONS,
@@ -788,7 +789,8 @@ class BrokerServer:
                 changes.append(f"bridge {name} removed")
             elif config.source != old.source:
                 await self._stop_bridge(name, forget=config.local_client_id != old.local_client_id)
-                self._start_bridge(config)
+                before = source_filters(old.rules, remote=True)
+                self._start_bridge(replace(config, unsubscribe=tuple(before)))
                 changes.append(f"bridge {name} changed (restarted)")
         for name, config in wanted.items():
             if name not in self.bridges:
