@@ -83,6 +83,7 @@ class EmbeddedBridge:
         self._sids: dict[str, int] = {}
         self._told: bytes | None = None
         self._scope = trio.CancelScope()
+        self._stopping = trio.Event()
         self._cleanup = False  # forget the local session when stopped (the bridge was removed)
         self._was_connected = False
         self._last_error = ""
@@ -91,8 +92,23 @@ class EmbeddedBridge:
     # --- life -----------------------------------------------------------------------------------------------
 
     def stop(self, *, forget: bool) -> None:
-        """Ends the bridge (a reload removed or changed it); `forget` ends its local session too."""
+        """Ends the bridge (shutdown, or a reload removed or changed it): the notification topic says 0, the remote
+        gets DISCONNECT (bounded), then run() returns; `forget` ends its local session too."""
         self._cleanup = forget
+        self._stopping.set()
+
+    async def _stopper(self) -> None:
+        await self._stopping.wait()
+        client = self.client
+        assert client is not None
+        with trio.move_on_after(2), contextlib.suppress(ClientError):
+            self._notify_local(b"0")
+            if client.connected:
+                if self.config.notification_topic:
+                    client.publish_nowait(self.config.notification_topic, b"0", 1, True)
+                    client.send_now()
+                    await client.wait_acknowledged()
+                await client.disconnect()
         self._scope.cancel()
 
     async def run(self) -> None:
@@ -124,20 +140,14 @@ class EmbeddedBridge:
                     await nursery.start(self.client.run)
                     nursery.start_soon(self._subscribe_remote)
                     nursery.start_soon(self._watch)
+                    nursery.start_soon(self._stopper)
         finally:
-            with trio.CancelScope(shield=True):
-                core = self._core_of()
-                core.detach(self.conn, trio.current_time(), forget=self._cleanup)
-                if core.links.get(c.name) is self.stats:
-                    del core.links[c.name]
-                self.stats.connected = False
-                if self.client.connected:
-                    with trio.move_on_after(2), contextlib.suppress(ClientError):
-                        if c.notification_topic:
-                            self.client.publish_nowait(c.notification_topic, b"0", 1, True)
-                            self._notify_local(b"0")
-                        await self.client.disconnect()
-                self._flush()
+            core = self._core_of()
+            core.detach(self.conn, trio.current_time(), forget=self._cleanup)
+            if core.links.get(c.name) is self.stats:
+                del core.links[c.name]
+            self.stats.connected = False
+            self._flush()
 
     async def _watch(self) -> None:
         assert self.client is not None

@@ -403,3 +403,20 @@ def test_bridge_metrics_pass_promtool_and_count_what_sys_says(tmp_path: Path) ->
         time.sleep(0.1)
     assert value(text, "mqtt_bridge_messages_queued", 'bridge="cloud"') == 0
     assert value(text, "mqtt_bridge_reconnects_total", 'bridge="cloud"') == 1
+
+
+def test_notification_topic_on_both_brokers(tmp_path: Path) -> None:
+    remote = start_mosquitto(tmp_path / "remote")
+    RUNNING.append(remote)
+    conf = bridge_toml(remote, "n/# out 1", extra='notification_topic = "st/cloud"')
+    ours = start_with_bridges(tmp_path / "ours", conf)
+    at_remote = Watcher(remote, "st/#")
+    at_local = Watcher(ours, "st/#")
+    try:
+        assert at_remote.wait_last(b"1")[0] == "st/cloud"
+        assert at_local.wait_last(b"1")[0] == "st/cloud"
+        ours.stop()  # SIGTERM: the bridge says 0 to the remote before it goes
+        at_remote.wait_last(b"0")
+    finally:
+        at_remote.close()
+        at_local.client.loop_stop()
