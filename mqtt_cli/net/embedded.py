@@ -1,7 +1,8 @@
 """A bridge inside `mqtt serve`: the local side is the broker itself, the remote side `mqtt bridge`'s client.
 
-    bridge = EmbeddedBridge(EmbeddedConfig(name="cloud", remote=side_config(...), rules=[...]), server)
-    nursery.start_soon(bridge.run)      # until its cancel scope is cancelled (bridge.stop())
+    bridge = EmbeddedBridge(EmbeddedConfig(name="cloud", remote=side_config(...), rules=[...], local_client_id=...),
+                            core_of, flush, to_send, log)      # BrokerServer's (net/server.py: _start_bridge)
+    nursery.start_soon(bridge.run)      # until bridge.stop(forget=...)
 
 No connection to ourselves: the bridge attaches to `BrokerCore` as an in-process client (`BrokerCore.attach`),
 whose session holds the local filters of the rules and the messages for the remote. Local messages reach
