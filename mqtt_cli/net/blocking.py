@@ -16,6 +16,8 @@ Importing it costs a fraction of trio's import, which is most of what a one-shot
 
 from __future__ import annotations
 
+import errno
+import os
 import select
 import socket
 import time
@@ -133,29 +135,39 @@ class BlockingClient:
     def _open(self, deadline: float) -> socket.socket:
         """A TCP connection to the endpoint, each address in turn (the first failure's reason is told)."""
         endpoint = self.endpoint
+        # An ASCII name as bytes: the idna codec (and stringprep, unicodedata) is not loaded for it.
+        host = endpoint.host.encode("ascii") if endpoint.host.isascii() else endpoint.host
         try:
-            infos = socket.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
+            infos = socket.getaddrinfo(host, endpoint.port, type=socket.SOCK_STREAM)
         except OSError as err:
             raise ConnectFailed(f"cannot connect to {endpoint}: {err.strerror or err}") from None
-        first: OSError | None = None
+        first = ""
         for family, kind, proto, _, address in infos:
             sock = socket.socket(family, kind, proto)
             try:
-                sock.settimeout(max(deadline - time.monotonic(), 0.001))
-                sock.connect(address)
-            except TimeoutError:
+                sock.setblocking(False)
+                code = sock.connect_ex(address)
+                if code == errno.EINPROGRESS:
+                    _, writable, _ = select.select([], [sock], [], max(deadline - time.monotonic(), 0))
+                    if not writable:
+                        timeout = self.settings.connect_timeout
+                        raise ConnectFailed(f"no answer from {endpoint} within {timeout:g} s")
+                    code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    if code:  # worded as trio's socket words it (net/transports.py tells that reason)
+                        first = first or f"Error connecting to {address!r}: {os.strerror(code)}"
+                        sock.close()
+                        continue
+                elif code:
+                    first = first or os.strerror(code)
+                    sock.close()
+                    continue
+            except BaseException:
                 sock.close()
-                timeout = self.settings.connect_timeout
-                raise ConnectFailed(f"no answer from {endpoint} within {timeout:g} s") from None
-            except OSError as err:
-                sock.close()
-                first = first or err
-                continue
+                raise
             sock.setblocking(True)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return sock
-        reason = (first.strerror or str(first)) if first is not None else "no address"
-        raise ConnectFailed(f"cannot connect to {endpoint}: {reason}")
+        raise ConnectFailed(f"cannot connect to {endpoint}: {first or 'no address'}")
 
     # --- the work -----------------------------------------------------------------------------------------
 
@@ -163,11 +175,13 @@ class BlockingClient:
         self, topic: str, payload: bytes = b"", qos: int = 0, retain: bool = False,
         properties: Properties = EMPTY_PROPERTIES,
     ) -> None:  # fmt: skip
-        """Hands a message to the connection and writes it; waits (bounded) while the broker's receive maximum
-        is reached. Raises PublishFailed for a message the broker's limits forbid."""
+        """Hands a message to the connection, written with what follows it (as the trio client's writer
+        batches); waits (bounded) while the broker's receive maximum is reached. Raises PublishFailed for a
+        message the broker's limits forbid."""
         if self.failure is not None:
             raise self.failure
         while qos and not self.conn.window_open:
+            self._flush()
             self._wait_progress()
         try:
             self.conn.publish(topic, payload, qos, retain, properties)
@@ -176,10 +190,10 @@ class BlockingClient:
         self.published += 1
         if not qos:
             self._qos0_unwritten += 1
-        self._flush()
 
     def wait_acknowledged(self) -> None:
         """Waits until every message handed over is acknowledged (QoS 1/2) or written (QoS 0)."""
+        self._flush()
         while self.conn.inflight or self._qos0_unwritten:
             if self.failure is not None:
                 raise self.failure
@@ -306,11 +320,26 @@ class BlockingClient:
             try:
                 sock.sendall(data)
             except OSError as err:
+                self._take_last_words()
                 self.conn.connection_lost(f"writing failed: {err}")
                 self._dispatch(self.conn.events())
                 return
         self.written += self._qos0_unwritten
         self._qos0_unwritten = 0
+
+    def _take_last_words(self) -> None:
+        """After a failed write: what the broker sent before closing (a refusal, say) still counts, as it does
+        for the trio client's reader."""
+        sock = self._sock
+        if sock is None:
+            return
+        try:
+            sock.setblocking(False)
+            while data := sock.recv(_READ_SIZE):
+                self.conn.receive_data(data, time.monotonic())
+        except OSError:
+            pass
+        self._dispatch(self.conn.events())
 
     def _dispatch(self, events: list[object]) -> None:
         for event in events:
