@@ -24,7 +24,6 @@ import sys
 import time
 from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mqtt_cli import PROG_NAME
@@ -49,19 +48,22 @@ class Kind(Enum):
     LIST = "list"  # of str, repeatable
 
 
-@dataclass(frozen=True)
 class Opt:
     """One option of a command, as its typer definition says: parameter name, option names, kind, default,
-    bounds and environment variable. `fast`: the fast path runs commands that give it on the command line."""
+    bounds and environment variable. `fast`: the fast path runs commands that give it on the command line.
+    (A plain class: a hundred of these are made at each start, a frozen dataclass's are slower to make.)"""
 
-    param: str
-    names: tuple[str, ...]
-    kind: Kind
-    default: Any = None
-    lo: float | None = None
-    hi: float | None = None
-    env: str | None = None
-    fast: bool = True
+    __slots__ = ("default", "env", "fast", "hi", "kind", "lo", "names", "param")
+
+    def __init__(
+        self, param: str, names: tuple[str, ...], kind: Kind, default: Any = None, *, lo: float | None = None,
+        hi: float | None = None, env: str | None = None, fast: bool = True,
+    ) -> None:  # fmt: skip
+        self.param, self.names, self.kind, self.default = param, names, kind, default
+        self.lo, self.hi, self.env, self.fast = lo, hi, env, fast
+
+    def __repr__(self) -> str:
+        return f"Opt({self.param!r}, {self.names!r})"
 
 
 F, S, N, FL, P, L = Kind.FLAG, Kind.STR, Kind.INT, Kind.FLOAT, Kind.PATH, Kind.LIST
@@ -199,6 +201,8 @@ def _convert(opt: Opt, value: str) -> Any:
     if opt.kind is Kind.STR or opt.kind is Kind.LIST:
         return value
     if opt.kind is Kind.PATH:
+        from pathlib import Path  # only for -f: pathlib brings urllib and ipaddress along
+
         return Path(value) if "\0" not in value else None
     pattern, kind = (PLAIN_INT, int) if opt.kind is Kind.INT else (PLAIN_FLOAT, float)
     if not pattern.fullmatch(value):

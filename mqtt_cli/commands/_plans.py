@@ -9,7 +9,6 @@ Context, or the fast path's parse).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mqtt_cli.exit_codes import EXIT_PUBLISH_FAILED, EXIT_USAGE
@@ -18,6 +17,7 @@ from . import fail
 from ._settings import ParameterSources, client_settings, parse_user_properties, stdin_closed
 
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import BinaryIO, Protocol
 
     from mqtt_cli.core.events import PublishAcknowledged

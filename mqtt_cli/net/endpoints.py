@@ -10,9 +10,7 @@ so that the one-shot clients' fast path (net/blocking.py) loads neither trio nor
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
 
 from ..core.records import record
 
@@ -54,6 +52,8 @@ class ParsedURL:
 
 def parse_url(url: str) -> ParsedURL:
     """Parses a broker URL; raises ValueError saying what is wrong."""
+    from urllib.parse import unquote, urlsplit  # only for -L/--url
+
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme == "unix":
@@ -100,6 +100,7 @@ def make_ssl_context(options: TLSOptions, option_name: Callable[[str], str] = "-
     `option_name` says how the caller's user names an option in messages (`cafile` -> `--cafile`, the clients';
     the bridge has `--remote-cafile`, or a TOML key)."""
     import ssl  # only for TLS: a plain one-shot client does without it (about 8 ms)
+    from pathlib import Path
 
     n = option_name
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)

@@ -6,6 +6,7 @@ import importlib
 import inspect
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from mqtt_cli.commands._fast import CONNECTION_PARAMS, FAST_ENV, OPTIONS, Kind, 
 
 from ..brokers import Broker
 from ..conftest import REPO_ROOT, cli_env
+from .conftest import wait_for_output
 
 COMMANDS = tuple(OPTIONS)
 
@@ -342,3 +344,31 @@ def test_rr_answered_on_the_fast_path(mosquitto: Broker, env: dict[str, str], to
             requester.kill()
     assert requester.returncode == 0, err
     assert out == b"answer\n"
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_on_the_fast_path_says_goodbye(
+    mosquitto: Broker, env: dict[str, str], topic: str, signum: int, code: int
+) -> None:
+    """As on the trio path: the work stops, DISCONNECT goes out (so no will), the exit code names the signal."""
+    at = _at(mosquitto)
+    run_env = {**env, "PYTHONPATH": str(REPO_ROOT)}
+    python = [sys.executable, "-X", "importtime", "-m", "mqtt_cli"]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "env": run_env}
+    watcher = subprocess.Popen([*python, "sub", *at, "-t", f"{topic}/will", "-C", "1", "-W", "30", "-d"], **pipes)
+    wait_for_output(watcher, b"SUBACK")
+    waiting = subprocess.Popen(
+        [*python, "sub", *at, "-t", topic, "-C", "5", "-d", "--will-topic", f"{topic}/will", "--will-payload", "gone"],
+        **pipes,
+    )  # fmt: skip
+    wait_for_output(waiting, b"SUBACK")
+    waiting.send_signal(signum)
+    _, err = waiting.communicate(timeout=30)
+    assert waiting.returncode == code, _said(err)
+    assert not _imported(err) & HEAVY
+    # the first message on the will topic is this one, not the will: the goodbye was said
+    subprocess.run([*python, "pub", *at, "-t", f"{topic}/will", "-m", "marker"], env=run_env, check=True)
+    out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, _said(err)
+    assert [line for line in out.splitlines() if not line.startswith((b"Client ", b"Subscribed"))] == [b"marker"]
