@@ -22,11 +22,11 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from mqtt_cli import PROG_NAME
+from mqtt_cli.core.records import record
 from mqtt_cli.exit_codes import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIMEOUT
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ class Source(Enum):
     DEFAULT = "default"
 
 
-@dataclass
+@record
 class Parsed:
     """A command line the fast path understood: the parameter values typer would pass, and their sources."""
 

@@ -8,13 +8,13 @@ Context, or the fast path's parse).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mqtt_cli.core.records import record
 from mqtt_cli.exit_codes import EXIT_PUBLISH_FAILED, EXIT_USAGE
 
 from . import fail
-from ._settings import ParameterSources, client_settings, parse_user_properties, stdin_closed
+from ._settings import client_settings, parse_user_properties, stdin_closed
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from mqtt_cli.net.settings import ClientSettings
 
     from ._payload import PayloadFormat
+    from ._settings import ParameterSources
 
     class Counted(Protocol):
         """What pub's summaries read of a client (the trio client or the blocking one)."""
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 # --- pub -------------------------------------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class PubPlan:
     settings: ClientSettings
     topic: str | None
@@ -181,7 +182,7 @@ def fail_refused(client: Counted, then: str = "") -> None:
 # --- sub -------------------------------------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class SubPlan:
     settings: ClientSettings
     filters: list[str]
@@ -264,7 +265,7 @@ def plan_sub(
 # --- rr --------------------------------------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class RrPlan:
     settings: ClientSettings
     topic: str

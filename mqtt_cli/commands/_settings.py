@@ -9,31 +9,32 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from mqtt_cli.core.records import record
 from mqtt_cli.exit_codes import EXIT_USAGE
 from mqtt_cli.profiles import PROTOCOL_VERSIONS
 
 from . import fail
 
 if TYPE_CHECKING:
+    from typing import Protocol
+
     from mqtt_cli.net.settings import ClientSettings
+
+    class _Source(Protocol):
+        name: str  # COMMANDLINE, ENVIRONMENT, DEFAULT, ... (click's ParameterSource)
+
+    class ParameterSources(Protocol):
+        """Where each parameter's value came from: typer's Context, or the fast path's parse."""
+
+        def get_parameter_source(self, name: str) -> _Source | None: ...
+
 
 VERSIONS = PROTOCOL_VERSIONS
 
 
-class _Source(Protocol):
-    name: str  # COMMANDLINE, ENVIRONMENT, DEFAULT, ... (click's ParameterSource)
-
-
-class ParameterSources(Protocol):
-    """Where each parameter's value came from: typer's Context, or the fast path's parse."""
-
-    def get_parameter_source(self, name: str) -> _Source | None: ...
-
-
-@dataclass
+@record
 class Resolved:
     """What the options resolve to, beyond the settings: the topic of an mqtt:// URL, the profile's QoS."""
 
