@@ -25,6 +25,7 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -126,10 +127,17 @@ class Responder:
         self.thread.start()
 
     def _run(self) -> None:
+        from mqtt_cli.net.blocking import WorkTimedOut
+
         while not self.stop:
-            msg = self.client.next_message(time.monotonic() + 0.2)
-            if msg is None or not hasattr(msg, "properties") or not msg.properties.response_topic:
+            self.client.deadline = time.monotonic() + 0.2  # to look at `stop` now and then
+            try:
+                msg = self.client.next_message()
+            except WorkTimedOut:
                 continue
+            if not hasattr(msg, "properties") or not msg.properties.response_topic:
+                continue
+            self.client.deadline = None
             props = self._props(correlation_data=msg.properties.correlation_data)
             self.client.publish(msg.properties.response_topic, b"answer", 0, False, props)
             self.client.wait_acknowledged()
@@ -240,6 +248,7 @@ def main() -> int:
     parser.add_argument("--one-shot-max-ms", type=float, help="fail when one of our one-shot medians exceeds this")
     parser.add_argument("--skip-version", action="store_true", help="only the one-shot clients")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the brokers are stopped on the way out
 
     mqtt = BIN / "mqtt"
     if not mqtt.exists():

@@ -423,12 +423,23 @@ def _pub(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
     return 0
 
 
-def _deadline(timeout: float | None) -> float | None:
-    return None if timeout is None else time.monotonic() + timeout
-
-
 def _sub(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
     """sub.py's work (see there), for the forms the fast path takes."""
+    from mqtt_cli.net.blocking import WorkTimedOut
+
+    from ._output import Printer
+
+    printer = Printer(plan.mode, p["fmt"], not p["no_newline"], plan.out_file, plan.form)
+    if p["timeout"] is not None:  # -W counts from the connection, as with mosquitto_sub, and bounds the work
+        client.deadline = time.monotonic() + p["timeout"]
+    try:
+        return _receive(client, plan, p, printer)
+    except WorkTimedOut:
+        print(f"mqtt: timed out after {p['timeout']:g} s", file=sys.stderr, flush=True)
+        return EXIT_TIMEOUT
+
+
+def _receive(client: BlockingClient, plan: Any, p: dict[str, Any], printer: Any) -> int:
     from mqtt_cli.core.events import PongReceived
     from mqtt_cli.core.packets import Subscription
     from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
@@ -437,10 +448,8 @@ def _sub(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
     from mqtt_cli.net.errors import SubscribeRefused
 
     from . import fail
-    from ._output import FormatError, Printer
+    from ._output import FormatError
 
-    deadline = _deadline(p["timeout"])  # -W counts from the connection, as with mosquitto_sub
-    printer = Printer(plan.mode, p["fmt"], not p["no_newline"], plan.out_file, plan.form)
     if plan.v5_only and client.version != 5:
         fail(f"the broker speaks MQTT 3.1.1: {', '.join(plan.v5_only)} need 5.0", EXIT_USAGE)
     subs = [
@@ -463,10 +472,7 @@ def _sub(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
     count = p["count"]
     received = 0
     while True:
-        item = client.next_message(deadline)
-        if item is None:
-            print(f"mqtt: timed out after {p['timeout']:g} s", file=sys.stderr, flush=True)
-            return EXIT_TIMEOUT
+        item = client.next_message()
         if type(item) is PongReceived:
             if p["retained_only"]:
                 client.wait_acknowledged()
@@ -491,6 +497,17 @@ def _sub(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
 
 def _rr(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
     """rr.py's work (see there)."""
+    from mqtt_cli.net.blocking import WorkTimedOut
+
+    client.deadline = time.monotonic() + p["timeout"]  # -W counts from the connection and ends only the wait
+    try:
+        return _request(client, plan, p)
+    except WorkTimedOut:
+        print(f"mqtt: no response within {p['timeout']:g} s", file=sys.stderr, flush=True)
+        return EXIT_TIMEOUT
+
+
+def _request(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
     from mqtt_cli.core.packets import Subscription
     from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
     from mqtt_cli.core.reasons import reason_name
@@ -498,7 +515,6 @@ def _rr(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
 
     from ._output import Printer
 
-    deadline = _deadline(p["timeout"])  # counts from the connection and ends only the wait
     printer = Printer(plan.mode, None, not p["no_newline"], form=plan.form)
     correlation_data = p["correlation_data"]
     correlation = correlation_data.encode() if correlation_data is not None else os.urandom(16)
@@ -513,10 +529,7 @@ def _rr(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
     if client.refused:
         raise PublishFailed(f"the broker refused the request: {reason_name(client.refused[0].reason_code, 4)}")
     while True:
-        item: Any = client.next_message(deadline)
-        if item is None:
-            print(f"mqtt: no response within {p['timeout']:g} s", file=sys.stderr, flush=True)
-            return EXIT_TIMEOUT
+        item: Any = client.next_message()
         if not hasattr(item, "topic"):
             continue
         if v5 and item.properties.correlation_data != correlation:

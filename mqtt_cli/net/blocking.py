@@ -43,9 +43,13 @@ from .settings import ClientSettings, new_connection, random_client_id, version_
 if TYPE_CHECKING:
     from mqtt_cli.core.packets import Publish, Subscription
 
-__all__ = ["BlockingClient", "supports"]
+__all__ = ["BlockingClient", "WorkTimedOut", "supports"]
 
 _READ_SIZE = 65536
+
+
+class WorkTimedOut(Exception):  # not an error: the caller's own bound (-W) was reached
+    """A wait went past `BlockingClient.deadline`."""
 
 
 def supports(settings: ClientSettings) -> bool:
@@ -77,6 +81,8 @@ class BlockingClient:
         self._markers: deque[int] = deque()  # pings_sent values whose PINGRESP goes into `messages`
         self._pongs = 0
         self._qos0_unwritten = 0
+        #: The caller's bound on its work (time.monotonic()), the commands' -W: a wait past it raises WorkTimedOut.
+        self.deadline: float | None = None
 
     # --- connecting ---------------------------------------------------------------------------------------
 
@@ -216,15 +222,12 @@ class BlockingClient:
         self._flush()
         return self._await_result(pid).reason_codes
 
-    def next_message(self, deadline: float | None) -> Publish | PongReceived | None:
-        """The next message (or PINGRESP marker) received; None when `deadline` (time.monotonic()) passes first.
-        Raises the connection's failure when it ends."""
+    def next_message(self) -> Publish | PongReceived:
+        """The next message (or PINGRESP marker) received. Raises the connection's failure when it ends."""
         while not self.messages:
             if self.failure is not None:
                 raise self.failure
-            if deadline is not None and time.monotonic() >= deadline:
-                return None
-            self._read(deadline)
+            self._read(None)
         return self.messages.popleft()
 
     def disconnect(self) -> None:
@@ -296,6 +299,10 @@ class BlockingClient:
         if sock is None:
             self.failure = self.failure or ConnectionLost(f"connection to {self.endpoint} lost: it was closed")
             return
+        if self.deadline is not None:
+            if time.monotonic() >= self.deadline:
+                raise WorkTimedOut
+            deadline = self.deadline if deadline is None else min(deadline, self.deadline)
         timer = conn.next_deadline()
         until = deadline if timer is None else timer if deadline is None else min(deadline, timer)
         try:

@@ -372,3 +372,13 @@ def test_a_signal_on_the_fast_path_says_goodbye(
     out, err = watcher.communicate(timeout=30)
     assert watcher.returncode == 0, _said(err)
     assert [line for line in out.splitlines() if not line.startswith((b"Client ", b"Subscribed"))] == [b"marker"]
+
+
+def test_completion_requests_go_to_typer(env: dict[str, str]) -> None:
+    """A shell asking for completions (the scripts of `mqtt completions`) is answered by typer, never run."""
+    completing = {**env, "_MQTT_COMPLETE": "complete_bash", "COMP_WORDS": "mqtt pub --qo", "COMP_CWORD": "2"}
+    done = _run(["pub", "-t", "x", "-m", "y"], True, completing)
+    assert done.returncode == 0, _said(done.stderr)
+    assert "typer" in _imported(done.stderr)
+    assert "mqtt_cli.commands._fast" not in _imported(done.stderr)
+    assert b"--qos" in done.stdout
