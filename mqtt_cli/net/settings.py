@@ -3,7 +3,7 @@ uses them as net/client.py does)."""
 
 from __future__ import annotations
 
-import random
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -104,5 +104,10 @@ def version_name(version: int) -> str:
     return {3: "3.1", 4: "3.1.1", 5: "5.0"}[version]
 
 
+_ID_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
 def random_client_id(prefix: str = "mqtt-cli-") -> str:
-    return prefix + "".join(random.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=10))
+    """`prefix` and 10 random letters and digits. os.urandom rather than the random module: one-shot clients
+    then load neither it nor what it brings (math, bisect, hashes); the slight bias of `% 36` does not matter."""
+    return prefix + "".join(_ID_CHARS[b % 36] for b in os.urandom(10))
