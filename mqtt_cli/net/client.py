@@ -41,7 +41,7 @@ from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
 from .errors import BrokerRefused, ClientError, ConnectFailed, ConnectionLost, PublishFailed, TLSFailed, refused_error
 from .settings import ClientSettings, new_connection, random_client_id, version_name
 from .trace import trace_connection
-from .transports import open_transport
+from .transports import direct_sender, open_transport
 
 __all__ = ["Client", "ClientSettings", "open_client", "version_name"]
 
@@ -96,7 +96,8 @@ class Client:
         self._conn_scope: trio.CancelScope | None = None
         self._conn_done = trio.Event()
         self._progress = 0.0
-        self._raw: Any = None  # the plain socket under a TCP stream: the reader sends on it without a task switch
+        # A non-blocking send on the TCP socket (transports.direct_sender): the reader sends without a task switch.
+        self._send_now: Callable[[bytes], int] | None = None
         self._unsent = b""  # what a direct send left over, for the writer
         self._writer_sending = False
 
@@ -485,8 +486,7 @@ class Client:
         self._conn_done = trio.Event()
         self._progress = trio.current_time()
         self._unsent = b""
-        sock = getattr(stream, "socket", None)
-        self._raw = getattr(sock, "_sock", None) if type(stream) is trio.SocketStream else None
+        self._send_now = direct_sender(stream)
         if self._observer is not None:
             self._observer([accepted])
         if accepted.unacknowledged:
@@ -588,15 +588,15 @@ class Client:
         """What the reader's input produced (acknowledgements, messages handed over as the window opened) goes
         out with one non-blocking send() from the reader itself when the writer is idle and the socket takes
         it: a QoS 1 stream then costs no task switch per round trip. Anything else is the writer's."""
-        raw = self._raw
-        if raw is None or self._writer_sending or self._unsent or self._ending:
+        send_now = self._send_now
+        if send_now is None or self._writer_sending or self._unsent or self._ending:
             self._wake.set()
             return
         data = self.conn.data_to_send(trio.current_time())
         if not data:
             return
         try:
-            sent = raw.send(data)
+            sent = send_now(data)
         except OSError:  # would block, or the connection is gone: the writer finds out which
             sent = 0
         if sent < len(data):

@@ -46,6 +46,7 @@ from mqtt_cli.core.persistence import Change
 from mqtt_cli.core.server import ServerConnection
 from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
 from mqtt_cli.net.store import Store, StoreError
+from mqtt_cli.net.transports import direct_sender
 from mqtt_cli.net.websocket import CloseReason, HandshakeRefused, WebSocketStream
 
 __all__ = [
@@ -245,13 +246,12 @@ class _Conn:
     a moment after its buffer empties (so a busy subscriber keeps one), then ends.
     """
 
-    __slots__ = ("closing", "raw", "stream", "wake", "writing")
+    __slots__ = ("closing", "send_now", "stream", "wake", "writing")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
-        # The plain socket under a TCP stream, for non-blocking sends outside any task (None for TLS).
-        sock = getattr(stream, "socket", None)
-        self.raw: Any = getattr(sock, "_sock", None) if isinstance(stream, trio.SocketStream) else None
+        # A non-blocking send on the TCP socket, usable outside any task (None for TLS, WebSocket, Unix).
+        self.send_now = direct_sender(stream)
         self.writing = False
         self.wake: trio.Event | None = None  # set to hand a lingering writer more output
         self.closing: trio.Event | None = None  # the reader waits on it for the writer's last bytes
@@ -309,10 +309,10 @@ class BrokerServer:
                     nursery.start_soon(self._writer, conn, net, LOGIN_FAILURE_DELAY)
                     continue
                 out = conn.out
-                raw = net.raw
-                if out and raw is not None:
+                send_now = net.send_now
+                if out and send_now is not None:
                     try:
-                        sent = raw.send(out)
+                        sent = send_now(out)
                     except OSError:  # would block, or the peer is gone: the writer finds out which
                         sent = 0
                     if sent == len(out):

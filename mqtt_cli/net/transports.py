@@ -10,7 +10,10 @@ contexts are defined in endpoints.py (without trio) and offered here too.
 
 from __future__ import annotations
 
+import errno
+import os
 import ssl
+from collections.abc import Callable
 
 import trio
 
@@ -22,10 +25,32 @@ __all__ = [
     "Endpoint",
     "ParsedURL",
     "TLSOptions",
+    "direct_sender",
     "make_ssl_context",
     "open_transport",
     "parse_url",
 ]
+
+
+def direct_sender(stream: trio.abc.Stream) -> Callable[[bytes | bytearray | memoryview], int] | None:
+    """A non-blocking send() on the TCP socket under `stream`, callable outside any task (None for any other
+    stream: TLS, WebSocket, Unix). A reader answers from where it is, without a task switch per round trip.
+
+    It raises BlockingIOError when the socket is full and OSError once the stream is closed: it writes to the
+    socket's descriptor as it is at each call, so a closed stream's number, reused, is never written to.
+    """
+    if type(stream) is not trio.SocketStream:
+        return None
+    sock = stream.socket
+    write = os.write
+
+    def send(data: bytes | bytearray | memoryview) -> int:
+        fd = sock.fileno()
+        if fd < 0:
+            raise OSError(errno.EBADF, "the stream is closed")
+        return write(fd, data)
+
+    return send
 
 
 async def open_transport(endpoint: Endpoint, ssl_context: ssl.SSLContext | None = None) -> trio.abc.Stream:
