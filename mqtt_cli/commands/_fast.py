@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 from mqtt_cli import PROG_NAME
 from mqtt_cli.core.records import record
-from mqtt_cli.exit_codes import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIMEOUT
+from mqtt_cli.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIMEOUT
 
 if TYPE_CHECKING:
     from mqtt_cli.net.blocking import BlockingClient
+    from mqtt_cli.net.settings import ClientSettings
 
 #: The switch: MQTT_CLI_FAST=0 sends every command to typer.
 FAST_ENV = "MQTT_CLI_FAST"
@@ -317,6 +318,40 @@ class _Signals:
         return handle
 
 
+def _check(settings: ClientSettings) -> None:
+    """Before any payload is read (-s takes standard input): hand over to typer what the blocking client cannot
+    do (TLS, WebSocket or a Unix socket, from a URL, the environment or a profile)."""
+    from mqtt_cli.net.blocking import supports
+
+    from ._plans import Unsupported
+
+    if not supports(settings):
+        raise Unsupported
+
+
+def _plan(parsed: Parsed) -> Any:
+    """The command's checks and settings (_plans.py), as the typer command works them out."""
+    p = parsed.params
+    own = {k: v for k, v in p.items() if k not in CONNECTION_PARAMS}
+    conn = {k: p[k] for k in CONNECTION_PARAMS}
+    from . import _plans
+
+    plan: Any
+
+    if parsed.command == "pub":
+        plan = _plans.plan_pub(parsed, **own, conn=conn, check=_check)
+    elif parsed.command == "sub":
+        keep = ("topic", "exclude", "qos", "no_local", "retain_as_published", "retain_handling",
+                "subscription_identifier", "unsubscribe", "verbose", "fmt", "json_out", "encoding", "hex_out",
+                "output", "no_retained", "retained_only")  # fmt: skip
+        plan = _plans.plan_sub(parsed, **{k: own[k] for k in keep}, conn=conn, check=_check)
+    else:
+        keep = ("topic", "response_topic", "message", "file", "stdin_file", "null_message", "qos",
+                "correlation_data", "verbose", "json_out", "encoding", "hex_out")  # fmt: skip
+        plan = _plans.plan_rr(parsed, **{k: own[k] for k in keep}, conn=conn, check=_check)
+    return plan
+
+
 def run(args: list[str]) -> int | None:
     """Runs `mqtt pub|sub|rr ARGS` on the fast path and returns its exit code, or None when typer must run it
     (nothing was sent or printed then). Usage errors exit through `fail` (SystemExit) as on the typer path."""
@@ -328,26 +363,18 @@ def run(args: list[str]) -> int | None:
     p = parsed.params
     if parsed.command == "sub" and not (p["count"] or p["exit_on_suback"] or p["retained_only"]):
         return None  # a subscriber that runs on: the trio path (batched output, reconnecting)
-    own = {k: v for k, v in p.items() if k not in CONNECTION_PARAMS}
-    conn = {k: p[k] for k in CONNECTION_PARAMS}
-    from . import _plans
+    from ._plans import Unsupported
 
-    plan: Any
-    if parsed.command == "pub":
-        plan = _plans.plan_pub(parsed, **own, conn=conn)
-    elif parsed.command == "sub":
-        keep = ("topic", "exclude", "qos", "no_local", "retain_as_published", "retain_handling",
-                "subscription_identifier", "unsubscribe", "verbose", "fmt", "json_out", "encoding", "hex_out",
-                "output", "no_retained", "retained_only")  # fmt: skip
-        plan = _plans.plan_sub(parsed, **{k: own[k] for k in keep}, conn=conn)
-    else:
-        keep = ("topic", "response_topic", "message", "file", "stdin_file", "null_message", "qos",
-                "correlation_data", "verbose", "json_out", "encoding", "hex_out")  # fmt: skip
-        plan = _plans.plan_rr(parsed, **{k: own[k] for k in keep}, conn=conn)
-    from mqtt_cli.net.blocking import BlockingClient, supports
+    try:
+        plan = _plan(parsed)
+    except Unsupported:
+        return None
+    except (KeyboardInterrupt, EOFError):  # reading -s's standard input, say: as click says it (Abort)
+        sys.stderr.write("\n")
+        print(f"{PROG_NAME}: aborted", file=sys.stderr)
+        return EXIT_FAILURE
+    from mqtt_cli.net.blocking import BlockingClient
 
-    if not supports(plan.settings):
-        return None  # TLS, WebSocket or Unix socket, from a URL, the environment or a profile
     client = BlockingClient(plan.settings)
     signals = _Signals()
     try:

@@ -17,6 +17,7 @@ from . import fail
 from ._settings import client_settings, parse_user_properties, stdin_closed
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
     from typing import BinaryIO, Protocol
 
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
         written: int
         acknowledged: int
         refused: list[PublishAcknowledged]
+
+
+class Unsupported(Exception):  # not an error: the caller's `check` declines the settings
+    """Raised by a plan's `check` to stop right after the settings are known, before any payload is read."""
 
 
 # --- pub -------------------------------------------------------------------------------------------------------
@@ -77,6 +82,7 @@ def plan_pub(
     payload_format: int | None,
     topic_alias: int | None,
     conn: dict[str, Any],
+    check: Callable[[ClientSettings], None] | None = None,
 ) -> PubPlan:
     sources = [
         name
@@ -100,6 +106,8 @@ def plan_pub(
         fail("--repeat works with -m, -f, -s and -n, not with -l or --json-lines", EXIT_USAGE)
     resolved = client_settings(conn, ctx)
     settings = resolved.settings
+    if check is not None:  # the fast path: may the blocking client run this? (else typer runs it all again)
+        check(settings)
     topic = topic or resolved.url_topic
     if topic is None and not json_lines:
         fail("no topic: give -t TOPIC (or a topic in the --url)", EXIT_USAGE)
@@ -213,6 +221,7 @@ def plan_sub(
     no_retained: bool,
     retained_only: bool,
     conn: dict[str, Any],
+    check: Callable[[ClientSettings], None] | None = None,
 ) -> SubPlan:
     outputs = [n for n, given in (("-F", fmt is not None), ("--json", json_out),
                                   ("--format", encoding is not None or hex_out)) if given]  # fmt: skip
@@ -225,6 +234,8 @@ def plan_sub(
         fail("-R skips retained messages and --retained-only prints only them: use one", EXIT_USAGE)
     resolved = client_settings(conn, ctx, reconnect_session_expiry=3600)
     settings = resolved.settings
+    if check is not None:  # the fast path: may the blocking client run this? (else typer runs it all again)
+        check(settings)
     filters = list(topic or [])
     if not filters and resolved.url_topic:
         filters = [resolved.url_topic]
@@ -292,6 +303,7 @@ def plan_rr(
     encoding: str | None,
     hex_out: bool,
     conn: dict[str, Any],
+    check: Callable[[ClientSettings], None] | None = None,
 ) -> RrPlan:
     given = [n for n, g in (("-m", message is not None), ("-f", file is not None), ("-s", stdin_file),
                             ("-n", null_message)) if g]  # fmt: skip
@@ -305,6 +317,8 @@ def plan_rr(
     form = parse_format("hex" if hex_out else encoding, SUB_FORMATS)
     resolved = client_settings(conn, ctx)
     settings = resolved.settings
+    if check is not None:  # the fast path: may the blocking client run this? (else typer runs it all again)
+        check(settings)
     topic = topic or resolved.url_topic
     if not topic or not response_topic:
         fail("give the request topic (-t) and the response topic (-e)", EXIT_USAGE)

@@ -382,3 +382,17 @@ def test_completion_requests_go_to_typer(env: dict[str, str]) -> None:
     assert "typer" in _imported(done.stderr)
     assert "mqtt_cli.commands._fast" not in _imported(done.stderr)
     assert b"--qos" in done.stdout
+
+
+@pytest.mark.interop
+def test_standard_input_is_left_for_typer_when_it_runs_the_command(
+    mosquitto: Broker, env: dict[str, str], topic: str
+) -> None:
+    """The fast path hands a ws:// URL to typer before reading -s's standard input: typer reads all of it."""
+    url = f"ws://{mosquitto.host}:{mosquitto.ws_port}/"
+    done = _run(["pub", "-L", url, "-t", topic, "-s", "-r", "-q", "1"], True, env, input=b"via stdin")
+    assert done.returncode == 0, _said(done.stderr)
+    assert "trio" in _imported(done.stderr)
+    at = _at(mosquitto)
+    assert _run(["sub", *at, "-t", topic, "-C", "1"], True, env).stdout == b"via stdin\n"
+    _run(["pub", *at, "-t", topic, "-n", "-r"], True, env)
