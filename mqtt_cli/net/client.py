@@ -166,6 +166,34 @@ class Client:
         self._hand_over(topic, payload, qos, retain, properties, context)
         self._wake.set()
 
+    def relay(self, topic: str, payload: bytes, qos: int, retain: bool, context: Any) -> bool:
+        """A bridge's fast path for a message without properties: handed to the connection with no per-message
+        checks when nothing is queued before it and the connection takes it (ClientConnection.relay); False
+        when it declines (then publish_nowait)."""
+        if self._backlog or self._ending or not self.conn.relay(topic, payload, qos, retain, context):
+            return False
+        self.published += 1
+        return True
+
+    @property
+    def unwritten_qos0(self) -> int:
+        """QoS 0 messages handed over and not yet written (what a bridge paces its source by)."""
+        return self._qos0_pending
+
+    def send_now(self) -> None:
+        """What the connection has to send leaves now, with a non-blocking send() when the writer is idle (a
+        bridge calls it after each batch it handled), else the writer is woken."""
+        self._send_direct()
+
+    async def wait_connected(self) -> None:
+        """Until the client is connected (raises the client's failure if it fails for good)."""
+        await self._wait_connected()
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Runs the connection (connect, reconnect, read, write) until it ends: for `nursery.start`, by owners
+        that run the client in their own nursery instead of through open_client()."""
+        await self._run(task_status=task_status)
+
     def _can_hand_over(self, qos: int) -> bool:
         """A message may go to the connection now: nothing queued before it, connected, and room (the broker's
         receive maximum for QoS 1/2, the writer's backlog for QoS 0)."""
