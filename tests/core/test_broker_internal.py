@@ -91,7 +91,8 @@ def test_with_persistence_taken_after_the_commit_and_deliveries_stored() -> None
     pub = client(broker, "pub")
     broker.changes.clear()
     pub.send(Publish("out/y", b"o", 1, packet_id=1))
-    assert [type(c) for c in broker.changes] == [DeliveryAdded, DeliverySent]  # schema 2 keeps its packet id
+    # Added, and sent at once with its packet identifier (schema 2: re-handed with it after a restart).
+    assert [type(c) for c in broker.changes] == [DeliveryAdded, DeliverySent]
     broker.acknowledge_internal(conn, sink.delivered[-1][4], 2.0)
     assert isinstance(broker.changes[-1], DeliveryDone)
 
