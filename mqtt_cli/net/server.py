@@ -47,7 +47,7 @@ from mqtt_cli.core.persistence import Change
 from mqtt_cli.core.server import ServerConnection
 from mqtt_cli.net.embedded import EmbeddedBridge, EmbeddedConfig
 from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
-from mqtt_cli.net.store import Store, StoreError, release_free_memory
+from mqtt_cli.net.store import Store, StoreError
 from mqtt_cli.net.transports import direct_sender
 from mqtt_cli.net.websocket import CloseReason, HandshakeRefused, WebSocketStream
 
@@ -449,8 +449,7 @@ class BrokerServer:
         core = self.core
         core.enable_persistence()
         core.restore(restored.sessions, restored.retained, now)
-        del restored
-        release_free_memory()
+        del restored  # the restored records are the core's now: the lists holding them go
         if core.changes:  # expiry and will delays that start now, wills published: written at once
             self._to_commit += core.changes
             core.changes.clear()

@@ -21,7 +21,6 @@ made by the same steps, so a migrated file and a new one have the same tables, c
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import sqlite3
@@ -51,7 +50,7 @@ from mqtt_cli.core.persistence import (
 from mqtt_cli.core.properties import WILL, Properties, decode_properties, encode_properties
 from mqtt_cli.core.session import Message, SubscriptionOptions
 
-__all__ = ["SCHEMA_VERSION", "Restored", "Store", "StoreError", "release_free_memory"]
+__all__ = ["SCHEMA_VERSION", "Restored", "Store", "StoreError"]
 
 #: Bumped by any change of the tables below; an older file is migrated on open, a newer one moved aside.
 SCHEMA_VERSION = 2
@@ -344,17 +343,6 @@ def _coalesced(changes: list[Change]) -> list[Change]:
     if not gone:
         return changes
     return [c for c in changes if not (type(c) in _DELIVERY_STEPS and c.row in gone)]  # type: ignore[union-attr]
-
-
-def release_free_memory() -> None:
-    """Hands the heap pages freed since start back to the system (glibc's malloc_trim): reading a big file
-    makes and frees a million row objects, whose pages would otherwise stay in the broker's resident size."""
-    try:
-        libc = ctypes.CDLL(None)
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):  # not glibc: nothing to do
-        return
-    trim(0)
 
 
 class _Unreadable(Exception):
