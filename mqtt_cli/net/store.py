@@ -244,11 +244,13 @@ class Store:
                     kind = type(c)
                     # The per-message records go to the batch, written with one executemany per statement.
                     if kind is DeliveryAdded:
-                        m = c.message  # type: ignore[union-attr]
+                        a: DeliveryAdded = c  # type: ignore[assignment]
+                        m = a.message
+                        sids = json.dumps(a.subscription_ids) if a.subscription_ids else "[]"
                         batch.added.append(
-                            (c.row, c.client_id, m.topic, m.payload, m.qos, m.retain,  # type: ignore[union-attr]
-                             encode_properties(m.properties, _PUBLISH), m.origin, m.received_at + off, c.qos,
-                             c.retain, json.dumps(c.subscription_ids) if c.subscription_ids else "[]")  # type: ignore[union-attr]
+                            (a.row, a.client_id, m.topic, m.payload, m.qos, m.retain,
+                             encode_properties(m.properties, _PUBLISH), m.origin, m.received_at + off, a.qos, a.retain,
+                             sids)
                         )  # fmt: skip
                     elif kind is DeliveryDone:
                         batch.done.append((c.row,))  # type: ignore[union-attr]
