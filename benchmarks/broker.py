@@ -16,7 +16,8 @@ without one: four brokers, runs interleaved, mqttload driven directly (not matri
 Both brokers run pinned to CPU 0 (mosquitto with ../shared/bench/mosquitto.conf, our `mqtt serve` with the same
 limits: --max-queued-messages 0 --max-inflight 0), the generator on CPU 1; `matrix.sh` interleaves the runs so
 both see the same machine. Prints, for each test, the medians and our figure as a ratio of mosquitto's, with the
-issue's target; writes the raw JSON lines to benchmarks/results/broker-DATE.jsonl.
+issue's target, and the broker's CPU time per delivered message (the steadier figure on a loaded machine: the
+rate follows how much of CPU 0 each broker gets); writes the raw JSON lines to benchmarks/results/broker-DATE.jsonl.
 """
 
 from __future__ import annotations
@@ -57,6 +58,16 @@ def key(row: dict[str, object]) -> tuple[object, ...]:
 
 def median(rows: list[dict[str, object]], field: str) -> float:
     values = [float(r[field]) for r in rows if isinstance(r.get(field), int | float)]  # type: ignore[arg-type]
+    return statistics.median(values) if values else float("nan")
+
+
+def cpu_per_message(rows: list[dict[str, object]]) -> float:
+    """Median of the broker's CPU time (user + system, as mqttload reads it) per delivered message, in µs."""
+    values = []
+    for r in rows:
+        cpu, delivered = r.get("broker_cpu_s"), r.get("delivered")
+        if isinstance(cpu, int | float) and isinstance(delivered, int) and delivered:
+            values.append(1e6 * cpu / delivered)
     return statistics.median(values) if values else float("nan")
 
 
@@ -302,7 +313,8 @@ def main() -> int:
     groups: dict[tuple[object, ...], dict[str, list[dict[str, object]]]] = {}
     for row in rows:
         groups.setdefault(key(row), {}).setdefault(str(row["label"]), []).append(row)
-    print(f"{'test':<24}{'mosquitto':>14}{'ours':>14}{'ratio':>8}{'target':>9}  lost")
+    print(f"{'test':<24}{'mosquitto':>14}{'ours':>14}{'ratio':>8}{'target':>9}  lost"
+          f"{'CPU us/msg mosq':>17}{'ours':>7}{'ratio':>7}")  # fmt: skip
     for k, by in groups.items():
         m, o = by.get("mosquitto", []), by.get("ours", [])
         if k[0] == "conns":
@@ -315,7 +327,11 @@ def main() -> int:
         lost = max([int(r.get("lost", 0)) for r in o] or [0])  # type: ignore[call-overload]
         goal = "" if target is None else (f">={target}" if higher else f"<={target}")
         label = f"{k[0]} QoS{k[1]} {k[2]}B" + (" p99" if k[0] == "lat" else "")
-        print(f"{label:<24}{mv:>14,.0f}{ov:>14,.0f}{ratio:>8.2f}{goal:>9}  {lost}")
+        cpu = ""
+        if k[0] != "lat":  # the broker's CPU time per delivery: steadier than the rate on a loaded machine
+            mc, oc = cpu_per_message(m), cpu_per_message(o)
+            cpu = f"{mc:>17.2f}{oc:>7.2f}{mc / oc if oc else float('nan'):>7.2f}"
+        print(f"{label:<24}{mv:>14,.0f}{ov:>14,.0f}{ratio:>8.2f}{goal:>9}  {lost:<4}{cpu}")
     print(f"raw results: {out}")
     return 0
 

@@ -154,16 +154,16 @@ class OutgoingFlows:
         """
         pid = ack.packet_id
         entry = self._inflight.get(pid)
-        name = type(ack).__name__.upper()
         if entry is None:
             raise ProtocolError(
-                f"{name} for packet identifier {pid}, which has no message in flight",
+                f"{type(ack).__name__.upper()} for packet identifier {pid}, which has no message in flight",
                 reason_code=0x92 if isinstance(ack, PubComp) else 0x82,
             )
-        key = (entry.state, type(ack))
-        if key not in _TRANSITIONS:
-            raise ProtocolError(f"{name} for packet identifier {pid}, which is {entry.state.value}")
-        nxt = _TRANSITIONS[key]
+        try:
+            nxt = _TRANSITIONS[(entry.state, type(ack))]
+        except KeyError:
+            name = type(ack).__name__.upper()
+            raise ProtocolError(f"{name} for packet identifier {pid}, which is {entry.state.value}") from None
         if nxt is None or ack.reason_code >= 0x80:
             del self._inflight[pid]
             return entry, None

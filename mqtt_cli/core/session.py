@@ -92,13 +92,28 @@ class Message:
         key = (v5, qos, retain, props.items if props.items else None)
         parts = self._wire.get(key)
         if parts is None:
-            # Encode with packet id 0xFFFF and cut around it: the id sits right after the topic.
-            raw = encode(Publish(self.topic, self.payload, qos, retain, False, 0xFFFF if qos else None, props), version)
-            if qos:
-                cut = _topic_end(raw)
-                parts = (raw[:cut], raw[cut + 2 :])
+            if key[3] is None:
+                # No properties (most messages): framed here, without a Publish record and the general encoder.
+                # The topic was checked when the message was taken, so it is valid and at most 65,535 bytes.
+                raw_topic = self.topic.encode()
+                block = b"\x00" if v5 else b""
+                first = 0x30 | qos << 1 | (1 if retain else 0)
+                topic_name = len(raw_topic).to_bytes(2, "big") + raw_topic
+                if qos:
+                    raw = frame_publish(first, topic_name, b"\xff\xff", block, self.payload)
+                    cut = len(raw) - len(self.payload) - len(block) - 2
+                    parts = (raw[:cut], raw[cut + 2 :])
+                else:
+                    parts = (frame_publish(first, topic_name, b"", block, self.payload), b"")
             else:
-                parts = (raw, b"")
+                # Encode with packet id 0xFFFF and cut around it: the id sits right after the topic.
+                publish = Publish(self.topic, self.payload, qos, retain, False, 0xFFFF if qos else None, props)
+                raw = encode(publish, version)
+                if qos:
+                    cut = _topic_end(raw)
+                    parts = (raw[:cut], raw[cut + 2 :])
+                else:
+                    parts = (raw, b"")
             if len(self._wire) < 8:  # a handful of variants; more would be one per subscriber
                 if self._wire is _NO_WIRE:
                     self._wire = {}

@@ -48,7 +48,7 @@ from mqtt_cli.core.server import ServerConnection
 from mqtt_cli.net.embedded import EmbeddedBridge, EmbeddedConfig
 from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
 from mqtt_cli.net.store import Store, StoreError
-from mqtt_cli.net.transports import direct_sender
+from mqtt_cli.net.transports import direct_receiver, direct_sender
 from mqtt_cli.net.websocket import CloseReason, HandshakeRefused, WebSocketStream
 
 __all__ = [
@@ -545,10 +545,11 @@ class BrokerServer:
             conn = core.open(peer, trio.current_time())
         net = _Conn(stream)
         conn.context = net
+        receive = direct_receiver(stream)
         try:
             while not conn.closed:
                 try:
-                    data = await stream.receive_some(READ_SIZE)
+                    data = await receive(READ_SIZE)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     data = b""
                 if not data:
