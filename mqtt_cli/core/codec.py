@@ -578,6 +578,11 @@ _ACK_CLASSES: dict[int, Callable[..., Any]] = {
 }
 
 
+# First byte of an acknowledgement of remaining length 2 (PUBREL with its required flags 0010) -> constructor.
+_SHORT_ACKS: dict[int, Callable[..., Any]] = {0x40: _ACK_CLASSES[4], 0x50: _ACK_CLASSES[5], 0x62: _ACK_CLASSES[6],
+                                              0x70: _ACK_CLASSES[7]}  # fmt: skip
+
+
 def _decode_subscribe(first: int, data: bytes, pos: int, end: int, version: int, errs: _Errs) -> Subscribe:
     pid, pos = read_u16(data, pos, end, "SUBSCRIBE packet identifier")
     _check_pid(pid, "SUBSCRIBE", errs)
@@ -840,6 +845,7 @@ class PacketReader:
         topics_seen = _TOPICS_SEEN
         seen_props = _SEEN_PUBLISH_PROPERTIES
         publish = Publish
+        short_acks = _SHORT_ACKS
         while pos < n:
             # Fixed header: type and flags, then the Remaining Length (1.5.5) in at most four bytes.
             if pos + 1 >= n:
@@ -920,6 +926,14 @@ class PacketReader:
                                 out.append(packet)
                                 pos = end
                                 continue
+            elif length == 2 and first in short_acks:
+                # Fast path for the common acknowledgement: PUBACK, PUBREC, PUBREL or PUBCOMP with only a packet
+                # identifier (reason 0, no properties in 5.0). Identifier 0 takes the general decoder (an error).
+                pid = (data[body] << 8) | data[body + 1]
+                if pid:
+                    out.append(short_acks[first](pid, 0, _EMPTY))
+                    pos = end
+                    continue
             try:
                 # Decoded from its own bytes, so that the positions errors name count from the packet's start.
                 packet = _decode_body(first, data[pos:end] if pos or end != n else data, body - pos, end - pos, version)

@@ -1,11 +1,13 @@
-"""Message.wire's fast path (messages without properties, framed by hand) against the general encoder."""
+"""Fast paths against the general paths they shortcut: Message.wire for messages without properties (framed by
+hand, not by encode()), and PacketReader.feed for short acknowledgements (not decoded by the general decoder)."""
 
 from __future__ import annotations
 
 import pytest
 
 from mqtt_cli.core.codec import PacketReader, encode
-from mqtt_cli.core.packets import Publish
+from mqtt_cli.core.errors import RemoteProtocolError
+from mqtt_cli.core.packets import PubAck, PubComp, Publish, PubRec, PubRel
 from mqtt_cli.core.properties import EMPTY_PROPERTIES
 from mqtt_cli.core.session import Message
 
@@ -34,3 +36,24 @@ def test_fast_path_decodes_back() -> None:
     reader = PacketReader(version=5)
     [packet] = reader.feed(message.wire(5, 1, True, 7, None))
     assert (packet.topic, packet.payload, packet.qos, packet.retain, packet.packet_id) == ("x/y", b"hello", 1, True, 7)
+
+
+@pytest.mark.parametrize("version", [3, 4, 5])
+def test_short_acknowledgements_equal_general_decoder(version: int) -> None:
+    for kind in (PubAck, PubRec, PubRel, PubComp):
+        for pid in (1, 255, 256, 65535):
+            raw = encode(kind(pid), version)
+            assert len(raw) == 4
+            fast = PacketReader(version=version).feed(raw * 3)
+            assert fast == [kind(pid)] * 3
+            assert all(type(p) is kind for p in fast)
+            if version == 5:  # the same acknowledgement with its reason code written out takes the general decoder
+                general = PacketReader(version=5).feed(bytes((raw[0], 3)) + raw[2:] + b"\x00")
+                assert general == fast[:1]
+
+
+@pytest.mark.parametrize("raw", [b"\x40\x02\x00\x00", b"\x60\x02\x00\x01", b"\x72\x02\x00\x01"])
+def test_short_acknowledgements_the_fast_path_refuses(raw: bytes) -> None:
+    # Identifier 0, PUBREL without its flags, PUBCOMP with flags: the general decoder's errors, as before.
+    with pytest.raises(RemoteProtocolError):
+        PacketReader(version=4).feed(raw)
