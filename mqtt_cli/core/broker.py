@@ -1139,7 +1139,11 @@ class BrokerCore:
                 continue
             if views and not _may_read(views, client_id, topic):  # type: ignore[arg-type]
                 continue
-            _merge(targets, client_id, opts)  # type: ignore[arg-type]
+            if client_id in targets:  # overlapping subscriptions of one client
+                _merge(targets, client_id, opts)  # type: ignore[arg-type]
+            else:  # what _merge does for a client's first one, without the call (fan-out's hot loop)
+                sid = opts.subscription_identifier
+                targets[client_id] = (opts.qos, opts.retain_as_published, (sid,) if sid else ())  # type: ignore[index]
         for key, members in groups.items():
             # Shared subscriptions: one member per group, taking turns among those connected (and allowed to read).
             if views:

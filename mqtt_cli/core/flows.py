@@ -19,7 +19,7 @@ from typing import Any
 from .errors import LocalProtocolError, ProtocolError
 from .packets import PubAck, PubComp, Publish, PubRec, PubRel
 from .properties import Properties
-from .records import fast_constructor
+from .records import mutable_twin
 
 __all__ = ["FlowState", "IncomingFlows", "Inflight", "OutgoingFlows"]
 
@@ -40,7 +40,9 @@ _TRANSITIONS: dict[tuple[FlowState, type], FlowState | None] = {
 
 _AWAIT_PUBACK = FlowState.AWAIT_PUBACK
 _AWAIT_PUBREC = FlowState.AWAIT_PUBREC
-_new_publish = fast_constructor(Publish)  # no __init__ checks: the fields come from a checked publish()
+# Publish without its __init__ checks (the fields come from a checked publish()): built as its plain twin, then
+# given its class, inline in try_send (a delivery's hot path) as the codec does.
+_PublishTwin = mutable_twin(Publish)
 
 
 @dataclass(slots=True)
@@ -132,7 +134,8 @@ class OutgoingFlows:
             pid = self._allocate()
         else:
             self._next_id = pid + 1 if pid < 65535 else 1
-        packet = _new_publish(topic, payload, qos, retain, False, pid, properties)
+        packet = _PublishTwin(topic, payload, qos, retain, False, pid, properties)
+        packet.__class__ = Publish
         inflight[pid] = Inflight(packet, _AWAIT_PUBACK if qos == 1 else _AWAIT_PUBREC, context)
         return packet
 
