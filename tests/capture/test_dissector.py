@@ -298,9 +298,9 @@ def test_auth_in_5_is_fine() -> None:
 
 
 def test_json_text_records_are_the_encoded_dicts() -> None:
-    from mqtt_cli.render import _record_encoder
+    from mqtt_cli.jsonlines import record_encoder
 
-    encode_record = _record_encoder()
+    encode_record = record_encoder()
     frames = session(Conversation(), version=5).frames() + session(Conversation(cport=40001)).frames()
     frames += session(Conversation(cport=40002), client_id='quote"and\u00e9').frames()
     as_dicts = [encode_record(r) for r in dissect(frames)]
