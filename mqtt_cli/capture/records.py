@@ -270,12 +270,14 @@ class RecordBuilder:
     come as their JSON text (str), exactly what encoding the dict compactly (",", ":", UTF-8) gives.
     """
 
-    __slots__ = ("_keep", "_sec", "_sec_text", "_ts", "_ts_text")
+    __slots__ = ("_json_ts", "_json_ts_text", "_keep", "_sec", "_sec_text", "_ts", "_ts_text")
 
     def __init__(self, keep_objects: bool = False) -> None:
         self._keep = keep_objects
         self._ts: int | None = None
         self._ts_text: str | None = None
+        self._json_ts: int | None = -1  # build_texts' last timestamp, and its JSON text (true from the start)
+        self._json_ts_text = f'"{format_ts(-1)}"'
         self._sec = -1
         self._sec_text = ""
 
@@ -361,9 +363,21 @@ class RecordBuilder:
     ) -> list[Record | str]:  # fmt: skip
         """`build_packets`, with each PUBLISH record and each acknowledgement of a QoS exchange as its JSON text:
         no dict is built for them."""
-        ts_text = self._ts_text if ts == self._ts and self._ts_text is not None else self._timestamp(ts)
+        if ts == self._json_ts:
+            ts_json = self._json_ts_text
+        else:  # `_timestamp`, inline and quoted: nearly every frame has a timestamp of its own
+            if ts is None or ts < 0:
+                ts_text = format_ts(ts)
+                ts_json = "null" if ts_text is None else f'"{ts_text}"'
+            else:
+                sec = ts // 1_000_000_000
+                if sec != self._sec:
+                    self._sec = sec
+                    self._sec_text = f"{sec}."
+                ts_json = f'"{self._sec_text}{ts - sec * 1_000_000_000:09d}"'
+            self._json_ts = ts
+            self._json_ts_text = ts_json
         after_frame, middle = ctx.json or ctx.json_pieces()
-        ts_json = "null" if ts_text is None else f'"{ts_text}"'
         head = f'{{"ts":{ts_json},"frame":{"null" if frame is None else frame}{after_frame}'
         v5 = version == 5
         topics = _TOPICS_JSON
