@@ -157,9 +157,10 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> Run:
 
 
 def dump_command(checkout: Path, path: Path) -> tuple[list[str], dict[str, str]]:
-    """`mqtt dump --json path` of the checkout `checkout` (its mqtt_cli first on the path)."""
+    """`mqtt dump --json path` of the checkout `checkout` (its mqtt_cli first on the path; -P: not the one of
+    the current directory, which `-m` would otherwise put first)."""
     env = dict(os.environ, PYTHONPATH=str(checkout))
-    return [sys.executable, "-m", "mqtt_cli", "dump", "--json", str(path)], env
+    return [sys.executable, "-P", "-m", "mqtt_cli", "dump", "--json", str(path)], env
 
 
 def best(runs: list[Run]) -> Run:
