@@ -269,7 +269,8 @@ def main() -> None:
     try:
         mqttload = a.mqttload or build_mqttload(Path(a.bench_src), tmp)
         print(f"# CPU: {cpu_model()}; {os.cpu_count()} CPUs; load {os.getloadavg()[0]:.2f} at the start; "
-              f"Python {platform.python_version()}; {a.count:,} messages of {a.size} B, QoS 1, window {a.window}")  # fmt: skip
+              f"Python {platform.python_version()}; {a.count:,} messages of {a.size} B, QoS 1, "
+              f"window {a.window}")  # fmt: skip
         print("| out | form | mqtt sub | mosquitto_sub | ratio | exit ours/theirs | publisher msg/s | "
               "our CPU s | CPU us/msg | output check |")  # fmt: skip
         print("|---|---|---:|---:|---:|---|---:|---:|---:|---|")

@@ -356,11 +356,15 @@ class Printer:
         from rich.text import Text
 
         end = self.end.decode()
-        text = Text()
-        for p in messages:
-            text.append(p.topic, style="bold cyan")
-            text.append(" " + (p.payload.decode("utf-8", "replace") if p.payload else "(null)") + end)
-        self.console.print(text, end="")
+        # -N: one print per message, or rich would join the messages' colours into one (the same on the screen,
+        # other bytes).
+        for chunk in [messages] if end else [[p] for p in messages]:
+            text = Text()
+            for p in chunk:  # the whole message styled, as Text(topic, style) styles what is appended to it
+                line = p.topic + " " + (p.payload.decode("utf-8", "replace") if p.payload else "(null)")
+                text.append(line, "bold cyan")
+                text.append(end)
+            self.console.print(text, end="")
 
     def __call__(self, p: Publish, now: float) -> None:
         self.write([p], now)
