@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/sub_keepup.py [--count 100000] [--window 1000] [--size 64]
                                               [--out file,devnull] [--form payload] [--reps 1]
                                               [--mqttload PATH | --bench-src DIR] [--pin]
+                                              [--checkout DIR ...]
 
 One Debian mosquitto with its default limits (max_queued_messages 1000, max_inflight_messages 20) on a free
 loopback port. Subscribed to the same topic at QoS 1: `mqtt sub -q 1` (this checkout, `--stats` for its count)
@@ -17,10 +18,16 @@ a newline, sequence numbers in order, none twice) or `devnull` (/dev/null). mosq
 --form: the output form of both subscribers: payload (default), verbose (-v), format (-F '%t %p'), json
 (ours --json against mosquitto_sub -F %j; only counted).
 --pin: the broker on CPU 0, the publisher on CPU 1 (the subscribers are not pinned).
+--checkout: the mqtt_cli checkouts to measure, in turn in the same run (default: this one), e.g. the main branch's
+worktree for a before/after.
+
+Our CPU time is also given less the start-up's: the CPU of `mqtt sub -E` (connect, subscribe, exit), measured
+once per checkout.
 
 Prints, per run: received counts (ours, mosquitto_sub, ratio), the publisher's rate, our subscriber's CPU time
-(user + system, start-up included) and per message. Record `lscpu`'s model name and `uptime`'s load with the
-figures (docs/PERFORMANCE.md).
+(user + system, start-up included) and per message, and mosquitto_sub's CPU per message. A subscriber that keeps
+up reads few messages at a time, so CPU per message depends on the load; the counts are the figure. Record
+`lscpu`'s model name and `uptime`'s load with the figures (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ FORMS = {
 
 @dataclass
 class Run:
+    checkout: str
     out: str
     form: str
     ours: int
@@ -71,6 +79,7 @@ class Run:
     ours_exit: int | None
     theirs_exit: int | None
     cpu: float
+    theirs_cpu: float
     published_per_s: float
     pub_seconds: float
     checked: str
@@ -153,7 +162,30 @@ def count_lines(path: Path, form: str, size: int) -> int:
     return path.read_bytes().count(TOPIC.encode() + b" ")
 
 
-def one_run(mqttload: str, tmp: Path, a: argparse.Namespace, out: str, form: str) -> Run:
+def startup_cpu(checkout: Path, tmp: Path) -> float:
+    """CPU seconds of `mqtt sub -E` (start, connect, subscribe, exit) from `checkout`: the fixed part of a run."""
+    port = free_port()
+    conf = tmp / f"s{port}.conf"
+    conf.write_text(CONF.format(port=port))
+    broker = subprocess.Popen([MOSQUITTO, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, broker, 10)
+        env = dict(os.environ, PYTHONPATH=str(checkout))
+        best = float("inf")
+        for _ in range(3):
+            proc = subprocess.Popen([sys.executable, "-m", "mqtt_cli", "sub", "-h", "127.0.0.1", "-p", str(port),
+                                     "-q", "1", "-t", TOPIC, "-E"], env=env, cwd=checkout)  # fmt: skip
+            code, cpu = reap(proc)
+            if code != 0:
+                raise RuntimeError(f"mqtt sub -E exited with {code}")
+            best = min(best, cpu)
+        return best
+    finally:
+        broker.terminate()
+        broker.wait(10)
+
+
+def one_run(mqttload: str, tmp: Path, a: argparse.Namespace, checkout: Path, out: str, form: str) -> Run:
     port = free_port()
     conf = tmp / f"m{port}.conf"
     conf.write_text(CONF.format(port=port))
@@ -166,7 +198,7 @@ def one_run(mqttload: str, tmp: Path, a: argparse.Namespace, out: str, form: str
         ours_path = tmp / f"ours-{port}.out"
         theirs_path = tmp / f"theirs-{port}.out"
         stats_path = tmp / f"ours-{port}.err"
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = dict(os.environ, PYTHONPATH=str(checkout))
         common = ["-h", "127.0.0.1", "-p", str(port), "-q", "1", "-t", TOPIC, "-C", str(a.count)]
         with (
             open(os.devnull if out == "devnull" else ours_path, "wb") as ours_out,
@@ -175,7 +207,7 @@ def one_run(mqttload: str, tmp: Path, a: argparse.Namespace, out: str, form: str
         ):
             ours = subprocess.Popen(
                 [sys.executable, "-m", "mqtt_cli", "sub", *common, "--stats", *ours_flags],
-                stdout=ours_out, stderr=stats_err, env=env, cwd=REPO,
+                stdout=ours_out, stderr=stats_err, env=env, cwd=checkout,
             )  # fmt: skip
             procs.append(ours)
             theirs = subprocess.Popen(["mosquitto_sub", *common, *theirs_flags], stdout=theirs_out)
@@ -197,7 +229,7 @@ def one_run(mqttload: str, tmp: Path, a: argparse.Namespace, out: str, form: str
             if _alive(p):
                 p.send_signal(2)  # SIGINT: ours prints its --stats on the way out
         ours_exit, cpu = reap(ours)
-        theirs_exit, _ = reap(theirs)
+        theirs_exit, theirs_cpu = reap(theirs)
         m = re.search(rb"mqtt: (\d+) messages? received", stats_path.read_bytes())
         ours_count = int(m.group(1)) if m else -1
         checked = "-"
@@ -210,7 +242,7 @@ def one_run(mqttload: str, tmp: Path, a: argparse.Namespace, out: str, form: str
             if n != ours_count:
                 checked = f"BAD: --stats says {ours_count}, the file holds {n}"
         theirs_count = count_lines(theirs_path, form, a.size)
-        return Run(out, form, ours_count, theirs_count, ours_exit, theirs_exit, cpu,
+        return Run(checkout.name, out, form, ours_count, theirs_count, ours_exit, theirs_exit, cpu, theirs_cpu,
                    float(result.get("published_per_s", 0)), float(result.get("pub_seconds", 0)), checked)  # fmt: skip
     finally:
         for p in procs:
@@ -258,6 +290,7 @@ def main() -> None:
     ap.add_argument("--mqttload")
     ap.add_argument("--bench-src", default=str(REPO.parent.parent / "shared" / "bench"))
     ap.add_argument("--pin", action="store_true")
+    ap.add_argument("--checkout", nargs="+", type=Path, default=[REPO])
     a = ap.parse_args()
     if a.size < 12:
         ap.error("--size: at least 12 (mqttload's sequence numbers)")
@@ -271,18 +304,25 @@ def main() -> None:
         print(f"# CPU: {cpu_model()}; {os.cpu_count()} CPUs; load {os.getloadavg()[0]:.2f} at the start; "
               f"Python {platform.python_version()}; {a.count:,} messages of {a.size} B, QoS 1, "
               f"window {a.window}")  # fmt: skip
-        print("| out | form | mqtt sub | mosquitto_sub | ratio | exit ours/theirs | publisher msg/s | "
-              "our CPU s | CPU us/msg | output check |")  # fmt: skip
-        print("|---|---|---:|---:|---:|---|---:|---:|---:|---|")
+        checkouts = [c.resolve() for c in a.checkout]
+        fixed = {c: startup_cpu(c, tmp) for c in checkouts}
+        for c in checkouts:
+            print(f"# {c}: mqtt sub -E takes {fixed[c]:.2f} s of CPU (start-up, connect, subscribe)")
+        print("| checkout | out | form | mqtt sub | mosquitto_sub | ratio | exit ours/theirs | publisher msg/s | "
+              "our CPU s | CPU us/msg | less start-up | mosquitto_sub CPU us/msg | output check |")  # fmt: skip
+        print("|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|")
         for _ in range(a.reps):
             for out in outs:
                 for form in forms:
-                    r = one_run(mqttload, tmp, a, out, form)
-                    ratio = r.ours / r.theirs if r.theirs else 0.0
-                    per = r.cpu / r.ours * 1e6 if r.ours > 0 else 0.0
-                    print(f"| {r.out} | {r.form} | {r.ours:,} | {r.theirs:,} | {ratio:.3f} | {r.ours_exit}/"
-                          f"{r.theirs_exit} | {r.published_per_s:,.0f} | {r.cpu:.2f} | {per:.1f} | {r.checked} |",
-                          flush=True)  # fmt: skip
+                    for c in checkouts:
+                        r = one_run(mqttload, tmp, a, c, out, form)
+                        ratio = r.ours / r.theirs if r.theirs else 0.0
+                        per = r.cpu / r.ours * 1e6 if r.ours > 0 else 0.0
+                        net = (r.cpu - fixed[c]) / r.ours * 1e6 if r.ours > 0 else 0.0
+                        print(f"| {r.checkout} | {r.out} | {r.form} | {r.ours:,} | {r.theirs:,} | {ratio:.3f} | "
+                              f"{r.ours_exit}/{r.theirs_exit} | {r.published_per_s:,.0f} | {r.cpu:.2f} | {per:.1f} | "
+                              f"{net:.1f} | {r.theirs_cpu / max(r.theirs, 1) * 1e6:.1f} | {r.checked} |",
+                              flush=True)  # fmt: skip
         print(f"# load {os.getloadavg()[0]:.2f} at the end")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
