@@ -34,6 +34,8 @@ def check_format(fmt: str) -> None:
     compile_format(fmt)
 
 
+# The time fields are formatted once for the messages of a read, which share their receive time.
+@functools.lru_cache(maxsize=8)
 def _iso(now: float) -> str:
     return datetime.datetime.fromtimestamp(now).astimezone().strftime("%Y-%m-%dT%H:%M:%S%z")
 
@@ -93,8 +95,13 @@ def _cjson(value: Any) -> str:
     return text if float(text) == number else f"{number:1.17g}"
 
 
+@functools.lru_cache(maxsize=8)
+def _tst(now: float) -> str:
+    return datetime.datetime.fromtimestamp(now).astimezone().strftime("%Y-%m-%dT%H:%M:%S.%f%z")
+
+
 def _json_helper(p: Publish, now: float, raw_payload: bool) -> bytes:
-    tst = datetime.datetime.fromtimestamp(now).astimezone().strftime("%Y-%m-%dT%H:%M:%S.%f%z")
+    tst = _tst(now)
     # mosquitto_sub 2.0's fields, in its order, as cJSON prints them (no spaces): payloadlen, mid (QoS 1/2),
     # properties (5.0, when there are any), and "payload": null when empty
     head = (f'{{"tst":{_dumps(tst)},"topic":{_dumps(p.topic)},"qos":{p.qos},"retain":{int(p.retain)},'
