@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/sub_keepup.py [--count 100000] [--window 1000] [--size 64]
                                               [--out file,devnull] [--form payload] [--reps 1]
                                               [--mqttload PATH | --bench-src DIR] [--pin]
-                                              [--checkout DIR ...]
+                                              [--checkout DIR ...] [--path trio,fast]
 
 One Debian mosquitto with its default limits (max_queued_messages 1000, max_inflight_messages 20) on a free
 loopback port. Subscribed to the same topic at QoS 1: `mqtt sub -q 1` (this checkout, `--stats` for its count)
@@ -20,6 +20,10 @@ a newline, sequence numbers in order, none twice) or `devnull` (/dev/null). mosq
 --pin: the broker on CPU 0, the publisher on CPU 1 (the subscribers are not pinned).
 --checkout: the mqtt_cli checkouts to measure, in turn in the same run (default: this one), e.g. the main branch's
 worktree for a before/after.
+
+--path: `trio` runs `mqtt sub ... --stats` (typer and the trio client: what `mqtt sub` without -C runs; its count
+from --stats), `fast` runs it without --stats (the one-shot fast path, commands/_fast.py on net/blocking.py, which
+takes `sub -C N`; its count from the output file, or with /dev/null only whether all arrived: exit 0).
 
 Our CPU time is also given less the start-up's: the CPU of `mqtt sub -E` (connect, subscribe, exit), measured
 once per checkout.
@@ -72,6 +76,7 @@ FORMS = {
 @dataclass
 class Run:
     checkout: str
+    path: str
     out: str
     form: str
     ours: int
@@ -185,7 +190,7 @@ def startup_cpu(checkout: Path, tmp: Path) -> float:
         broker.wait(10)
 
 
-def one_run(mqttload: str, tmp: Path, a: argparse.Namespace, checkout: Path, out: str, form: str) -> Run:
+def one_run(mqttload: str, tmp: Path, a: argparse.Namespace, checkout: Path, path: str, out: str, form: str) -> Run:
     port = free_port()
     conf = tmp / f"m{port}.conf"
     conf.write_text(CONF.format(port=port))
@@ -206,7 +211,8 @@ def one_run(mqttload: str, tmp: Path, a: argparse.Namespace, checkout: Path, out
             open(stats_path, "wb") as stats_err,
         ):
             ours = subprocess.Popen(
-                [sys.executable, "-m", "mqtt_cli", "sub", *common, "--stats", *ours_flags],
+                [sys.executable, "-m", "mqtt_cli", "sub", *common, *(["--stats"] if path == "trio" else []),
+                 *ours_flags],
                 stdout=ours_out, stderr=stats_err, env=env, cwd=checkout,
             )  # fmt: skip
             procs.append(ours)
@@ -232,6 +238,8 @@ def one_run(mqttload: str, tmp: Path, a: argparse.Namespace, checkout: Path, out
         theirs_exit, theirs_cpu = reap(theirs)
         m = re.search(rb"mqtt: (\d+) messages? received", stats_path.read_bytes())
         ours_count = int(m.group(1)) if m else -1
+        if path == "fast":
+            ours_count = count_lines(ours_path, form, a.size) if out == "file" else a.count if ours_exit == 0 else -1
         checked = "-"
         if out == "file":
             if form == "payload":
@@ -242,7 +250,7 @@ def one_run(mqttload: str, tmp: Path, a: argparse.Namespace, checkout: Path, out
             if n != ours_count:
                 checked = f"BAD: --stats says {ours_count}, the file holds {n}"
         theirs_count = count_lines(theirs_path, form, a.size)
-        return Run(checkout.name, out, form, ours_count, theirs_count, ours_exit, theirs_exit, cpu, theirs_cpu,
+        return Run(checkout.name, path, out, form, ours_count, theirs_count, ours_exit, theirs_exit, cpu, theirs_cpu,
                    float(result.get("published_per_s", 0)), float(result.get("pub_seconds", 0)), checked)  # fmt: skip
     finally:
         for p in procs:
@@ -291,6 +299,7 @@ def main() -> None:
     ap.add_argument("--bench-src", default=str(REPO.parent.parent / "shared" / "bench"))
     ap.add_argument("--pin", action="store_true")
     ap.add_argument("--checkout", nargs="+", type=Path, default=[REPO])
+    ap.add_argument("--path", default="trio")
     a = ap.parse_args()
     if a.size < 12:
         ap.error("--size: at least 12 (mqttload's sequence numbers)")
@@ -308,18 +317,20 @@ def main() -> None:
         fixed = {c: startup_cpu(c, tmp) for c in checkouts}
         for c in checkouts:
             print(f"# {c}: mqtt sub -E takes {fixed[c]:.2f} s of CPU (start-up, connect, subscribe)")
-        print("| checkout | out | form | mqtt sub | mosquitto_sub | ratio | exit ours/theirs | publisher msg/s | "
-              "our CPU s | CPU us/msg | less start-up | mosquitto_sub CPU us/msg | output check |")  # fmt: skip
-        print("|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|")
+        print("| checkout | path | out | form | mqtt sub | mosquitto_sub | ratio | exit ours/theirs | "
+              "publisher msg/s | our CPU s | CPU us/msg | less start-up | mosquitto_sub CPU us/msg | "
+              "output check |")  # fmt: skip
+        print("|---|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|")
         for _ in range(a.reps):
             for out in outs:
                 for form in forms:
-                    for c in checkouts:
-                        r = one_run(mqttload, tmp, a, c, out, form)
+                    for c, path in [(c, path) for path in a.path.split(",") for c in checkouts]:
+                        r = one_run(mqttload, tmp, a, c, path, out, form)
                         ratio = r.ours / r.theirs if r.theirs else 0.0
                         per = r.cpu / r.ours * 1e6 if r.ours > 0 else 0.0
                         net = (r.cpu - fixed[c]) / r.ours * 1e6 if r.ours > 0 else 0.0
-                        print(f"| {r.checkout} | {r.out} | {r.form} | {r.ours:,} | {r.theirs:,} | {ratio:.3f} | "
+                        print(f"| {r.checkout} | {r.path} | {r.out} | {r.form} | {r.ours:,} | {r.theirs:,} | "
+                              f"{ratio:.3f} | "
                               f"{r.ours_exit}/{r.theirs_exit} | {r.published_per_s:,.0f} | {r.cpu:.2f} | {per:.1f} | "
                               f"{net:.1f} | {r.theirs_cpu / max(r.theirs, 1) * 1e6:.1f} | {r.checked} |",
                               flush=True)  # fmt: skip
