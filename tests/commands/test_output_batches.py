@@ -17,6 +17,10 @@ from mqtt_cli.core.packets import Publish
 from mqtt_cli.core.properties import Properties
 from mqtt_cli.net.client import MessageStream
 
+from ..brokers import Broker
+from .conftest import Mqtt
+from .test_pub_sub import at
+
 NOW = 1_795_000_000.123456
 
 PROPS = Properties(
@@ -204,3 +208,30 @@ def test_message_stream_gives_the_same_items_one_at_a_time_and_in_batches() -> N
     expected = [*MESSAGES[:4], PongReceived(), *MESSAGES[4:]]
     for mode in ("each", "batches", "mixed"):
         assert trio.run(collect, mode) == expected, mode
+
+
+@pytest.mark.parametrize("form", [[], ["-v"], ["-F", r"%t|%p|%q|%r|%l|%x"], ["-N", "-v"]])
+def test_sub_prints_a_queued_burst_the_same_on_both_paths(mqtt: Mqtt, mosquitto: Broker, topic: str,
+                                                          form: list[str]) -> None:  # fmt: skip
+    """300 QoS 1 messages waiting in a session arrive many to a read: `sub -C` on the one-shot fast path (blocking
+    client) and on trio (`--stats` sends it there) print them alike, and as each message alone would be printed."""
+    lines = [b"line %d" % i for i in range(299)] + [b""]  # an empty payload last: (null) with -v
+    expected = b""
+    for path in ("fast", "trio"):
+        name = f"{topic}-{path}"
+        assert mqtt("sub", *at(mosquitto), "-t", f"{topic}/#", "-q", "1", "-c", "-i", name, "-E").returncode == 0
+        sent = mqtt("pub", *at(mosquitto), "-t", f"{topic}/x", "-q", "1", "-l", input=b"\n".join(lines) + b"\n")
+        assert sent.returncode == 0, sent.stderr
+        extra = ["--stats"] if path == "trio" else []
+        out = mqtt("sub", *at(mosquitto), "-t", f"{topic}/#", "-q", "1", "-c", "-i", name, "-C", "300", "-W", "60",
+                   *form, *extra)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        if path == "trio":
+            assert "300 messages received" in out.stderr
+            assert out.stdout == expected
+        else:
+            printer = Printer("format" if "-F" in form else "verbose" if "-v" in form else "payload",
+                              form[1] if "-F" in form else None, "-N" not in form, io.BytesIO())  # fmt: skip
+            each = [Publish(f"{topic}/x", payload, 1, False, False, 1) for payload in lines]
+            expected = b"".join(printer.render(p, NOW) for p in each)
+            assert out.stdout == expected
