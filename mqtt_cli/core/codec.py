@@ -576,11 +576,8 @@ _ACK_CLASSES: dict[int, Callable[..., Any]] = {
     6: fast_constructor(PubRel),
     7: fast_constructor(PubComp),
 }
-
-
-# First byte of an acknowledgement of remaining length 2 (PUBREL with its required flags 0010) -> constructor.
-_SHORT_ACKS: dict[int, Callable[..., Any]] = {0x40: _ACK_CLASSES[4], 0x50: _ACK_CLASSES[5], 0x62: _ACK_CLASSES[6],
-                                              0x70: _ACK_CLASSES[7]}  # fmt: skip
+# First bytes of PUBACK, PUBREC, PUBREL, PUBCOMP with their required fixed-header flags.
+_PLAIN_ACKS = frozenset({0x40, 0x50, 0x62, 0x70})
 
 
 def _decode_subscribe(first: int, data: bytes, pos: int, end: int, version: int, errs: _Errs) -> Subscribe:
@@ -845,7 +842,7 @@ class PacketReader:
         topics_seen = _TOPICS_SEEN
         seen_props = _SEEN_PUBLISH_PROPERTIES
         publish = Publish
-        short_acks = _SHORT_ACKS
+        acks = _ACK_CLASSES
         while pos < n:
             # Fixed header: type and flags, then the Remaining Length (1.5.5) in at most four bytes.
             if pos + 1 >= n:
@@ -926,12 +923,12 @@ class PacketReader:
                                 out.append(packet)
                                 pos = end
                                 continue
-            elif length == 2 and first in short_acks:
-                # Fast path for the common acknowledgement: PUBACK, PUBREC, PUBREL or PUBCOMP with only a packet
-                # identifier (reason 0, no properties in 5.0). Identifier 0 takes the general decoder (an error).
+            elif length == 2 and first in _PLAIN_ACKS:
+                # Fast path for an acknowledgement of a QoS exchange with nothing but its packet identifier (in 5.0:
+                # reason code 0, no properties); identifier 0 takes the general decoder, which says what is wrong.
                 pid = (data[body] << 8) | data[body + 1]
                 if pid:
-                    out.append(short_acks[first](pid, 0, _EMPTY))
+                    out.append(acks[first >> 4](pid, 0, _EMPTY))
                     pos = end
                     continue
             try:
@@ -962,7 +959,10 @@ class PacketReader:
                 pos = end
             if type(packet) is Connect and packet.protocol_version in (3, 4, 5):
                 version = self.version = packet.protocol_version
-        self._keep(data, pos, n)
+        if pos < n:
+            self._keep(data, pos, n)
+        else:
+            self._need = 0  # `_keep` for the common case, without the call
         return out
 
     def _keep(self, data: bytes, pos: int, n: int) -> None:
