@@ -295,7 +295,8 @@ class BrokerServer:
 
         Most of the time the kernel's socket buffer has room, so a delivery or an answer leaves with one
         non-blocking send() from the task that produced it, without waking any other task. Only what the socket
-        does not take at once (a slow or busy subscriber) goes to a writer task, which exists while it has work.
+        does not take at once (a slow or busy subscriber) goes to a writer task, which exists while it has work;
+        while it lingers with nothing to send, output is still sent directly, and it is woken only for a rest.
         """
         core = self.core
         if core.changes or core.held:
@@ -307,11 +308,13 @@ class BrokerServer:
                 net = conn.context
                 if net is None:
                     continue
+                # A writer that sent everything and waits for more is not needed for this: sent directly, in order
+                # (a rest that the socket did not take stays at the front of conn.out for it).
+                lingering = net.wake if net.writing else None
                 if net.writing:
-                    if net.wake is not None:
-                        net.wake.set()
-                    continue
-                if conn.login_failed:  # its refusing CONNACK waits a moment, in a writer task of its own
+                    if lingering is None:  # it is sending (or waiting to): what accumulated goes with its next send
+                        continue
+                elif conn.login_failed:  # its refusing CONNACK waits a moment, in a writer task of its own
                     net.writing = True
                     nursery.start_soon(self._writer, conn, net, LOGIN_FAILURE_DELAY)
                     continue
@@ -331,8 +334,11 @@ class BrokerServer:
                     elif sent:
                         del out[:sent]
                 if out or conn.close_requested:
-                    net.writing = True
-                    nursery.start_soon(self._writer, conn, net)
+                    if lingering is not None:
+                        lingering.set()
+                    else:
+                        net.writing = True
+                        nursery.start_soon(self._writer, conn, net)
         if core.changes or core.held:  # from core.drained() above
             self._collect()
             if core.dirty:  # acknowledgements released at once (_collect): sent now, not at the next flush
