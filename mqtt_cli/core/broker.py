@@ -22,7 +22,7 @@ from .codec import encode
 from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
 from .flows import FlowState
 from .load import LoadAverages
-from .packed import PackedQueue
+from .packed import PackedQueue, PackedRetained
 from .packets import (
     Auth,
     ConnAck,
@@ -214,12 +214,18 @@ class BrokerCore:
         if self.changes is None:
             self.changes = []
 
-    def restore(self, sessions: Iterable[StoredSession], retained: Iterable[Message], now: float) -> None:
+    def restore(
+        self, sessions: Iterable[StoredSession], retained: Iterable[Message] | PackedRetained, now: float
+    ) -> None:
         """What the store kept, before any connection: retained messages, and sessions with their
         subscriptions and the deliveries not yet acknowledged (those that were in flight go first again, as new
         sends). A session whose client was connected when the broker stopped starts its expiry now."""
-        for message in retained:
-            self.retained.set(message.topic, message)
+        if isinstance(retained, PackedRetained):  # from the store: kept frozen, thawed when delivered
+            for frozen in retained.frozen:
+                self.retained.set_frozen(retained.topic(frozen), frozen, retained.thaw)
+        else:
+            for message in retained:
+                self.retained.set(message.topic, message)
         due: list[Session] = []  # wills of connections the stop ended, published once every session is back
         for stored in sessions:
             session = Session(stored.client_id, stored.version)

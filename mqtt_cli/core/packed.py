@@ -9,6 +9,11 @@ client takes them (popleft), so their cost is paid at the client's pace, when it
 
 PackedQueue offers what Session does with its deque: len, truth, popleft, append (new deliveries go to an
 ordinary deque behind the packed ones) and iteration (in order).
+
+PackedRetained does the same for restored retained messages: each is one bytes object (a 14-byte header, its
+topic, its payload) held by the retained tree (core/retained.py) in place of a Message, its topic string and its
+float; what many share (publisher, properties, QoS) is a RetainedShape kept once. `thaw` makes the Message when
+one is asked for (a subscription matching it); a message retained since replaces the frozen one as usual.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from dataclasses import dataclass
 from .properties import Properties
 from .session import Delivery, Message
 
-__all__ = ["PackedQueue", "Shape"]
+__all__ = ["PackedQueue", "PackedRetained", "RetainedShape", "Shape"]
 
 _HEAD = struct.Struct("<qdII")  # stored row, received_at (core clock), shape index, payload length
+_RETAINED = struct.Struct("<dIH")  # received_at (core clock), shape index, topic length (UTF-8, < 64 KiB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +75,10 @@ class PackedQueue:
         self.size += size
         self.payload_bytes += len(payload)
 
+    def trim(self) -> None:
+        """Gives back what growing the buffer reserved beyond its records (up to an eighth): once filled."""
+        self._blob = bytearray(self._blob)
+
     def __len__(self) -> int:
         return self._count + len(self._tail)
 
@@ -110,3 +120,54 @@ class PackedQueue:
         payload = bytes(self._blob[start : start + length])
         message = Message(s.topic, payload, s.message_qos, s.message_retain, s.properties, s.origin, received_at)
         return Delivery(message, s.qos, s.retain, s.subscription_ids, row), start + length
+
+
+@dataclass(frozen=True, slots=True)
+class RetainedShape:
+    """What restored retained messages share besides topic, payload and time: kept once, shared by index."""
+
+    origin: str | None
+    properties: Properties
+    qos: int
+
+
+class PackedRetained:
+    """Restored retained messages, frozen: `add` packs one (the store fills it), `frozen` holds them in order,
+    `thaw` makes one's Message back (given to the retained tree, which calls it when the message is asked for),
+    `topic` reads one's topic (the restore indexes them by it)."""
+
+    __slots__ = ("_shapes", "frozen")
+
+    def __init__(self) -> None:
+        self._shapes: list[RetainedShape] = []
+        self.frozen: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.frozen)
+
+    def shape(self, origin: str | None, properties: Properties, qos: int) -> int:
+        """A new shape's index (the caller keeps which it made for what: it has the stored form as a key)."""
+        self._shapes.append(RetainedShape(origin, properties, qos))
+        return len(self._shapes) - 1
+
+    def add(self, topic: str, payload: bytes, shape: int, received_at: float) -> None:
+        name = topic.encode()
+        self.frozen.append(_RETAINED.pack(received_at, shape, len(name)) + name + payload)
+
+    def expires_at(self, shape: int, received_at: float) -> float | None:
+        """When a message of this shape received then expires (as Message.expires_at)."""
+        props = self._shapes[shape].properties
+        expiry = props.message_expiry_interval if props.items else None
+        return received_at + expiry if expiry is not None else None
+
+    @staticmethod
+    def topic(frozen: bytes) -> str:
+        n = _RETAINED.unpack_from(frozen)[2]
+        return frozen[_RETAINED.size : _RETAINED.size + n].decode()
+
+    def thaw(self, frozen: bytes) -> Message:
+        received_at, index, n = _RETAINED.unpack_from(frozen)
+        start = _RETAINED.size + n
+        s = self._shapes[index]
+        topic = frozen[_RETAINED.size : start].decode()
+        return Message(topic, frozen[start:], s.qos, True, s.properties, s.origin, received_at)

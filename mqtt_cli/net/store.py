@@ -30,7 +30,7 @@ from pathlib import Path
 
 from mqtt_cli.core.config import SyncMode
 from mqtt_cli.core.errors import RemoteProtocolError
-from mqtt_cli.core.packed import PackedQueue, Shape
+from mqtt_cli.core.packed import PackedQueue, PackedRetained, Shape
 from mqtt_cli.core.packets import Will
 from mqtt_cli.core.persistence import (
     Change,
@@ -106,7 +106,7 @@ class StoreError(Exception):
 @dataclass(frozen=True, slots=True)
 class Restored:
     sessions: list[StoredSession]
-    retained: list[Message]
+    retained: PackedRetained
     removed_sessions: int  # expired while the broker was down: removed from the file
 
 
@@ -159,14 +159,25 @@ class Store:
                 _remove_session(db, client_id)
             db.execute("DELETE FROM deliveries WHERE client_id NOT IN (SELECT client_id FROM sessions)")
             db.execute("DELETE FROM incoming WHERE client_id NOT IN (SELECT client_id FROM sessions)")
-        retained = []
+        # Retained messages are frozen as they are read (core/packed.py): one bytes object each, no Message.
+        retained = PackedRetained()
+        retained_shapes: dict[tuple[object, ...], int] = {}
+        off = self._offset
+        expired: list[tuple[str]] = []
         for topic, payload, qos, props, origin, received in db.execute("SELECT * FROM retained ORDER BY topic"):
-            message = self._message(topic, payload, qos, True, props, origin, received)
-            if message.expired(now):
-                with db:
-                    db.execute("DELETE FROM retained WHERE topic = ?", (topic,))
+            key = (origin, props, qos)
+            shape = retained_shapes.get(key)
+            if shape is None:
+                shape = retained_shapes[key] = retained.shape(origin, _properties(props, _PUBLISH), qos)
+            received -= off
+            expires_at = retained.expires_at(shape, received)
+            if expires_at is not None and now >= expires_at:  # as Message.expired
+                expired.append((topic,))
                 continue
-            retained.append(message)
+            retained.add(topic, payload, shape, received)
+        if expired:
+            with db:
+                db.executemany("DELETE FROM retained WHERE topic = ?", expired)
         subs: dict[str, list[tuple[str, SubscriptionOptions]]] = {}
         for client_id, flt, qos, no_local, rap, rh, sid in db.execute(
             "SELECT * FROM subscriptions ORDER BY client_id, filter"
@@ -180,7 +191,6 @@ class Store:
         shapes: list[Shape] = []
         shape_ids: dict[tuple[object, ...], int] = {}
         sids_seen: dict[str, tuple[int, ...]] = {}
-        off = self._offset
         for row in db.execute("SELECT * FROM deliveries ORDER BY row"):
             rid, client_id, topic, payload, mqos, mretain, props, origin, received, qos, retain, sids, pid, rel = row
             if pid is not None:  # in flight: few, restored as objects
@@ -201,6 +211,8 @@ class Store:
                     ids = sids_seen[sids] = tuple(json.loads(sids))
                 shapes.append(Shape(topic, origin, properties, mqos, bool(mretain), qos, bool(retain), ids))
             packed.add(rid, received - off, shape, payload, len(payload) + len(topic))
+        for packed in queued.values():
+            packed.trim()
         incoming: dict[str, list[int]] = {}
         for client_id, pid in db.execute("SELECT client_id, packet_id FROM incoming ORDER BY client_id, packet_id"):
             incoming.setdefault(client_id, []).append(pid)
