@@ -2,9 +2,10 @@
 
 A broker restarted with a million messages queued for offline clients would hold, per message, a Delivery, a
 Message, its topic and payload objects and a few more: several hundred bytes beyond the payload. Here each
-queued message is a 24-byte header (stored row, receive time, shape, payload length) and its payload, appended
-to one bytearray; what many messages share (topic, publisher, properties, QoS and retain flags, subscription
-identifiers) is a "shape" kept once per queue. Delivery and Message objects are made one at a time as the
+queued message is a 16-byte header (receive time; stored row as a step from the one before, shape, payload
+length, in one 64-bit word) and its payload, appended to one bytearray (a record whose numbers do not fit the
+word, rare, takes 16 bytes more); what many messages share (topic, publisher, properties, QoS and retain flags,
+subscription identifiers) is a "shape" kept once per queue. Delivery and Message objects are made one at a time as the
 client takes them (popleft), so their cost is paid at the client's pace, when it comes back.
 
 PackedQueue offers what Session does with its deque: len, truth, popleft, append (new deliveries go to an
@@ -28,7 +29,12 @@ from .session import Delivery, Message
 
 __all__ = ["PackedQueue", "PackedRetained", "RetainedShape", "Shape"]
 
-_HEAD = struct.Struct("<qdII")  # stored row, received_at (core clock), shape index, payload length
+# A record: received_at (core clock) and a word: row - previous record's row (24 bits), shape index (24 bits),
+# payload length (16 bits). A word of 0 (no step: impossible in a word) says _LONG follows with the numbers.
+_HEAD = struct.Struct("<dQ")
+_LONG = struct.Struct("<qII")  # stored row, shape index, payload length
+_STEP_MAX = _SHAPE_MAX = 0xFFFFFF
+_LENGTH_MAX = 0xFFFF
 _RETAINED = struct.Struct("<dIH")  # received_at (core clock), shape index, topic length (UTF-8, < 64 KiB)
 
 
@@ -50,12 +56,14 @@ class PackedQueue:
     """Restored deliveries, oldest first, packed; then those queued since, as Delivery objects. `shapes` is the
     table the restore shares between all its queues (the records hold indexes into it)."""
 
-    __slots__ = ("_blob", "_count", "_pos", "_shapes", "_tail", "last_row", "payload_bytes", "size")
+    __slots__ = ("_added", "_blob", "_count", "_pos", "_row", "_shapes", "_tail", "last_row", "payload_bytes", "size")
 
     def __init__(self, shapes: list[Shape]) -> None:
         self._blob = bytearray()
         self._pos = 0  # where the next packed record starts
         self._count = 0  # packed records not taken yet
+        self._row = 0  # the row of the record before the one at _pos (rows are stored as steps from it)
+        self._added = 0  # the row of the last record added
         self._shapes = shapes
         self._tail: deque[Delivery] = deque()
         self.last_row = 0  # the highest stored row added
@@ -67,8 +75,15 @@ class PackedQueue:
         the shared table, `size` is its message's Message.size."""
         assert not self._tail, "PackedQueue.add after the queue was put to use"
         blob = self._blob
-        blob += _HEAD.pack(row, received_at, shape, len(payload))
+        step = row - self._added
+        length = len(payload)
+        if 0 < step <= _STEP_MAX and shape <= _SHAPE_MAX and length <= _LENGTH_MAX:
+            blob += _HEAD.pack(received_at, step | shape << 24 | length << 48)
+        else:
+            blob += _HEAD.pack(received_at, 0)
+            blob += _LONG.pack(row, shape, length)
         blob += payload
+        self._added = row
         self._count += 1
         if row > self.last_row:
             self.last_row = row
@@ -91,7 +106,8 @@ class PackedQueue:
     def popleft(self) -> Delivery:
         if not self._count:
             return self._tail.popleft()
-        delivery, self._pos = self._unpack(self._pos)
+        delivery, self._pos = self._unpack(self._pos, self._row)
+        self._row = delivery.row
         self._count -= 1
         self.payload_bytes -= len(delivery.message.payload)
         blob = self._blob
@@ -104,18 +120,27 @@ class PackedQueue:
         return delivery
 
     def __iter__(self) -> Iterator[Delivery]:
-        pos = self._pos
+        pos, row = self._pos, self._row
         for _ in range(self._count):
-            delivery, pos = self._unpack(pos)
+            delivery, pos = self._unpack(pos, row)
+            row = delivery.row
             yield delivery
         yield from self._tail
 
     def tail_payload_bytes(self) -> int:
         return sum(len(d.message.payload) for d in self._tail)
 
-    def _unpack(self, pos: int) -> tuple[Delivery, int]:
-        row, received_at, index, length = _HEAD.unpack_from(self._blob, pos)
+    def _unpack(self, pos: int, previous_row: int) -> tuple[Delivery, int]:
+        """The record at `pos` (the one after `previous_row`'s) and where the next starts."""
+        received_at, word = _HEAD.unpack_from(self._blob, pos)
         start = pos + _HEAD.size
+        if word:
+            row = previous_row + (word & _STEP_MAX)
+            index = (word >> 24) & _SHAPE_MAX
+            length = word >> 48
+        else:
+            row, index, length = _LONG.unpack_from(self._blob, start)
+            start += _LONG.size
         s = self._shapes[index]
         payload = bytes(self._blob[start : start + length])
         message = Message(s.topic, payload, s.message_qos, s.message_retain, s.properties, s.origin, received_at)
