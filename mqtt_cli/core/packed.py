@@ -35,6 +35,10 @@ _HEAD = struct.Struct("<dQ")
 _LONG = struct.Struct("<qII")  # stored row, shape index, payload length
 _STEP_MAX = _SHAPE_MAX = 0xFFFFFF
 _LENGTH_MAX = 0xFFFF
+
+# The tail of a queue nothing was appended to (most restored queues until their client is back): shared, never
+# written to (an empty deque holds a block of 64 slots, some 600 bytes).
+_NO_TAIL: deque[Delivery] = deque()
 _RETAINED = struct.Struct("<dIH")  # received_at (core clock), shape index, topic length (UTF-8, < 64 KiB)
 
 
@@ -65,7 +69,7 @@ class PackedQueue:
         self._row = 0  # the row of the record before the one at _pos (rows are stored as steps from it)
         self._added = 0  # the row of the last record added
         self._shapes = shapes
-        self._tail: deque[Delivery] = deque()
+        self._tail: deque[Delivery] = _NO_TAIL  # its own deque once something is appended
         self.last_row = 0  # the highest stored row added
         self.size = 0  # sum of Message.size of the packed records added (what Session.queued_bytes counts)
         self.payload_bytes = 0  # payload bytes of the packed records not yet taken
@@ -101,6 +105,8 @@ class PackedQueue:
         return bool(self._count or self._tail)
 
     def append(self, delivery: Delivery) -> None:
+        if self._tail is _NO_TAIL:
+            self._tail = deque()
         self._tail.append(delivery)
 
     def popleft(self) -> Delivery:

@@ -191,6 +191,7 @@ class Store:
         shapes: list[Shape] = []
         shape_ids: dict[tuple[object, ...], int] = {}
         sids_seen: dict[str, tuple[int, ...]] = {}
+        origins: dict[str | None, str | None] = {}
         for row in db.execute("SELECT * FROM deliveries ORDER BY row"):
             rid, client_id, topic, payload, mqos, mretain, props, origin, received, qos, retain, sids, pid, rel = row
             if pid is not None:  # in flight: few, restored as objects
@@ -206,6 +207,7 @@ class Store:
             if shape is None:
                 shape = shape_ids[key] = len(shapes)
                 properties = _properties(props, _PUBLISH)
+                origin = origins.setdefault(origin, origin)  # one string per publisher, not per shape
                 ids = sids_seen.get(sids)
                 if ids is None:
                     ids = sids_seen[sids] = tuple(json.loads(sids))

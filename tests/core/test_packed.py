@@ -87,6 +87,8 @@ def test_appended_deliveries_come_after_the_packed_ones() -> None:
     assert [queue.popleft().row for _ in range(2)] == [100, 101]
     assert queue.popleft() is late
     assert not queue and len(queue) == 0
+    other, _ = _queue(1)  # queues share an empty tail until appended to: never each other's deliveries
+    assert [d.message.payload for d in other] == [b"0:......"] and other.tail_payload_bytes() == 0
 
 
 def test_taking_most_of_a_large_queue_keeps_the_rest_intact() -> None:
