@@ -82,13 +82,13 @@ def test_appended_deliveries_come_after_the_packed_ones() -> None:
     late = Delivery(Message("b", b"late", 1, False, EMPTY_PROPERTIES, "x", 50.0), 1, False)
     queue.append(late)
     assert len(queue) == 3
+    other, _ = _queue(1)  # queues share an empty tail until appended to: never each other's deliveries
+    assert [d.message.payload for d in other] == [b"0:......"] and other.tail_payload_bytes() == 0
     assert [d.message.payload for d in queue] == [b"0:......", b"1:......", b"late"]
     assert queue.tail_payload_bytes() == 4
     assert [queue.popleft().row for _ in range(2)] == [100, 101]
     assert queue.popleft() is late
     assert not queue and len(queue) == 0
-    other, _ = _queue(1)  # queues share an empty tail until appended to: never each other's deliveries
-    assert [d.message.payload for d in other] == [b"0:......"] and other.tail_payload_bytes() == 0
 
 
 def test_taking_most_of_a_large_queue_keeps_the_rest_intact() -> None:
