@@ -11,6 +11,9 @@
   are other processes, perhaps on other machines, that know nothing of this checkout.
 * A local master binds the driver to 127.0.0.1 and has no web UI; logs are quiet (errors only, through our
   log4j2 configuration, also for executors); Spark's own console progress bar is off (`ingest` shows its own).
+* The commands tell the size of their input (InputSize): under a local master a small one gets one shuffle
+  partition and no adaptive planning, a tiny one also the JIT's first tier only and no generated code (see
+  SMALL_INPUT_CONF, TINY_INPUT_CONF).
 * PySpark starts the JVM with SIGINT ignored: Ctrl-C reaches Python only, where `CtrlC` cancels the running
   jobs (from a thread of its own); the commands then stop the session, so the JVM and its workers go away and
   the terminal is left as it was.
