@@ -21,8 +21,8 @@ against a bare Spark session's start-up timed in the same run: a process that st
 stops it. In each round, in turn: the bare start-up, the same with the settings the commands choose for this input
 (session.InputSize.TINY: its ratios tell the work beyond start-up), `mqtt analyze ingest`, `mqtt analyze report`
 (terminal, `--json`, `--html`); the medians are compared with the goals (ingest within 1.5x of the bare start-up,
-report within 2x). `--compare DIR` also times the commands of another checkout (e.g. before a change) in the same rounds, and
-checks that both give the same report (`--json`, but for the query times). Results:
+report within 2x). `--compare DIR` also times the commands of another checkout (e.g. before a change) in the same
+rounds, and checks that both give the same report (`--json`, but for the query times). Results:
 benchmarks/results/pipeline-small-DATE.json and .txt.
 """
 
