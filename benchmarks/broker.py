@@ -179,7 +179,7 @@ def acl_mode(args: argparse.Namespace, work: Path) -> int:
     return 0
 
 
-def _start(label: str, port: int, cmd: list[str]) -> subprocess.Popen[bytes]:
+def start_broker(label: str, port: int, cmd: list[str]) -> subprocess.Popen[bytes]:
     import socket
 
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -225,7 +225,7 @@ def metrics_mode(args: argparse.Namespace, work: Path) -> int:
     scraper = threading.Thread(target=scrape, daemon=True)
     try:
         for label, (port, cmd) in targets.items():
-            procs[label] = _start(label, port, cmd)
+            procs[label] = start_broker(label, port, cmd)
         scraper.start()
         labels = list(targets)
         for rep_no in range(args.reps):

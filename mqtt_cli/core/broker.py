@@ -17,10 +17,12 @@ from typing import Any, ClassVar
 
 from .acl import AclView
 from .auth import AuthPolicy, CertificateIdentity, authenticate
+from .bridge import LinkStats
 from .codec import encode
 from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
 from .flows import FlowState
 from .load import LoadAverages
+from .packed import PackedQueue
 from .packets import (
     Auth,
     ConnAck,
@@ -40,12 +42,18 @@ from .packets import (
 )
 from .persistence import (
     Change,
+    CommitLatency,
     DeliveryAdded,
     DeliveryDone,
+    DeliveryReleased,
+    DeliverySent,
+    IncomingAdded,
+    IncomingReleased,
     RetainedCleared,
     RetainedSet,
     SessionRemoved,
     SessionSaved,
+    StoredDelivery,
     StoredSession,
 )
 from .properties import EMPTY_PROPERTIES, Properties
@@ -126,6 +134,10 @@ class BrokerStats:
     dropped_not_authorized: int = 0
     refused: dict[str, int] = field(default_factory=dict)  # CONNECTs refused, by reason (snake_case name)
     rejected: dict[int, int] = field(default_factory=dict)  # PUBLISHes not taken (ACL, size...), by reason code
+    # Persistence: commits and how long each took (the network layer measures), and the episodes during which no
+    # commit could be written (a full disk).
+    commit_latency: CommitLatency = field(default_factory=CommitLatency)
+    store_failures: int = 0
 
     @property
     def publish_received(self) -> int:
@@ -189,8 +201,11 @@ class BrokerCore:
         # Persistence (core/persistence.py): None while off, so the hot paths pay one None check. When on, what
         # is to be stored, and the acknowledgements that must wait for the commit holding it (conn, bytes).
         self.changes: list[Change] | None = None
-        self.held: list[tuple[ServerConnection, bytes]] = []
+        self.held: list[tuple[ServerConnection, Any]] = []  # bytes, or an in-process client's token
+        self.links: dict[str, LinkStats] = {}  # embedded bridges by name: $SYS/broker/connection/... and metrics
         self._row = 0  # the last delivery row handed out
+        # Set by the network layer while no commit can be written: 5.0 publishers are told 0x97 (not stored).
+        self.store_failing = False
 
     # --- persistence ----------------------------------------------------------------------------------------
 
@@ -205,42 +220,97 @@ class BrokerCore:
         sends). A session whose client was connected when the broker stopped starts its expiry now."""
         for message in retained:
             self.retained.set(message.topic, message)
+        due: list[Session] = []  # wills of connections the stop ended, published once every session is back
         for stored in sessions:
             session = Session(stored.client_id, stored.version)
+            session.will = stored.will
+            if stored.expiry_interval == 0:
+                # Kept only for its will: the stop ended its connection and its session, so the will is due.
+                if stored.will is not None:
+                    due.append(session)
+                if self.changes is not None:
+                    self.changes.append(SessionRemoved(stored.client_id))
+                continue
             session.username = stored.username
             session.expiry_interval = stored.expiry_interval
             session.expires_at = stored.expires_at
+            connected = session.expires_at is None and stored.will_at is None
             if session.expires_at is None and session.expiry_interval != NEVER_EXPIRES:
                 session.expires_at = now + session.expiry_interval
             if session.expires_at is not None:
                 self._schedule(session.expires_at, "expire", session.client_id)
+            if stored.will is not None:
+                if stored.will_at is not None:  # its connection had closed; the will delay was running
+                    session.will_at = stored.will_at
+                    self._schedule(stored.will_at, "will", session.client_id)
+                elif connected:
+                    # Its connection was ended by the stop, not by a DISCONNECT: the will is due [MQTT-3.1.2-8],
+                    # after its delay counted from now (as the session's expiry is).
+                    delay = (stored.will.properties.will_delay_interval or 0) if stored.version == 5 else 0
+                    if delay and session.expiry_interval:
+                        session.will_at = now + delay
+                        self._schedule(session.will_at, "will", session.client_id)
+                    else:
+                        due.append(session)
+            for pid in stored.incoming:
+                session.incoming.accept(pid)
             for flt, opts in stored.subscriptions:
                 self.subscriptions.add(flt, session.client_id, opts)
                 session.subscriptions[flt] = opts
+            if stored.queued:
+                session.queue = stored.queued
+                session.queued_bytes = stored.queued.size
+                self._row = max(self._row, stored.queued.last_row)
             if stored.deliveries:
-                queue: deque[Delivery] = deque()
+                queue: deque[Delivery] | PackedQueue = session.queue or deque()  # type: ignore[assignment]
                 for d in stored.deliveries:
+                    self._row = max(self._row, d.row)
+                    if d.packet_id is not None:
+                        # In flight when the broker stopped: re-sent after the next CONNACK with its packet
+                        # identifier and DUP, or as PUBREL once PUBREC came (4.4).
+                        self._restore_inflight(session, d, now)
+                        continue
                     queue.append(Delivery(d.message, d.qos, d.retain, d.subscription_ids, d.row))
                     session.queued_bytes += d.message.size
-                    self._row = max(self._row, d.row)
-                session.queue = queue
+                if queue:
+                    session.queue = queue
             self.sessions[session.client_id] = session
-            self._save_session(session)
+            if connected:  # its expiry (and will delay) start now: on file
+                self._save_session(session)
+        for session in due:
+            self._publish_will(session, now)
+            if session.expiry_interval:
+                self._save_session(session)
 
-    def release(self, held: list[tuple[ServerConnection, bytes]]) -> None:
-        """The commit holding what these acknowledgements promise is done: they go out (to open connections)."""
+    def _restore_inflight(self, session: Session, d: StoredDelivery, now: float) -> None:
+        m = d.message
+        props = m.delivery_properties(now, d.subscription_ids) if session.version == 5 else EMPTY_PROPERTIES
+        publish = Publish(m.topic, m.payload, d.qos, d.retain, True, d.packet_id, props)
+        session.outgoing.restore(publish, d.released, m)
+        if session.rows is None:
+            session.rows = {}
+        session.rows[d.packet_id] = d.row  # type: ignore[index]
+
+    def release(self, held: list[tuple[ServerConnection, Any]]) -> None:
+        """The commit holding what these acknowledgements promise is done: they go out (to open connections; an
+        in-process client's `taken` is told, with the token its publish_internal gave)."""
         for conn, data in held:
             if not conn.closed:
-                self._write(conn, data)
+                if conn.sink is not None:
+                    conn.sink.taken(data)
+                else:
+                    self._write(conn, data)
 
     def _save_session(self, session: Session) -> None:
+        """A persistent session as it is now; a session that ends with its connection only while it has a will
+        (the will is due if the broker stops before the client disconnects)."""
         changes = self.changes
-        if changes is not None and session.expiry_interval:
+        if changes is not None and (session.expiry_interval or session.will is not None):
             subs = tuple(session.subscriptions.items())
             changes.append(
                 SessionSaved(
                     session.client_id, session.version, session.expiry_interval, session.expires_at, subs,
-                    session.username,
+                    session.username, session.will, session.will_at,
                 )
             )
 
@@ -250,6 +320,155 @@ class BrokerCore:
             row = rows.pop(packet_id, 0)
             if row and self.changes is not None:
                 self.changes.append(DeliveryDone(session.client_id, row))
+
+    # --- in-process clients (an embedded bridge's local side) ----------------------------------------------------
+
+    def attach(
+        self, client_id: str, sink: Any, now: float, *, receive_maximum: int, expiry: int = NEVER_EXPIRES
+    ) -> ServerConnection:
+        """A client inside the process: a session under `client_id` (resumed if it exists, `expiry` seconds after
+        detach; NEVER_EXPIRES by default) whose deliveries go to `sink.deliver(message, qos, retain, packet_id)`
+        instead of bytes, at most `receive_maximum` QoS 1/2 unacknowledged (acknowledge_internal). Nothing is
+        delivered before resume_internal."""
+        old = self.sessions.get(client_id)
+        if old is not None and old.connection is not None:
+            self._close(old.connection, now, reason=0x8E, detail="session taken over")
+            old = self.sessions.get(client_id)
+        conn = ServerConnection(f"in-process:{client_id}", now, None)
+        conn.sink = sink
+        conn.version = 5
+        conn.client_id = client_id
+        conn.connected = True
+        session = old if old is not None else Session(client_id, 5)
+        session.version = 5
+        session.expiry_interval = expiry
+        session.expires_at = None
+        session.will = None
+        session.will_at = None
+        session.connection = conn
+        session.outgoing.receive_maximum = receive_maximum
+        self.sessions[client_id] = session
+        conn.session = session
+        self._save_session(session)
+        return conn
+
+    def resume_internal(self, conn: ServerConnection, now: float) -> None:
+        """After attach (and subscribe_internal): what the session holds goes to the sink, in flight first (with
+        the same packet identifiers), then the queue as the window allows."""
+        session = conn.session
+        assert session is not None and conn.sink is not None
+        sink = conn.sink
+        client_id = session.client_id
+        for entry in session.outgoing.entries():
+            p = entry.publish
+            message = entry.context if type(entry.context) is Message else Message(
+                p.topic, p.payload, p.qos, p.retain, p.properties, client_id, now
+            )
+            sink.deliver(message, p.qos, p.retain, p.packet_id)
+        self._pump(session, now)
+
+    def detach(self, conn: ServerConnection, now: float, *, forget: bool = False) -> None:
+        """An in-process client goes: its session stays (deliveries queue for its next attach), or with `forget`
+        ends with its subscriptions and queue."""
+        if conn.closed:
+            return
+        conn.closed = True
+        session = conn.session
+        if session is None or session.connection is not conn:
+            return
+        session.connection = None
+        if forget or not session.expiry_interval:
+            self._end_session(session, now)
+            return
+        if session.expiry_interval != NEVER_EXPIRES:
+            session.expires_at = now + session.expiry_interval
+            self._schedule(session.expires_at, "expire", session.client_id)
+        self._save_session(session)
+
+    def subscribe_internal(self, conn: ServerConnection, filters: dict[str, SubscriptionOptions], now: float) -> None:
+        """Sets an in-process client's subscriptions to exactly `filters` (others it had are removed); the
+        retained messages of new filters are delivered, as to a SUBSCRIBE."""
+        session = conn.session
+        assert session is not None and conn.sink is not None
+        for flt in [f for f in session.subscriptions if f not in filters]:
+            del session.subscriptions[flt]
+            self.subscriptions.remove(flt, session.client_id)
+        retained: list[tuple[Message, int]] = []
+        for flt, opts in filters.items():
+            is_new = flt not in session.subscriptions
+            self.subscriptions.add(flt, session.client_id, opts)
+            session.subscriptions[flt] = opts
+            if is_new and parse_shared(flt)[0] is None:
+                retained += [(m, min(m.qos, opts.qos)) for m in self.retained.match(flt)]
+        self._save_session(session)
+        for message, qos in retained:
+            if not message.expired(now):
+                self._deliver(session, message, qos, True, (), now)
+
+    def publish_internal(
+        self,
+        conn: ServerConnection,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        properties: Properties,
+        now: float,
+        token: Any = None,
+        *,
+        system: bool = False,
+    ) -> bool:
+        """A message from an in-process client, routed as a PUBLISH is. True: taken (acknowledge it now). False
+        with persistence on: `conn.sink.taken(token)` follows once the commit holding what it changed is done
+        (acknowledged means stored). A message the broker refuses ($SYS, a name it cannot take, over
+        message_size_limit) is dropped, counted, and reported taken, as a PUBACK with a failure ends a flow.
+        `system`: the bridge's own notification, which may go to $SYS/..."""
+        self._clock = now
+        stats = self.stats
+        stats.publish_received_qos[qos] += 1
+        stats.publish_received_bytes_qos[qos] += len(payload)
+        problem = None
+        if topic not in self._topics_ok and (why := self._topic_problem(topic)) is not None:
+            problem = why
+        elif not system and (topic[:5] == "$SYS/" or topic == "$SYS"):
+            problem = (0x87, "$SYS is the broker's")
+        elif self.config.message_size_limit and len(payload) > self.config.message_size_limit:
+            problem = (0x97, f"{len(payload)} bytes over message_size_limit")
+        elif retain and not self.config.retain_available:
+            problem = (0x9A, "retain is not available")
+        if problem is not None:
+            self.notices.append(Notice("dropped", conn.client_id, conn.peer, f"PUBLISH to {topic!r}: {problem[1]}"))
+            stats.rejected[problem[0]] = stats.rejected.get(problem[0], 0) + 1
+            return True
+        props = properties
+        if props.items and (props.topic_alias is not None or props.subscription_identifiers):
+            props = props.replace(topic_alias=None, subscription_identifiers=())
+        matched = self._route(Message(topic, payload, qos, retain, props, conn.client_id, now), now)
+        if not matched and not qos:
+            stats.dropped_no_subscriber += 1
+        if not qos or self.changes is None:
+            return True
+        self.held.append((conn, token))
+        return False
+
+    def acknowledge_internal(self, conn: ServerConnection, packet_id: int, now: float) -> None:
+        """An in-process client has dealt with a QoS 1/2 delivery (a bridge: the remote broker acknowledged it):
+        its flow ends, QoS 2 at once (no PUBREL round within the process), and queued deliveries move up."""
+        session = conn.session
+        if session is None or conn.closed:
+            return
+        self._clock = now
+        entry = session.outgoing.get(packet_id)
+        if entry is None:
+            return
+        if entry.state is FlowState.AWAIT_PUBACK:
+            session.outgoing.acknowledge(PubAck(packet_id))
+        else:
+            if entry.state is FlowState.AWAIT_PUBREC:
+                session.outgoing.acknowledge(PubRec(packet_id))
+            session.outgoing.acknowledge(PubComp(packet_id))
+        self._delivery_done(session, packet_id)
+        self._pump(session, now)
 
     # --- the network layer's entry points ------------------------------------------------------------------
 
@@ -355,6 +574,7 @@ class BrokerCore:
             if timer.kind == "will" and session.will_at == timer.when:
                 session.will_at = None
                 self._publish_will(session, now)
+                self._save_session(session)  # the file forgets the will
             elif timer.kind == "expire" and session.expires_at == timer.when:
                 self.stats.sessions_expired += 1
                 self._end_session(session, now)
@@ -527,7 +747,7 @@ class BrokerCore:
         session.connection = conn
         session.username = conn.username
         if self.changes is not None:
-            if expiry:
+            if expiry or p.will is not None:
                 self._save_session(session)
             elif session_present:
                 self.changes.append(SessionRemoved(client_id))  # kept no longer than this connection
@@ -743,6 +963,11 @@ class BrokerCore:
             # mosquitto answers 0x95, which PUBACK and PUBREC may not carry; 0x97 (quota exceeded) may.
             self._drop_publish(conn, p, 0x97, f"PUBLISH to {topic!r}: {len(p.payload)} bytes over message_size_limit")
             return
+        # Nothing can be stored: a 5.0 publisher is told so (0x97) and keeps the message (not taken, not delivered);
+        # a re-send of a QoS 2 message stored before still gets its plain PUBREC below.
+        if qos and self.store_failing and conn.version == 5 and (qos == 1 or not self._stored_before(conn, p)):
+            self._unstored(conn, p)
+            return
         if qos == 2:
             session = conn.session
             assert session is not None
@@ -761,6 +986,9 @@ class BrokerCore:
             pubrec = b"\x50\x02" + p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
             if self.changes is None:
                 self._write(conn, pubrec)
+            elif session.expiry_interval:
+                # Its re-send after a restart must find the identifier: acknowledged, not delivered again.
+                self.changes.append(IncomingAdded(session.client_id, p.packet_id))  # type: ignore[arg-type]
         message = Message(topic, p.payload, qos, p.retain, props, conn.client_id, now)
         matched = self._route(message, now)
         if not matched and not qos:
@@ -798,6 +1026,16 @@ class BrokerCore:
                 session.incoming.publish_received(p)  # 3.x: the flow goes on to PUBREL / PUBCOMP
                 self._acknowledge(conn, kind + b"\x02" + pid)
 
+    def _stored_before(self, conn: ServerConnection, p: Publish) -> bool:
+        return conn.session is not None and p.packet_id in conn.session.incoming  # type: ignore[operator]
+
+    def _unstored(self, conn: ServerConnection, p: Publish) -> None:
+        """The store cannot be written: PUBACK/PUBREC 0x97 at once (held acknowledgements wait for a commit that
+        cannot come now). Counted, not logged one by one: the network layer logs the failure."""
+        self.stats.rejected[0x97] = self.stats.rejected.get(0x97, 0) + 1
+        kind = b"\x40" if p.qos == 1 else b"\x50"
+        self._write(conn, kind + b"\x03" + p.packet_id.to_bytes(2, "big") + b"\x97")  # type: ignore[union-attr]
+
     def _acknowledge(self, conn: ServerConnection, data: bytes) -> None:
         """A PUBACK/PUBREC: at once, or with persistence behind the held ones, so acknowledgements keep the order
         of their PUBLISHes [MQTT-4.6.0-2] and none goes before the commit of what came before it."""
@@ -809,11 +1047,20 @@ class BrokerCore:
     def _on_puback(self, conn: ServerConnection, p: PubAck | PubRec | PubComp, now: float) -> None:
         session = conn.session
         assert session is not None
+        held = False
         try:
             _, pubrel = session.outgoing.acknowledge(p)
-            if session.rows is not None and type(p) is not PubComp:
-                # The client has the message (PUBACK, or PUBREC for QoS 2): nothing more to re-send from the file.
-                self._delivery_done(session, p.packet_id)
+            if session.rows is not None:
+                if pubrel is None:
+                    # PUBACK, PUBCOMP or a failed PUBREC: the flow is over, nothing more to re-send from the file.
+                    self._delivery_done(session, p.packet_id)
+                else:
+                    row = session.rows.get(p.packet_id, 0)
+                    if row and self.changes is not None:
+                        # PUBREL waits for the commit saying so: sent before it, a restart would re-send the
+                        # PUBLISH, which a client that completed the flow takes for a new message.
+                        self.changes.append(DeliveryReleased(session.client_id, row))
+                        held = True
         except RemoteProtocolError as err:
             if p.packet_id not in session.outgoing:
                 # An acknowledgement for nothing in flight (a client acknowledging twice, or after our restart)
@@ -826,14 +1073,25 @@ class BrokerCore:
             self._close(conn, now, reason=err.reason_code, detail=str(err))
             return
         if pubrel is not None:
-            self._send(conn, pubrel)
+            if held:
+                self.held.append((conn, encode(pubrel, conn.version)))
+            else:
+                self._send(conn, pubrel)
         else:
             self._pump(session, now)
 
     def _on_pubrel(self, conn: ServerConnection, p: PubRel, now: float) -> None:
         session = conn.session
         assert session is not None
-        self._send(conn, session.incoming.release(p, conn.version))
+        known = p.packet_id in session.incoming
+        pubcomp = session.incoming.release(p, conn.version)
+        if known and self.changes is not None and session.expiry_interval:
+            # The end of the flow goes after the commit of the release: sent before it, a restart would keep the
+            # identifier, and the publisher's next message under it would be taken for a re-send and lost.
+            self.changes.append(IncomingReleased(session.client_id, p.packet_id))
+            self.held.append((conn, encode(pubcomp, conn.version)))
+            return
+        self._send(conn, pubcomp)
 
     def _route(self, message: Message, now: float) -> bool:
         """Stores a retained message and delivers to every matching subscription; True when any matched."""
@@ -951,7 +1209,16 @@ class BrokerCore:
                 if session.rows is None:
                     session.rows = {}
                 session.rows[pid] = row  # type: ignore[index]
-        aliases = conn.aliases_out
+                self.changes.append(DeliverySent(session.client_id, row, pid))  # type: ignore[union-attr,arg-type]
+        sink = conn.sink
+        if sink is not None:  # an in-process client: the message itself, no bytes
+            self.stats.publish_sent_qos[qos] += 1
+            self.stats.publish_sent_bytes_qos[qos] += len(message.payload)
+            sink.deliver(message, qos, retain, pid)
+            return
+        held = row and qos == 2  # written after the commit of its packet identifier (below)
+        # A held PUBLISH names its topic in full: packets written meanwhile must not rely on an alias it would set.
+        aliases = conn.aliases_out if not held else None
         new_alias = 0
         if aliases is None:
             data = message.wire(version, qos, retain, pid, props)
@@ -978,6 +1245,11 @@ class BrokerCore:
         stats = self.stats
         stats.publish_sent_qos[qos] += 1
         stats.publish_sent_bytes_qos[qos] += len(message.payload)
+        if held:
+            # Exactly once across a restart: the client may hold this packet identifier only once the file does
+            # (a re-send under another one would be a second message to it). QoS 1 may arrive twice: not held.
+            self.held.append((conn, data))
+            return
         self._write(conn, data)
 
     def _enqueue(self, session: Session, delivery: Delivery) -> None:
@@ -1256,10 +1528,19 @@ class BrokerCore:
         """Messages queued for sessions (beyond their in-flight windows), and their payload bytes."""
         count = size = 0
         for session in self.sessions.values():
-            if session.queue:
-                count += len(session.queue)
-                size += sum(len(d.message.payload) for d in session.queue)
+            queue = session.queue
+            if queue:
+                count += len(queue)
+                if type(queue) is PackedQueue:  # not unpacked for a count
+                    size += queue.payload_bytes + queue.tail_payload_bytes()
+                else:
+                    size += sum(len(d.message.payload) for d in queue)
         return count, size
+
+    def link_queued(self, link: LinkStats) -> int:
+        """QoS 1/2 messages an embedded bridge holds for its remote: in flight to it, or queued in its session."""
+        session = self.sessions.get(link.client_id)
+        return 0 if session is None else len(session.queue) + len(session.outgoing)
 
     def shared_subscriptions(self) -> int:
         return sum(flt[:7] == "$share/" for s in self.sessions.values() for flt in s.subscriptions)
@@ -1311,6 +1592,8 @@ class BrokerCore:
             "$SYS/broker/store/messages/count": str(queued),
             "$SYS/broker/store/messages/bytes": str(queued_bytes),
         }
+        for name, link in self.links.items():
+            figures[f"$SYS/broker/connection/{name}/state"] = "1" if link.connected else "0"
         figures.update(self.load.topics())
         return figures
 

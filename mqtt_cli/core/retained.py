@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from sys import intern
 from typing import Generic, TypeVar
 
 __all__ = ["RetainedStore"]
@@ -10,11 +11,16 @@ __all__ = ["RetainedStore"]
 T = TypeVar("T")
 
 
+# The children of a leaf level (most levels: one per retained topic): shared, never written to; `set` gives a
+# level its own dict when it gets a child.
+_LEAF: dict[str, _Level[object]] = {}
+
+
 class _Level(Generic[T]):
     __slots__ = ("children", "value")
 
     def __init__(self) -> None:
-        self.children: dict[str, _Level[T]] = {}
+        self.children: dict[str, _Level[T]] = _LEAF  # type: ignore[assignment]
         self.value: T | None = None
 
 
@@ -44,7 +50,10 @@ class RetainedStore(Generic[T]):
         for level in topic.split("/"):
             child = node.children.get(level)
             if child is None:
-                child = node.children[level] = _Level()
+                if node.children is _LEAF:
+                    node.children = {}
+                # Interned: level names repeat across topics (device/1/temperature, device/2/temperature...).
+                child = node.children[intern(level)] = _Level()
             node = child
         node.value = value
         self._by_topic[topic] = value

@@ -31,6 +31,7 @@ from mqtt_cli.core.auth import (
     is_loopback,
     unsafe_listener_error,
 )
+from mqtt_cli.core.bridge import source_filters
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice
 from mqtt_cli.core.config import (
     ALL_VERSIONS,
@@ -44,8 +45,10 @@ from mqtt_cli.core.config import (
 from mqtt_cli.core.metrics import ConnectedClients
 from mqtt_cli.core.persistence import Change
 from mqtt_cli.core.server import ServerConnection
+from mqtt_cli.net.embedded import EmbeddedBridge, EmbeddedConfig
 from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
 from mqtt_cli.net.store import Store, StoreError
+from mqtt_cli.net.transports import direct_sender
 from mqtt_cli.net.websocket import CloseReason, HandshakeRefused, WebSocketStream
 
 __all__ = [
@@ -167,6 +170,7 @@ class ServeOptions:
     auth: AuthPolicy = OPEN_POLICY  # for listeners without their own (allow_anonymous None: decided per listener)
     metrics: MetricsAddress | None = None  # the HTTP endpoint for monitoring (net/metrics.py)
     persistence: PersistenceSettings = field(default_factory=PersistenceSettings)  # path None: nothing kept
+    bridges: list[EmbeddedConfig] = field(default_factory=list)  # [[bridge]]: net/embedded.py
 
     def default_tls(self) -> ListenerTLS:
         return ListenerTLS(self.tls_cert, self.tls_key, self.tls_cafile, self.require_certificate)
@@ -245,13 +249,12 @@ class _Conn:
     a moment after its buffer empties (so a busy subscriber keeps one), then ends.
     """
 
-    __slots__ = ("closing", "raw", "stream", "wake", "writing")
+    __slots__ = ("closing", "send_now", "stream", "wake", "writing")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
-        # The plain socket under a TCP stream, for non-blocking sends outside any task (None for TLS).
-        sock = getattr(stream, "socket", None)
-        self.raw: Any = getattr(sock, "_sock", None) if isinstance(stream, trio.SocketStream) else None
+        # A non-blocking send on the TCP socket, usable outside any task (None for TLS, WebSocket, Unix).
+        self.send_now = direct_sender(stream)
         self.writing = False
         self.wake: trio.Event | None = None  # set to hand a lingering writer more output
         self.closing: trio.Event | None = None  # the reader waits on it for the writer's last bytes
@@ -275,6 +278,10 @@ class BrokerServer:
         self._to_commit: list[Change] = []
         self._to_release: list[tuple[ServerConnection, bytes]] = []
         self._commit_wake = trio.Event()
+        self._committing = False  # the committer has a group in hand (being written, or waiting to retry)
+        # Embedded bridges by name: each its task's bridge and an event set when that task has ended.
+        self.bridges: dict[str, tuple[EmbeddedBridge, trio.Event]] = {}
+        self._bridges_to_send: list[EmbeddedBridge] = []  # those with messages for their remote since _flush
 
     @property
     def bound(self) -> list[Listener]:
@@ -309,10 +316,10 @@ class BrokerServer:
                     nursery.start_soon(self._writer, conn, net, LOGIN_FAILURE_DELAY)
                     continue
                 out = conn.out
-                raw = net.raw
-                if out and raw is not None:
+                send_now = net.send_now
+                if out and send_now is not None:
                     try:
-                        sent = raw.send(out)
+                        sent = send_now(out)
                     except OSError:  # would block, or the peer is gone: the writer finds out which
                         sent = 0
                     if sent == len(out):
@@ -328,6 +335,13 @@ class BrokerServer:
                     nursery.start_soon(self._writer, conn, net)
         if core.changes or core.held:  # from core.drained() above
             self._collect()
+            if core.dirty:  # acknowledgements released at once (_collect): sent now, not at the next flush
+                self._flush()
+                return
+        if self._bridges_to_send:  # what embedded bridges were given for their remotes: one send each
+            sending, self._bridges_to_send = self._bridges_to_send, []
+            for bridge in sending:
+                bridge.send_now()
         if core.notices:
             report = self.options.on_notice
             while core.notices:
@@ -341,6 +355,14 @@ class BrokerServer:
         """Takes what the core wants stored and the acknowledgements waiting for it, for the next commit."""
         core = self.core
         assert core.changes is not None
+        if not core.changes and not self._committing and not self._to_commit and not self._to_release:
+            # Nothing to store and nothing being stored: these acknowledgements promise nothing that is not on
+            # file already (clean sessions, no retained message), so they go out now, without a trip through
+            # the committer task.
+            held = core.held
+            core.held = []
+            core.release(held)
+            return
         self._to_commit += core.changes
         core.changes.clear()
         self._to_release += core.held
@@ -352,26 +374,44 @@ class BrokerServer:
         acknowledgements it held go out when it is done (never before: acknowledged means stored)."""
         store = self._store
         assert store is not None
+        failing_since: float | None = None  # while commits fail: since when (one log line per episode)
         while True:
             await self._commit_wake.wait()
             self._commit_wake = trio.Event()
+            self._committing = True
             while self._to_commit or self._to_release:
                 changes, held = self._to_commit, self._to_release
                 self._to_commit, self._to_release = [], []
                 if changes:
+                    started = trio.current_time()
                     try:
                         await trio.to_thread.run_sync(store.commit, changes)
                     except StoreError as exc:
                         # Not stored, so not acknowledged. Kept, in order, ahead of what comes next and tried
                         # again: a later group must not be stored without this one (a session's row before its
                         # deliveries), and once the disk has room again the withheld acknowledgements go out.
-                        self._report(Notice("error", None, "-", f"{exc}; {len(held)} acknowledgements withheld"))
+                        # Meanwhile 5.0 publishers are told 0x97 (core.store_failing). Logged once per episode.
+                        if failing_since is None:
+                            failing_since = trio.current_time()
+                            self.core.store_failing = True
+                            self.core.stats.store_failures += 1
+                            self._report(Notice("error", None, "-", f"{exc}; {len(held)} acknowledgements withheld, "
+                                                "QoS 1/2 from MQTT 5.0 publishers refused (0x97) until it can be "
+                                                f"written, tried again every {RETRY_COMMIT:g} s"))  # fmt: skip
                         self._to_commit[:0] = changes
                         self._to_release[:0] = held
                         await trio.sleep(RETRY_COMMIT)
                         continue
+                    self.core.stats.commit_latency.observe(trio.current_time() - started)
+                    if failing_since is not None:
+                        took = trio.current_time() - failing_since
+                        failing_since = None
+                        self.core.store_failing = False
+                        self._report(Notice("persistence", None, "-", f"{store.path} written again after {took:.0f} "
+                                            f"s; {len(held)} withheld acknowledgements sent"))  # fmt: skip
                 self.core.release(held)
                 self._flush()
+            self._committing = False
 
     def _commit_now(self) -> None:
         """The last changes, at shutdown (in this thread: nothing else runs any more)."""
@@ -407,9 +447,10 @@ class BrokerServer:
             self._report(Notice("persistence", None, "-", store.warning))
         self._store = store
         core = self.core
-        core.restore(restored.sessions, restored.retained, now)
         core.enable_persistence()
-        if core.changes:  # sessions whose expiry starts now: their new time is written at once
+        core.restore(restored.sessions, restored.retained, now)
+        del restored  # the restored records are the core's now: the lists holding them go
+        if core.changes:  # expiry and will delays that start now, wills published: written at once
             self._to_commit += core.changes
             core.changes.clear()
             await trio.to_thread.run_sync(store.commit, self._to_commit)
@@ -715,6 +756,7 @@ class BrokerServer:
             ended = len(listener.connections)
             await self.close_listener(listener)
             changes.append(f"listener {listener.spec.url} closed ({ended} connections ended)")
+        changes += await self._reload_bridges(options.bridges)
         self._listening_changed()
         self._ticker_wake.set()  # the $SYS interval may have changed
         return changes
@@ -734,6 +776,58 @@ class BrokerServer:
                 raise ServerError(f"metrics endpoint {address.host}:{address.port}: {exc.strerror or exc}") from None
         async with open_metrics(sockets, source) as self.metrics_bound:
             await self._run(stop, task_status)
+
+    # --- embedded bridges -------------------------------------------------------------------------------------
+
+    def _start_bridge(self, config: EmbeddedConfig) -> None:
+        nursery = self._nursery
+        assert nursery is not None
+        bridge = EmbeddedBridge(config, lambda: self.core, self._flush, self._bridges_to_send_append, self._bridge_log)
+        done = trio.Event()
+
+        async def run() -> None:
+            try:
+                await bridge.run()
+            except Exception as exc:  # a bug in one bridge ends that bridge, never the broker
+                self._bridge_log(f"bridge {config.name}: stopped by an internal error: {exc!r} (reload to restart it)")
+            finally:
+                done.set()
+
+        self.bridges[config.name] = (bridge, done)
+        nursery.start_soon(run)
+
+    async def _stop_bridge(self, name: str, *, forget: bool) -> None:
+        bridge, done = self.bridges.pop(name)
+        bridge.stop(forget=forget)
+        await done.wait()
+
+    def _bridges_to_send_append(self, bridge: EmbeddedBridge) -> None:
+        self._bridges_to_send.append(bridge)
+
+    def _bridge_log(self, line: str) -> None:
+        self._report(Notice("bridge", None, "-", line))
+
+    async def _reload_bridges(self, configs: list[EmbeddedConfig]) -> list[str]:
+        """Bridges added, removed (their local session ends) or changed (restarted with the new settings, the
+        session kept), by name; the others and every client are not touched."""
+        wanted = {c.name: c for c in configs}
+        changes = []
+        for name in list(self.bridges):
+            config = wanted.get(name)
+            old = self.bridges[name][0].config
+            if config is None:
+                await self._stop_bridge(name, forget=True)
+                changes.append(f"bridge {name} removed")
+            elif config.source != old.source:
+                await self._stop_bridge(name, forget=config.local_client_id != old.local_client_id)
+                before = source_filters(old.rules, remote=True)
+                self._start_bridge(replace(config, unsubscribe=tuple(before)))
+                changes.append(f"bridge {name} changed (restarted)")
+        for name, config in wanted.items():
+            if name not in self.bridges:
+                self._start_bridge(config)
+                changes.append(f"bridge {name} added")
+        return changes
 
     def connected_clients(self) -> list[ConnectedClients]:
         """Connected clients by listener and protocol level (the metrics endpoint's gauge)."""
@@ -772,8 +866,12 @@ class BrokerServer:
                 nursery.start_soon(self._ticker)
                 if self._store is not None:
                     nursery.start_soon(self._committer)
+                for config in opts.bridges:
+                    self._start_bridge(config)
                 task_status.started(self)
                 await stop.wait()
+                for name in list(self.bridges):  # first: their goodbyes go out while the broker still serves
+                    await self._stop_bridge(name, forget=False)
                 for listener in self.listeners:  # no new connections while the others end
                     listener.cancel_scope.cancel()
                 await self.shutdown()
