@@ -152,7 +152,7 @@ class RetainedStore(Generic[T]):
         if self._frozen:
             thaw = self._thaw
             assert thaw is not None
-            return [thaw(v) if type(v) is bytes else v for v in out]
+            return [thaw(v) if type(v) is bytes else v for v in out]  # type: ignore[arg-type]  # frozen: bytes
         return out
 
     def _find(self, topic: str) -> _Level[T] | None:

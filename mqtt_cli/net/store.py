@@ -165,10 +165,10 @@ class Store:
         off = self._offset
         expired: list[tuple[str]] = []
         for topic, payload, qos, props, origin, received in db.execute("SELECT * FROM retained ORDER BY topic"):
-            key = (origin, props, qos)
-            shape = retained_shapes.get(key)
+            kept = (origin, props, qos)
+            shape = retained_shapes.get(kept)
             if shape is None:
-                shape = retained_shapes[key] = retained.shape(origin, _properties(props, _PUBLISH), qos)
+                shape = retained_shapes[kept] = retained.shape(origin, _properties(props, _PUBLISH), qos)
             received -= off
             expires_at = retained.expires_at(shape, received)
             if expires_at is not None and now >= expires_at:  # as Message.expired
