@@ -221,7 +221,7 @@ class BrokerCore:
         subscriptions and the deliveries not yet acknowledged (those that were in flight go first again, as new
         sends). A session whose client was connected when the broker stopped starts its expiry now."""
         if isinstance(retained, PackedRetained):  # from the store: kept frozen, thawed when delivered
-            for frozen in retained.frozen:
+            for frozen in retained.take():
                 self.retained.set_frozen(retained.topic(frozen), frozen, retained.thaw)
         else:
             for message in retained:

@@ -5,8 +5,9 @@ Message, its topic and payload objects and a few more: several hundred bytes bey
 queued message is a 16-byte header (receive time; stored row as a step from the one before, shape, payload
 length, in one 64-bit word) and its payload, appended to one bytearray (a record whose numbers do not fit the
 word, rare, takes 16 bytes more); what many messages share (topic, publisher, properties, QoS and retain flags,
-subscription identifiers) is a "shape" kept once per queue. Delivery and Message objects are made one at a time as the
-client takes them (popleft), so their cost is paid at the client's pace, when it comes back.
+subscription identifiers) is a "shape" kept once, in a table the restore's queues share. Delivery and Message
+objects are made one at a time as the client takes them (popleft), so their cost is paid at the client's pace,
+when it comes back.
 
 PackedQueue offers what Session does with its deque: len, truth, popleft, append (new deliveries go to an
 ordinary deque behind the packed ones) and iteration (in order).
@@ -175,6 +176,12 @@ class PackedRetained:
 
     def __len__(self) -> int:
         return len(self.frozen)
+
+    def take(self) -> list[bytes]:
+        """The frozen records, handed over once: what is left is the shapes `thaw` needs (it is kept as long as
+        one frozen record is held, so it must not keep them all alive: a record replaced is freed)."""
+        frozen, self.frozen = self.frozen, []
+        return frozen
 
     def shape(self, origin: str | None, properties: Properties, qos: int) -> int:
         """A new shape's index (the caller keeps which it made for what: it has the stored form as a key)."""

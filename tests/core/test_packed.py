@@ -209,7 +209,9 @@ def test_a_restored_frozen_retained_message_is_delivered_as_the_live_one(kind: s
         pub.send(Publish(topic, b"v%d" % i, i % 3, True, packet_id=i + 1 if i % 3 else None, properties=props), 3.0)
     restored = BrokerCore(BrokerConfig(sys_interval=0))
     # In topic order, as the store reads them (and as they were published here): the same tree, the same order.
-    restored.restore([], _freeze([m for _, m in sorted(live.retained.items())]), 3.0)
+    packed = _freeze([m for _, m in sorted(live.retained.items())])
+    restored.restore([], packed, 3.0)
+    assert len(packed) == 0  # handed over: the tree holds them, a message retained since frees the one it replaces
     assert len(restored.retained) == len(live.retained) == 4
     got = []
     for broker in (live, restored):
