@@ -19,7 +19,7 @@ from mqtt_cli.net.config import ConfigSource, FileProblem, check_files, serve_op
 from mqtt_cli.net.log import BrokerLog, LogError
 from mqtt_cli.net.server import BrokerServer, Listener, ServeOptions, ServerError
 
-__all__ = ["Serving", "unsupported_error"]
+__all__ = ["Serving", "checked_options", "unsupported_error"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2)
 
@@ -29,6 +29,15 @@ def unsupported_error(source: ConfigSource, count: int) -> ConfigError:
         f"{source.path}: {count} line{'s' if count != 1 else ''} cannot be honoured (listed above); "
         "remove them, or pass --ignore-unsupported to run without them"
     )
+
+
+def checked_options(settings: BrokerSettings, source: str, *, instance: str = "", version: str = "") -> ServeOptions:
+    """Every check a start makes before it listens (cross-key ones included: bridge names, password files, TLS
+    files, the log file), ConfigError or FileProblem with one line otherwise. The start, a reload and
+    --print-config all come through here, so they refuse the same things with the same words."""
+    options = serve_options(settings, source, instance=instance, version=version)
+    check_files(settings)
+    return options
 
 
 @dataclass(slots=True)
@@ -50,9 +59,7 @@ class Serving:
         if translation.unsupported and not self.source.ignore_unsupported:
             raise unsupported_error(self.source, len(translation.unsupported))
         settings = self.apply_flags(translation.settings)
-        options = serve_options(settings, str(self.source.path or "command line"), instance=self.instance,
-                                version=self.version)  # fmt: skip
-        check_files(settings)
+        options = checked_options(settings, self.source.label, instance=self.instance, version=self.version)
         options.ready_file = self.ready_file
         options.on_listening = self.on_listening
         if self.log is not None:

@@ -214,16 +214,56 @@ def test_sighup_adds_removes_and_changes_bridges(tmp_path: Path) -> None:
          "bridge[0].remote: password file /nonexistent: No such file or directory"),
     ],
 )
-def test_config_errors_name_the_key(tmp_path: Path, body: str, message: str) -> None:
+@pytest.mark.parametrize("mode", ["start", "--print-config"])
+def test_config_errors_name_the_key(tmp_path: Path, body: str, message: str, mode: str) -> None:
+    """A start and --print-config refuse the same files with the same line (cross-key checks included)."""
     conf = tmp_path / "broker.toml"
     conf.write_text(body)
+    flag = ["--port", "0"] if mode == "start" else ["--print-config"]
     result = subprocess.run(
-        [sys.executable, "-m", "mqtt_cli", "serve", "--config", str(conf), "--port", "0"],
+        [sys.executable, "-m", "mqtt_cli", "serve", "--config", str(conf), *flag],
         capture_output=True, text=True, timeout=30, env={**os.environ, "NO_COLOR": "1"},
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and str(conf) in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == "", result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('[[bridge]]\nname = "x"\ntopics = ["b/#"]\n[bridge.remote]\nurl = ["mqtt://127.0.0.1:1"]\n',
+         "bridge[1].name: 'x' is the name of an earlier bridge"),
+        ('[bridge.remote]\nurl = ["mqtt://127.0.0.1:1"]\npassword_file = "/nonexistent"\n',
+         "bridge[0].remote: password file /nonexistent: No such file or directory"),
+    ],
+)
+def test_sighup_refuses_what_a_start_refuses(tmp_path: Path, body: str, message: str) -> None:
+    """A reload runs the start's checks: one log line, the running bridges and configuration untouched."""
+    remote = start_mosquitto(tmp_path / "remote")
+    RUNNING.append(remote)
+    first = bridge_toml(remote, "a/# out 1", name="x")
+    ours = start_with_bridges(tmp_path / "ours", first)
+    wait_log(ours, "bridge x: connected to")
+    conf = ours.workdir / "broker.toml"
+    if body.startswith("[bridge.remote]"):  # the same bridge, its remote now with a missing password file
+        conf.write_text(first.replace(f'url = ["{remote.url}"]\n', f'url = ["{remote.url}"]\n' + body.split("\n")[2]))
+    else:
+        conf.write_text(first + body)
+    assert ours.proc is not None
+    ours.proc.send_signal(signal.SIGHUP)
+    wait_log(ours, "reload failed, the configuration is unchanged")
+    line = next(x for x in log_of(ours).splitlines() if "reload failed" in x)
+    assert message in line and str(conf) in line, line
+    at_remote = Watcher(remote, "a/#")
+    try:
+        time.sleep(0.3)
+        publish(ours, [("a/1", b"still", 1, False)])
+        at_remote.wait_count(1)
+        assert log_of(ours).count("bridge x: connected to") == 1  # not restarted
+    finally:
+        at_remote.close()
 
 
 def test_print_config_round_trips_bridges(tmp_path: Path) -> None:
