@@ -284,7 +284,7 @@ def serve(
             print(f"mqtt: {'warning' if ignore_unsupported or print_config else 'error'}: {line}", file=sys.stderr)
         if print_config:
             settings = apply_flags(translation.settings)
-            checked_options(settings, source.label)  # what a start would refuse, refused here too
+            checked_options(settings, source.label, files=False)  # what a start would refuse, refused here too
             comments = "".join(f"# not translated: {line}\n" for line in translation.unsupported)
             sys.stdout.write(comments + toml_text(settings))
             raise typer.Exit(0)

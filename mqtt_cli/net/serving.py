@@ -31,12 +31,17 @@ def unsupported_error(source: ConfigSource, count: int) -> ConfigError:
     )
 
 
-def checked_options(settings: BrokerSettings, source: str, *, instance: str = "", version: str = "") -> ServeOptions:
-    """Every check a start makes before it listens (cross-key ones included: bridge names, password files, TLS
-    files, the log file), ConfigError or FileProblem with one line otherwise. The start, a reload and
-    --print-config all come through here, so they refuse the same things with the same words."""
+def checked_options(
+    settings: BrokerSettings, source: str, *, instance: str = "", version: str = "", files: bool = True
+) -> ServeOptions:
+    """Every check a start makes before it listens, ConfigError or FileProblem with one line otherwise: the
+    configuration's own, cross-key ones included (bridge names, the password and ACL files it names), then with
+    `files` the listeners' TLS key pairs and the log file. The start, a reload and --print-config (files=False:
+    it may run where the certificates are not, and must not create the log file) come through here, so they
+    refuse the same configuration with the same words."""
     options = serve_options(settings, source, instance=instance, version=version)
-    check_files(settings)
+    if files:
+        check_files(settings)
     return options
 
 
