@@ -232,6 +232,7 @@ class BrokerCore:
                     self.changes.append(SessionRemoved(stored.client_id))
                 continue
             session.username = stored.username
+            session.bridge = stored.bridge
             session.expiry_interval = stored.expiry_interval
             session.expires_at = stored.expires_at
             connected = session.expires_at is None and stored.will_at is None
@@ -310,7 +311,7 @@ class BrokerCore:
             changes.append(
                 SessionSaved(
                     session.client_id, session.version, session.expiry_interval, session.expires_at, subs,
-                    session.username, session.will, session.will_at,
+                    session.username, session.will, session.will_at, session.bridge,
                 )
             )
 
@@ -324,12 +325,14 @@ class BrokerCore:
     # --- in-process clients (an embedded bridge's local side) ----------------------------------------------------
 
     def attach(
-        self, client_id: str, sink: Any, now: float, *, receive_maximum: int, expiry: int = NEVER_EXPIRES
+        self, client_id: str, sink: Any, now: float, *, receive_maximum: int, expiry: int = NEVER_EXPIRES,
+        bridge: str | None = None,
     ) -> ServerConnection:
         """A client inside the process: a session under `client_id` (resumed if it exists, `expiry` seconds after
         detach; NEVER_EXPIRES by default) whose deliveries go to `sink.deliver(message, qos, retain, packet_id)`
         instead of bytes, at most `receive_maximum` QoS 1/2 unacknowledged (acknowledge_internal). Nothing is
-        delivered before resume_internal."""
+        delivered before resume_internal. `bridge`: the embedded bridge it is the local side of (kept with the
+        session, see forget_bridges)."""
         old = self.sessions.get(client_id)
         if old is not None and old.connection is not None:
             self._close(old.connection, now, reason=0x8E, detail="session taken over")
@@ -345,12 +348,25 @@ class BrokerCore:
         session.expires_at = None
         session.will = None
         session.will_at = None
+        session.bridge = bridge
         session.connection = conn
         session.outgoing.receive_maximum = receive_maximum
         self.sessions[client_id] = session
         conn.session = session
         self._save_session(session)
         return conn
+
+    def forget_bridges(self, configured: dict[str, str], now: float) -> list[Session]:
+        """Ends the stored sessions of embedded bridges no longer configured (`configured`: name -> the local
+        client identifier each bridge uses now; a bridge whose identifier changed left its old session too), with
+        their queues. Called at start, after restore; returns the sessions ended."""
+        gone = [
+            s for s in self.sessions.values()
+            if s.bridge is not None and s.connection is None and configured.get(s.bridge) != s.client_id
+        ]  # fmt: skip
+        for session in gone:
+            self._end_session(session, now)
+        return gone
 
     def resume_internal(self, conn: ServerConnection, now: float) -> None:
         """After attach (and subscribe_internal): what the session holds goes to the sink, in flight first (with
@@ -417,12 +433,17 @@ class BrokerCore:
         token: Any = None,
         *,
         system: bool = False,
+        incoming_id: int | None = None,
     ) -> bool:
         """A message from an in-process client, routed as a PUBLISH is. True: taken (acknowledge it now). False
         with persistence on: `conn.sink.taken(token)` follows once the commit holding what it changed is done
         (acknowledged means stored). A message the broker refuses ($SYS, a name it cannot take, over
         message_size_limit) is dropped, counted, and reported taken, as a PUBACK with a failure ends a flow.
-        `system`: the bridge's own notification, which may go to $SYS/..."""
+        `system`: the bridge's own notification, which may go to $SYS/...
+        `incoming_id`: the packet identifier a QoS 2 message came with from where the client took it (a bridge's
+        remote). With persistence on it is kept in the session, in the commit that stores the message, until
+        release_internal: after a restart, the origin's re-send under it is known (unreleased_internal) and is
+        acknowledged, not published twice."""
         self._clock = now
         stats = self.stats
         stats.publish_received_qos[qos] += 1
@@ -446,10 +467,29 @@ class BrokerCore:
         matched = self._route(Message(topic, payload, qos, retain, props, conn.client_id, now), now)
         if not matched and not qos:
             stats.dropped_no_subscriber += 1
-        if not qos or self.changes is None:
+        changes = self.changes
+        if changes is None:
+            return True
+        if incoming_id is not None and conn.session is not None:
+            conn.session.incoming.accept(incoming_id)
+            changes.append(IncomingAdded(conn.client_id, incoming_id))  # type: ignore[arg-type]
+        elif not qos:
             return True
         self.held.append((conn, token))
         return False
+
+    def release_internal(self, conn: ServerConnection, packet_id: int) -> None:
+        """The origin released a QoS 2 identifier given to publish_internal (a bridge's remote sent PUBREL)."""
+        session = conn.session
+        if session is None or packet_id not in session.incoming:
+            return
+        session.incoming.release(PubRel(packet_id))
+        if self.changes is not None:
+            self.changes.append(IncomingReleased(session.client_id, packet_id))
+
+    def unreleased_internal(self, conn: ServerConnection) -> list[int]:
+        """The QoS 2 identifiers publish_internal kept and release_internal has not ended (restored ones too)."""
+        return conn.session.incoming.ids() if conn.session is not None else []
 
     def acknowledge_internal(self, conn: ServerConnection, packet_id: int, now: float) -> None:
         """An in-process client has dealt with a QoS 1/2 delivery (a bridge: the remote broker acknowledged it):

@@ -837,8 +837,11 @@ class ClientConnection:
             # bridge whose other side stalls). Dropping it as a re-send left it unacknowledged and the broker's
             # queue stuck behind it; at QoS 1 it is delivered, and acknowledged once per message.
             self._held_copies[pid] = self._held_copies.get(pid, 0) + 1
-        elif p.qos == 2 and pid in self._incoming:
-            self._out.append(encode(PubRec(pid), self.version))  # already ours: acknowledge again only
+        elif p.qos == 2 and pid in self._incoming and p.dup:
+            # Already ours: acknowledge again only. DUP 0 under a known identifier is a new message (a re-send
+            # has DUP set, 3.3.1.1): the flow before it ended with a PUBREL whose mark an owner restoring from its
+            # journal (restore_incoming) had not written yet; taking it for a re-send would lose it.
+            self._out.append(encode(PubRec(pid), self.version))
             return
         elif pid in self._owed:
             return  # acknowledged while disconnected; the acknowledgement goes out after CONNACK

@@ -237,6 +237,10 @@ class IncomingFlows:
         awaiting.add(pid)
         return True
 
+    def ids(self) -> list[int]:
+        """The identifiers awaiting PUBREL."""
+        return sorted(self._awaiting_pubrel) if self._awaiting_pubrel else []
+
     def accept(self, packet_id: int) -> None:
         """Records a QoS 2 identifier as received and acknowledged (PUBREC sent), awaiting PUBREL."""
         if self._awaiting_pubrel is None:

@@ -171,6 +171,7 @@ class Session:
     connection: Any = None  # the ServerConnection while connected
     rows: dict[int, int] | None = None  # persistence on: packet id in flight -> its delivery's stored row
     username: str | None = None  # the user it was granted to (ACLs: not handed to another user; persisted)
+    bridge: str | None = None  # an embedded bridge's local side: that bridge's name (persisted)
 
     def enqueue(self, delivery: Delivery, limits: QueueLimits) -> Delivery | None:
         """Queues a delivery within the limits; returns the delivery dropped to respect them, if any."""

@@ -450,6 +450,12 @@ class BrokerServer:
         core.enable_persistence()
         core.restore(restored.sessions, restored.retained, now)
         del restored  # the restored records are the core's now: the lists holding them go
+        # A bridge taken out of the configuration while the broker was stopped: its local session (and what it
+        # queued for that remote) would otherwise stay in the file for ever, as it never expires.
+        configured = {b.name: b.local_client_id for b in self.options.bridges}
+        for session in core.forget_bridges(configured, now):
+            self._report(Notice("bridge", None, "-", f"bridge {session.bridge}: its stored local session "
+                                f"{session.client_id!r} is removed (no configured bridge uses it)"))  # fmt: skip
         if core.changes:  # expiry and will delays that start now, wills published: written at once
             self._to_commit += core.changes
             core.changes.clear()
