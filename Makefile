@@ -1,6 +1,6 @@
 # mqtt-cli: set-up, tests and builds. GNU make; Debian 12, Python 3.11.
 #   make install   .venv with the project (editable), its test tools and pyspark; as root also Debian packages
-#   make test      ruff check, then the whole pytest suite
+#   make test      ruff check and mypy, then the whole pytest suite
 # `make help` lists every target.
 
 SHELL := /bin/bash
@@ -52,13 +52,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,spark]'
 	@touch $@
 
-test: install lint ## ruff check, then the whole test suite (no test collected counts as a failure)
+test: install lint ## ruff check and mypy, then the whole test suite (no test collected counts as a failure)
 	@cmd="$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)"; echo "$$cmd"; rc=0; $$cmd || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	exit $$rc
 
-lint: $(STAMP) ## ruff check
+lint: $(STAMP) ## ruff check, then mypy (strict, on the packages [tool.mypy] names in pyproject.toml)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 serve: install ## run the broker (ARGS="..." passes options)
 	$(BIN)/mqtt serve $(ARGS)

@@ -168,7 +168,7 @@ class BrokerCore:
         self.config = config or BrokerConfig()
         c = self.config
         self.sessions: dict[str, Session] = {}
-        self.subscriptions: TopicTrie[SubscriptionOptions] = TopicTrie()
+        self.subscriptions: TopicTrie[str, SubscriptionOptions] = TopicTrie()
         self.retained: RetainedStore[Message] = RetainedStore()
         self.stats = BrokerStats(started=now)
         self.connections: set[ServerConnection] = set()
@@ -682,8 +682,9 @@ class BrokerCore:
                 continue
             p = entry.publish
             if p.qos == 1 and message.expired(now):
-                outgoing.discard(p.packet_id)  # type: ignore[arg-type]
-                self._delivery_done(session, p.packet_id)  # type: ignore[arg-type]
+                assert p.packet_id is not None  # in flight: it has one
+                outgoing.discard(p.packet_id)
+                self._delivery_done(session, p.packet_id)
                 self.stats.expired += 1
             elif version == 5:
                 remaining = max(0, int(message.expires_at - now + 0.999999))
@@ -745,10 +746,10 @@ class BrokerCore:
             return
         if qos == 2:
             session = conn.session
-            assert session is not None
+            assert session is not None and p.packet_id is not None  # the codec checks: QoS > 0 has a packet id
             if not session.incoming.publish_received(p):
                 # A re-send: acknowledge only; with persistence, after the commit that holds the first one.
-                self._acknowledge(conn, encode(PubRec(p.packet_id), conn.version))  # type: ignore[arg-type]
+                self._acknowledge(conn, encode(PubRec(p.packet_id), conn.version))
                 return
             limit = conn.receive_maximum_announced
             if limit and len(session.incoming) > limit and conn.version == 5:
@@ -758,7 +759,7 @@ class BrokerCore:
             # PUBREC first, 0x00 whether anyone subscribed or not, as mosquitto: the message is ours from here, and
             # the publisher hears so before its own subscription (if any) hears the message. With persistence, it
             # waits for the commit of what the message changed (held), as a PUBACK does.
-            pubrec = b"\x50\x02" + p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
+            pubrec = b"\x50\x02" + p.packet_id.to_bytes(2, "big")
             if self.changes is None:
                 self._write(conn, pubrec)
         message = Message(topic, p.payload, qos, p.retain, props, conn.client_id, now)
@@ -767,7 +768,8 @@ class BrokerCore:
             stats.dropped_no_subscriber += 1
         if qos == 1:
             # PUBACK written directly: the short form is the same in every version.
-            pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
+            assert p.packet_id is not None  # the codec checks: QoS > 0 has a packet id
+            pid = p.packet_id.to_bytes(2, "big")
             if matched or conn.version < 5:
                 ack = b"\x40\x02" + pid
             else:
@@ -786,7 +788,8 @@ class BrokerCore:
         self.stats.rejected[reason] = self.stats.rejected.get(reason, 0) + 1
         qos = p.qos
         if qos:
-            pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
+            assert p.packet_id is not None  # the codec checks: QoS > 0 has a packet id
+            pid = p.packet_id.to_bytes(2, "big")
             kind = b"\x40" if qos == 1 else b"\x50"
             if conn.version == 5:
                 self._acknowledge(conn, kind + b"\x03" + pid + bytes((reason,)))  # a failed PUBREC ends QoS 2 too
@@ -853,8 +856,8 @@ class BrokerCore:
         if len(entries) == 1 and entries[0][0][:7] != "$share/":
             # The common case: one subscription matches, nothing to merge.
             _, client_id, opts = entries[0]
-            session = self.sessions.get(client_id)  # type: ignore[call-overload]
-            if views and not _may_read(views, client_id, topic):  # type: ignore[arg-type]
+            session = self.sessions.get(client_id)
+            if views and not _may_read(views, client_id, topic):
                 return True
             if session is not None and not (opts.no_local and client_id == origin):
                 sid = (opts.subscription_identifier,) if opts.subscription_identifier else ()
@@ -862,17 +865,18 @@ class BrokerCore:
                 self._deliver(session, message, qos, message.retain and opts.retain_as_published, sid, now)
             return True
         targets: dict[str, tuple[int, bool, tuple[int, ...]]] = {}
-        groups: dict[tuple[str, str], list[Any]] = {}
+        groups: dict[tuple[str, str], list[tuple[str, SubscriptionOptions]]] = {}
         for flt, client_id, opts in entries:
             if flt[:7] == "$share/":
                 group, real = parse_shared(flt)
-                groups.setdefault((group, real), []).append((client_id, opts))  # type: ignore[arg-type]
+                assert group is not None  # a $share/ filter has its group
+                groups.setdefault((group, real), []).append((client_id, opts))
                 continue
             if opts.no_local and client_id == origin:
                 continue
-            if views and not _may_read(views, client_id, topic):  # type: ignore[arg-type]
+            if views and not _may_read(views, client_id, topic):
                 continue
-            _merge(targets, client_id, opts)  # type: ignore[arg-type]
+            _merge(targets, client_id, opts)
         for key, members in groups.items():
             # Shared subscriptions: one member per group, taking turns among those connected (and allowed to read).
             if views:
@@ -948,9 +952,10 @@ class BrokerCore:
             kept = (props or message.properties) if version == 5 else EMPTY_PROPERTIES  # 3.x has no properties
             pid = session.outgoing.send_fields(message.topic, message.payload, qos, retain, kept, message).packet_id
             if row:
+                assert pid is not None  # send_fields gave it one
                 if session.rows is None:
                     session.rows = {}
-                session.rows[pid] = row  # type: ignore[index]
+                session.rows[pid] = row
         aliases = conn.aliases_out
         new_alias = 0
         if aliases is None:
@@ -973,8 +978,8 @@ class BrokerCore:
             self.stats.dropped_too_large += 1
             session.dropped += 1
             return
-        if new_alias:
-            aliases[message.topic] = new_alias  # type: ignore[index]  # only once the client has it
+        if new_alias and aliases is not None:  # (new_alias implies aliases)
+            aliases[message.topic] = new_alias  # only once the client has it
         stats = self.stats
         stats.publish_sent_qos[qos] += 1
         stats.publish_sent_bytes_qos[qos] += len(message.payload)
@@ -1214,9 +1219,10 @@ class BrokerCore:
         data = encode(packet, conn.version)
         limit = conn.client_max_packet_size
         if limit is not None and len(data) > limit:
-            data = self._within(conn, packet, limit)
-            if data is None:
+            smaller = self._within(conn, packet, limit)
+            if smaller is None:
                 return
+            data = smaller
         self._write(conn, data)
 
     def _within(self, conn: ServerConnection, packet: Any, limit: int) -> bytes | None:

@@ -330,9 +330,10 @@ class ClientConnection:
             self._out.append(encode_publish(self._on_wire(sent) if version == 5 else sent, version))
         else:  # no properties, no alias: the parts are known good
             pid = sent.packet_id
+            assert pid is not None  # send_fields gave it one
             first = 0x31 | (qos << 1) if retain else 0x30 | (qos << 1)
             props = b"\x00" if version == 5 else b""
-            self._out.append(frame_publish(first, topic_name, pid.to_bytes(2, "big"), props, payload))  # type: ignore[union-attr]
+            self._out.append(frame_publish(first, topic_name, pid.to_bytes(2, "big"), props, payload))
         return sent.packet_id
 
     def relay(self, topic: str, payload: bytes, qos: int, retain: bool, context: Any = None) -> int:
@@ -353,7 +354,8 @@ class ClientConnection:
         sent = self._flows.try_send(topic, payload, qos, retain, EMPTY_PROPERTIES, context)
         if sent is None:
             return 0
-        pid: int = sent.packet_id  # type: ignore[assignment]
+        pid = sent.packet_id
+        assert pid is not None  # try_send gave it one
         first = 0x31 | (qos << 1) if retain else 0x30 | (qos << 1)
         self._out.append(
             frame_publish(first, topic_name, pid.to_bytes(2, "big"), b"\x00" if self.version == 5 else b"", payload)
@@ -485,7 +487,8 @@ class ClientConnection:
 
     def receive_data(self, data: bytes, now: float) -> None:
         """Feeds bytes from the broker (b"" when it closed the connection); events() tells what happened."""
-        if self.state in (ClientState.IDLE, ClientState.CLOSED):
+        state = self.state  # a local: the handlers below change self.state, which mypy must not take as narrowed
+        if state is ClientState.IDLE or state is ClientState.CLOSED:
             return
         if not data:
             self._close(0x80, "the broker closed the connection", by_peer=True)
@@ -814,20 +817,23 @@ class ClientConnection:
         elif self.manual_ack:
             self._on_held_publish(p)
         elif qos == 1:
-            self._out.append(encode(PubAck(p.packet_id), self.version))  # type: ignore[arg-type]
+            assert p.packet_id is not None  # the codec checks: QoS > 0 has one
+            self._out.append(encode(PubAck(p.packet_id), self.version))
             self._events.append(MessageReceived(p))
         else:
             new = self._incoming.publish_received(p)
             if len(self._incoming) > self.receive_maximum:
                 self._protocol_error(0x93, f"the broker sent more than {self.receive_maximum} unacknowledged messages")
                 return
-            self._out.append(encode(PubRec(p.packet_id), self.version))  # type: ignore[arg-type]
+            assert p.packet_id is not None
+            self._out.append(encode(PubRec(p.packet_id), self.version))
             if new:
                 self._events.append(MessageReceived(p))
 
     def _on_held_publish(self, p: Publish) -> None:
         """manual_ack: deliver once, acknowledge when the owner says so."""
-        pid: int = p.packet_id  # type: ignore[assignment]
+        pid = p.packet_id
+        assert pid is not None  # the codec checks: QoS > 0 has one
         held = self._held
         if pid in held:
             if p.dup or p.qos != 1 or held[pid] != 1:

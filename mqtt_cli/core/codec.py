@@ -223,8 +223,11 @@ def encode_publish(p: Publish, version: int) -> bytes:
     if qos:
         if qos not in (1, 2):
             raise LocalProtocolError(f"PUBLISH QoS must be 0, 1 or 2, not {qos!r}")
-        pid = p.packet_id
-        pid = pid.to_bytes(2, "big") if type(pid) is int and 0 < pid < 65536 else _packet_id(pid, "PUBLISH QoS > 0")
+        packet_id = p.packet_id
+        if type(packet_id) is int and 0 < packet_id < 65536:
+            pid = packet_id.to_bytes(2, "big")
+        else:
+            pid = _packet_id(packet_id, "PUBLISH QoS > 0")
         if p.dup:
             first |= 8
     else:
@@ -396,7 +399,7 @@ def encode(packet: Packet, version: int = 4) -> bytes:
 _Errs = list[RemoteProtocolError]
 
 
-class _Lenient(list):  # type: ignore[type-arg]
+class _Lenient(list[RemoteProtocolError]):
     """The violations list of a tolerant re-decode: texts that are not valid UTF-8 (or hold U+0000) are read with
     U+FFFD replacements and reported, instead of ending the decode (what tshark shows, and what dump wants)."""
 
@@ -892,7 +895,7 @@ class PacketReader:
                 if body + 2 <= end and qos != 3 and (qos or not first & 8):
                     topic_end = body + 2 + ((data[body] << 8) | data[body + 1])
                     rest = topic_end + 2 if qos else topic_end
-                    props = _EMPTY
+                    props: Properties | None = _EMPTY
                     if version == 5:
                         # Only an empty or an already seen (hence valid) short property block is taken here.
                         plen = data[rest] if rest < end else 128
@@ -975,4 +978,5 @@ def decode(data: bytes, version: int | None = None) -> Packet:
         raise MalformedPacket(
             f"expected exactly one whole packet, got {len(packets)} and {reader.buffered} bytes left over"
         )
-    return packets[0]  # type: ignore[no-any-return]
+    packet: Packet = packets[0]
+    return packet

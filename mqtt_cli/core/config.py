@@ -19,8 +19,11 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from enum import Enum, StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "RESERVED_SECTIONS",
@@ -383,7 +386,10 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _build(cls: type, table: Any, path: str, source: str) -> Any:
+_R = TypeVar("_R", bound="DataclassInstance")  # the record class _build makes
+
+
+def _build(cls: type[_R], table: Any, path: str, source: str) -> _R:
     where = path or "the top level"
     if not isinstance(table, Mapping):
         raise ConfigError(f"{source}: {where}: must be a table, not {_shown(table)}")
