@@ -13,6 +13,7 @@ import heapq
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import Enum, StrEnum
 from typing import Any, ClassVar
 
 from .acl import AclView
@@ -49,7 +50,7 @@ from .persistence import (
     StoredSession,
 )
 from .properties import EMPTY_PROPERTIES, Properties
-from .reasons import REASONS_BY_PACKET, SERVER_ONLY_DISCONNECT_REASONS, reason_name, v3_connack_code
+from .reasons import REASONS_BY_PACKET, SERVER_ONLY_DISCONNECT_REASONS, ReasonCode, reason_name, v3_connack_code
 from .records import replace
 from .retained import RetainedStore
 from .server import ServerConnection
@@ -57,10 +58,11 @@ from .session import Delivery, Message, QueueLimits, Session, SubscriptionOption
 from .topics import TopicTrie, parse_shared, topic_filter_error
 from .wire import control_character
 
-__all__ = ["NEVER_EXPIRES", "BrokerConfig", "BrokerCore", "BrokerStats", "Notice"]
+__all__ = ["NEVER_EXPIRES", "BrokerConfig", "BrokerCore", "BrokerStats", "Notice", "NoticeKind"]
 
 NEVER_EXPIRES = 0xFFFFFFFF
 _PINGRESP = encode(PingResp())
+_V3_SUBACK_FAILURE = 0x80  # 3.1.1 SUBACK return code: refused
 # Packet types only a server sends: from a client, a protocol error (0x82) whatever their contents hold.
 _SERVER_TO_CLIENT_ONLY = frozenset({2, 9, 11, 13})  # CONNACK, SUBACK, UNSUBACK, PINGRESP
 
@@ -144,22 +146,39 @@ class BrokerStats:
         self.refused[reason] = self.refused.get(reason, 0) + 1
 
 
+class NoticeKind(StrEnum):
+    """What a Notice is about (its value is the log's `event`)."""
+
+    CONNECTED = "connected"
+    DISCONNECTED = "disconnected"
+    REFUSED = "refused"
+    ERROR = "error"  # a protocol error closed the connection, or the broker failed at something (persistence)
+    DROPPED = "dropped"
+    UNSUBSCRIBED = "unsubscribed"
+    PERSISTENCE = "persistence"
+
+
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """Something worth logging: `kind` is connected, disconnected, refused, protocol-error, dropped..."""
+    """Something worth logging."""
 
-    kind: str
+    kind: NoticeKind
     client_id: str | None
     peer: str
     detail: str = ""
     reason_code: int | None = None
 
 
+class _TimerKind(Enum):
+    WILL = "will"  # a will's delay ends
+    EXPIRE = "expire"  # a session's expiry interval ends
+
+
 @dataclass(order=True, slots=True)
 class _Timer:
     when: float
     seq: int
-    kind: str = field(compare=False)  # "will" or "expire"
+    kind: _TimerKind = field(compare=False)
     client_id: str = field(compare=False)
 
 
@@ -213,7 +232,7 @@ class BrokerCore:
             if session.expires_at is None and session.expiry_interval != NEVER_EXPIRES:
                 session.expires_at = now + session.expiry_interval
             if session.expires_at is not None:
-                self._schedule(session.expires_at, "expire", session.client_id)
+                self._schedule(session.expires_at, _TimerKind.EXPIRE, session.client_id)
             for flt, opts in stored.subscriptions:
                 self.subscriptions.add(flt, session.client_id, opts)
                 session.subscriptions[flt] = opts
@@ -325,7 +344,7 @@ class BrokerCore:
     def internal_error(self, conn: ServerConnection, now: float, detail: str) -> None:
         """Handling this connection's input failed unexpectedly: close it (5.0: 0x83), keep everything else."""
         if not conn.closed:
-            self._close(conn, now, reason=0x83, detail=f"internal error: {detail}")
+            self._close(conn, now, reason=ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, detail=f"internal error: {detail}")
 
     def disconnect(self, conn: ServerConnection, now: float, reason: int, detail: str) -> None:
         """The server ends this connection (its listener closed, say): 5.0 clients get DISCONNECT `reason`, and
@@ -335,7 +354,7 @@ class BrokerCore:
 
     def keepalive_expired(self, conn: ServerConnection, now: float) -> None:
         if not conn.closed:
-            self._close(conn, now, reason=0x8D, detail="keep alive timeout")
+            self._close(conn, now, reason=ReasonCode.KEEP_ALIVE_TIMEOUT, detail="keep alive timeout")
 
     def drained(self, conn: ServerConnection, now: float) -> None:
         """The writer emptied `out`: deliveries held back for this connection can go on."""
@@ -352,10 +371,10 @@ class BrokerCore:
             session = self.sessions.get(timer.client_id)
             if session is None or session.connection is not None:
                 continue
-            if timer.kind == "will" and session.will_at == timer.when:
+            if timer.kind is _TimerKind.WILL and session.will_at == timer.when:
                 session.will_at = None
                 self._publish_will(session, now)
-            elif timer.kind == "expire" and session.expires_at == timer.when:
+            elif timer.kind is _TimerKind.EXPIRE and session.expires_at == timer.when:
                 self.stats.sessions_expired += 1
                 self._end_session(session, now)
         if self._next_sys is not None and now >= self._next_sys:
@@ -375,7 +394,7 @@ class BrokerCore:
                 self._publish_will(session, now)
         for conn in list(self.connections):
             if not conn.closed:
-                self._close(conn, now, reason=0x8B, detail="server shutting down")
+                self._close(conn, now, reason=ReasonCode.SERVER_SHUTTING_DOWN, detail="server shutting down")
 
     def take_dirty(self) -> set[ServerConnection]:
         dirty = self.dirty
@@ -399,7 +418,9 @@ class BrokerCore:
             return
         handler = self._HANDLERS.get(kind)
         if handler is None:
-            self._close(conn, now, reason=0x82, detail=f"a client does not send {kind.__name__.upper()}")
+            self._close(
+                conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail=f"a client does not send {kind.__name__.upper()}"
+            )
             return
         handler(self, conn, packet, now)
 
@@ -413,17 +434,17 @@ class BrokerCore:
                 return
             if level >= 5:
                 conn.version = 5
-                self._send(conn, ConnAck(False, 0x84))
+                self._send(conn, ConnAck(False, ReasonCode.UNSUPPORTED_PROTOCOL_VERSION))
             else:
                 conn.version = 4
                 self._send(conn, ConnAck(False, 1))
             self._close(conn, now, reason=None, detail=str(err), refused="unsupported_protocol_version")
             return
-        if err.reason_code == 0x8F and isinstance(packet, Subscribe | Unsubscribe):
+        if err.reason_code == ReasonCode.TOPIC_FILTER_INVALID and isinstance(packet, Subscribe | Unsubscribe):
             # Not a topic filter at all (a misplaced wildcard, an empty filter, a broken $share/): a malformed
             # packet (4.7, 4.13), closed with 0x81 as mosquitto does. 0x8F is for a filter "correctly formed" but
             # not allowed (3.9.3), which this broker has none of.
-            self._close(conn, now, reason=0x81, detail=str(err))
+            self._close(conn, now, reason=ReasonCode.MALFORMED_PACKET, detail=str(err))
             return
         if isinstance(packet, Connect) and not conn.connected:
             conn.version = packet.protocol_version
@@ -432,11 +453,19 @@ class BrokerCore:
             if conn.version == 5 and err.reason_code in REASONS_BY_PACKET[2] and self.config.reason_strings:
                 # The CONNACK is a MAY (5.0 3.1.4, 4.13); mosquitto closes without one.
                 self._send(conn, ConnAck(False, err.reason_code, Properties(reason_string=str(err)[:200])))
-            self._close(conn, now, reason=None, detail=str(err), refused=refusal_name(err.reason_code or 0x81))
+            self._close(
+                conn,
+                now,
+                reason=None,
+                detail=str(err),
+                refused=refusal_name(err.reason_code or ReasonCode.MALFORMED_PACKET),
+            )
             return
         if err.packet_type in _SERVER_TO_CLIENT_ONLY:
             # Its type alone breaks the protocol: that is the error to report, before whatever its body breaks.
-            self._close(conn, now, reason=0x82, detail=f"a client does not send this packet type: {err}")
+            self._close(
+                conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail=f"a client does not send this packet type: {err}"
+            )
             return
         self._close(conn, now, reason=err.reason_code, detail=str(err))
 
@@ -444,12 +473,17 @@ class BrokerCore:
 
     def _on_connect(self, conn: ServerConnection, p: Connect, now: float) -> None:
         if conn.connected:
-            self._close(conn, now, reason=0x82, detail="second CONNECT")
+            self._close(conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail="second CONNECT")
             return
         c = self.config
         conn.version = version = p.protocol_version
         if conn.versions is not None and version not in conn.versions:
-            self._refuse(conn, 0x84, f"MQTT level {version} is not allowed on this listener", now)
+            self._refuse(
+                conn,
+                ReasonCode.UNSUPPORTED_PROTOCOL_VERSION,
+                f"MQTT level {version} is not allowed on this listener",
+                now,
+            )
             return
         conn.bridge = p.bridge and version != 5
         props = p.properties
@@ -465,7 +499,9 @@ class BrokerCore:
         if not client_id:
             if version == 3 or (version == 4 and not p.clean_start):
                 # 3.1 has no empty ids; 3.1.1 allows one only with a clean session [MQTT-3.1.3-8].
-                self._refuse(conn, 0x85, "empty client identifier without a clean session", now)
+                self._refuse(
+                    conn, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client identifier without a clean session", now
+                )
                 return
             self._assigned += 1
             client_id = f"auto-{c.instance}-{self._assigned}"
@@ -475,16 +511,31 @@ class BrokerCore:
             # Not even a CONNACK (5 bytes) or a PUBACK fits in it, and nothing may go over it [MQTT-3.1.2-24]:
             # refused, the CONNACK tried within it (so not sent), and closed.
             conn.client_max_packet_size = props.maximum_packet_size
-            self._refuse(conn, 0x95, f"maximum packet size {props.maximum_packet_size} fits no answer", now)
+            self._refuse(
+                conn,
+                ReasonCode.PACKET_TOO_LARGE,
+                f"maximum packet size {props.maximum_packet_size} fits no answer",
+                now,
+            )
             return
         if version == 5 and props.authentication_method is not None:
-            self._refuse(conn, 0x8C, f"authentication method {props.authentication_method!r} not supported", now)
+            self._refuse(
+                conn,
+                ReasonCode.BAD_AUTHENTICATION_METHOD,
+                f"authentication method {props.authentication_method!r} not supported",
+                now,
+            )
             return
         keepalive = p.keepalive
         server_keepalive = None
         if c.max_keepalive and (keepalive > c.max_keepalive or (keepalive == 0 and c.max_keepalive < 65535)):
             if version < 5:
-                self._refuse(conn, 0x85, f"keep alive {keepalive} s is over the maximum {c.max_keepalive} s", now)
+                self._refuse(
+                    conn,
+                    ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+                    f"keep alive {keepalive} s is over the maximum {c.max_keepalive} s",
+                    now,
+                )
                 return
             keepalive = server_keepalive = c.max_keepalive
         if conn.policy is not None and not self._admit(conn, p, client_id, now):
@@ -499,7 +550,7 @@ class BrokerCore:
                 # The session goes on with the new connection: the old will is replaced, not published; it is
                 # published when the take-over ends the session (5.0 3.1.2.5; mosquitto).
                 session.will = None
-            self._close(session.connection, now, reason=0x8E, detail="session taken over")
+            self._close(session.connection, now, reason=ReasonCode.SESSION_TAKEN_OVER, detail="session taken over")
             session = self.sessions.get(client_id)  # gone if it was to end with its connection
         elif session is not None and session.will_at is not None:
             # A new connection before the will delay passed: the will is not published, whether or not this
@@ -572,7 +623,7 @@ class BrokerCore:
         if conn.closed:  # not even the CONNACK fits the client's Maximum Packet Size
             return
         self.stats.clients_maximum = max(self.stats.clients_maximum, self.connected)
-        self.notices.append(Notice("connected", client_id, conn.peer, f"MQTT level {version}"))
+        self.notices.append(Notice(NoticeKind.CONNECTED, client_id, conn.peer, f"MQTT level {version}"))
         if session_present:
             self._expire_inflight(session, version, now)
             for packet in session.outgoing.resend():
@@ -591,7 +642,7 @@ class BrokerCore:
         conn.client_id = client_id  # for the log line
         conn.login_failed = True  # the network layer makes the client wait for its CONNACK
         who = f"user {result.username!r}" if result.username is not None else "no user name"
-        self._refuse(conn, 0x87, f"login failed ({who}): {result.refusal.value}", now)
+        self._refuse(conn, ReasonCode.NOT_AUTHORIZED, f"login failed ({who}): {result.refusal.value}", now)
         return False
 
     def _other_user(self, client_id: str, conn: ServerConnection) -> bool:
@@ -638,7 +689,8 @@ class BrokerCore:
         for flt in gone:
             del session.subscriptions[flt]
             self.subscriptions.remove(flt, session.client_id)
-            self.notices.append(Notice("unsubscribed", conn.client_id, conn.peer, f"{flt!r}: not allowed by the ACL"))
+            why = f"{flt!r}: not allowed by the ACL"
+            self.notices.append(Notice(NoticeKind.UNSUBSCRIBED, conn.client_id, conn.peer, why))
         if gone:
             self._save_session(session)
 
@@ -657,7 +709,9 @@ class BrokerCore:
         if old is None or not conn.connected or conn.closed or conn.client_id is None:
             return
         if not _still_admitted(old, new, conn):
-            self._close(conn, now, reason=0x98, detail="no longer authorized after a reload")
+            self._close(
+                conn, now, reason=ReasonCode.ADMINISTRATIVE_ACTION, detail="no longer authorized after a reload"
+            )
             return
         self._attach_acl(conn, conn.client_id)
         session = conn.session
@@ -667,7 +721,8 @@ class BrokerCore:
         for flt in [f for f in session.subscriptions if not view.may_subscribe(f)]:
             del session.subscriptions[flt]
             self.subscriptions.remove(flt, session.client_id)
-            self.notices.append(Notice("unsubscribed", conn.client_id, conn.peer, f"{flt!r}: ACL after a reload"))
+            why = f"{flt!r}: ACL after a reload"
+            self.notices.append(Notice(NoticeKind.UNSUBSCRIBED, conn.client_id, conn.peer, why))
             self._save_session(session)
 
     def _expire_inflight(self, session: Session, version: int, now: float) -> None:
@@ -708,19 +763,28 @@ class BrokerCore:
             alias = props.topic_alias
             if alias is not None:
                 if alias > conn.topic_alias_maximum:
-                    self._close(conn, now, reason=0x94, detail=f"topic alias {alias} over the maximum")
+                    self._close(
+                        conn, now, reason=ReasonCode.TOPIC_ALIAS_INVALID, detail=f"topic alias {alias} over the maximum"
+                    )
                     return
                 if topic:
                     conn.aliases_in[alias] = topic
                 else:
                     known = conn.aliases_in.get(alias)
                     if known is None:
-                        self._close(conn, now, reason=0x82, detail=f"topic alias {alias} was never set")
+                        self._close(
+                            conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail=f"topic alias {alias} was never set"
+                        )
                         return
                     topic = known
                 props = props.replace(topic_alias=None)
             if props.subscription_identifier is not None:
-                self._close(conn, now, reason=0x82, detail="PUBLISH from a client with a subscription identifier")
+                self._close(
+                    conn,
+                    now,
+                    reason=ReasonCode.PROTOCOL_ERROR,
+                    detail="PUBLISH from a client with a subscription identifier",
+                )
                 return
         if topic not in self._topics_ok:
             why = self._topic_problem(topic)
@@ -728,7 +792,7 @@ class BrokerCore:
                 self._close(conn, now, reason=why[0], detail=f"PUBLISH topic name: {why[1]}")
                 return
         if p.retain and not conn.retain_available:  # as its CONNACK said (a reload changes it for new ones)
-            self._close(conn, now, reason=0x9A, detail="retain is not available")
+            self._close(conn, now, reason=ReasonCode.RETAIN_NOT_SUPPORTED, detail="retain is not available")
             return
         qos = p.qos
         denied = None
@@ -737,12 +801,17 @@ class BrokerCore:
         elif conn.acl is not None and not conn.acl.can_write(topic):
             denied = "the ACL does not let it write there"
         if denied is not None:
-            self._drop_publish(conn, p, 0x87, f"PUBLISH to {topic!r}: {denied}")
+            self._drop_publish(conn, p, ReasonCode.NOT_AUTHORIZED, f"PUBLISH to {topic!r}: {denied}")
             return
         limit = self.config.message_size_limit
         if limit and len(p.payload) > limit:
             # mosquitto answers 0x95, which PUBACK and PUBREC may not carry; 0x97 (quota exceeded) may.
-            self._drop_publish(conn, p, 0x97, f"PUBLISH to {topic!r}: {len(p.payload)} bytes over message_size_limit")
+            self._drop_publish(
+                conn,
+                p,
+                ReasonCode.QUOTA_EXCEEDED,
+                f"PUBLISH to {topic!r}: {len(p.payload)} bytes over message_size_limit",
+            )
             return
         if qos == 2:
             session = conn.session
@@ -754,7 +823,9 @@ class BrokerCore:
             limit = conn.receive_maximum_announced
             if limit and len(session.incoming) > limit and conn.version == 5:
                 # [MQTT-3.3.4-7]: more QoS 2 unreleased than the Receive Maximum we announced.
-                self._close(conn, now, reason=0x93, detail=f"receive maximum {limit} exceeded")
+                self._close(
+                    conn, now, reason=ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, detail=f"receive maximum {limit} exceeded"
+                )
                 return
             # PUBREC first, 0x00 whether anyone subscribed or not, as mosquitto: the message is ours from here, and
             # the publisher hears so before its own subscription (if any) hears the message. With persistence, it
@@ -784,7 +855,7 @@ class BrokerCore:
     def _drop_publish(self, conn: ServerConnection, p: Publish, reason: int, detail: str) -> None:
         """A PUBLISH not taken, the connection kept: acknowledged so the client's flow ends (3.x: as if taken, as
         mosquitto does); 5.0 is told why in PUBACK / PUBREC."""
-        self.notices.append(Notice("dropped", conn.client_id, conn.peer, detail))
+        self.notices.append(Notice(NoticeKind.DROPPED, conn.client_id, conn.peer, detail))
         self.stats.rejected[reason] = self.stats.rejected.get(reason, 0) + 1
         qos = p.qos
         if qos:
@@ -824,7 +895,9 @@ class BrokerCore:
                 # 4.3.3). Neither version calls it a protocol error. A wrong kind of acknowledgement for a message
                 # in flight still is one.
                 if isinstance(p, PubRec):
-                    self._send(conn, PubRel(p.packet_id, 0x92 if conn.version == 5 else 0))
+                    self._send(
+                        conn, PubRel(p.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND if conn.version == 5 else 0)
+                    )
                 return
             self._close(conn, now, reason=err.reason_code, detail=str(err))
             return
@@ -1021,7 +1094,7 @@ class BrokerCore:
             if flt not in self._topics_ok:
                 why = self._topic_problem(flt)
                 if why is not None:
-                    self._close(conn, now, reason=0x81, detail=f"{what} topic filter: {why[1]}")
+                    self._close(conn, now, reason=ReasonCode.MALFORMED_PACKET, detail=f"{what} topic filter: {why[1]}")
                     return True
         return False
 
@@ -1031,11 +1104,11 @@ class BrokerCore:
         found fine are remembered, so a topic seen before costs one set lookup."""
         at = control_character(topic)
         if at >= 0:
-            return 0x81, f"control character U+{ord(topic[at]):04X} at character {at}"
+            return ReasonCode.MALFORMED_PACKET, f"control character U+{ord(topic[at]):04X} at character {at}"
         limit = self.config.max_topic_levels
         # Counted as mosquitto does (TOPIC_HIERARCHY_LIMIT): separators, so 201 levels pass and 202 do not.
         if limit and topic.count("/") > limit:
-            return 0x82, f"{topic.count('/') + 1} levels, over the limit of {limit}"
+            return ReasonCode.PROTOCOL_ERROR, f"{topic.count('/') + 1} levels, over the limit of {limit}"
         ok = self._topics_ok
         if len(ok) >= 4096:
             ok.clear()
@@ -1054,12 +1127,12 @@ class BrokerCore:
         for sub in p.subscriptions:
             flt = sub.topic_filter
             if topic_filter_error(flt) is not None:
-                codes.append(0x8F if version == 5 else 0x80)
+                codes.append(ReasonCode.TOPIC_FILTER_INVALID if version == 5 else _V3_SUBACK_FAILURE)
                 continue
             if conn.acl is not None and not conn.acl.may_subscribe(flt):
                 # Our one difference from mosquitto's acl_file (which grants and then filters every delivery).
-                self.notices.append(Notice("refused", conn.client_id, conn.peer, f"SUBSCRIBE {flt!r}: ACL"))
-                codes.append(0x87 if version == 5 else 0x80)
+                self.notices.append(Notice(NoticeKind.REFUSED, conn.client_id, conn.peer, f"SUBSCRIBE {flt!r}: ACL"))
+                codes.append(ReasonCode.NOT_AUTHORIZED if version == 5 else _V3_SUBACK_FAILURE)
                 continue
             if conn.bridge:
                 # A 3.x bridge has no subscription options: the flag asks for what 5.0 bridges ask for (mosquitto).
@@ -1108,13 +1181,20 @@ class BrokerCore:
         if conn.version == 5:
             if p.reason_code in SERVER_ONLY_DISCONNECT_REASONS:
                 # [MQTT-3.14.2-1]: not a code a client may send; an abnormal end, so the will is published.
-                self._close(conn, now, reason=0x82, detail=f"DISCONNECT with 0x{p.reason_code:02X}, a server's code")
+                self._close(
+                    conn,
+                    now,
+                    reason=ReasonCode.PROTOCOL_ERROR,
+                    detail=f"DISCONNECT with 0x{p.reason_code:02X}, a server's code",
+                )
                 return
             expiry = p.properties.session_expiry_interval
             if expiry is not None:
                 if session.expiry_interval == 0 and expiry != 0:
                     # [MQTT-3.14.2-2]
-                    self._close(conn, now, reason=0x82, detail="DISCONNECT sets a session expiry after 0")
+                    self._close(
+                        conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail="DISCONNECT sets a session expiry after 0"
+                    )
                     return
                 session.expiry_interval = expiry
         if p.reason_code == 0x04:
@@ -1126,7 +1206,9 @@ class BrokerCore:
         self._close(conn, now, reason=None, detail=f"DISCONNECT 0x{p.reason_code:02X}")
 
     def _on_auth(self, conn: ServerConnection, p: Auth, now: float) -> None:
-        self._close(conn, now, reason=0x82, detail="AUTH without an authentication method in CONNECT")
+        self._close(
+            conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail="AUTH without an authentication method in CONNECT"
+        )
 
     _HANDLERS: ClassVar[dict[type, Any]] = {
         PubAck: _on_puback,
@@ -1157,7 +1239,7 @@ class BrokerCore:
         conn.closed = True
         conn.close_requested = True
         self.dirty.add(conn)
-        kind = "refused" if refused else "disconnected" if reason is None else "error"
+        kind = NoticeKind.REFUSED if refused else NoticeKind.DISCONNECTED if reason is None else NoticeKind.ERROR
         self.notices.append(Notice(kind, conn.client_id, conn.peer, detail, reason))
         session = conn.session
         if session is None or session.connection is not conn:
@@ -1168,7 +1250,7 @@ class BrokerCore:
             delay = (session.will.properties.will_delay_interval or 0) if conn.version == 5 else 0
             if delay and session.expiry_interval:
                 session.will_at = now + delay
-                self._schedule(session.will_at, "will", session.client_id)
+                self._schedule(session.will_at, _TimerKind.WILL, session.client_id)
             else:
                 self._publish_will(session, now)
         if session.expiry_interval == 0:
@@ -1176,7 +1258,7 @@ class BrokerCore:
             return
         if session.expiry_interval != NEVER_EXPIRES:
             session.expires_at = now + session.expiry_interval
-            self._schedule(session.expires_at, "expire", session.client_id)
+            self._schedule(session.expires_at, _TimerKind.EXPIRE, session.client_id)
         self._save_session(session)
 
     def _end_session(self, session: Session, now: float) -> None:
@@ -1201,12 +1283,12 @@ class BrokerCore:
         view = self._views.get(session.client_id)
         if view is not None and not view.can_write(will.topic):
             # Checked when it goes out, against the ACL then in force (as mosquitto 2.0.11: CONNECT is accepted).
-            self.notices.append(Notice("dropped", session.client_id, "-", f"will to {will.topic!r}: ACL"))
+            self.notices.append(Notice(NoticeKind.DROPPED, session.client_id, "-", f"will to {will.topic!r}: ACL"))
             return
         props = will.properties.replace(will_delay_interval=None) if will.properties.items else EMPTY_PROPERTIES
         self._route(Message(will.topic, will.payload, will.qos, will.retain, props, session.client_id, now), now)
 
-    def _schedule(self, when: float, kind: str, client_id: str) -> None:
+    def _schedule(self, when: float, kind: _TimerKind, client_id: str) -> None:
         self._seq += 1
         timers = self._timers
         if not timers or when < timers[0].when:
@@ -1247,7 +1329,12 @@ class BrokerCore:
             what = type(packet).__name__.upper()
             detail = f"{what} over the client's maximum packet size {limit}"
             # A CONNACK that cannot go leaves nothing to talk about: closed without a word (as mosquitto).
-            self._close(conn, self._clock, reason=None if isinstance(packet, ConnAck) else 0x95, detail=detail)
+            self._close(
+                conn,
+                self._clock,
+                reason=None if isinstance(packet, ConnAck) else ReasonCode.PACKET_TOO_LARGE,
+                detail=detail,
+            )
         return None
 
     def _write(self, conn: ServerConnection, data: bytes) -> None:

@@ -54,14 +54,20 @@ from .packets import (
     Will,
 )
 from .properties import EMPTY_PROPERTIES, Properties
-from .reasons import REASONS_BY_PACKET, reason_name
+from .reasons import REASONS_BY_PACKET, ReasonCode, reason_name
 from .records import fast_constructor
 from .topics import topic_filter_error, topic_name_error
 
 __all__ = ["ClientConnection", "ClientState"]
 
 # 3.x CONNACK return code -> the 5.0 reason code that means the same.
-_V3_TO_V5_CONNACK = {1: 0x84, 2: 0x85, 3: 0x88, 4: 0x86, 5: 0x87}
+_V3_TO_V5_CONNACK = {
+    1: ReasonCode.UNSUPPORTED_PROTOCOL_VERSION,
+    2: ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+    3: ReasonCode.SERVER_UNAVAILABLE,
+    4: ReasonCode.BAD_USER_NAME_OR_PASSWORD,
+    5: ReasonCode.NOT_AUTHORIZED,
+}
 _PINGREQ_BYTES = b"\xc0\x00"
 _TOPIC_NAMES_MAX = 1024
 # Frozen records cost about a microsecond each to build; these build the same objects faster (records.py).
@@ -491,14 +497,15 @@ class ClientConnection:
         if state is ClientState.IDLE or state is ClientState.CLOSED:
             return
         if not data:
-            self._close(0x80, "the broker closed the connection", by_peer=True)
+            self._close(ReasonCode.UNSPECIFIED_ERROR, "the broker closed the connection", by_peer=True)
             return
         self._last_received = now
         if self.state is ClientState.CONNECTING and self.version == 5 and data[:2] == b"\x20\x02":
             # A 3.x CONNACK (two bytes, no property block) in answer to a 5.0 CONNECT: a 3.1.1 broker saying
             # "unacceptable protocol version" the only way it knows (3.1.1 section 3.1.2.2).
             code = data[3] if len(data) >= 4 else 1
-            self._refuse(_V3_TO_V5_CONNACK.get(code, 0x84) if code else 0x84, code)
+            unsupported = ReasonCode.UNSUPPORTED_PROTOCOL_VERSION
+            self._refuse(_V3_TO_V5_CONNACK.get(code, unsupported) if code else unsupported, code)
             return
         if self.state is ClientState.CONNECTED and data[0] == 0x40 and not self._reader.buffered:
             data = self._leading_pubacks(data)
@@ -555,7 +562,7 @@ class ClientConnection:
         """The transport ended without the broker's close reaching receive_data() (a write failed first, say):
         the connection is over; a Disconnected event says why. Nothing happens when it was over already."""
         if self.state in (ClientState.CONNECTING, ClientState.CONNECTED):
-            self._close(0x80, reason, by_peer=True)
+            self._close(ReasonCode.UNSPECIFIED_ERROR, reason, by_peer=True)
 
     def events(self) -> list[Event]:
         """The events since the last call, in order."""
@@ -582,7 +589,11 @@ class ClientConnection:
             return
         assert self._last_received is not None
         if now >= self._last_received + 1.5 * self.keepalive:
-            self._close(0x8D, f"no answer from the broker for {1.5 * self.keepalive:g} s (keepalive)", by_peer=False)
+            self._close(
+                ReasonCode.KEEP_ALIVE_TIMEOUT,
+                f"no answer from the broker for {1.5 * self.keepalive:g} s (keepalive)",
+                by_peer=False,
+            )
             return
         self._out.append(_PINGREQ_BYTES)
         self.pings_sent += 1
@@ -663,7 +674,7 @@ class ClientConnection:
         """The broker broke the protocol: say why (5.0 DISCONNECT) and end the connection."""
         if self.version == 5 and self.state is ClientState.CONNECTED:
             # Some reasons (0x92 for a PUBCOMP) have no DISCONNECT code of their own: Protocol Error says it.
-            wire_code = reason_code if reason_code in REASONS_BY_PACKET[14] else 0x82
+            wire_code = reason_code if reason_code in REASONS_BY_PACKET[14] else ReasonCode.PROTOCOL_ERROR
             self._out.append(encode(Disconnect(wire_code), 5))
         self._close(reason_code, reason, by_peer=False)
 
@@ -680,7 +691,7 @@ class ClientConnection:
             if t is ConnAck:
                 self._on_connack(packet)
             else:
-                self._protocol_error(0x82, f"the broker sent {t.__name__.upper()} before CONNACK")
+                self._protocol_error(ReasonCode.PROTOCOL_ERROR, f"the broker sent {t.__name__.upper()} before CONNACK")
             return
         if t is Publish:
             self._on_publish(packet)
@@ -705,13 +716,19 @@ class ClientConnection:
                 self._events.append(ReleaseReceived(packet.packet_id))
         elif t is SubAck:
             if self._pending_subscribe.pop(packet.packet_id, None) is None:
-                self._protocol_error(0x82, f"the broker sent SUBACK for unknown packet identifier {packet.packet_id}")
+                self._protocol_error(
+                    ReasonCode.PROTOCOL_ERROR,
+                    f"the broker sent SUBACK for unknown packet identifier {packet.packet_id}",
+                )
                 return
             self._flows.reserved.discard(packet.packet_id)
             self._events.append(SubscribeAcknowledged(packet.packet_id, packet.reason_codes, packet.properties))
         elif t is UnsubAck:
             if self._pending_unsubscribe.pop(packet.packet_id, None) is None:
-                self._protocol_error(0x82, f"the broker sent UNSUBACK for unknown packet identifier {packet.packet_id}")
+                self._protocol_error(
+                    ReasonCode.PROTOCOL_ERROR,
+                    f"the broker sent UNSUBACK for unknown packet identifier {packet.packet_id}",
+                )
                 return
             self._flows.reserved.discard(packet.packet_id)
             self._events.append(UnsubscribeAcknowledged(packet.packet_id, packet.reason_codes, packet.properties))
@@ -726,9 +743,13 @@ class ClientConnection:
                 packet.reason_code, f"the broker disconnected: {reason}", by_peer=True, properties=packet.properties
             )
         elif t is Auth:
-            self._protocol_error(0x82, "the broker sent AUTH, but no authentication method was asked for")
+            self._protocol_error(
+                ReasonCode.PROTOCOL_ERROR, "the broker sent AUTH, but no authentication method was asked for"
+            )
         else:
-            self._protocol_error(0x82, f"the broker sent {t.__name__.upper()}, which only clients send")
+            self._protocol_error(
+                ReasonCode.PROTOCOL_ERROR, f"the broker sent {t.__name__.upper()}, which only clients send"
+            )
 
     def _on_connack(self, p: ConnAck) -> None:
         self.connack = p
@@ -736,7 +757,7 @@ class ClientConnection:
             if self.version == 5:
                 self._refuse(p.reason_code, p.reason_code, p.properties)
             else:
-                self._refuse(_V3_TO_V5_CONNACK.get(p.reason_code, 0x80), p.reason_code)
+                self._refuse(_V3_TO_V5_CONNACK.get(p.reason_code, ReasonCode.UNSPECIFIED_ERROR), p.reason_code)
             return
         props = p.properties
         self.state = ClientState.CONNECTED
@@ -793,7 +814,8 @@ class ClientConnection:
             if alias is not None:
                 if alias > self.topic_alias_maximum:
                     self._protocol_error(
-                        0x94, f"the broker used topic alias {alias}; ours go up to {self.topic_alias_maximum}"
+                        ReasonCode.TOPIC_ALIAS_INVALID,
+                        f"the broker used topic alias {alias}; ours go up to {self.topic_alias_maximum}",
                     )
                     return
                 if p.topic:
@@ -802,14 +824,16 @@ class ClientConnection:
                 else:
                     known = self._aliases_in.get(alias)
                     if known is None:
-                        self._protocol_error(0x82, f"the broker used topic alias {alias} before setting it")
+                        self._protocol_error(
+                            ReasonCode.PROTOCOL_ERROR, f"the broker used topic alias {alias} before setting it"
+                        )
                         return
                     topic = known
                 p = Publish(
                     topic, p.payload, p.qos, p.retain, p.dup, p.packet_id, p.properties.replace(topic_alias=None)
                 )
         elif not p.topic:
-            self._protocol_error(0x82, "the broker sent a PUBLISH without a topic")
+            self._protocol_error(ReasonCode.PROTOCOL_ERROR, "the broker sent a PUBLISH without a topic")
             return
         qos = p.qos
         if qos == 0:
@@ -823,7 +847,10 @@ class ClientConnection:
         else:
             new = self._incoming.publish_received(p)
             if len(self._incoming) > self.receive_maximum:
-                self._protocol_error(0x93, f"the broker sent more than {self.receive_maximum} unacknowledged messages")
+                self._protocol_error(
+                    ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
+                    f"the broker sent more than {self.receive_maximum} unacknowledged messages",
+                )
                 return
             assert p.packet_id is not None
             self._out.append(encode(PubRec(p.packet_id), self.version))

@@ -31,7 +31,7 @@ from mqtt_cli.core.auth import (
     is_loopback,
     unsafe_listener_error,
 )
-from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice
+from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice, NoticeKind
 from mqtt_cli.core.config import (
     ALL_VERSIONS,
     ListenerSettings,
@@ -365,7 +365,8 @@ class BrokerServer:
                         # Not stored, so not acknowledged. Kept, in order, ahead of what comes next and tried
                         # again: a later group must not be stored without this one (a session's row before its
                         # deliveries), and once the disk has room again the withheld acknowledgements go out.
-                        self._report(Notice("error", None, "-", f"{exc}; {len(held)} acknowledgements withheld"))
+                        why = f"{exc}; {len(held)} acknowledgements withheld"
+                        self._report(Notice(NoticeKind.ERROR, None, "-", why))
                         self._to_commit[:0] = changes
                         self._to_release[:0] = held
                         await trio.sleep(RETRY_COMMIT)
@@ -385,7 +386,7 @@ class BrokerServer:
             try:
                 store.commit(changes)
             except StoreError as exc:
-                self._report(Notice("error", None, "-", str(exc)))
+                self._report(Notice(NoticeKind.ERROR, None, "-", str(exc)))
 
     def _report(self, notice: Notice) -> None:
         report = self.options.on_notice
@@ -404,7 +405,7 @@ class BrokerServer:
         except StoreError as exc:
             raise ServerError(str(exc)) from None
         if store.warning is not None:
-            self._report(Notice("persistence", None, "-", store.warning))
+            self._report(Notice(NoticeKind.PERSISTENCE, None, "-", store.warning))
         self._store = store
         core = self.core
         core.restore(restored.sessions, restored.retained, now)
@@ -539,7 +540,7 @@ class BrokerServer:
     def _notice_refused(self, peer: str, detail: str) -> None:
         report = self.options.on_notice
         if report is not None:
-            report(Notice("refused", None, peer, detail))
+            report(Notice(NoticeKind.REFUSED, None, peer, detail))
 
     def _sweep(self, now: float) -> None:
         """Closes connections silent past their keep alive (1.5x), or without a CONNECT after CONNECT_TIMEOUT."""
