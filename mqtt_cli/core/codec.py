@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from .errors import (
+    LenientErrors,
     LocalProtocolError,
     MalformedPacket,
     PacketTooLarge,
@@ -399,16 +400,11 @@ def encode(packet: Packet, version: int = 4) -> bytes:
 _Errs = list[RemoteProtocolError]
 
 
-class _Lenient(list[RemoteProtocolError]):
-    """The violations list of a tolerant re-decode: texts that are not valid UTF-8 (or hold U+0000) are read with
-    U+FFFD replacements and reported, instead of ending the decode (what tshark shows, and what dump wants)."""
-
-
 def _str(data: bytes, pos: int, end: int, what: str, errs: _Errs) -> tuple[str, int]:
     try:
         return read_string(data, pos, end, what)
     except MalformedPacket as exc:
-        if type(errs) is not _Lenient or pos + 2 > end:
+        if type(errs) is not LenientErrors or pos + 2 > end:
             raise
         stop = pos + 2 + ((data[pos] << 8) | data[pos + 1])
         if stop > end:
@@ -445,7 +441,7 @@ def _decode_connect(first: int, data: bytes, pos: int, end: int, version: int, e
             protocol_name=name,
             protocol_level=level,
         )
-        if type(errs) is not _Lenient:
+        if type(errs) is not LenientErrors:
             raise unsupported
         # The tolerant reader's second try: read on, as Wireshark does (by the level byte; a level it does not
         # know as 3.1.1), so that the CONNECT is shown with its fields and this error first.
@@ -757,7 +753,7 @@ def _decode_body(first: int, data: bytes, pos: int, end: int, version: int, leni
     decoder = _DECODERS[ptype]
     if decoder is None:
         raise MalformedPacket("packet type 0 is reserved", packet_type=0)
-    errs: _Errs = _Lenient() if lenient else []
+    errs: _Errs = LenientErrors() if lenient else []
     required = _REQUIRED_FLAGS[ptype]
     if required >= 0 and first & 0x0F != required:
         errs.append(

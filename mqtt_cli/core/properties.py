@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from enum import IntEnum
 from typing import Any
 
-from .errors import LocalProtocolError, MalformedPacket, ProtocolError, RemoteProtocolError
+from .errors import LenientErrors, LocalProtocolError, MalformedPacket, ProtocolError, RemoteProtocolError
 from .records import record
 from .topics import topic_name_error
 from .wire import (
@@ -486,7 +486,7 @@ def _text(data: bytes, pos: int, end: int, what: str, errors: list[RemoteProtoco
     try:
         return read_string(data, pos, end, what)
     except MalformedPacket as exc:
-        if type(errors).__name__ != "_Lenient" or pos + 2 > end:
+        if type(errors) is not LenientErrors or pos + 2 > end:
             raise
         stop = pos + 2 + ((data[pos] << 8) | data[pos + 1])
         if stop > end:
@@ -550,7 +550,7 @@ def decode_properties(
             err = MalformedPacket(
                 f"unknown property identifier 0x{pid:02X} in {where} (at byte {at})", unknown_property=pid
             )
-            if type(errors).__name__ != "_Lenient":
+            if type(errors) is not LenientErrors:
                 raise err
             # Tolerant decoding keeps the identifier with the rest of the block, as `unknown_0xNN` in dumps.
             errors.append(err)
