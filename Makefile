@@ -22,12 +22,17 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS ?=
 
-.PHONY: help install system-deps web-deps test lint serve zipapp completions bench fuzz clean distclean
+# The hot modules compiled with mypyc (scripts/build_compiled.py; mqtt_cli/buildmode.py names them), rebuilt when
+# one of their sources changes. Without a C compiler, or with MQTT_CLI_PURE=1, there is no build: pure Python runs.
+COMPILED_SOURCES := $(addprefix mqtt_cli/core/,codec.py topics.py broker.py session.py flows.py server.py)
+COMPILED_STAMP := mqtt_cli/compiled.stamp
+
+.PHONY: help install system-deps web-deps compiled test lint serve zipapp completions bench fuzz clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-install: system-deps $(STAMP) web-deps ## .venv with the project and its test tools (+ Debian packages as root)
+install: system-deps $(STAMP) compiled web-deps ## .venv with the project, its test tools, the compiled build (+ Debian packages as root)
 
 system-deps: ## as root: apt-get install what is missing (mosquitto, tshark, rabbitmq, java, chromium, node)
 	@bash scripts/install-system-deps.sh $(PYTHON)
@@ -42,6 +47,19 @@ $(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json
 	else \
 		npm ci --prefix $(WEB) --ignore-scripts --no-audit --no-fund --loglevel=error && touch $@; \
 	fi
+
+compiled: $(STAMP) ## compile the hot modules with mypyc (MQTT_CLI_PURE=1: remove the build, run pure Python)
+	@if [ -n "$${MQTT_CLI_PURE:-}" ] && [ "$${MQTT_CLI_PURE}" != 0 ]; then \
+		$(BIN)/python scripts/build_compiled.py --clean; echo "MQTT_CLI_PURE is set: no compiled build, pure Python runs"; \
+	else \
+		$(MAKE) --no-print-directory $(COMPILED_STAMP); \
+	fi
+
+# A failed build (no C compiler, a compile error) leaves no build behind and does not stop make: pure Python runs,
+# and `mqtt --version` says so. The next make tries again.
+$(COMPILED_STAMP): $(COMPILED_SOURCES) $(STAMP)
+	@echo "compiling $(COMPILED_SOURCES) with mypyc (a minute or two)"
+	@$(BIN)/python scripts/build_compiled.py || echo "make: no compiled build; everything runs as pure Python" >&2
 
 # Re-installs only when pyproject.toml is newer than the stamp (or there is no .venv yet).
 $(STAMP): pyproject.toml

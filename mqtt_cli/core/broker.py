@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 import heapq
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any, ClassVar
+from typing import Any
 
 from .acl import AclView
 from .auth import AuthPolicy, CertificateIdentity, authenticate
@@ -416,7 +416,7 @@ class BrokerCore:
         if not conn.connected:
             self._close(conn, now, reason=None, detail=f"{kind.__name__.upper()} before CONNECT")
             return
-        handler = self._HANDLERS.get(kind)
+        handler = _HANDLERS.get(kind)
         if handler is None:
             self._close(
                 conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail=f"a client does not send {kind.__name__.upper()}"
@@ -1210,18 +1210,6 @@ class BrokerCore:
             conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail="AUTH without an authentication method in CONNECT"
         )
 
-    _HANDLERS: ClassVar[dict[type, Any]] = {
-        PubAck: _on_puback,
-        PubRec: _on_puback,
-        PubComp: _on_puback,
-        PubRel: _on_pubrel,
-        Subscribe: _on_subscribe,
-        Unsubscribe: _on_unsubscribe,
-        PingReq: _on_pingreq,
-        Disconnect: _on_disconnect,
-        Auth: _on_auth,
-    }
-
     # --- closing, wills, session ends -------------------------------------------------------------------------
 
     def _close(
@@ -1466,3 +1454,18 @@ def _strip(publish: Publish) -> Publish:
         return publish
     p = publish
     return Publish(p.topic, p.payload, p.qos, p.retain, p.dup, p.packet_id)
+
+
+# The handlers of what a connected client sends besides PUBLISH and CONNECT, by packet type. A module-level table,
+# not a class attribute built from the methods in the class body: that is what a compiled (mypyc) class allows.
+_HANDLERS: dict[type, Callable[[BrokerCore, ServerConnection, Any, float], None]] = {
+    PubAck: BrokerCore._on_puback,
+    PubRec: BrokerCore._on_puback,
+    PubComp: BrokerCore._on_puback,
+    PubRel: BrokerCore._on_pubrel,
+    Subscribe: BrokerCore._on_subscribe,
+    Unsubscribe: BrokerCore._on_unsubscribe,
+    PingReq: BrokerCore._on_pingreq,
+    Disconnect: BrokerCore._on_disconnect,
+    Auth: BrokerCore._on_auth,
+}
