@@ -288,10 +288,11 @@ class BrokerCore:
         self.stats.sockets_total += 1
         return conn
 
-    def receive(self, conn: ServerConnection, data: bytes, now: float) -> None:
+    def receive(self, conn: ServerConnection, received: bytes | bytearray | memoryview, now: float) -> None:
         """Handles bytes read from `conn`."""
         if conn.closed:
             return
+        data = received if type(received) is bytes else bytes(received)  # a WebSocket's may be a bytearray
         conn.last_received = self._clock = now
         self.stats.bytes_received += len(data)
         if not conn.connected and data and data[0] != 0x10 and not conn.reader.buffered:

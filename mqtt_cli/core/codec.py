@@ -814,12 +814,12 @@ class PacketReader:
         """Bytes received but not yet part of a whole packet."""
         return self._have
 
-    def feed(self, data: bytes) -> list[Any]:
+    def feed(self, received: bytes | bytearray | memoryview) -> list[Any]:
         """Adds received bytes; returns the packets they complete (and, when not strict, errors in line)."""
         if self._error is not None:
             raise self._error
-        if type(data) is not bytes:
-            data = bytes(data)  # kept and sliced into payloads: must not change under us
+        # Kept and sliced into payloads: must not change under us (and bytes is what a compiled reader works on).
+        data = received if type(received) is bytes else bytes(received)
         if self._have:
             self._chunks.append(data)
             self._have += len(data)
@@ -966,7 +966,7 @@ class PacketReader:
         raise err
 
 
-def decode(data: bytes, version: int | None = None) -> Packet:
+def decode(data: bytes | bytearray | memoryview, version: int | None = None) -> Packet:
     """Decodes exactly one whole packet (strict); raises MalformedPacket when `data` is not exactly one."""
     reader = PacketReader(version)
     packets = reader.feed(data)
