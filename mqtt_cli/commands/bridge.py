@@ -504,86 +504,13 @@ def _build(b: dict[str, Any], where: str, *, from_flags: bool = False) -> Any:
 
 
 def _side(t: dict[str, Any], where: str, default_id: str, flag_prefix: str = "") -> Any:
-    """One side's SideConfig. `flag_prefix` (`--local-`) when it comes from flags, for the names in errors."""
-    from mqtt_cli.net.bridge import SideConfig
-    from mqtt_cli.net.transports import Endpoint, TLSOptions, make_ssl_context, parse_url
+    """One side's SideConfig (net.bridge.side_config, shared with the broker's embedded bridges); exit 2 on errors."""
+    from mqtt_cli.net.bridge import side_config
 
-    from ._options import VERSIONS
-
-    urls = t.get("url")
-    if isinstance(urls, str):
-        urls = [urls]
-    if not urls:
-        fail(f"{where}: no broker URL", EXIT_USAGE)
-    endpoints = []
-    user = t.get("username")
-    password: bytes | None = None
-    for url in urls:
-        try:
-            parsed = parse_url(str(url))
-        except ValueError as err:
-            fail(f"{where}: {err}", EXIT_USAGE)
-        endpoints.append(parsed.endpoint)
-        user = user if user is not None else parsed.username
-        if parsed.password is not None and password is None:
-            password = parsed.password.encode()
-    if t.get("password") is not None:
-        password = str(t["password"]).encode()
-    if t.get("password_file") is not None:
-        file = os.path.expanduser(str(t["password_file"]))
-        try:
-            with open(file, "rb") as f:
-                password = f.readline().rstrip(b"\r\n")
-        except OSError as err:
-            fail(f"{where}: password file {file}: {err.strerror}", EXIT_USAGE)
-    version_text = str(t.get("protocol_version", "auto")).lower()
-    if version_text not in VERSIONS:
-        fail(f"{where}: protocol version {version_text!r}: use 31, 311, 5 or auto", EXIT_USAGE)
-    version = VERSIONS[version_text]
-    client_id = str(t.get("client_id", default_id))
-    if not client_id:
-        what = f"{flag_prefix}id" if flag_prefix else "client_id"
-        fail(f"{where}: {what} is empty: give one, or leave it out for the default {default_id!r}", EXIT_USAGE)
-    if version == 3 and len(client_id) > 23:
-        fail(f"{where}: MQTT 3.1 client ids have 23 characters at most; {client_id!r} has {len(client_id)}", EXIT_USAGE)
-    ssl_context = None
-    if any(t.get(k) for k in ("cafile", "capath", "cert", "insecure")):
-        # As the clients' options: these imply TLS, also for an mqtt:// or ws:// URL (mosquitto's bridge_cafile).
-        endpoints = [
-            Endpoint("mqtts" if e.scheme == "mqtt" else "wss", e.host, e.port, e.path, True)
-            if e.scheme in ("mqtt", "ws")
-            else e
-            for e in endpoints
-        ]
-    if any(e.tls for e in endpoints):
-        alpn = t.get("alpn") or ()
-        options = TLSOptions(
-            cafile=t.get("cafile"),
-            capath=t.get("capath"),
-            cert=t.get("cert"),
-            key=t.get("key"),
-            insecure=bool(t.get("insecure")),
-            version=t.get("tls_version"),
-            alpn=tuple([alpn] if isinstance(alpn, str) else alpn),
-        )
-        try:
-            ssl_context = make_ssl_context(options, lambda name: _option_name(name, flag_prefix))
-        except ValueError as err:
-            fail(f"{where}: {err}", EXIT_USAGE)
-    keepalive = int(t.get("keepalive", 60))
-    expiry = int(t.get("session_expiry", 0xFFFFFFFF))
-    if not 0 <= keepalive <= 65535 or not 0 <= expiry <= 0xFFFFFFFF:
-        fail(f"{where}: keepalive 0..65535 and session_expiry 0..4294967295 seconds", EXIT_USAGE)
-    return SideConfig(
-        endpoints=tuple(endpoints),
-        client_id=client_id,
-        ssl_context=ssl_context,
-        username=user,
-        password=password,
-        version=version,
-        keepalive=keepalive,
-        session_expiry=expiry,
-    )
+    try:
+        return side_config(t, default_id, flag_prefix)
+    except ValueError as err:
+        fail(f"{where}: {err}", EXIT_USAGE)
 
 
 def _option_name(option: str, flag_prefix: str) -> str:

@@ -11,12 +11,12 @@ are then whole topic names, mapped to each other.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from .topics import matches, topic_filter_error
 
-__all__ = ["BridgeRule", "BridgeRuleError", "parse_rule"]
+__all__ = ["BridgeRule", "BridgeRuleError", "LinkStats", "Route", "parse_rule", "route", "source_filters"]
 
 Direction = Literal["out", "in", "both"]
 _DIRECTIONS: dict[str, Direction] = {"out": "out", "in": "in", "both": "both"}
@@ -116,3 +116,70 @@ def parse_rule(text: str) -> BridgeRule:
             if err := topic_filter_error(flt):
                 raise BridgeRuleError(f"topic rule {text!r}: the {name} {flt!r} is not a valid filter: {err}")
     return BridgeRule(pattern, direction, qos, local_prefix, remote_prefix)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a message on one topic goes: the topic on the other side, the highest QoS of the matching rules,
+    and the source filter of the rule that gave that QoS (to tell overlapping copies apart)."""
+
+    topic: str
+    qos: int
+    source_filter: str
+
+
+def route(rules: list[BridgeRule], incoming: bool, topic: str) -> Route | None:
+    """Where a local message (`incoming` False) or a remote one goes, or None when no rule forwards it: at the
+    highest QoS of the matching rules (mosquitto's one copy at the highest subscription QoS), remapped as
+    mosquitto does (send__publish, handle__publish): by the first matching rule that has a prefix; unchanged when
+    none has."""
+    mapped = None
+    matched = False
+    cap = -1
+    best = ""
+    for rule in rules:
+        out = rule.to_local(topic) if incoming else rule.to_remote(topic)
+        if out is None:
+            continue
+        matched = True
+        if mapped is None and (rule.local_prefix or rule.remote_prefix):
+            mapped = out
+        if rule.qos > cap:
+            cap = rule.qos
+            best = rule.remote_filter if incoming else rule.local_filter
+    if not matched:
+        return None
+    return Route(mapped if mapped is not None else topic, cap, best)
+
+
+def source_filters(rules: list[BridgeRule], remote: bool) -> dict[str, int]:
+    """The filters to subscribe to on one side (the local one, or the remote one), each once at the highest QoS
+    its rules ask for, in the rules' order."""
+    best: dict[str, int] = {}
+    for rule in rules:
+        if remote and rule.incoming:
+            flt = rule.remote_filter
+        elif not remote and rule.outgoing:
+            flt = rule.local_filter
+        else:
+            continue
+        best[flt] = max(best.get(flt, 0), rule.qos)
+    return best
+
+
+def _pair() -> list[int]:
+    return [0, 0]
+
+
+@dataclass(slots=True)
+class LinkStats:
+    """An embedded bridge's figures, kept by the bridge and read by $SYS and the metrics (one source of truth).
+    Pairs are by direction: [0] local to remote (out), [1] remote to local (in)."""
+
+    name: str
+    client_id: str  # of its session in the broker: what waits there for the remote is counted from it
+    connected: bool = False
+    forwarded: list[int] = field(default_factory=_pair)
+    resent: int = 0  # messages in flight handed to the remote again after a reconnect
+    dropped: list[int] = field(default_factory=_pair)  # QoS 0 while the other side was down or its queue full
+    reconnects: int = 0

@@ -18,6 +18,7 @@ from typing import Any
 
 from .acl import AclView
 from .auth import AuthPolicy, CertificateIdentity, authenticate
+from .bridge import LinkStats
 from .codec import encode
 from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
 from .flows import FlowState
@@ -156,6 +157,7 @@ class NoticeKind(StrEnum):
     DROPPED = "dropped"
     UNSUBSCRIBED = "unsubscribed"
     PERSISTENCE = "persistence"
+    BRIDGE = "bridge"  # an embedded bridge's connection to its remote broker
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +210,8 @@ class BrokerCore:
         # Persistence (core/persistence.py): None while off, so the hot paths pay one None check. When on, what
         # is to be stored, and the acknowledgements that must wait for the commit holding it (conn, bytes).
         self.changes: list[Change] | None = None
-        self.held: list[tuple[ServerConnection, bytes]] = []
+        self.held: list[tuple[ServerConnection, Any]] = []  # bytes, or an in-process client's token
+        self.links: dict[str, LinkStats] = {}  # embedded bridges by name: $SYS/broker/connection/... and metrics
         self._row = 0  # the last delivery row handed out
 
     # --- persistence ----------------------------------------------------------------------------------------
@@ -246,11 +249,15 @@ class BrokerCore:
             self.sessions[session.client_id] = session
             self._save_session(session)
 
-    def release(self, held: list[tuple[ServerConnection, bytes]]) -> None:
-        """The commit holding what these acknowledgements promise is done: they go out (to open connections)."""
+    def release(self, held: list[tuple[ServerConnection, Any]]) -> None:
+        """The commit holding what these acknowledgements promise is done: they go out (to open connections; an
+        in-process client's `taken` is told, with the token its publish_internal gave)."""
         for conn, data in held:
             if not conn.closed:
-                self._write(conn, data)
+                if conn.sink is not None:
+                    conn.sink.taken(data)
+                else:
+                    self._write(conn, data)
 
     def _save_session(self, session: Session) -> None:
         changes = self.changes
@@ -269,6 +276,156 @@ class BrokerCore:
             row = rows.pop(packet_id, 0)
             if row and self.changes is not None:
                 self.changes.append(DeliveryDone(session.client_id, row))
+
+    # --- in-process clients (an embedded bridge's local side) ----------------------------------------------------
+
+    def attach(
+        self, client_id: str, sink: Any, now: float, *, receive_maximum: int, expiry: int = NEVER_EXPIRES
+    ) -> ServerConnection:
+        """A client inside the process: a session under `client_id` (resumed if it exists, `expiry` seconds after
+        detach; NEVER_EXPIRES by default) whose deliveries go to `sink.deliver(message, qos, retain, packet_id)`
+        instead of bytes, at most `receive_maximum` QoS 1/2 unacknowledged (acknowledge_internal). Nothing is
+        delivered before resume_internal."""
+        old = self.sessions.get(client_id)
+        if old is not None and old.connection is not None:
+            self._close(old.connection, now, reason=ReasonCode.SESSION_TAKEN_OVER, detail="session taken over")
+            old = self.sessions.get(client_id)
+        conn = ServerConnection(f"in-process:{client_id}", now, None)
+        conn.sink = sink
+        conn.version = 5
+        conn.client_id = client_id
+        conn.connected = True
+        session = old if old is not None else Session(client_id, 5)
+        session.version = 5
+        session.expiry_interval = expiry
+        session.expires_at = None
+        session.will = None
+        session.will_at = None
+        session.connection = conn
+        session.outgoing.receive_maximum = receive_maximum
+        self.sessions[client_id] = session
+        conn.session = session
+        self._save_session(session)
+        return conn
+
+    def resume_internal(self, conn: ServerConnection, now: float) -> None:
+        """After attach (and subscribe_internal): what the session holds goes to the sink, in flight first (with
+        the same packet identifiers), then the queue as the window allows."""
+        session = conn.session
+        assert session is not None and conn.sink is not None
+        sink = conn.sink
+        client_id = session.client_id
+        for entry in session.outgoing.entries():
+            p = entry.publish
+            message = entry.context if type(entry.context) is Message else Message(
+                p.topic, p.payload, p.qos, p.retain, p.properties, client_id, now
+            )
+            sink.deliver(message, p.qos, p.retain, p.packet_id)
+        self._pump(session, now)
+
+    def detach(self, conn: ServerConnection, now: float, *, forget: bool = False) -> None:
+        """An in-process client goes: its session stays (deliveries queue for its next attach), or with `forget`
+        ends with its subscriptions and queue."""
+        if conn.closed:
+            return
+        conn.closed = True
+        session = conn.session
+        if session is None or session.connection is not conn:
+            return
+        session.connection = None
+        if forget or not session.expiry_interval:
+            self._end_session(session, now)
+            return
+        if session.expiry_interval != NEVER_EXPIRES:
+            session.expires_at = now + session.expiry_interval
+            self._schedule(session.expires_at, _TimerKind.EXPIRE, session.client_id)
+        self._save_session(session)
+
+    def subscribe_internal(self, conn: ServerConnection, filters: dict[str, SubscriptionOptions], now: float) -> None:
+        """Sets an in-process client's subscriptions to exactly `filters` (others it had are removed); the
+        retained messages of new filters are delivered, as to a SUBSCRIBE."""
+        session = conn.session
+        assert session is not None and conn.sink is not None
+        for flt in [f for f in session.subscriptions if f not in filters]:
+            del session.subscriptions[flt]
+            self.subscriptions.remove(flt, session.client_id)
+        retained: list[tuple[Message, int]] = []
+        for flt, opts in filters.items():
+            is_new = flt not in session.subscriptions
+            self.subscriptions.add(flt, session.client_id, opts)
+            session.subscriptions[flt] = opts
+            if is_new and parse_shared(flt)[0] is None:
+                retained += [(m, min(m.qos, opts.qos)) for m in self.retained.match(flt)]
+        self._save_session(session)
+        for message, qos in retained:
+            if not message.expired(now):
+                self._deliver(session, message, qos, True, (), now)
+
+    def publish_internal(
+        self,
+        conn: ServerConnection,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        properties: Properties,
+        now: float,
+        token: Any = None,
+        *,
+        system: bool = False,
+    ) -> bool:
+        """A message from an in-process client, routed as a PUBLISH is. True: taken (acknowledge it now). False
+        with persistence on: `conn.sink.taken(token)` follows once the commit holding what it changed is done
+        (acknowledged means stored). A message the broker refuses ($SYS, a name it cannot take, over
+        message_size_limit) is dropped, counted, and reported taken, as a PUBACK with a failure ends a flow.
+        `system`: the bridge's own notification, which may go to $SYS/..."""
+        self._clock = now
+        stats = self.stats
+        stats.publish_received_qos[qos] += 1
+        stats.publish_received_bytes_qos[qos] += len(payload)
+        problem = None
+        if topic not in self._topics_ok and (why := self._topic_problem(topic)) is not None:
+            problem = why
+        elif not system and (topic[:5] == "$SYS/" or topic == "$SYS"):
+            problem = (ReasonCode.NOT_AUTHORIZED, "$SYS is the broker's")
+        elif self.config.message_size_limit and len(payload) > self.config.message_size_limit:
+            problem = (ReasonCode.QUOTA_EXCEEDED, f"{len(payload)} bytes over message_size_limit")
+        elif retain and not self.config.retain_available:
+            problem = (ReasonCode.RETAIN_NOT_SUPPORTED, "retain is not available")
+        if problem is not None:
+            detail = f"PUBLISH to {topic!r}: {problem[1]}"
+            self.notices.append(Notice(NoticeKind.DROPPED, conn.client_id, conn.peer, detail))
+            stats.rejected[problem[0]] = stats.rejected.get(problem[0], 0) + 1
+            return True
+        props = properties
+        if props.items and (props.topic_alias is not None or props.subscription_identifiers):
+            props = props.replace(topic_alias=None, subscription_identifiers=())
+        matched = self._route(Message(topic, payload, qos, retain, props, conn.client_id, now), now)
+        if not matched and not qos:
+            stats.dropped_no_subscriber += 1
+        if not qos or self.changes is None:
+            return True
+        self.held.append((conn, token))
+        return False
+
+    def acknowledge_internal(self, conn: ServerConnection, packet_id: int, now: float) -> None:
+        """An in-process client has dealt with a QoS 1/2 delivery (a bridge: the remote broker acknowledged it):
+        its flow ends, QoS 2 at once (no PUBREL round within the process), and queued deliveries move up."""
+        session = conn.session
+        if session is None or conn.closed:
+            return
+        self._clock = now
+        entry = session.outgoing.get(packet_id)
+        if entry is None:
+            return
+        if entry.state is FlowState.AWAIT_PUBACK:
+            session.outgoing.acknowledge(PubAck(packet_id))
+        else:
+            if entry.state is FlowState.AWAIT_PUBREC:
+                session.outgoing.acknowledge(PubRec(packet_id))
+            session.outgoing.acknowledge(PubComp(packet_id))
+        self._delivery_done(session, packet_id)
+        self._pump(session, now)
 
     # --- the network layer's entry points ------------------------------------------------------------------
 
@@ -1030,6 +1187,12 @@ class BrokerCore:
                 if session.rows is None:
                     session.rows = {}
                 session.rows[pid] = row
+        sink = conn.sink
+        if sink is not None:  # an in-process client: the message itself, no bytes
+            self.stats.publish_sent_qos[qos] += 1
+            self.stats.publish_sent_bytes_qos[qos] += len(message.payload)
+            sink.deliver(message, qos, retain, pid)
+            return
         aliases = conn.aliases_out
         new_alias = 0
         if aliases is None:
@@ -1343,6 +1506,11 @@ class BrokerCore:
                 size += sum(len(d.message.payload) for d in session.queue)
         return count, size
 
+    def link_queued(self, link: LinkStats) -> int:
+        """QoS 1/2 messages an embedded bridge holds for its remote: in flight to it, or queued in its session."""
+        session = self.sessions.get(link.client_id)
+        return 0 if session is None else len(session.queue) + len(session.outgoing)
+
     def shared_subscriptions(self) -> int:
         return sum(flt[:7] == "$share/" for s in self.sessions.values() for flt in s.subscriptions)
 
@@ -1393,6 +1561,8 @@ class BrokerCore:
             "$SYS/broker/store/messages/count": str(queued),
             "$SYS/broker/store/messages/bytes": str(queued_bytes),
         }
+        for name, link in self.links.items():
+            figures[f"$SYS/broker/connection/{name}/state"] = "1" if link.connected else "0"
         figures.update(self.load.topics())
         return figures
 

@@ -6,8 +6,8 @@ back a table for tomli-w, and `translate_mosquitto` takes mosquitto.conf text (a
 
 Every section is a frozen record whose fields are the keys: the field's type and `metadata` (range, help)
 are the schema, so checking, `--print-config` and the documentation's key list come from one definition.
-Sections later issues fill (`[[bridge]]`) are reserved: named, and refused
-with the issue that brings them, never silently ignored.
+Sections later issues fill would be reserved (RESERVED_SECTIONS): named, and refused with the issue that
+brings them, never silently ignored.
 """
 
 from __future__ import annotations
@@ -22,12 +22,17 @@ from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from .bridge import BridgeRuleError, parse_rule
+from .topics import topic_name_error
+
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 __all__ = [
     "RESERVED_SECTIONS",
     "AuthSettings",
+    "BridgeRemoteSettings",
+    "BridgeSettings",
     "BrokerSettings",
     "ConfigError",
     "LimitsSettings",
@@ -354,6 +359,69 @@ class PersistenceSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class BridgeRemoteSettings:
+    """`[bridge.remote]`: the remote broker of an embedded bridge, with `mqtt bridge`'s keys of the same names."""
+
+    url: tuple[str, ...] = field(
+        metadata=_key("broker URLs (mqtt[s]://[user@]host[:port], ws[s]://, unix://), tried in turn", bridge_url=True)
+    )
+    client_id: str | None = field(default=None, metadata=_key("client id there (default: HOSTNAME.NAME)"))
+    username: str | None = field(default=None, metadata=_key("user name"))
+    password: str | None = field(default=None, metadata=_key("password (prefer password_file)"))
+    password_file: str | None = field(default=None, metadata=_key("file whose first line is the password"))
+    protocol_version: str = field(
+        default="auto", metadata=_key("MQTT version: 5, 3.1.1, 3.1, or auto (5, then 3.1.1)",
+                                      choices=("auto", "5", "5.0", "3.1.1", "311", "3.1", "31"))
+    )  # fmt: skip
+    keepalive: int = field(default=60, metadata=_key("keep alive, s", 0, 65535))
+    clean_start: bool = field(default=False, metadata=_key("no session kept there (mosquitto's cleansession)"))
+    session_expiry: int = field(
+        default=0xFFFFFFFF, metadata=_key("5.0 session expiry there, s (default: never)", 0, 0xFFFFFFFF)
+    )
+    try_private: bool = field(default=True, metadata=_key("3.x: connect with the bridge flag (no echo)"))
+    cafile: str | None = field(default=None, metadata=_key("CA certificates to check the remote's (implies TLS)"))
+    capath: str | None = field(default=None, metadata=_key("directory of CA certificates (implies TLS)"))
+    cert: str | None = field(default=None, metadata=_key("client certificate (PEM)"))
+    key: str | None = field(default=None, metadata=_key("private key of cert (PEM)"))
+    insecure: bool = field(default=False, metadata=_key("do not check the remote's host name (implies TLS)"))
+    tls_version: str | None = field(
+        default=None, metadata=_key("lowest TLS version", choices=("tlsv1.2", "tlsv1.3"))
+    )
+    alpn: str | None = field(default=None, metadata=_key("TLS ALPN protocol"))
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeSettings:
+    """One `[[bridge]]`: a bridge the broker runs itself (its local side is the broker), in `mqtt bridge`'s terms."""
+
+    name: str = field(metadata=_key("the bridge's name: default client ids, $SYS/broker/connection/NAME/state"))
+    topics: tuple[str, ...] = field(
+        metadata=_key("rules in mosquitto's grammar: 'PATTERN [in|out|both [QOS [LOCAL_PREFIX REMOTE_PREFIX]]]'",
+                      bridge_rule=True)
+    )  # fmt: skip
+    remote: BridgeRemoteSettings = field(metadata=_key("the remote broker"))
+    local_client_id: str | None = field(
+        default=None, metadata=_key("its session's id in this broker (default: local.HOSTNAME.NAME)")
+    )
+    restart_timeout: tuple[float, ...] = field(
+        default=(0.5, 30.0), metadata=_key("reconnect backoff: first delay and cap, s (jittered, doubling)", 0)
+    )
+    notification_topic: str | None = field(
+        default=None, metadata=_key("retained 1 on both brokers while linked, 0 otherwise (unset: none)")
+    )
+    qos0_queue: int = field(default=10_000, metadata=_key("QoS 0 messages held for a slow remote before dropping", 0))
+    receive_maximum: int = field(default=1000, metadata=_key("QoS 1/2 messages unacknowledged each way", 1, 65535))
+
+    def __post_init__(self) -> None:
+        if not self.name or any(c in self.name for c in "/+#\0") or self.name.startswith("$"):
+            raise ValueError(f"name {self.name!r}: use letters, digits, - _ . (it is a topic level in $SYS)")
+        if len(self.restart_timeout) != 2 or not 0 < self.restart_timeout[0] <= self.restart_timeout[1]:
+            raise ValueError(f"restart_timeout {list(self.restart_timeout)}: give [BASE, CAP] with 0 < BASE <= CAP")
+        if self.notification_topic is not None and (err := topic_name_error(self.notification_topic)):
+            raise ValueError(f"notification_topic {self.notification_topic!r}: {err}")
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerSettings:
     """The whole file: `[[listener]]`, `[limits]`, `[auth]`, `[log]`, `[sys]`, `[metrics]`, `[persistence]`."""
 
@@ -368,10 +436,11 @@ class BrokerSettings:
     persistence: PersistenceSettings = field(
         default_factory=PersistenceSettings, metadata=_key("what survives a restart")
     )
+    bridge: tuple[BridgeSettings, ...] = field(default=(), metadata=_key("bridges to other brokers"))
 
 
 #: Sections later issues add: named so that a file using them is told when, not "unknown section".
-RESERVED_SECTIONS = {"bridge": "#19"}
+RESERVED_SECTIONS: dict[str, str] = {}
 
 
 # --- checking a table against the records --------------------------------------------------------------------
@@ -470,6 +539,20 @@ def _value(kind: Any, meta: Mapping[str, Any], value: Any, path: str, source: st
             near = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise ConfigError(f"{source}: {path}: must be one of {', '.join(choices)}, not {value!r}{hint}")
+        if meta.get("bridge_rule"):
+            try:
+                parse_rule(value)
+            except BridgeRuleError as exc:
+                raise ConfigError(f"{source}: {path}: {exc}") from None
+            return value
+        if meta.get("bridge_url"):
+            # The rest (port, TLS files) is checked with the other remote keys when the bridge is built.
+            parts = urlsplit(value)
+            if parts.scheme.lower() not in ("mqtt", "mqtts", "ws", "wss", "unix") or not (parts.hostname or parts.path):
+                raise ConfigError(
+                    f"{source}: {path}: {value!r}: give mqtt://HOST[:PORT], mqtts://, ws://, wss:// or unix:///PATH"
+                )
+            return value
         if path.endswith(".url") or path == "url":
             try:
                 address = parse_listener_url(value)
@@ -535,6 +618,11 @@ def check(settings: BrokerSettings, source: str) -> BrokerSettings:
             raise ConfigError(
                 f"{source}: {path}: use_identity_as_username and use_subject_as_username exclude each other"
             )
+    names: set[str] = set()
+    for i, bridge in enumerate(settings.bridge):
+        if bridge.name in names:
+            raise ConfigError(f"{source}: bridge[{i}].name: {bridge.name!r} is the name of an earlier bridge")
+        names.add(bridge.name)
     auth = settings.auth
     if auth.use_identity_as_username and auth.use_subject_as_username:
         raise ConfigError(f"{source}: auth: use_identity_as_username and use_subject_as_username exclude each other")
@@ -750,6 +838,7 @@ class _Translator:
         self.unsupported: list[Unsupported] = []
         self.per_listener = False
         self.in_bridge = False
+        self.bridges: list[dict[str, Any]] = []  # `connection` blocks, with "_line" (the connection line)
         self.log_dests: list[str] = []
         self.log_types: list[LogLevel] = []
         self.here = Unsupported("", 0, "", "")  # the line being read
@@ -790,9 +879,10 @@ class _Translator:
             return "this broker does not change user: start it as that user (systemd: User=)"
         if key == "connection":
             self.in_bridge = True
-            return "bridges are not supported yet (issue #19)"
+            self.bridges.append({"name": value, "_line": self.here, "topics": [], "remote": {}})
+            return True
         if self.in_bridge and key in _BRIDGE_KEYS:
-            return "bridges are not supported yet (issue #19)"
+            return self._bridge_line(self.bridges[-1], key, value)
         if key == "listener":
             self.in_bridge = False
             port, _, address = value.partition(" ")
@@ -883,6 +973,75 @@ class _Translator:
             return True  # every acknowledged change is committed: stronger than any autosave setting
         return f"{key} is not supported"
 
+    def _bridge_line(self, b: dict[str, Any], key: str, value: str) -> bool | str:
+        """One line of a `connection` block, onto the [[bridge]] keys (see docs/bridge.md for the mapping)."""
+        remote = b["remote"]
+        if key in ("address", "addresses"):
+            urls = []
+            for item in value.split():
+                host, sep, port = item.rpartition(":") if not item.endswith("]") else (item, "", "")
+                if not sep:
+                    host, port = item, "1883"
+                good_host = re.fullmatch(r"[\w.-]+|\[[0-9a-fA-F:.]+\]", host)
+                if not port.isdigit() or not 0 < int(port) < 65536 or not good_host:
+                    return f"{key}: {item!r} is not HOST[:PORT]"
+                urls.append(f"mqtt://{host}:{port}")
+            remote["url"] = remote.get("url", []) + urls
+            return True
+        if key == "topic":
+            try:
+                parse_rule(value)
+            except BridgeRuleError as exc:
+                return str(exc)
+            b["topics"].append(value)
+            return True
+        simple = {
+            "remote_username": "username", "username": "username", "remote_password": "password",
+            "password": "password", "remote_clientid": "client_id", "clientid": "client_id", "bridge_cafile": "cafile",
+            "bridge_capath": "capath", "bridge_certfile": "cert", "bridge_keyfile": "key", "bridge_alpn": "alpn",
+        }  # fmt: skip
+        if key in simple:
+            remote[simple[key]] = value
+            return True
+        if key == "bridge_tls_version":
+            if value not in ("tlsv1.2", "tlsv1.3"):
+                return "bridge_tls_version: tlsv1.2 or tlsv1.3"
+            remote["tls_version"] = value
+            return True
+        if key in ("cleansession", "try_private", "bridge_insecure"):
+            name = {"cleansession": "clean_start", "bridge_insecure": "insecure"}.get(key, key)
+            remote[name] = _bool(value, key)
+            return True
+        if key == "keepalive_interval":
+            remote["keepalive"] = _int(value, key, 0, 65535)
+            return True
+        if key == "bridge_protocol_version":
+            versions = {"mqttv31": "3.1", "mqttv311": "3.1.1", "mqttv50": "5"}
+            if value not in versions:
+                return "bridge_protocol_version: mqttv31, mqttv311 or mqttv50"
+            remote["protocol_version"] = versions[value]
+            return True
+        if key == "local_clientid":
+            b["local_client_id"] = value
+            return True
+        if key == "notifications":
+            b["_notifications"] = _bool(value, key)
+            return True
+        if key == "notification_topic":
+            b["notification_topic"] = value
+            return True
+        if key == "restart_timeout":
+            words = value.split()
+            if not 1 <= len(words) <= 2 or not all(w.isdigit() and int(w) > 0 for w in words):
+                return "restart_timeout: one or two whole numbers of seconds (BASE [CAP])"
+            b["restart_timeout"] = (float(words[0]), float(words[-1]))
+            return True
+        if key == "start_type":
+            return True if value == "automatic" else "only start_type automatic: an embedded bridge always runs"
+        if key in ("local_username", "local_password"):
+            return f"{key}: the embedded bridge is inside the broker: no local login, and no ACL applies to it"
+        return f"{key} is not supported in a bridge"
+
     def _log_dest(self, value: str) -> bool | str:
         kind, _, arg = value.partition(" ")
         if kind == "file" and arg.strip():
@@ -922,7 +1081,25 @@ class _Translator:
             level = LogLevel.info  # mosquitto logs connections by default
         self.log.pop("_no_connections", None)
         log = LogSettings(**self.log, level=level)
+        bridges = []
+        for b in self.bridges:
+            bridge_line: Unsupported = b.pop("_line")
+            wants_notifications = b.pop("_notifications", True)
+            if not wants_notifications:
+                b.pop("notification_topic", None)
+            remote = b.pop("remote")
+            remote.setdefault("protocol_version", "3.1.1")  # mosquitto's default for a bridge
+            if "url" in remote:
+                remote["url"] = tuple(remote["url"])
+            b["topics"] = tuple(b["topics"])
+            try:
+                if not remote.get("url") or not b["topics"]:
+                    raise ValueError("a connection needs an address and at least one topic line")
+                bridges.append(BridgeSettings(remote=BridgeRemoteSettings(**remote), **b))
+            except ValueError as exc:
+                self.unsupported.append(replace(bridge_line, why=f"bridge left out: {exc}"))
         settings = BrokerSettings(
+            bridge=tuple(bridges),
             listener=tuple(records),
             limits=LimitsSettings(**self.limits),
             auth=AuthSettings(**self.auth),

@@ -163,6 +163,23 @@ def broker_families(core: BrokerCore, connected: Iterable[ConnectedClients], now
     f.add("mqtt_broker_subscriptions", g, "Subscriptions (shared ones included).", _one(len(core.subscriptions)))
     f.add("mqtt_broker_shared_subscriptions", g, "Shared subscriptions ($share/...).",
           _one(core.shared_subscriptions()))  # fmt: skip
+    if core.links:
+        links = sorted(core.links.values(), key=lambda x: x.name)
+        f.add("mqtt_bridge_up", g, "1 while an embedded bridge is connected to its remote broker, else 0 (as "
+              "$SYS/broker/connection/NAME/state).", tuple(Sample(int(x.connected), (("bridge", x.name),))
+              for x in links))  # fmt: skip
+        f.add("mqtt_bridge_forwarded_messages", c, "Messages an embedded bridge forwarded, by direction (out: to the "
+              "remote broker, in: from it).", tuple(Sample(x.forwarded[i], (("bridge", x.name), ("direction", d)))
+              for x in links for i, d in enumerate(("out", "in"))))  # fmt: skip
+        f.add("mqtt_bridge_resent_messages", c, "Messages in flight handed to the remote broker again after a "
+              "reconnect.", tuple(Sample(x.resent, (("bridge", x.name),)) for x in links))  # fmt: skip
+        f.add("mqtt_bridge_dropped_messages", c, "QoS 0 messages an embedded bridge dropped (remote down or its "
+              "queue full).", tuple(Sample(sum(x.dropped), (("bridge", x.name),)) for x in links))  # fmt: skip
+        f.add("mqtt_bridge_reconnects", c, "Times an embedded bridge connected to its remote broker again.",
+              tuple(Sample(x.reconnects, (("bridge", x.name),)) for x in links))  # fmt: skip
+        f.add("mqtt_bridge_messages_queued", g, "QoS 1/2 messages held for the remote broker (in flight or queued "
+              "in the bridge's session).", tuple(Sample(core.link_queued(x), (("bridge", x.name),))
+              for x in links))  # fmt: skip
     return f.items
 
 

@@ -45,6 +45,7 @@ class ServerConnection:
         "receive_maximum_announced",
         "retain_available",
         "session",
+        "sink",
         "topic_alias_maximum",
         "username",
         "version",
@@ -92,6 +93,9 @@ class ServerConnection:
         self.topic_alias_maximum = 0  # ours, as announced in CONNACK
         self.client_max_packet_size: int | None = None  # 5.0: the client's Maximum Packet Size
         self.context: Any = None  # the network layer's own bookkeeping
+        # An in-process client (BrokerCore.attach: an embedded bridge's local side): deliveries go to its
+        # `deliver`, held acknowledgements to its `taken`, and no bytes are written. None for a network connection.
+        self.sink: Any = None
 
     def keepalive_deadline(self) -> float | None:
         """When the connection is to be closed for silence (1.5 times the keep alive, 3.1.2.10)."""

@@ -23,7 +23,7 @@ import json
 import os
 import ssl
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -31,7 +31,7 @@ from typing import Any
 
 import trio
 
-from mqtt_cli.core.bridge import BridgeRule
+from mqtt_cli.core.bridge import BridgeRule, route, source_filters
 from mqtt_cli.core.events import (
     ConnectionAccepted,
     Disconnected,
@@ -53,12 +53,13 @@ from mqtt_cli.core.journal import (
 )
 from mqtt_cli.core.packets import Publish, Subscription, Will
 from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
+from mqtt_cli.profiles import PROTOCOL_VERSIONS
 
 from .client import Client, ClientSettings, version_name
 from .errors import ClientError
-from .transports import Endpoint
+from .transports import Endpoint, TLSOptions, make_ssl_context, parse_url
 
-__all__ = ["Bridge", "BridgeConfig", "BridgeError", "SideConfig", "SideStats"]
+__all__ = ["Bridge", "BridgeConfig", "BridgeError", "SideConfig", "SideStats", "side_config"]
 
 LOCAL, REMOTE = 0, 1
 SIDE_NAMES = ("local", "remote")
@@ -87,6 +88,8 @@ class SideConfig:
     keepalive: int = 60
     session_expiry: int = NEVER_EXPIRES  # 5.0; 3.x sessions (clean session 0) never expire
     connect_timeout: float = 10.0
+    clean_start: bool = False  # mosquitto's cleansession true: no session kept across connections
+    bridge_flag: bool = True  # mosquitto's try_private: the 3.x bridge flag in CONNECT
 
 
 @dataclass
@@ -142,6 +145,129 @@ class Counters:
     duplicates: list[int] = field(default_factory=lambda: [0, 0])  # received with DUP set
     unmatched: list[int] = field(default_factory=lambda: [0, 0])  # matched no rule (overlapping session state)
     overlap_copies: list[int] = field(default_factory=lambda: [0, 0])  # extra copies for overlapping filters
+
+
+def side_config(t: Mapping[str, Any], default_id: str, flag_prefix: str = "") -> SideConfig:
+    """One side of a bridge from its table (`mqtt bridge`'s [bridge.local]/[bridge.remote] keys, or a broker's
+    [bridge.remote]): URLs, credentials (a password file is read here), version, TLS context. ValueError in one
+    line naming the key, or the flag with `flag_prefix` (`--remote-`).
+    """
+    urls = t.get("url")
+    if isinstance(urls, str):
+        urls = [urls]
+    if not urls:
+        raise ValueError("no broker URL")
+    endpoints = []
+    user = t.get("username")
+    password: bytes | None = None
+    for url in urls:
+        try:
+            parsed = parse_url(str(url))
+        except ValueError as err:
+            raise ValueError(str(err)) from None
+        endpoints.append(parsed.endpoint)
+        user = user if user is not None else parsed.username
+        if parsed.password is not None and password is None:
+            password = parsed.password.encode()
+    if t.get("password") is not None:
+        password = str(t["password"]).encode()
+    if t.get("password_file") is not None:
+        file = os.path.expanduser(str(t["password_file"]))
+        try:
+            with open(file, "rb") as f:
+                password = f.readline().rstrip(b"\r\n")
+        except OSError as err:
+            raise ValueError(f"password file {file}: {err.strerror}") from None
+    version_text = str(t.get("protocol_version", "auto")).lower()
+    if version_text not in PROTOCOL_VERSIONS:
+        raise ValueError(f"protocol version {version_text!r}: use 31, 311, 5 or auto")
+    version = PROTOCOL_VERSIONS[version_text]
+    client_id = str(t.get("client_id", default_id))
+    if not client_id:
+        what = f"{flag_prefix}id" if flag_prefix else "client_id"
+        raise ValueError(f"{what} is empty: give one, or leave it out for the default {default_id!r}")
+    if version == 3 and len(client_id) > 23:
+        raise ValueError(f"MQTT 3.1 client ids have 23 characters at most; {client_id!r} has {len(client_id)}")
+    ssl_context = None
+    if any(t.get(k) for k in ("cafile", "capath", "cert", "insecure")):
+        # As the clients' options: these imply TLS, also for an mqtt:// or ws:// URL (mosquitto's bridge_cafile).
+        endpoints = [
+            Endpoint("mqtts" if e.scheme == "mqtt" else "wss", e.host, e.port, e.path, True)
+            if e.scheme in ("mqtt", "ws")
+            else e
+            for e in endpoints
+        ]
+    if any(e.tls for e in endpoints):
+        alpn = t.get("alpn") or ()
+        options = TLSOptions(
+            cafile=t.get("cafile"),
+            capath=t.get("capath"),
+            cert=t.get("cert"),
+            key=t.get("key"),
+            insecure=bool(t.get("insecure")),
+            version=t.get("tls_version"),
+            alpn=tuple([alpn] if isinstance(alpn, str) else alpn),
+        )
+        try:
+            ssl_context = make_ssl_context(options, lambda name: _option_name(name, flag_prefix))
+        except ValueError as err:
+            raise ValueError(str(err)) from None
+    keepalive = int(t.get("keepalive", 60))
+    expiry = int(t.get("session_expiry", 0xFFFFFFFF))
+    if not 0 <= keepalive <= 65535 or not 0 <= expiry <= 0xFFFFFFFF:
+        raise ValueError("keepalive 0..65535 and session_expiry 0..4294967295 seconds")
+    return SideConfig(
+        endpoints=tuple(endpoints),
+        client_id=client_id,
+        ssl_context=ssl_context,
+        username=user,
+        password=password,
+        version=version,
+        keepalive=keepalive,
+        session_expiry=expiry,
+        clean_start=bool(t.get("clean_start", False)),
+        bridge_flag=bool(t.get("try_private", True)),
+    )
+
+
+def side_settings(s: SideConfig, c: BridgeConfig | Any, **hooks: Any) -> ClientSettings:
+    """The client of one bridge side (`mqtt bridge`'s two, an embedded bridge's remote one): a persistent
+    session under a stable id, reconnecting forever with the bridge's backoff, manual acknowledgement (end to
+    end), the bridge flag, the notification will; `c` gives the bridge-wide settings (restart_base/cap,
+    notification_topic, receive_maximum, linger), `hooks` the bridge's callbacks."""
+    will = Will(c.notification_topic, b"0", 1, True) if c.notification_topic else None
+    return ClientSettings(
+        endpoint=s.endpoints[0],
+        alternates=s.endpoints[1:],
+        ssl_context=s.ssl_context,
+        client_id=s.client_id,
+        version=s.version,
+        keepalive=s.keepalive,
+        clean_start=s.clean_start,
+        session_expiry=0 if s.clean_start else s.session_expiry,
+        username=s.username,
+        password=s.password,
+        will=will,
+        connect_timeout=s.connect_timeout,
+        reconnect=True,
+        retry_first=True,
+        reconnect_delay=c.restart_base,
+        reconnect_max_delay=c.restart_cap,
+        reconnect_timeout=float("inf"),
+        ack_timeout=float("inf"),
+        receive_maximum=c.receive_maximum,
+        max_inflight=_WINDOW,
+        topic_alias_maximum=0,
+        manual_ack=True,
+        bridge_flag=s.bridge_flag,
+        linger=c.linger,
+        **hooks,
+    )
+
+
+def _option_name(option: str, flag_prefix: str) -> str:
+    """`cafile` as this side's flag (`--remote-cafile`) or its TOML key (`cafile`)."""
+    return f"{flag_prefix}{option}" if flag_prefix else option.replace("-", "_")
 
 
 class Journal:
@@ -231,39 +357,15 @@ class Bridge:
 
     def _settings(self, side: int) -> ClientSettings:
         c = self.config
-        s = c.local if side == LOCAL else c.remote
-        will = Will(c.notification_topic, b"0", 1, True) if c.notification_topic else None
-        return ClientSettings(
-            endpoint=s.endpoints[0],
-            alternates=s.endpoints[1:],
-            ssl_context=s.ssl_context,
-            client_id=s.client_id,
-            version=s.version,
-            keepalive=s.keepalive,
-            clean_start=False,
-            session_expiry=s.session_expiry,
-            username=s.username,
-            password=s.password,
-            will=will,
-            connect_timeout=s.connect_timeout,
-            reconnect=True,
-            retry_first=True,
-            reconnect_delay=c.restart_base,
-            reconnect_max_delay=c.restart_cap,
-            reconnect_timeout=float("inf"),
-            ack_timeout=float("inf"),
-            receive_maximum=c.receive_maximum,
-            max_inflight=_WINDOW,
-            topic_alias_maximum=0,
-            manual_ack=True,
-            bridge_flag=True,
+        return side_settings(
+            c.local if side == LOCAL else c.remote,
+            c,
             observer=partial(self._observe, side),  # partial, not a lambda: one Python frame fewer per batch
             on_message=partial(self._forward, side),  # the hot path: no event object per message
             on_acknowledged=self._delivered,
             on_qos2_hand_over=partial(self._handed_over, side),
             on_retry=lambda error, pause: self._retrying(side, error, pause),
             read_gate=lambda: self._other_keeps_up(side),
-            linger=c.linger,
         )
 
     def _other_keeps_up(self, side: int) -> bool:
@@ -272,21 +374,13 @@ class Bridge:
         paced by the brokers' windows; only the writer is waited for, which depends on no reader (no deadlock
         between the two directions of `both` rules)."""
         client = self.clients[REMOTE if side == LOCAL else LOCAL]
-        return client._qos0_pending < _QOS0_HIGH or not client.connected
+        return client.unwritten_qos0 < _QOS0_HIGH or not client.connected
 
     def _subscriptions(self, side: int, version: int) -> list[Subscription]:
         """The source filters of one side, each once at the highest QoS its rules ask for; on 5.0 with no-local
         and retain-as-published (3.x: the bridge flag asks for the same)."""
-        best: dict[str, int] = {}
-        for rule in self.config.rules:
-            if side == LOCAL and rule.outgoing:
-                flt = rule.local_filter
-            elif side == REMOTE and rule.incoming:
-                flt = rule.remote_filter
-            else:
-                continue
-            best[flt] = max(best.get(flt, 0), rule.qos)
         v5 = version == 5
+        best = source_filters(self.config.rules, side == REMOTE)
         return [Subscription(f, q, no_local=v5, retain_as_published=v5) for f, q in best.items()]
 
     def _restore(self) -> None:
@@ -321,7 +415,7 @@ class Bridge:
         try:
             async with trio.open_nursery() as nursery:
                 for side in (LOCAL, REMOTE):
-                    await nursery.start(self.clients[side]._run)
+                    await nursery.start(self.clients[side].run)
                     nursery.start_soon(self._subscribe, side)
                 nursery.start_soon(self._watch, nursery.cancel_scope)
                 await stop.wait()
@@ -336,7 +430,7 @@ class Bridge:
     async def _subscribe(self, side: int) -> None:
         client = self.clients[side]
         try:
-            await client._wait_connected()
+            await client.wait_connected()
             subs = self._subscriptions(side, client.conn.version)
             if not subs:
                 return
@@ -473,7 +567,7 @@ class Bridge:
         # What this batch produced for either broker (forwards one way, acknowledgements the other) leaves now,
         # with a non-blocking send each, instead of waking two writer tasks (they take what a socket refuses).
         for client in self.clients:
-            client._send_direct()
+            client.send_now()
 
     def _forward(self, side: int, p: Publish) -> None:
         if self._stopping:
@@ -532,40 +626,19 @@ class Bridge:
                 self.clients[side].acknowledge(p.packet_id)  # type: ignore[arg-type]
             return
         ctx = Forward(side, p.packet_id, src_qos, self.clients[side].conn.session_epoch)  # type: ignore[arg-type]
-        if (
-            qos == 1
-            and not props.items
-            and not client._backlog
-            and not client._ending
-            and client.conn.relay(topic, p.payload, 1, p.retain, ctx)
-        ):
+        if qos == 1 and not props.items and client.relay(topic, p.payload, 1, p.retain, ctx):
             # publish_nowait()'s common case in one call (no journal for QoS 1; what it queued leaves with
-            # _observe's _send_direct()). Anything else, or a relay() that declines, takes publish_nowait().
-            client.published += 1
+            # _observe's send_now()). Anything else, or a relay() that declines, takes publish_nowait().
             return
         client.publish_nowait(topic, p.payload, qos, p.retain, props, context=ctx)
 
     def _route(self, side: int, topic: str) -> tuple[str, int, int] | None:
-        """Where a message on `topic` goes and at which QoS at most (the highest of the matching rules, as
-        mosquitto's one copy at the highest subscription QoS). Remapped as mosquitto does (send__publish,
-        handle__publish): by the first matching rule that has a prefix; unchanged when none has."""
-        mapped = None
-        matched = False
-        cap = -1
-        best = ""
-        for rule in self.config.rules:
-            out = rule.to_remote(topic) if side == LOCAL else rule.to_local(topic)
-            if out is None:
-                continue
-            matched = True
-            if mapped is None and (rule.local_prefix or rule.remote_prefix):
-                mapped = out
-            if rule.qos > cap:
-                cap = rule.qos
-                best = rule.local_filter if side == LOCAL else rule.remote_filter
-        if not matched:
+        """Where a message on `topic` goes, at which QoS at most, and the subscription identifier of the copy to
+        forward (core.bridge.route)."""
+        found = route(self.config.rules, side == REMOTE, topic)
+        if found is None:
             return None
-        return mapped if mapped is not None else topic, cap, self._sids[side].get(best, 0)
+        return found.topic, found.qos, self._sids[side].get(found.source_filter, 0)
 
     def _handed_over(
         self, dst: int, pid: int, topic: str, payload: bytes, retain: bool, props: Properties, ctx: Any

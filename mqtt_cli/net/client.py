@@ -42,7 +42,7 @@ from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
 
 from .errors import BrokerRefused, ClientError, ConnectFailed, ConnectionLost, PublishFailed, TLSFailed
 from .trace import PacketTrace
-from .transports import Endpoint, open_transport
+from .transports import Endpoint, direct_sender, open_transport
 
 __all__ = ["Client", "ClientSettings", "open_client"]
 
@@ -172,7 +172,8 @@ class Client:
         self._conn_scope: trio.CancelScope | None = None
         self._conn_done = trio.Event()
         self._progress = 0.0
-        self._raw: Any = None  # the plain socket under a TCP stream: the reader sends on it without a task switch
+        # A non-blocking send on the TCP socket (transports.direct_sender): the reader sends without a task switch.
+        self._send_now: Callable[[bytes], int] | None = None
         self._unsent = b""  # what a direct send left over, for the writer
         self._writer_sending = False
 
@@ -256,6 +257,34 @@ class Client:
             return
         self._hand_over(topic, payload, qos, retain, properties, context)
         self._wake.set()
+
+    def relay(self, topic: str, payload: bytes, qos: int, retain: bool, context: Any) -> bool:
+        """A bridge's fast path for a message without properties: handed to the connection with no per-message
+        checks when nothing is queued before it and the connection takes it (ClientConnection.relay); False
+        when it declines (then publish_nowait)."""
+        if self._backlog or self._ending or not self.conn.relay(topic, payload, qos, retain, context):
+            return False
+        self.published += 1
+        return True
+
+    @property
+    def unwritten_qos0(self) -> int:
+        """QoS 0 messages handed over and not yet written (what a bridge paces its source by)."""
+        return self._qos0_pending
+
+    def send_now(self) -> None:
+        """What the connection has to send leaves now, with a non-blocking send() when the writer is idle (a
+        bridge calls it after each batch it handled), else the writer is woken."""
+        self._send_direct()
+
+    async def wait_connected(self) -> None:
+        """Until the client is connected (raises the client's failure if it fails for good)."""
+        await self._wait_connected()
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Runs the connection (connect, reconnect, read, write) until it ends: for `nursery.start`, by owners
+        that run the client in their own nursery instead of through open_client()."""
+        await self._run(task_status=task_status)
 
     def _can_hand_over(self, qos: int) -> bool:
         """A message may go to the connection now: nothing queued before it, connected, and room (the broker's
@@ -594,8 +623,7 @@ class Client:
         self._conn_done = trio.Event()
         self._progress = trio.current_time()
         self._unsent = b""
-        sock = getattr(stream, "socket", None)
-        self._raw = getattr(sock, "_sock", None) if type(stream) is trio.SocketStream else None
+        self._send_now = direct_sender(stream)
         if self._observer is not None:
             self._observer([accepted])
         if accepted.unacknowledged:
@@ -697,15 +725,15 @@ class Client:
         """What the reader's input produced (acknowledgements, messages handed over as the window opened) goes
         out with one non-blocking send() from the reader itself when the writer is idle and the socket takes
         it: a QoS 1 stream then costs no task switch per round trip. Anything else is the writer's."""
-        raw = self._raw
-        if raw is None or self._writer_sending or self._unsent or self._ending:
+        send_now = self._send_now
+        if send_now is None or self._writer_sending or self._unsent or self._ending:
             self._wake.set()
             return
         data = self.conn.data_to_send(trio.current_time())
         if not data:
             return
         try:
-            sent = raw.send(data)
+            sent = send_now(data)
         except OSError:  # would block, or the connection is gone: the writer finds out which
             sent = 0
         if sent < len(data):

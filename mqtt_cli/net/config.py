@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +17,10 @@ from pathlib import Path
 import tomli_w
 
 from mqtt_cli.core.auth import AuthPolicy
+from mqtt_cli.core.bridge import parse_rule
 from mqtt_cli.core.broker import BrokerConfig
 from mqtt_cli.core.config import (
+    BridgeSettings,
     BrokerSettings,
     ConfigError,
     Translation,
@@ -29,6 +32,8 @@ from mqtt_cli.core.config import (
     translate_mosquitto,
 )
 from mqtt_cli.net.auth_files import AuthFileError, load_policy
+from mqtt_cli.net.bridge import side_config
+from mqtt_cli.net.embedded import EmbeddedConfig
 from mqtt_cli.net.server import ListenerTLS, ServeOptions, ServerError, listener_policy, listener_record, tls_context
 
 __all__ = [
@@ -176,7 +181,34 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
             listener_policy(options, spec)  # one open to the network without authentication: refused here
         except ServerError as exc:
             raise ConfigError(f"{source}: listener[{i}]: {exc}") from None
+    options.bridges = [_bridge(b, f"{source}: bridge[{i}]") for i, b in enumerate(settings.bridge)]
     return options
+
+
+def _bridge(b: BridgeSettings, where: str) -> EmbeddedConfig:
+    """An embedded bridge's records: its remote side made as `mqtt bridge` makes one (side_config: URLs, password
+    file, TLS context), its rules parsed (checked when the file was loaded)."""
+    host = socket.gethostname().split(".")[0] or "localhost"
+    table = to_table(b.remote)
+    table.setdefault("client_id", f"{host}.{b.name}")
+    if table["protocol_version"] in ("3.1", "3.1.1", "5.0"):
+        table["protocol_version"] = {"3.1": "31", "3.1.1": "311", "5.0": "5"}[table["protocol_version"]]
+    try:
+        remote = side_config(table, table["client_id"])
+    except ValueError as exc:
+        raise ConfigError(f"{where}.remote: {exc}") from None
+    return EmbeddedConfig(
+        name=b.name,
+        remote=remote,
+        rules=[parse_rule(text) for text in b.topics],
+        local_client_id=b.local_client_id or f"local.{host}.{b.name}",
+        restart_base=b.restart_timeout[0],
+        restart_cap=b.restart_timeout[1],
+        notification_topic=b.notification_topic,
+        qos0_queue=b.qos0_queue,
+        receive_maximum=b.receive_maximum,
+        source=b,
+    )
 
 
 def _policies(settings: BrokerSettings, source: str) -> tuple[AuthPolicy, list[AuthPolicy | None]]:

@@ -31,6 +31,7 @@ from mqtt_cli.core.auth import (
     is_loopback,
     unsafe_listener_error,
 )
+from mqtt_cli.core.bridge import source_filters
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice, NoticeKind
 from mqtt_cli.core.config import (
     ALL_VERSIONS,
@@ -44,8 +45,10 @@ from mqtt_cli.core.config import (
 from mqtt_cli.core.metrics import ConnectedClients
 from mqtt_cli.core.persistence import Change
 from mqtt_cli.core.server import ServerConnection
+from mqtt_cli.net.embedded import EmbeddedBridge, EmbeddedConfig
 from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
 from mqtt_cli.net.store import Store, StoreError
+from mqtt_cli.net.transports import direct_sender
 from mqtt_cli.net.websocket import CloseReason, HandshakeRefused, WebSocketStream
 
 __all__ = [
@@ -167,6 +170,7 @@ class ServeOptions:
     auth: AuthPolicy = OPEN_POLICY  # for listeners without their own (allow_anonymous None: decided per listener)
     metrics: MetricsAddress | None = None  # the HTTP endpoint for monitoring (net/metrics.py)
     persistence: PersistenceSettings = field(default_factory=PersistenceSettings)  # path None: nothing kept
+    bridges: list[EmbeddedConfig] = field(default_factory=list)  # [[bridge]]: net/embedded.py
 
     def default_tls(self) -> ListenerTLS:
         return ListenerTLS(self.tls_cert, self.tls_key, self.tls_cafile, self.require_certificate)
@@ -245,13 +249,12 @@ class _Conn:
     a moment after its buffer empties (so a busy subscriber keeps one), then ends.
     """
 
-    __slots__ = ("closing", "raw", "stream", "wake", "writing")
+    __slots__ = ("closing", "send_now", "stream", "wake", "writing")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
-        # The plain socket under a TCP stream, for non-blocking sends outside any task (None for TLS).
-        sock = getattr(stream, "socket", None)
-        self.raw: Any = getattr(sock, "_sock", None) if isinstance(stream, trio.SocketStream) else None
+        # A non-blocking send on the TCP socket, usable outside any task (None for TLS, WebSocket, Unix).
+        self.send_now = direct_sender(stream)
         self.writing = False
         self.wake: trio.Event | None = None  # set to hand a lingering writer more output
         self.closing: trio.Event | None = None  # the reader waits on it for the writer's last bytes
@@ -275,6 +278,9 @@ class BrokerServer:
         self._to_commit: list[Change] = []
         self._to_release: list[tuple[ServerConnection, bytes]] = []
         self._commit_wake = trio.Event()
+        # Embedded bridges by name: each its task's bridge and an event set when that task has ended.
+        self.bridges: dict[str, tuple[EmbeddedBridge, trio.Event]] = {}
+        self._bridges_to_send: list[EmbeddedBridge] = []  # those with messages for their remote since _flush
 
     @property
     def bound(self) -> list[Listener]:
@@ -309,10 +315,10 @@ class BrokerServer:
                     nursery.start_soon(self._writer, conn, net, LOGIN_FAILURE_DELAY)
                     continue
                 out = conn.out
-                raw = net.raw
-                if out and raw is not None:
+                send_now = net.send_now
+                if out and send_now is not None:
                     try:
-                        sent = raw.send(out)
+                        sent = send_now(out)
                     except OSError:  # would block, or the peer is gone: the writer finds out which
                         sent = 0
                     if sent == len(out):
@@ -328,6 +334,10 @@ class BrokerServer:
                     nursery.start_soon(self._writer, conn, net)
         if core.changes or core.held:  # from core.drained() above
             self._collect()
+        if self._bridges_to_send:  # what embedded bridges were given for their remotes: one send each
+            sending, self._bridges_to_send = self._bridges_to_send, []
+            for bridge in sending:
+                bridge.send_now()
         if core.notices:
             report = self.options.on_notice
             while core.notices:
@@ -716,6 +726,7 @@ class BrokerServer:
             ended = len(listener.connections)
             await self.close_listener(listener)
             changes.append(f"listener {listener.spec.url} closed ({ended} connections ended)")
+        changes += await self._reload_bridges(options.bridges)
         self._listening_changed()
         self._ticker_wake.set()  # the $SYS interval may have changed
         return changes
@@ -735,6 +746,58 @@ class BrokerServer:
                 raise ServerError(f"metrics endpoint {address.host}:{address.port}: {exc.strerror or exc}") from None
         async with open_metrics(sockets, source) as self.metrics_bound:
             await self._run(stop, task_status)
+
+    # --- embedded bridges -------------------------------------------------------------------------------------
+
+    def _start_bridge(self, config: EmbeddedConfig) -> None:
+        nursery = self._nursery
+        assert nursery is not None
+        bridge = EmbeddedBridge(config, lambda: self.core, self._flush, self._bridges_to_send_append, self._bridge_log)
+        done = trio.Event()
+
+        async def run() -> None:
+            try:
+                await bridge.run()
+            except Exception as exc:  # a bug in one bridge ends that bridge, never the broker
+                self._bridge_log(f"bridge {config.name}: stopped by an internal error: {exc!r} (reload to restart it)")
+            finally:
+                done.set()
+
+        self.bridges[config.name] = (bridge, done)
+        nursery.start_soon(run)
+
+    async def _stop_bridge(self, name: str, *, forget: bool) -> None:
+        bridge, done = self.bridges.pop(name)
+        bridge.stop(forget=forget)
+        await done.wait()
+
+    def _bridges_to_send_append(self, bridge: EmbeddedBridge) -> None:
+        self._bridges_to_send.append(bridge)
+
+    def _bridge_log(self, line: str) -> None:
+        self._report(Notice(NoticeKind.BRIDGE, None, "-", line))
+
+    async def _reload_bridges(self, configs: list[EmbeddedConfig]) -> list[str]:
+        """Bridges added, removed (their local session ends) or changed (restarted with the new settings, the
+        session kept), by name; the others and every client are not touched."""
+        wanted = {c.name: c for c in configs}
+        changes = []
+        for name in list(self.bridges):
+            config = wanted.get(name)
+            old = self.bridges[name][0].config
+            if config is None:
+                await self._stop_bridge(name, forget=True)
+                changes.append(f"bridge {name} removed")
+            elif config.source != old.source:
+                await self._stop_bridge(name, forget=config.local_client_id != old.local_client_id)
+                before = source_filters(old.rules, remote=True)
+                self._start_bridge(replace(config, unsubscribe=tuple(before)))
+                changes.append(f"bridge {name} changed (restarted)")
+        for name, config in wanted.items():
+            if name not in self.bridges:
+                self._start_bridge(config)
+                changes.append(f"bridge {name} added")
+        return changes
 
     def connected_clients(self) -> list[ConnectedClients]:
         """Connected clients by listener and protocol level (the metrics endpoint's gauge)."""
@@ -773,8 +836,12 @@ class BrokerServer:
                 nursery.start_soon(self._ticker)
                 if self._store is not None:
                     nursery.start_soon(self._committer)
+                for config in opts.bridges:
+                    self._start_bridge(config)
                 task_status.started(self)
                 await stop.wait()
+                for name in list(self.bridges):  # first: their goodbyes go out while the broker still serves
+                    await self._stop_bridge(name, forget=False)
                 for listener in self.listeners:  # no new connections while the others end
                     listener.cancel_scope.cancel()
                 await self.shutdown()

@@ -3,7 +3,9 @@
 Two pairs of Debian mosquittos on 127.0.0.1, started once for the module:
 
 * A bridges to B by itself: A's config has a `connection` section with one `topic` line per rule below;
-* C and D are plain, and our `mqtt bridge --local C --remote D` runs between them with the same rules.
+* C and D are plain, and our `mqtt bridge --local C --remote D` runs between them with the same rules;
+* E is our broker (`mqtt serve --mosquitto-conf`) given A's very `connection` section (pointing at F, a plain
+  mosquitto): the embedded bridge, from the same `topic` lines through the mosquitto.conf translation.
 
 Every case publishes the same messages on the local side (A and C) and on the remote side (B and D); a
 collector on each broker (MQTT 5.0, `#` at QoS 2, retain-as-published) records what arrives as (side, topic,
@@ -29,6 +31,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from tests.broker.conftest import start_ours
 from tests.brokers import HOST, Broker, start_mosquitto
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -127,7 +130,7 @@ CASES = [
 ]  # fmt: skip
 
 PROBE_RULE = "kprobe/# both 1"  # last: once a probe crosses both ways, every rule's subscription is in place
-SIDES = {"mosquitto": ("A", "B"), "ours": ("C", "D")}
+SIDES = {"mosquitto": ("A", "B"), "ours": ("C", "D"), "embedded": ("E", "F")}
 
 Arrival = tuple[str, str, str, int, bool]  # side, topic, payload, QoS, retain
 
@@ -240,7 +243,13 @@ def _settle(collectors: dict[str, Collector], quiet: float = 0.6, cap: float = 1
         now = time.monotonic()
         if tuple(counts.values()) != last:
             last, stable_since = tuple(counts.values()), now
-        elif now - stable_since >= quiet and counts["C"] >= counts["A"] and counts["D"] >= counts["B"]:
+        elif (
+            now - stable_since >= quiet
+            and counts["C"] >= counts["A"]
+            and counts["D"] >= counts["B"]
+            and counts["E"] >= counts["A"]
+            and counts["F"] >= counts["B"]
+        ):
             return
         time.sleep(0.05)
 
@@ -266,6 +275,11 @@ def bridged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         brokers["A"] = start_mosquitto(tmp / "A", extra_conf="\n".join(conf))
         brokers["C"] = start_mosquitto(tmp / "C")
         brokers["D"] = start_mosquitto(tmp / "D")
+        brokers["F"] = start_mosquitto(tmp / "F")
+        embedded_conf = tmp / "E.conf"
+        conf_e = [line if not line.startswith("address") else f"address {HOST}:{brokers['F'].port}" for line in conf]
+        embedded_conf.write_text("allow_anonymous true\n" + "\n".join(conf_e).replace("cmp.A", "cmp.E") + "\n")
+        brokers["E"] = start_ours(tmp / "E", "--mosquitto-conf", str(embedded_conf))
         for name, broker in brokers.items():
             collectors[name] = Collector(broker, name)
             publishers[name] = Publisher(broker, name)
@@ -327,7 +341,8 @@ def test_same_arrivals_as_mosquitto_bridge(bridged: Setup, case: Case) -> None:
     theirs, ours = sorted(got.get("mosquitto", [])), sorted(got.get("ours", []))
     published = {f"{case.id}:{side}:{n}" for n, (side, *_) in enumerate(case.pubs)}
     # Every message reached its own side's collector on both pairs (the setup works) ...
-    for kind, arrivals in (("mosquitto", theirs), ("ours", ours)):
+    embedded = sorted(got.get("embedded", []))
+    for kind, arrivals in (("mosquitto", theirs), ("ours", ours), ("embedded", embedded)):
         local_or_own = {p for s, _, p, _, _ in arrivals if p.split(":")[1] == s}
         assert local_or_own == published, f"{kind}: not every publication reached its own broker's collector"
     # ... mosquitto's bridge carried something where the rule says it should ...
@@ -339,6 +354,13 @@ def test_same_arrivals_as_mosquitto_bridge(bridged: Setup, case: Case) -> None:
         f"  only through mosquitto's bridge: {sorted(set(theirs) - set(ours))}\n"
         f"  only through ours: {sorted(set(ours) - set(theirs))}\n"
         f"  mosquitto: {theirs}\n  ours:      {ours}"
+    )
+    # The embedded bridge too: mosquitto.conf's own `connection` section, run inside our broker.
+    assert embedded == theirs, (
+        f"rule {case.rule!r}{' + ' + repr(case.extra_rules) if case.extra_rules else ''}:\n"
+        f"  only through mosquitto's bridge: {sorted(set(theirs) - set(embedded))}\n"
+        f"  only through our embedded bridge: {sorted(set(embedded) - set(theirs))}\n"
+        f"  mosquitto: {theirs}\n  embedded:  {embedded}"
     )
 
 

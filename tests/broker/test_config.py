@@ -206,7 +206,9 @@ def test_flags_override_the_file_in_print_config(tmp_path: Path) -> None:
 
 
 def test_example_file_is_a_valid_configuration() -> None:
-    from mqtt_cli.core.config import check
+    import tomllib
+
+    from mqtt_cli.core.config import check, load_config
     from mqtt_cli.net.config import read_config
 
     example = REPO / "docs" / "broker.example.toml"
@@ -216,6 +218,12 @@ def test_example_file_is_a_valid_configuration() -> None:
     done = subprocess.run([*SERVE, "--config", str(example), "--print-config"], capture_output=True, text=True,
                           timeout=DEADLINE)  # fmt: skip
     assert done.returncode == 0 and 'url = "mqtts://0.0.0.0:8883"' in done.stdout
+    # Its commented bridge section is a valid one once uncommented.
+    text = example.read_text()
+    block = text[text.index("# [[bridge]]") :]
+    uncommented = "\n".join(line[2:] if line.startswith("# ") else "" for line in block.splitlines())
+    (bridge,) = load_config(tomllib.loads(uncommented), "example").bridge
+    assert bridge.name == "cloud" and bridge.remote.url == ("mqtts://cloud.example:8883",)
 
 
 @pytest.mark.parametrize(
@@ -291,22 +299,20 @@ def test_mosquitto_conf_refused_until_ignore_unsupported(tmp_path: Path, started
     conf = tmp_path / "mosquitto.conf"
     conf.write_text(
         f"listener {port} {HOST}\nallow_anonymous true\npersistent_client_expiration 1d\nmax_keepalive 120\n"
-        "connection cloud\naddress mqtt.example.com:8883\ntopic sensors/# out 1\n"
+        "connection cloud\naddress 127.0.0.1:1\ntopic sensors/# out 1\nround_robin true\n"
     )
     done = serve_fails("--mosquitto-conf", str(conf))
     assert done.returncode == 2
     lines = done.stderr.splitlines()
-    assert lines[:4] == [
+    assert lines[:2] == [
         f"mqtt: error: {conf}:3: 'persistent_client_expiration 1d': persistent_client_expiration is not supported",
-        f"mqtt: error: {conf}:5: 'connection cloud': bridges are not supported yet (issue #19)",
-        f"mqtt: error: {conf}:6: 'address mqtt.example.com:8883': bridges are not supported yet (issue #19)",
-        f"mqtt: error: {conf}:7: 'topic sensors/# out 1': bridges are not supported yet (issue #19)",
+        f"mqtt: error: {conf}:8: 'round_robin true': round_robin is not supported in a bridge",
     ]
-    assert lines[4] == (
-        f"mqtt: error: {conf}: 4 lines cannot be honoured (listed above); remove them, or pass "
+    assert lines[2] == (
+        f"mqtt: error: {conf}: 2 lines cannot be honoured (listed above); remove them, or pass "
         "--ignore-unsupported to run without them"
     )
-    assert len(lines) == 5
+    assert len(lines) == 3
     printed = subprocess.run([*SERVE, "--mosquitto-conf", str(conf), "--print-config"], capture_output=True,
                              text=True, timeout=DEADLINE)  # fmt: skip
     assert printed.returncode == 0

@@ -135,7 +135,9 @@ interval = 2.5
             "broker.toml: persistence.file: unknown key; known in [persistence]: path, synchronous",
         ),
         ({"persistence": {"synchronous": "off"}}, "broker.toml: persistence.synchronous: "),
-        ({"bridge": [{}]}, "[bridge] is not supported yet (issue #19)"),
+        ({"bridge": [{}]}, "broker.toml: bridge[0].name: missing"),
+        ({"bridge": [{"name": "x", "topics": ["a/# out 3"], "remote": {"url": ["mqtt://h"]}}]},
+         "bridge[0].topics[0]: topic rule 'a/# out 3': QoS '3' is not 0, 1 or 2"),
         ({"metrics": {"listen": "9883"}}, "metrics: '9883' is not HOST:PORT (e.g. 127.0.0.1:9883)"),
         ({"metrics": {"listen": "127.0.0.1:99999"}}, "metrics: '127.0.0.1:99999': the port must be a number"),
         ({"metrics": {"lisen": "x"}}, "metrics.lisen: unknown key; did you mean 'listen'?"),
@@ -289,7 +291,37 @@ def test_mosquitto_bridges_and_user_are_named_with_their_line_persistence_honour
     assert s.persistence == PersistenceSettings(path="/var/lib/mosquitto/mqtt-cli.db")
     assert lines[7] == "pid_file is not supported"
     assert "start it as that user" in lines[8]
-    assert [n for n, why in unsupported if "issue #19" in why] == [10, 11, 12, 13, 14, 15, 16]
+    assert not set(range(10, 17)) & set(lines)  # the connection block is a [[bridge]] now
+    (bridge,) = s.bridge
+    assert bridge.name == "cloud" and bridge.topics == ('sensors/# out 1 "" site7/',)
+    remote = bridge.remote
+    assert remote.url == ("mqtt://mqtt.example.com:8883",) and remote.cafile == "/etc/ssl/certs/ca-certificates.crt"
+    assert (remote.username, remote.password, remote.clean_start) == ("site-7", "secret", False)
+    assert remote.protocol_version == "3.1.1"  # mosquitto's default for bridges
+
+
+def test_mosquitto_connection_blocks_every_key_and_what_is_not_honoured() -> None:
+    text = (
+        "listener 1883\nconnection a\naddresses h1:1884 h2\ntopic x/# both 2 l/ r/\ntopic y/# in\n"
+        "remote_clientid rid\nlocal_clientid lid\ncleansession true\nkeepalive_interval 30\nnotifications true\n"
+        "notification_topic st/a\nbridge_protocol_version mqttv50\ntry_private false\nrestart_timeout 2 20\n"
+        "bridge_insecure true\nbridge_tls_version tlsv1.2\nlocal_username u\nround_robin true\n"
+        "topic z/# sideways\nconnection b\naddress h3\ntopic q/#\nnotifications false\nnotification_topic st/b\n"
+        "connection empty\naddress h4\n"
+    )
+    result = translate_mosquitto(text, "m.conf")
+    a, b = result.settings.bridge
+    assert a.topics == ("x/# both 2 l/ r/", "y/# in") and a.local_client_id == "lid"
+    assert a.restart_timeout == (2.0, 20.0) and a.notification_topic == "st/a"
+    r = a.remote
+    assert r.url == ("mqtt://h1:1884", "mqtt://h2:1883") and r.client_id == "rid" and r.clean_start
+    assert (r.keepalive, r.protocol_version, r.try_private, r.insecure, r.tls_version) == (30, "5", False, True,
+                                                                                            "tlsv1.2")  # fmt: skip
+    assert b.notification_topic is None and b.remote.url == ("mqtt://h3:1883",)
+    why = {u.line: u.why for u in result.unsupported}
+    assert set(why) == {17, 18, 19, 25}
+    assert "no local login" in why[17] and why[18] == "round_robin is not supported in a bridge"
+    assert "direction 'sideways'" in why[19] and "needs an address and at least one topic" in why[25]
 
 
 def test_mosquitto_default_listener_settings_without_port() -> None:

@@ -1,0 +1,356 @@
+"""A bridge inside `mqtt serve`: the local side is the broker itself, the remote side `mqtt bridge`'s client.
+
+    bridge = EmbeddedBridge(EmbeddedConfig(name="cloud", remote=side_config(...), rules=[...], local_client_id=...),
+                            core_of, flush, to_send, log)      # BrokerServer's (net/server.py: _start_bridge)
+    nursery.start_soon(bridge.run)      # until bridge.stop(forget=...)
+
+No connection to ourselves: the bridge attaches to `BrokerCore` as an in-process client (`BrokerCore.attach`),
+whose session holds the local filters of the rules and the messages for the remote. Local messages reach
+`deliver` as `Message` objects and go to the remote client; the core's flow for each ends
+(`acknowledge_internal`) only when the remote acknowledged it (PUBACK, or PUBREC for QoS 2), so until then the
+message stays in the bridge's session, persisted with it when persistence is on (a session that never expires).
+Remote messages go in with `publish_internal` and are acknowledged to the remote once the broker has taken
+them, and with persistence on once the commit that stored them is done (`taken`). Rules, routes and the remote
+client's settings are `mqtt bridge`'s (core/bridge.py, net/bridge.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from mqtt_cli.core.bridge import BridgeRule, LinkStats, route, source_filters
+from mqtt_cli.core.broker import NEVER_EXPIRES, BrokerCore
+from mqtt_cli.core.events import ConnectionAccepted, Disconnected, MessageReceived, PublishAcknowledged
+from mqtt_cli.core.packets import Publish, Subscription
+from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
+from mqtt_cli.core.server import ServerConnection
+from mqtt_cli.core.session import Message, SubscriptionOptions
+
+from .bridge import SideConfig, side_settings
+from .client import Client, version_name
+from .errors import ClientError
+
+__all__ = ["EmbeddedBridge", "EmbeddedConfig"]
+
+_ROUTES_MAX = 10_000
+
+
+@dataclass
+class EmbeddedConfig:
+    name: str
+    remote: SideConfig
+    rules: list[BridgeRule]
+    local_client_id: str
+    restart_base: float = 0.5
+    restart_cap: float = 30.0
+    notification_topic: str | None = None  # retained 1/0 on both brokers (mosquitto's notifications)
+    qos0_queue: int = 10_000  # QoS 0 messages held for a remote that is slow, beyond which they drop
+    receive_maximum: int = 1000  # unacknowledged messages each way: the remote's to us, ours to it
+    linger: float = 0.005  # as mqtt bridge's default: a busy remote reader waits that long to read more at once
+    source: Any = None  # the configuration record it was made from: a reload restarts the bridge when it differs
+    # Remote filters an earlier run of this bridge subscribed to and the rules no longer have (a reload that
+    # changed the rules): unsubscribed once connected, or the persistent remote session would keep sending them.
+    unsubscribe: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class _Out:
+    """A local QoS 1/2 message on its way to the remote: the packet identifier of the broker's flow to end."""
+
+    pid: int
+    conn: ServerConnection
+
+
+class EmbeddedBridge:
+    def __init__(self, config: EmbeddedConfig, core_of: Callable[[], BrokerCore], flush: Callable[[], None],
+                 to_send: Callable[[EmbeddedBridge], None], log: Callable[[str], None]) -> None:  # fmt: skip
+        self.config = config
+        self._core_of = core_of
+        # The server's: what the core produced for network clients leaves (and then send_now() of the bridges
+        # that asked through to_send: one send to the remote per read of a publisher, not one per message).
+        self._flush = flush
+        self._to_send = to_send
+        self._send_asked = False
+        self.log = log
+        self.stats = LinkStats(config.name, config.local_client_id)
+        self.client: Client | None = None
+        self.conn: ServerConnection | None = None
+        self._routes: list[dict[str, tuple[str, int, int] | None]] = [{}, {}]
+        self._sids: dict[str, int] = {}
+        self._told: bytes | None = None
+        self._scope = trio.CancelScope()
+        self._stopping = trio.Event()
+        self._cleanup = False  # forget the local session when stopped (the bridge was removed)
+        self._was_connected = False
+        self._last_error = ""
+        self.who = f"bridge {config.name}"
+
+    # --- life -----------------------------------------------------------------------------------------------
+
+    def stop(self, *, forget: bool) -> None:
+        """Ends the bridge (shutdown, or a reload removed or changed it): the notification topic says 0, the remote
+        gets DISCONNECT (bounded), then run() returns; `forget` ends its local session too."""
+        self._cleanup = forget
+        self._stopping.set()
+
+    async def _stopper(self) -> None:
+        await self._stopping.wait()
+        client = self.client
+        assert client is not None
+        with trio.move_on_after(2), contextlib.suppress(ClientError):
+            self._notify_local(b"0")
+            if client.connected:
+                if self.config.notification_topic:
+                    client.publish_nowait(self.config.notification_topic, b"0", 1, True)
+                    client.send_now()
+                    await client.wait_acknowledged()
+                await client.disconnect()
+        self._scope.cancel()
+
+    async def run(self) -> None:
+        c = self.config
+        core = self._core_of()
+        core.links[c.name] = self.stats
+        self.client = Client(
+            side_settings(
+                c.remote,
+                c,
+                observer=self._observe,
+                on_message=self._incoming,
+                on_acknowledged=self._delivered,
+                on_retry=self._retrying,
+            )
+        )
+        now = trio.current_time()
+        self.conn = core.attach(c.local_client_id, self, now, receive_maximum=c.receive_maximum, expiry=NEVER_EXPIRES)
+        filters = source_filters(c.rules, remote=False)
+        # No local: what this bridge publishes locally (from the remote) is not sent back; retain as published.
+        core.subscribe_internal(
+            self.conn, {f: SubscriptionOptions(q, True, True) for f, q in filters.items()}, now
+        )
+        core.resume_internal(self.conn, now)  # what the session kept (a restart's store, an earlier run) goes on
+        self._flush()
+        try:
+            with self._scope:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(self.client.run)
+                    nursery.start_soon(self._subscribe_remote)
+                    nursery.start_soon(self._watch)
+                    nursery.start_soon(self._stopper)
+        finally:
+            core = self._core_of()
+            core.detach(self.conn, trio.current_time(), forget=self._cleanup)
+            if core.links.get(c.name) is self.stats:
+                del core.links[c.name]
+            self.stats.connected = False
+            self._flush()
+
+    async def _watch(self) -> None:
+        assert self.client is not None
+        while self.client.failure is None:
+            await trio.sleep(0.2)
+        self.log(f"{self.who}: remote side: {self.client.failure}; the bridge stops (fix it and reload)")
+        self._scope.cancel()
+
+    async def _subscribe_remote(self) -> None:
+        client = self.client
+        assert client is not None
+        best = source_filters(self.config.rules, remote=True)
+        try:
+            await client.wait_connected()
+            v5 = client.conn.version == 5
+            subs = [Subscription(f, q, no_local=v5, retain_as_published=v5) for f, q in best.items()]
+            connack = client.connack
+            props = connack.properties if connack is not None else EMPTY_PROPERTIES
+            codes: tuple[int, ...] = ()
+            if not subs:
+                pass
+            elif v5 and props.subscription_identifier_available != 0:
+                sids = {sub.topic_filter: i + 1 for i, sub in enumerate(subs)}
+                for sub in subs:
+                    sid = Properties(subscription_identifier=sids[sub.topic_filter])
+                    codes += await client.subscribe([sub], sid)
+                self._sids = sids
+            else:
+                codes = await client.subscribe(subs)
+                self._sids = {}
+            self._routes[1].clear()
+            old = [f for f in self.config.unsubscribe if f not in best]
+            if old:
+                await client.unsubscribe(old)
+                self.log(f"{self.who}: remote: unsubscribed from {', '.join(old)} (no longer in the rules)")
+        except ClientError:
+            return
+        for sub, code in zip(subs, codes, strict=False):
+            if code >= 0x80:
+                self.log(f"{self.who}: the remote broker refused the subscription to {sub.topic_filter!r} "
+                         f"(reason 0x{code:02X}); nothing is forwarded from it")  # fmt: skip
+
+    # --- local to remote: the core's sink ---------------------------------------------------------------------
+
+    def deliver(self, message: Message, qos: int, retain: bool, packet_id: int | None) -> None:
+        """A delivery to the bridge's local session (synchronously, from the core)."""
+        client = self.client
+        assert client is not None and self.conn is not None
+        topic = message.topic
+        routes = self._routes[0]
+        try:
+            found = routes[topic]
+        except KeyError:
+            r = route(self.config.rules, False, topic)
+            found = None if r is None else (r.topic, r.qos, 0)
+            if len(routes) >= _ROUTES_MAX:
+                routes.clear()
+            routes[topic] = found
+        core = self._core_of()
+        if found is None:  # a filter kept from an earlier rule set: not ours to forward
+            if packet_id is not None:
+                core.acknowledge_internal(self.conn, packet_id, trio.current_time())
+            return
+        out_topic, cap, _ = found
+        out_qos = cap if cap < qos else qos
+        props = message.properties
+        if props.items and (client.conn.version != 5 or props.subscription_identifiers):
+            props = EMPTY_PROPERTIES if client.conn.version != 5 else props.replace(subscription_identifiers=())
+        stats = self.stats
+        stats.forwarded[0] += 1
+        if not out_qos:
+            if client.connected and client.queued < self.config.qos0_queue:
+                client.publish_nowait(out_topic, message.payload, 0, retain, props)
+                if not self._send_asked:
+                    self._send_asked = True
+                    self._to_send(self)
+            else:
+                stats.dropped[0] += 1
+            if packet_id is not None:
+                core.acknowledge_internal(self.conn, packet_id, trio.current_time())
+            return
+        if not self._send_asked:
+            self._send_asked = True
+            self._to_send(self)
+        ctx = _Out(packet_id, self.conn)  # type: ignore[arg-type]
+        if out_qos == 1 and not props.items and client.relay(out_topic, message.payload, 1, retain, ctx):
+            return
+        client.publish_nowait(out_topic, message.payload, out_qos, retain, props, context=ctx)
+
+    def send_now(self) -> None:
+        """What deliver() gave the remote client leaves (the server calls it at the end of its flush)."""
+        self._send_asked = False
+        if self.client is not None:
+            self.client.send_now()
+
+    def taken(self, token: Any) -> None:
+        """A remote message's commit is done (persistence): acknowledged to the remote now."""
+        client = self.client
+        if client is not None and token is not None:
+            pid, epoch = token
+            if client.conn.session_epoch == epoch:
+                client.acknowledge(pid)
+                client.send_now()
+
+    def _delivered(self, ctx: Any) -> None:
+        """The remote acknowledged a forward (PUBACK; PUBREC for QoS 2): the local flow ends (what that changes
+        leaves with the flush at the end of this read, _observe)."""
+        if type(ctx) is _Out and not ctx.conn.closed:
+            self._core_of().acknowledge_internal(ctx.conn, ctx.pid, trio.current_time())
+
+    # --- remote to local ----------------------------------------------------------------------------------------
+
+    def _incoming(self, p: Publish) -> None:
+        client = self.client
+        conn = self.conn
+        assert client is not None and conn is not None
+        routes = self._routes[1]
+        try:
+            found = routes[p.topic]
+        except KeyError:
+            r = route(self.config.rules, True, p.topic)
+            found = None if r is None else (r.topic, r.qos, self._sids.get(r.source_filter, 0))
+            if len(routes) >= _ROUTES_MAX:
+                routes.clear()
+            routes[p.topic] = found
+        qos = p.qos
+        if found is None:
+            if qos:
+                client.acknowledge(p.packet_id)  # type: ignore[arg-type]
+            return
+        topic, cap, sid = found
+        props = p.properties
+        if props.items:
+            sids = props.subscription_identifiers
+            if sid and sids and sid not in sids:  # a copy for an overlapping, lower QoS filter
+                if qos:
+                    client.acknowledge(p.packet_id)  # type: ignore[arg-type]
+                return
+        out_qos = cap if cap < qos else qos
+        self.stats.forwarded[1] += 1
+        core = self._core_of()
+        token = (p.packet_id, client.conn.session_epoch) if qos else None
+        taken = core.publish_internal(conn, topic, p.payload, out_qos, p.retain, props, trio.current_time(), token)
+        if taken and qos:
+            client.acknowledge(p.packet_id)  # type: ignore[arg-type]
+        # The deliveries it made leave with the flush at the end of this read (_observe).
+
+    # --- events -------------------------------------------------------------------------------------------------
+
+    def _observe(self, events: list[Any]) -> None:
+        for event in events:
+            t = type(event)
+            if t is MessageReceived:
+                self._incoming(event.publish)
+            elif t is PublishAcknowledged:
+                ctx = event.context
+                if event.reason_code >= 0x80 and type(ctx) is _Out:
+                    self.log(f"{self.who}: the remote broker refused a message (reason 0x{event.reason_code:02X}); "
+                             "it is dropped")  # fmt: skip
+                self._delivered(ctx)
+            elif t is ConnectionAccepted:
+                self._connected(event)
+            elif t is Disconnected:
+                if self.stats.connected:
+                    self.log(f"{self.who}: remote connection lost: {event.reason}")
+                self.stats.connected = False
+                self._notify_local(b"0")
+        # Called after every read of the remote: what it produced for local clients and the store, and for the
+        # remote (acknowledgements, forwards the window let through), leaves now.
+        self._flush()
+        if self.client is not None:
+            self.client.send_now()
+
+    def _connected(self, event: ConnectionAccepted) -> None:
+        client = self.client
+        assert client is not None
+        st = self.stats
+        if self._was_connected:
+            st.reconnects += 1
+        self._was_connected = st.connected = True
+        if event.session_present:
+            st.resent += client.conn.inflight
+        self.log(
+            f"{self.who}: connected to {client.endpoint} (MQTT {version_name(client.conn.version)}, "
+            f"session {'resumed' if event.session_present else 'new'})"
+        )
+        topic = self.config.notification_topic
+        if topic:
+            client.publish_nowait(topic, b"1", 1, True)
+        self._notify_local(b"1")
+
+    def _notify_local(self, value: bytes) -> None:
+        topic = self.config.notification_topic
+        if topic is None or self.conn is None or self.conn.closed or self._told == value:
+            return
+        self._told = value
+        self._core_of().publish_internal(
+            self.conn, topic, value, 1, True, EMPTY_PROPERTIES, trio.current_time(), None, system=True
+        )
+        self._flush()
+
+    def _retrying(self, error: str, pause: float) -> None:
+        if error != self._last_error:
+            self.log(f"{self.who}: remote: {error}; trying again (backoff up to {self.config.restart_cap:g} s)")
+        self._last_error = error
