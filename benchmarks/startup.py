@@ -1,12 +1,19 @@
 """Start-up time of the ``mqtt`` command: whole-process wall time, median of N runs.
 
-    .venv/bin/python benchmarks/startup.py [-n 30] [--max-ms 150]
+    .venv/bin/python benchmarks/startup.py [-n 30] [--max-ms 150] [--one-shot-max-ms 60] [--skip-version]
 
-Measures ``mqtt --version`` through the installed console script (.venv/bin/mqtt) and through
-``python -m mqtt_cli``, with a bare ``python -c pass`` as the floor, and for comparison ``--version``
-answered by typer (``mqtt --version completions bash`` skips the fast path) and ``mqtt --help`` (typer and
-rich), then the import cost of the libraries the CLI stands on
-(``python -X importtime``). With --max-ms, exits 1 when a ``--version`` median is above it.
+One-shot clients (issue 20): ``mqtt pub -t x -m y`` at QoS 0 and 1, ``mqtt sub -C 1`` (a retained message)
+and ``mqtt rr`` (a responder answers), each against ``mqtt serve`` and against mosquitto, beside Debian's
+mosquitto_pub, mosquitto_sub and mosquitto_rr doing the same, ``mqtt pub`` with the fast path turned off
+(MQTT_CLI_FAST=0: typer and trio), and ``python -c pass`` as the floor. The cases run interleaved (one run of
+each in turn, N rounds), so that the machine's other load falls on all of them alike; the ratios to
+mosquitto's clients and to the floor are of the same run. With --one-shot-max-ms, exits 1 when one of our
+one-shot medians is above it.
+
+Then ``mqtt --version`` through the installed console script (.venv/bin/mqtt) and through
+``python -m mqtt_cli``, for comparison ``--version`` answered by typer (``mqtt --version completions bash``
+skips the fast path) and ``mqtt --help`` (typer and rich), and the import cost of the libraries the CLI stands
+on (``python -X importtime``). With --max-ms, exits 1 when a ``--version`` median is above it.
 
 mqtt_cli is byte-compiled first, as pip does when it installs a wheel (with PYTHONDONTWRITEBYTECODE set, an
 editable install would otherwise compile its modules from source on every run).
@@ -14,16 +21,24 @@ editable install would otherwise compile its modules from source on every run).
 
 import argparse
 import compileall
+import contextlib
 import os
 import re
+import shutil
+import signal
+import socket
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+sys.path.insert(0, str(ROOT))
 
 
 def wall_ms(cmd: list[str], runs: int) -> list[float]:
@@ -36,6 +51,169 @@ def wall_ms(cmd: list[str], runs: int) -> list[float]:
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
         times.append((time.perf_counter() - start) * 1000)
     return times
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise SystemExit(f"the broker on port {port} exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.05)
+    raise SystemExit(f"nothing listens on port {port} after {timeout} s")
+
+
+@contextlib.contextmanager
+def brokers(workdir: Path) -> Iterator[dict[str, int]]:
+    """`mqtt serve` and, where installed, mosquitto, each on a free port of 127.0.0.1: name -> port."""
+    procs: list[subprocess.Popen[bytes]] = []
+    ports: dict[str, int] = {}
+    try:
+        port = _free_port()
+        serve = subprocess.Popen([str(BIN / "mqtt"), "serve", "--host", "127.0.0.1", "-p", str(port)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())  # fmt: skip
+        procs.append(serve)
+        _wait_port(port, serve)
+        ports["mqtt serve"] = port
+        mosquitto = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else "")
+        if mosquitto:
+            port = _free_port()
+            conf = workdir / "mosquitto.conf"
+            conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\n")
+            proc = subprocess.Popen([mosquitto, "-c", str(conf)], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)  # fmt: skip
+            procs.append(proc)
+            _wait_port(port, proc)
+            ports["mosquitto"] = port
+        yield ports
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(ROOT), **extra}
+
+
+class Responder:
+    """Answers every request on `topic` at once (MQTT 5.0: to its response topic, with its correlation data),
+    for the rr cases: a blocking client (mqtt_cli.net.blocking) in a thread."""
+
+    def __init__(self, port: int, topic: str) -> None:
+        from mqtt_cli.core.packets import Subscription
+        from mqtt_cli.core.properties import Properties
+        from mqtt_cli.net.blocking import BlockingClient
+        from mqtt_cli.net.endpoints import Endpoint
+        from mqtt_cli.net.settings import ClientSettings
+
+        self.client = BlockingClient(ClientSettings(Endpoint("mqtt", "127.0.0.1", port), client_id="", version=5))
+        self.client.connect()
+        self.client.subscribe([Subscription(topic, 0)])
+        self._props = Properties
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from mqtt_cli.net.blocking import WorkTimedOut
+
+        while not self.stop:
+            self.client.deadline = time.monotonic() + 0.2  # to look at `stop` now and then
+            try:
+                msg = self.client.next_message()
+            except WorkTimedOut:
+                continue
+            if not hasattr(msg, "properties") or not msg.properties.response_topic:
+                continue
+            self.client.deadline = None
+            props = self._props(correlation_data=msg.properties.correlation_data)
+            self.client.publish(msg.properties.response_topic, b"answer", 0, False, props)
+            self.client.wait_acknowledged()
+
+    def close(self) -> None:
+        self.stop = True
+        self.thread.join(5)
+        self.client.disconnect()
+
+
+def one_shot_cases(ports: dict[str, int]) -> list[tuple[str, list[str], dict[str, str], str]]:
+    """(name, command, extra environment, group): ours and mosquitto's clients against each broker."""
+    mqtt = str(BIN / "mqtt")
+    cases: list[tuple[str, list[str], dict[str, str], str]] = [
+        ("python -c pass (floor)", [sys.executable, "-c", "pass"], {}, "")
+    ]
+    have_mosquitto = all(shutil.which(c) for c in ("mosquitto_pub", "mosquitto_sub", "mosquitto_rr"))
+    for broker, port in ports.items():
+        at = ["-h", "127.0.0.1", "-p", str(port)]
+        work = {
+            "pub QoS 0": [*at, "-t", "bench/x", "-m", "y"],
+            "pub QoS 1": [*at, "-t", "bench/x", "-m", "y", "-q", "1"],
+            "sub -C 1 (retained)": [*at, "-t", "bench/retained", "-C", "1"],
+            "rr": [*at, "-t", "bench/req", "-e", "bench/resp", "-m", "q", "-W", "10"],
+        }
+        for what, args in work.items():
+            verb = what.split()[0]
+            group = f"{what} -> {broker}"
+            cases.append((f"mqtt {what} -> {broker}", [mqtt, verb, *args], {}, group))
+            if what == "pub QoS 0":
+                cases.append((f"mqtt {what} -> {broker}, typer path", [mqtt, verb, *args], {"MQTT_CLI_FAST": "0"},
+                              group))  # fmt: skip
+            if have_mosquitto:
+                extra = ["-V", "5"] if verb == "rr" else []  # mosquitto_rr needs 5.0 anyway: said plainly
+                cases.append((f"mosquitto_{verb} {what[len(verb) + 1:]} -> {broker}".replace("  ", " "),
+                              [f"mosquitto_{verb}", *args, *extra], {}, group))  # fmt: skip
+    return cases
+
+
+def one_shot(runs: int, limit: float | None) -> list[str]:
+    """Runs the one-shot cases interleaved; prints medians and same-run ratios; returns what is over `limit`."""
+    over: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp, brokers(Path(tmp)) as ports:
+        responders = []
+        for port in ports.values():
+            subprocess.run([str(BIN / "mqtt"), "pub", "-h", "127.0.0.1", "-p", str(port), "-t", "bench/retained",
+                            "-m", "kept", "-r", "-q", "1"], check=True, env=_env())  # fmt: skip
+            responders.append(Responder(port, "bench/req"))
+        try:
+            cases = one_shot_cases(ports)
+            times: dict[str, list[float]] = {name: [] for name, _, _, _ in cases}
+            for round_ in range(runs + 1):  # the first round warms up
+                for name, cmd, extra, _ in cases:
+                    start = time.perf_counter()
+                    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(**extra))
+                    elapsed = (time.perf_counter() - start) * 1000
+                    if done.returncode != 0:
+                        raise SystemExit(f"{name}: exit {done.returncode}: {done.stderr.decode().strip()}")
+                    if round_:
+                        times[name].append(elapsed)
+        finally:
+            for responder in responders:
+                responder.close()
+    floor = statistics.median(times[cases[0][0]])
+    print(f"one-shot clients, wall time of the whole process, median of {runs} interleaved runs (ms)")
+    print(f"{'command':<52} {'median':>8} {'min':>8} {'max':>8} {'- floor':>8} {'/ mosq.':>8}")
+    reference = {group: statistics.median(times[name]) for name, _, _, group in cases if name.startswith("mosq")}
+    for name, _, _, group in cases:
+        median = statistics.median(times[name])
+        ratio = f"{median / reference[group]:8.2f}" if group in reference and not name.startswith("mosq") else ""
+        print(f"{name:<52} {median:8.1f} {min(times[name]):8.1f} {max(times[name]):8.1f} {median - floor:8.1f} "
+              f"{ratio}")  # fmt: skip
+        if limit is not None and name.startswith("mqtt") and "typer" not in name and median > limit:
+            over.append(f"{name}: median {median:.1f} ms > {limit} ms")
+    print()
+    return over
 
 
 def import_ms(module: str) -> float:
@@ -53,17 +231,36 @@ def import_ms(module: str) -> float:
     return int(match.group(1)) / 1000
 
 
+def _machine() -> str:
+    model = "unknown CPU"
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")),
+                     model)  # fmt: skip
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"{model}, {os.cpu_count()} CPUs, load average {load}, Python {sys.version.split()[0]}\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("-n", "--runs", type=int, default=30, help="runs per command (default 30)")
     parser.add_argument("--max-ms", type=float, help="fail when a --version median exceeds this")
+    parser.add_argument("--one-shot-max-ms", type=float, help="fail when one of our one-shot medians exceeds this")
+    parser.add_argument("--skip-version", action="store_true", help="only the one-shot clients")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the brokers are stopped on the way out
 
     mqtt = BIN / "mqtt"
     if not mqtt.exists():
         print(f"no console script at {mqtt}: run `make install` first", file=sys.stderr)
         return 1
     compileall.compile_dir(ROOT / "mqtt_cli", quiet=1)
+    print(_machine())
+    over = one_shot(args.runs, args.one_shot_max_ms)
+    if args.skip_version:
+        for line in over:
+            print(line, file=sys.stderr)
+        return 1 if over else 0
     cases = [
         ("python -c pass (floor)", [sys.executable, "-c", "pass"], False),
         ("mqtt --version (console script)", [str(mqtt), "--version"], True),
@@ -77,7 +274,6 @@ def main() -> int:
 
     print(f"start-up, wall time of the whole process, {args.runs} runs each (ms)")
     print(f"{'command':<40} {'median':>8} {'min':>8} {'max':>8}")
-    over = []
     for name, cmd, checked in cases:
         times = wall_ms(cmd, args.runs)
         median = statistics.median(times)

@@ -1,21 +1,35 @@
 """Entry point of the ``mqtt`` console script, of ``python -m mqtt_cli`` and of the zipapp.
 
 ``mqtt --version`` is answered here, before typer (about 80 ms of imports) is loaded, so that it costs
-little more than starting Python. Everything else goes to the typer app in :mod:`mqtt_cli.app`, where
-``--version`` is also a real, documented option giving the same answer.
+little more than starting Python, and plain one-shot ``pub``, ``sub`` and ``rr`` go to the fast path
+(:mod:`mqtt_cli.commands._fast`: no typer, rich or trio), which hands back whatever it does not fully
+understand. Everything else goes to the typer app in :mod:`mqtt_cli.app`, where ``--version`` is also a real,
+documented option giving the same answer. Completion requests (``_MQTT_COMPLETE``) always go to typer.
 
 When the process is done, it ends without tearing the interpreter down (see :func:`_exit_now`): once typer,
 trio and the core are loaded, that teardown (freeing every module, then garbage collection) took about
 40 ms of a one-shot ``mqtt pub``'s 250.
 """
 
+import os
 import sys
 from collections.abc import Sequence
 
-from mqtt_cli import version_text
+from mqtt_cli import COMPLETE_VAR, version_text
 
 #: Arguments answered without loading the app. Must stay in sync with the option in mqtt_cli/app.py.
 _VERSION_ARGS = (["--version"], ["-V"])
+#: Commands tried on the one-shot fast path first (mqtt_cli/commands/_fast.py), without typer, rich or trio.
+_FAST_COMMANDS = ("pub", "sub", "rr")
+
+
+def _run_fast(args: list[str]) -> int | None:
+    """The fast path's exit code, or None when the command goes to typer."""
+    try:
+        from mqtt_cli.commands._fast import run
+    except KeyboardInterrupt:  # Ctrl-C while importing
+        return 130
+    return run(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -24,6 +38,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args in _VERSION_ARGS:
         sys.stdout.write(version_text() + "\n")
         return 0
+    if argv is None and args and args[0] in _FAST_COMMANDS and COMPLETE_VAR not in os.environ:
+        try:
+            code = _run_fast(args)
+        except SystemExit as done:  # a usage error, said by `fail` as on the typer path
+            _exit_now(done)
+            raise
+        if code is not None:
+            _exit_now(SystemExit(code))
+            return code
     try:
         from mqtt_cli.app import run
     except KeyboardInterrupt:  # Ctrl-C while importing

@@ -15,8 +15,10 @@ writing).
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["PROFILE_KEYS", "ProfileError", "config_path", "load_config", "load_profile", "save_config"]
 
@@ -69,14 +71,21 @@ class ProfileError(Exception):
 
 
 def config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "mqtt-cli" / "config.toml"
+    from pathlib import Path
+
+    return Path(_config_file())
 
 
-def load_config(path: Path | None = None) -> dict[str, Any]:
-    path = path or config_path()
+def _config_file() -> str:
+    """config_path() as a string: a one-shot client reads its profile without pathlib (and urllib, ipaddress)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "mqtt-cli", "config.toml")
+
+
+def load_config(path: Path | str | None = None) -> dict[str, Any]:
+    path = path or _config_file()
     try:
-        f = path.open("rb")
+        f = open(path, "rb")  # noqa: SIM115 - closed below (with f), once tomllib is loaded
     except FileNotFoundError:
         return {}
     except OSError as err:
@@ -115,9 +124,9 @@ def check_value(key: str, value: Any, where: str) -> Any:
     return value
 
 
-def load_profile(name: str | None, path: Path | None = None) -> dict[str, Any]:
+def load_profile(name: str | None, path: Path | str | None = None) -> dict[str, Any]:
     """The named profile's values (checked); `None` means the profile "default" if it exists, else nothing."""
-    path = path or config_path()
+    path = path or _config_file()
     profiles = load_config(path).get("profiles", {})
     if name is None:
         name = "default"

@@ -11,8 +11,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mqtt_cli.exit_codes import EXIT_USAGE
+
 from . import fail
-from ._options import EXIT_USAGE
 
 if TYPE_CHECKING:
     from mqtt_cli.core.properties import Properties

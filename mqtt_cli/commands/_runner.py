@@ -120,7 +120,7 @@ def run_client(main: Callable[[], Awaitable[int]]) -> NoReturn:
         if any(isinstance(e, KeyboardInterrupt) for e in found):
             raise typer.Exit(EXIT_INTERRUPTED) from None
         for e in found:
-            if isinstance(e, typer.Exit):
+            if isinstance(e, typer.Exit | SystemExit):
                 raise e from None
         for e in found:
             if isinstance(e, ClientError):

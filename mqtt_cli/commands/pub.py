@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mqtt_cli.exit_codes import EXIT_PUBLISH_FAILED
-
 from . import _options as o
 from . import fail
 
@@ -98,63 +96,26 @@ def pub(
     Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 7 a message was
     refused or not acknowledged, 8 connection lost, 130 interrupted, 143 terminated (docs/exit-codes.md).
     """
-    sources = [
-        name
-        for name, given in (
-            ("-m", message is not None), ("-f", file is not None), ("-s", stdin_file), ("-l", stdin_line),
-            ("-n", null_message), ("--json-lines", json_lines),
-        )
-        if given
-    ]  # fmt: skip
-    if len(sources) != 1:
-        what = "no message given" if not sources else f"{' and '.join(sources)} both give the message"
-        fail(f"{what}: use one of -m, -f, -s, -l, -n or --json-lines", o.EXIT_USAGE)
-    form = None  # text: the bytes as they are (_payload is imported only when there is more to do)
-    if encoding is not None:
-        from ._payload import PUB_FORMATS, PayloadFormat, parse_format
+    from ._plans import fail_refused, plan_pub, protocol_name, publish_counts
 
-        form = parse_format(encoding, PUB_FORMATS)
-        if json_lines and form is not PayloadFormat.text:
-            fail('--json-lines gives each payload with its "encoding": drop --format', o.EXIT_USAGE)
-    if repeat > 1 and (stdin_line or json_lines):
-        fail("--repeat works with -m, -f, -s and -n, not with -l or --json-lines", o.EXIT_USAGE)
-    resolved = o.client_settings(conn, ctx)
-    settings = resolved.settings
-    topic = topic or resolved.url_topic
-    if topic is None and not json_lines:
-        fail("no topic: give -t TOPIC (or a topic in the --url)", o.EXIT_USAGE)
-    if topic is not None:
-        from mqtt_cli.core.topics import topic_name_error
-
-        if err := topic_name_error(topic):
-            fail(f"-t {topic!r}: {err}", o.EXIT_USAGE)
-    qos_value = qos if qos is not None else int(resolved.profile.get("qos", 0))
-    props = _message_properties(
-        user_property, content_type, response_topic, correlation_data, message_expiry, payload_format, topic_alias
+    plan = plan_pub(
+        ctx, topic=topic, message=message, file=file, stdin_file=stdin_file, stdin_line=stdin_line,
+        null_message=null_message, json_lines=json_lines, encoding=encoding, qos=qos, retain=retain, repeat=repeat,
+        repeat_delay=repeat_delay, user_property=user_property, content_type=content_type,
+        response_topic=response_topic, correlation_data=correlation_data, message_expiry=message_expiry,
+        payload_format=payload_format, topic_alias=topic_alias, conn=conn,
+    )  # fmt: skip
+    settings, topic, qos_value, props, payload, form = (
+        plan.settings, plan.topic, plan.qos, plan.props, plan.payload, plan.form
     )
-    if props and settings.version in (3, 4):
-        fail("message properties (--content-type, --user-property, ...) need MQTT 5.0 (-V 5)", o.EXIT_USAGE)
-
-    if (stdin_file or stdin_line or json_lines) and o.stdin_closed():
-        what = "-s" if stdin_file else "-l" if stdin_line else "--json-lines"
-        fail(f"{what} reads standard input, but it is closed: pipe the messages in, or use -m or -f", o.EXIT_USAGE)
-    payload = b""
-    if message is not None and form is None and len(message) < 65536:
-        payload = message.encode()  # within what any PUBLISH carries: nothing to check
-    elif message is not None or file is not None or stdin_file:
-        from ._payload import PayloadFormat, read_payload
-
-        payload = read_payload(message, file, stdin_file, topic or "", qos_value, props, settings.version,
-                               form or PayloadFormat.text)  # fmt: skip
-
-    settings.auto_topic_aliases = stdin_line or json_lines
     from ._runner import connected, run_client
 
     async def main() -> int:
 
         async with connected(settings) as client:  # stops on SIGINT/SIGTERM, then says goodbye
             if props and client.version != 5:
-                fail(f"the broker speaks MQTT {_name(client.version)}: message properties need 5.0", o.EXIT_USAGE)
+                spoken = protocol_name(client.version)
+                fail(f"the broker speaks MQTT {spoken}: message properties need 5.0", o.EXIT_USAGE)
             state = _Progress()
             try:
                 if stdin_line:
@@ -171,18 +132,18 @@ def pub(
                 await client.wait_acknowledged()
             except _BadLine as err:
                 await _settle(client)
-                fail(f"{err} ({_counts(client)})", o.EXIT_USAGE)
+                fail(f"{err} ({publish_counts(client)})", o.EXIT_USAGE)
             except Exception as err:
                 from mqtt_cli.net.errors import ClientError
 
                 if not isinstance(err, ClientError):
                     raise
                 if client.refused:  # the refusal is the cause; mosquitto, for one, then drops the connection
-                    _refused(client, f"; then: {err}")
-                err.args = (f"{err} ({_counts(client)})",)
+                    fail_refused(client, f"; then: {err}")
+                err.args = (f"{err} ({publish_counts(client)})",)
                 raise
             if client.refused:
-                _refused(client)
+                fail_refused(client)
         return 0
 
     run_client(main)
@@ -196,57 +157,12 @@ class _Progress:
     line = 0
 
 
-def _refused(client: "Client", then: str = "") -> None:
-    from mqtt_cli.core.reasons import reason_name
-
-    reason = reason_name(client.refused[0].reason_code, 4)
-    refused = f"the broker refused {len(client.refused)} message(s): {reason} ({_counts(client)}){then}"
-    fail(refused, EXIT_PUBLISH_FAILED)
-
-
-def _name(version: int) -> str:
-    return {3: "3.1", 4: "3.1.1", 5: "5.0"}.get(version, str(version))
-
-
-def _counts(client: "Client") -> str:
-    done = client.acknowledged + client.written
-    return f"{client.published} sent, {done} acknowledged" + (
-        f", {len(client.refused)} refused" if client.refused else ""
-    )
-
-
 async def _settle(client: "Client") -> None:
     """Before failing on bad input: let what was already handed over be acknowledged (nothing lost)."""
     from mqtt_cli.net.errors import ClientError
 
     with contextlib.suppress(ClientError):
         await client.wait_acknowledged()
-
-
-def _message_properties(
-    user_property: list[str] | None,
-    content_type: str | None,
-    response_topic: str | None,
-    correlation_data: str | None,
-    message_expiry: int | None,
-    payload_format: int | None,
-    topic_alias: int | None,
-) -> "Properties":
-    from mqtt_cli.core.errors import LocalProtocolError
-    from mqtt_cli.core.properties import Properties
-
-    try:
-        return Properties(
-            user_properties=o.parse_user_properties(user_property, "--user-property"),
-            content_type=content_type,
-            response_topic=response_topic,
-            correlation_data=correlation_data.encode() if correlation_data is not None else None,
-            message_expiry_interval=message_expiry,
-            payload_format_indicator=payload_format,
-            topic_alias=topic_alias,
-        )
-    except LocalProtocolError as err:
-        fail(str(err), o.EXIT_USAGE)
 
 
 async def _stdin_chunks() -> Any:

@@ -14,7 +14,6 @@ import typer
 from mqtt_cli.exit_codes import EXIT_TIMEOUT
 
 from . import _options as o
-from . import fail
 
 RR = "Request"
 OUT = "Output"
@@ -79,39 +78,16 @@ def rr(
     Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 6 subscription
     refused, 7 request refused, 8 connection lost, 27 no response within -W, 130 interrupted, 143 terminated.
     """
-    given = [n for n, g in (("-m", message is not None), ("-f", file is not None), ("-s", stdin_file),
-                            ("-n", null_message)) if g]  # fmt: skip
-    if len(given) != 1:
-        what = "no request given" if not given else f"{' and '.join(given)} both give the request"
-        fail(f"{what}: use one of -m, -f, -s or -n", o.EXIT_USAGE)
-    if json_out and (hex_out or encoding is not None):
-        fail("--json and --format are different output forms: use one", o.EXIT_USAGE)
-    from ._payload import SUB_FORMATS, parse_format
+    from ._plans import plan_rr
 
-    form = parse_format("hex" if hex_out else encoding, SUB_FORMATS)
-    resolved = o.client_settings(conn, ctx)
-    settings = resolved.settings
-    topic = topic or resolved.url_topic
-    if not topic or not response_topic:
-        fail("give the request topic (-t) and the response topic (-e)", o.EXIT_USAGE)
-    from mqtt_cli.core.topics import topic_filter_error, topic_name_error
-
-    if err := topic_name_error(topic):
-        fail(f"-t {topic!r}: {err}", o.EXIT_USAGE)
-    if err := topic_name_error(response_topic) or topic_filter_error(response_topic):
-        fail(f"-e {response_topic!r}: {err}", o.EXIT_USAGE)
-    if stdin_file and o.stdin_closed():
-        fail("-s reads standard input, but it is closed: pipe the request in, or use -m or -f", o.EXIT_USAGE)
-    qos_value = qos if qos is not None else int(resolved.profile.get("qos", 0))
-    from mqtt_cli.core.properties import Properties
-
-    from ._payload import read_payload
-
-    # room for the response topic and 16 bytes of correlation data the request carries in 5.0
-    room = Properties(response_topic=response_topic, correlation_data=(correlation_data or "").encode() or bytes(16))
-    payload = read_payload(message, file, stdin_file, topic, qos_value, room, settings.version)
-    mode = "json" if json_out else "verbose" if verbose else "payload"
-
+    plan = plan_rr(
+        ctx, topic=topic, response_topic=response_topic, message=message, file=file, stdin_file=stdin_file,
+        null_message=null_message, qos=qos, correlation_data=correlation_data, verbose=verbose, json_out=json_out,
+        encoding=encoding, hex_out=hex_out, conn=conn,
+    )  # fmt: skip
+    settings, topic, response_topic, qos_value, payload, mode, form = (
+        plan.settings, plan.topic, plan.response_topic, plan.qos, plan.payload, plan.mode, plan.form
+    )
     from ._runner import connected, run_client
 
     async def main() -> int:

@@ -141,52 +141,17 @@ def sub(
     Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 6 subscription
     refused, 8 connection lost, 27 -W timeout, 130 interrupted, 143 terminated (docs/exit-codes.md).
     """
-    outputs = [n for n, given in (("-F", fmt is not None), ("--json", json_out),
-                                  ("--format", encoding is not None or hex_out)) if given]  # fmt: skip
-    if len(outputs) > 1:
-        fail(f"{' and '.join(outputs)} are different output forms: use one", o.EXIT_USAGE)
-    from ._payload import SUB_FORMATS, parse_format
+    from ._plans import plan_sub
 
-    form = parse_format("hex" if hex_out else encoding, SUB_FORMATS)
-    if no_retained and retained_only:
-        fail("-R skips retained messages and --retained-only prints only them: use one", o.EXIT_USAGE)
-    resolved = o.client_settings(conn, ctx, reconnect_session_expiry=3600)
-    settings = resolved.settings
-    filters = list(topic or [])
-    if not filters and resolved.url_topic:
-        filters = [resolved.url_topic]
-    if not filters and not unsubscribe:
-        fail("no topic: give -t FILTER (or a topic in the --url)", o.EXIT_USAGE)
-    from mqtt_cli.core.topics import topic_filter_error
-
-    for flt in [*filters, *(exclude or []), *(unsubscribe or [])]:
-        if err := topic_filter_error(flt):
-            fail(f"topic filter {flt!r}: {err}", o.EXIT_USAGE)
-    v5_only = [n for n, given in (("--no-local", no_local), ("--retain-as-published", retain_as_published),
-               ("--retain-handling", retain_handling != 0),
-               ("--subscription-identifier", subscription_identifier is not None)) if given]  # fmt: skip
-    if v5_only and settings.version in (3, 4):
-        fail(f"{', '.join(v5_only)} need MQTT 5.0 (-V 5)", o.EXIT_USAGE)
-    if fmt is not None:
-        from ._output import FormatError, check_format
-
-        try:
-            check_format(fmt)
-        except FormatError as err:
-            fail(str(err), o.EXIT_USAGE)
-    qos_value = qos if qos is not None else int(resolved.profile.get("qos", 0))
-    if retained_only:
-        # The end of the retained burst is found by a PINGREQ sent after SUBSCRIBE: the broker answers it after
-        # what it queued before. QoS 1/2 messages beyond its in-flight window would be sent after the PINGRESP.
-        qos_value = 0
-    mode = "json" if json_out else "format" if fmt is not None else "verbose" if verbose else "payload"
-    out_file = None
-    if output is not None:
-        try:
-            out_file = output.open("ab")  # appended to; opened before connecting, so a bad path is a usage error
-        except OSError as err:
-            fail(f"--output {output}: {err.strerror}", o.EXIT_USAGE)
-
+    plan = plan_sub(
+        ctx, topic=topic, exclude=exclude, qos=qos, no_local=no_local, retain_as_published=retain_as_published,
+        retain_handling=retain_handling, subscription_identifier=subscription_identifier, unsubscribe=unsubscribe,
+        verbose=verbose, fmt=fmt, json_out=json_out, encoding=encoding, hex_out=hex_out, output=output,
+        no_retained=no_retained, retained_only=retained_only, conn=conn,
+    )  # fmt: skip
+    settings, filters, qos_value, v5_only, mode, form, out_file = (
+        plan.settings, plan.filters, plan.qos, plan.v5_only, plan.mode, plan.form, plan.out_file
+    )
     from ._runner import connected, run_client
 
     async def main() -> int:

@@ -42,12 +42,18 @@ from .packets import (
 )
 from .persistence import (
     Change,
+    CommitLatency,
     DeliveryAdded,
     DeliveryDone,
+    DeliveryReleased,
+    DeliverySent,
+    IncomingAdded,
+    IncomingReleased,
     RetainedCleared,
     RetainedSet,
     SessionRemoved,
     SessionSaved,
+    StoredDelivery,
     StoredSession,
 )
 from .properties import EMPTY_PROPERTIES, Properties
@@ -129,6 +135,10 @@ class BrokerStats:
     dropped_not_authorized: int = 0
     refused: dict[str, int] = field(default_factory=dict)  # CONNECTs refused, by reason (snake_case name)
     rejected: dict[int, int] = field(default_factory=dict)  # PUBLISHes not taken (ACL, size...), by reason code
+    # Persistence: commits and how long each took (the network layer measures), and the episodes during which no
+    # commit could be written (a full disk).
+    commit_latency: CommitLatency = field(default_factory=CommitLatency)
+    store_failures: int = 0
 
     @property
     def publish_received(self) -> int:
@@ -213,6 +223,8 @@ class BrokerCore:
         self.held: list[tuple[ServerConnection, Any]] = []  # bytes, or an in-process client's token
         self.links: dict[str, LinkStats] = {}  # embedded bridges by name: $SYS/broker/connection/... and metrics
         self._row = 0  # the last delivery row handed out
+        # Set by the network layer while no commit can be written: 5.0 publishers are told 0x97 (not stored).
+        self.store_failing = False
 
     # --- persistence ----------------------------------------------------------------------------------------
 
@@ -227,27 +239,73 @@ class BrokerCore:
         sends). A session whose client was connected when the broker stopped starts its expiry now."""
         for message in retained:
             self.retained.set(message.topic, message)
+        due: list[Session] = []  # wills of connections the stop ended, published once every session is back
         for stored in sessions:
             session = Session(stored.client_id, stored.version)
+            session.will = stored.will
+            if stored.expiry_interval == 0:
+                # Kept only for its will: the stop ended its connection and its session, so the will is due.
+                if stored.will is not None:
+                    due.append(session)
+                if self.changes is not None:
+                    self.changes.append(SessionRemoved(stored.client_id))
+                continue
             session.username = stored.username
             session.expiry_interval = stored.expiry_interval
             session.expires_at = stored.expires_at
+            connected = session.expires_at is None and stored.will_at is None
             if session.expires_at is None and session.expiry_interval != NEVER_EXPIRES:
                 session.expires_at = now + session.expiry_interval
             if session.expires_at is not None:
                 self._schedule(session.expires_at, _TimerKind.EXPIRE, session.client_id)
+            if stored.will is not None:
+                if stored.will_at is not None:  # its connection had closed; the will delay was running
+                    session.will_at = stored.will_at
+                    self._schedule(stored.will_at, _TimerKind.WILL, session.client_id)
+                elif connected:
+                    # Its connection was ended by the stop, not by a DISCONNECT: the will is due [MQTT-3.1.2-8],
+                    # after its delay counted from now (as the session's expiry is).
+                    delay = (stored.will.properties.will_delay_interval or 0) if stored.version == 5 else 0
+                    if delay and session.expiry_interval:
+                        session.will_at = now + delay
+                        self._schedule(session.will_at, _TimerKind.WILL, session.client_id)
+                    else:
+                        due.append(session)
+            for pid in stored.incoming:
+                session.incoming.accept(pid)
             for flt, opts in stored.subscriptions:
                 self.subscriptions.add(flt, session.client_id, opts)
                 session.subscriptions[flt] = opts
             if stored.deliveries:
                 queue: deque[Delivery] = deque()
                 for d in stored.deliveries:
+                    self._row = max(self._row, d.row)
+                    if d.packet_id is not None:
+                        # In flight when the broker stopped: re-sent after the next CONNACK with its packet
+                        # identifier and DUP, or as PUBREL once PUBREC came (4.4).
+                        self._restore_inflight(session, d, now)
+                        continue
                     queue.append(Delivery(d.message, d.qos, d.retain, d.subscription_ids, d.row))
                     session.queued_bytes += d.message.size
-                    self._row = max(self._row, d.row)
-                session.queue = queue
+                if queue:
+                    session.queue = queue
             self.sessions[session.client_id] = session
-            self._save_session(session)
+            if connected:  # its expiry (and will delay) start now: on file
+                self._save_session(session)
+        for session in due:
+            self._publish_will(session, now)
+            if session.expiry_interval:
+                self._save_session(session)
+
+    def _restore_inflight(self, session: Session, d: StoredDelivery, now: float) -> None:
+        m = d.message
+        props = m.delivery_properties(now, d.subscription_ids) if session.version == 5 else EMPTY_PROPERTIES
+        publish = Publish(m.topic, m.payload, d.qos, d.retain, True, d.packet_id, props)
+        session.outgoing.restore(publish, d.released, m)
+        if session.rows is None:
+            session.rows = {}
+        assert d.packet_id is not None  # a stored delivery in flight has its packet identifier
+        session.rows[d.packet_id] = d.row
 
     def release(self, held: list[tuple[ServerConnection, Any]]) -> None:
         """The commit holding what these acknowledgements promise is done: they go out (to open connections; an
@@ -260,13 +318,15 @@ class BrokerCore:
                     self._write(conn, data)
 
     def _save_session(self, session: Session) -> None:
+        """A persistent session as it is now; a session that ends with its connection only while it has a will
+        (the will is due if the broker stops before the client disconnects)."""
         changes = self.changes
-        if changes is not None and session.expiry_interval:
+        if changes is not None and (session.expiry_interval or session.will is not None):
             subs = tuple(session.subscriptions.items())
             changes.append(
                 SessionSaved(
                     session.client_id, session.version, session.expiry_interval, session.expires_at, subs,
-                    session.username,
+                    session.username, session.will, session.will_at,
                 )
             )
 
@@ -532,6 +592,7 @@ class BrokerCore:
             if timer.kind is _TimerKind.WILL and session.will_at == timer.when:
                 session.will_at = None
                 self._publish_will(session, now)
+                self._save_session(session)  # the file forgets the will
             elif timer.kind is _TimerKind.EXPIRE and session.expires_at == timer.when:
                 self.stats.sessions_expired += 1
                 self._end_session(session, now)
@@ -736,7 +797,7 @@ class BrokerCore:
         session.connection = conn
         session.username = conn.username
         if self.changes is not None:
-            if expiry:
+            if expiry or p.will is not None:
                 self._save_session(session)
             elif session_present:
                 self.changes.append(SessionRemoved(client_id))  # kept no longer than this connection
@@ -971,6 +1032,11 @@ class BrokerCore:
                 f"PUBLISH to {topic!r}: {len(p.payload)} bytes over message_size_limit",
             )
             return
+        # Nothing can be stored: a 5.0 publisher is told so (0x97) and keeps the message (not taken, not delivered);
+        # a re-send of a QoS 2 message stored before still gets its plain PUBREC below.
+        if qos and self.store_failing and conn.version == 5 and (qos == 1 or not self._stored_before(conn, p)):
+            self._unstored(conn, p)
+            return
         if qos == 2:
             session = conn.session
             assert session is not None and p.packet_id is not None  # the codec checks: QoS > 0 has a packet id
@@ -991,6 +1057,9 @@ class BrokerCore:
             pubrec = b"\x50\x02" + p.packet_id.to_bytes(2, "big")
             if self.changes is None:
                 self._write(conn, pubrec)
+            elif session.expiry_interval:
+                # Its re-send after a restart must find the identifier: acknowledged, not delivered again.
+                self.changes.append(IncomingAdded(session.client_id, p.packet_id))
         message = Message(topic, p.payload, qos, p.retain, props, conn.client_id, now)
         matched = self._route(message, now)
         if not matched and not qos:
@@ -1030,6 +1099,18 @@ class BrokerCore:
                 session.incoming.publish_received(p)  # 3.x: the flow goes on to PUBREL / PUBCOMP
                 self._acknowledge(conn, kind + b"\x02" + pid)
 
+    def _stored_before(self, conn: ServerConnection, p: Publish) -> bool:
+        pid = p.packet_id
+        return conn.session is not None and pid is not None and pid in conn.session.incoming
+
+    def _unstored(self, conn: ServerConnection, p: Publish) -> None:
+        """The store cannot be written: PUBACK/PUBREC 0x97 at once (held acknowledgements wait for a commit that
+        cannot come now). Counted, not logged one by one: the network layer logs the failure."""
+        self.stats.rejected[0x97] = self.stats.rejected.get(0x97, 0) + 1
+        kind = b"\x40" if p.qos == 1 else b"\x50"
+        assert p.packet_id is not None  # QoS 1/2: the codec checks
+        self._write(conn, kind + b"\x03" + p.packet_id.to_bytes(2, "big") + b"\x97")
+
     def _acknowledge(self, conn: ServerConnection, data: bytes) -> None:
         """A PUBACK/PUBREC: at once, or with persistence behind the held ones, so acknowledgements keep the order
         of their PUBLISHes [MQTT-4.6.0-2] and none goes before the commit of what came before it."""
@@ -1041,11 +1122,20 @@ class BrokerCore:
     def _on_puback(self, conn: ServerConnection, p: PubAck | PubRec | PubComp, now: float) -> None:
         session = conn.session
         assert session is not None
+        held = False
         try:
             _, pubrel = session.outgoing.acknowledge(p)
-            if session.rows is not None and type(p) is not PubComp:
-                # The client has the message (PUBACK, or PUBREC for QoS 2): nothing more to re-send from the file.
-                self._delivery_done(session, p.packet_id)
+            if session.rows is not None:
+                if pubrel is None:
+                    # PUBACK, PUBCOMP or a failed PUBREC: the flow is over, nothing more to re-send from the file.
+                    self._delivery_done(session, p.packet_id)
+                else:
+                    row = session.rows.get(p.packet_id, 0)
+                    if row and self.changes is not None:
+                        # PUBREL waits for the commit saying so: sent before it, a restart would re-send the
+                        # PUBLISH, which a client that completed the flow takes for a new message.
+                        self.changes.append(DeliveryReleased(session.client_id, row))
+                        held = True
         except RemoteProtocolError as err:
             if p.packet_id not in session.outgoing:
                 # An acknowledgement for nothing in flight (a client acknowledging twice, or after our restart)
@@ -1060,14 +1150,25 @@ class BrokerCore:
             self._close(conn, now, reason=err.reason_code, detail=str(err))
             return
         if pubrel is not None:
-            self._send(conn, pubrel)
+            if held:
+                self.held.append((conn, encode(pubrel, conn.version)))
+            else:
+                self._send(conn, pubrel)
         else:
             self._pump(session, now)
 
     def _on_pubrel(self, conn: ServerConnection, p: PubRel, now: float) -> None:
         session = conn.session
         assert session is not None
-        self._send(conn, session.incoming.release(p, conn.version))
+        known = p.packet_id in session.incoming
+        pubcomp = session.incoming.release(p, conn.version)
+        if known and self.changes is not None and session.expiry_interval:
+            # The end of the flow goes after the commit of the release: sent before it, a restart would keep the
+            # identifier, and the publisher's next message under it would be taken for a re-send and lost.
+            self.changes.append(IncomingReleased(session.client_id, p.packet_id))
+            self.held.append((conn, encode(pubcomp, conn.version)))
+            return
+        self._send(conn, pubcomp)
 
     def _route(self, message: Message, now: float) -> bool:
         """Stores a retained message and delivers to every matching subscription; True when any matched."""
@@ -1187,13 +1288,17 @@ class BrokerCore:
                 if session.rows is None:
                     session.rows = {}
                 session.rows[pid] = row
+                assert self.changes is not None  # rows only with persistence on
+                self.changes.append(DeliverySent(session.client_id, row, pid))
         sink = conn.sink
         if sink is not None:  # an in-process client: the message itself, no bytes
             self.stats.publish_sent_qos[qos] += 1
             self.stats.publish_sent_bytes_qos[qos] += len(message.payload)
             sink.deliver(message, qos, retain, pid)
             return
-        aliases = conn.aliases_out
+        held = row and qos == 2  # written after the commit of its packet identifier (below)
+        # A held PUBLISH names its topic in full: packets written meanwhile must not rely on an alias it would set.
+        aliases = conn.aliases_out if not held else None
         new_alias = 0
         if aliases is None:
             data = message.wire(version, qos, retain, pid, props)
@@ -1220,6 +1325,11 @@ class BrokerCore:
         stats = self.stats
         stats.publish_sent_qos[qos] += 1
         stats.publish_sent_bytes_qos[qos] += len(message.payload)
+        if held:
+            # Exactly once across a restart: the client may hold this packet identifier only once the file does
+            # (a re-send under another one would be a second message to it). QoS 1 may arrive twice: not held.
+            self.held.append((conn, data))
+            return
         self._write(conn, data)
 
     def _enqueue(self, session: Session, delivery: Delivery) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from .broker import BrokerCore, refusal_name
+from .persistence import COMMIT_BOUNDS, CommitLatency
 
 __all__ = [
     "OPENMETRICS_TYPE",
@@ -35,12 +36,14 @@ OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 class MetricType(StrEnum):
     COUNTER = "counter"
     GAUGE = "gauge"
+    HISTOGRAM = "histogram"
 
 
 @dataclass(frozen=True, slots=True)
 class Sample:
     value: float
     labels: tuple[tuple[str, str], ...] = ()
+    suffix: str = ""  # a histogram's _bucket, _sum or _count
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +166,16 @@ def broker_families(core: BrokerCore, connected: Iterable[ConnectedClients], now
     f.add("mqtt_broker_subscriptions", g, "Subscriptions (shared ones included).", _one(len(core.subscriptions)))
     f.add("mqtt_broker_shared_subscriptions", g, "Shared subscriptions ($share/...).",
           _one(core.shared_subscriptions()))  # fmt: skip
+    if core.changes is not None:  # persistence on
+        f.add("mqtt_broker_persistence_commit_seconds", MetricType.HISTOGRAM,
+              "Time each persistence commit took (one transaction holding a group of changes).",
+              _histogram(s.commit_latency), "seconds")  # fmt: skip
+        f.add("mqtt_broker_persistence_failures", c,
+              "Episodes during which the persistence file could not be written (a full disk, say).",
+              _one(s.store_failures))  # fmt: skip
+        f.add("mqtt_broker_persistence_failing", g,
+              "1 while the persistence file cannot be written (QoS 1/2 not acknowledged), 0 otherwise.",
+              _one(1 if core.store_failing else 0))  # fmt: skip
     if core.links:
         links = sorted(core.links.values(), key=lambda x: x.name)
         f.add("mqtt_bridge_up", g, "1 while an embedded bridge is connected to its remote broker, else 0 (as "
@@ -181,6 +194,17 @@ def broker_families(core: BrokerCore, connected: Iterable[ConnectedClients], now
               "in the bridge's session).", tuple(Sample(core.link_queued(x), (("bridge", x.name),))
               for x in links))  # fmt: skip
     return f.items
+
+
+def _histogram(h: CommitLatency) -> tuple[Sample, ...]:
+    out = []
+    running = 0
+    for bound, n in zip((*COMMIT_BOUNDS, math.inf), h.counts, strict=True):
+        running += n
+        out.append(Sample(running, (("le", "+Inf" if bound == math.inf else repr(bound)),), "_bucket"))
+    out.append(Sample(h.total, (), "_sum"))
+    out.append(Sample(running, (), "_count"))
+    return tuple(out)
 
 
 def process_families(p: ProcessFigures) -> list[Family]:
@@ -215,8 +239,9 @@ def render(families: Iterable[Family], openmetrics: bool = False) -> str:
             lines.append(f"# UNIT {shown} {fam.unit}")
         for sample in fam.samples:
             labels = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sample.labels)
-            lines.append(f"{fam.name}{suffix}{{{labels}}} {_number(sample.value)}" if labels else
-                         f"{fam.name}{suffix} {_number(sample.value)}")  # fmt: skip
+            name = fam.name + (sample.suffix or suffix)
+            lines.append(f"{name}{{{labels}}} {_number(sample.value)}" if labels else
+                         f"{name} {_number(sample.value)}")  # fmt: skip
     if openmetrics:
         lines.append("# EOF")
     return "\n".join(lines) + "\n"

@@ -20,12 +20,10 @@ import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
-from mqtt_cli.core.client import ClientConnection
 from mqtt_cli.core.errors import LocalProtocolError
 from mqtt_cli.core.events import (
     ConnectionAccepted,
@@ -37,14 +35,15 @@ from mqtt_cli.core.events import (
     SubscribeAcknowledged,
     UnsubscribeAcknowledged,
 )
-from mqtt_cli.core.packets import Publish, Subscription, Will
+from mqtt_cli.core.packets import Publish, Subscription
 from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
 
-from .errors import BrokerRefused, ClientError, ConnectFailed, ConnectionLost, PublishFailed, TLSFailed
-from .trace import PacketTrace
-from .transports import Endpoint, direct_sender, open_transport
+from .errors import BrokerRefused, ClientError, ConnectFailed, ConnectionLost, PublishFailed, TLSFailed, refused_error
+from .settings import ClientSettings, new_connection, random_client_id, version_name
+from .trace import trace_connection
+from .transports import direct_sender, open_transport
 
-__all__ = ["Client", "ClientSettings", "open_client"]
+__all__ = ["Client", "ClientSettings", "open_client", "version_name"]
 
 _READ_SIZE = 65536
 _LINGER_RATE = 50_000  # messages a second that lingering must be able to pass (see _reader)
@@ -54,60 +53,6 @@ _BACKLOG = 1024  # messages waiting for the window before publish() waits
 _TRANSIENT_REFUSALS = (0x88, 0x89, 0x8B, 0x9F, -1)
 
 
-@dataclass
-class ClientSettings:
-    endpoint: Endpoint = field(default_factory=Endpoint)
-    ssl_context: ssl.SSLContext | None = None
-    client_id: str = ""
-    version: int | None = None  # 3, 4 or 5; None: 5, falling back to 3.1.1 when the broker refuses 5.0
-    keepalive: int = 60
-    clean_start: bool = True
-    session_expiry: int | None = None  # 5.0; None: not sent (the session ends with the connection)
-    username: str | None = None
-    password: bytes | None = None
-    will: Will | None = None
-    properties: Properties = EMPTY_PROPERTIES  # further CONNECT properties (5.0): user properties, ...
-    connect_timeout: float = 10.0
-    # A client certificate is in ssl_context: a TLS connection reset in answer to CONNECT is then not taken for
-    # a broker wanting one (TLS 1.3 says so in an alert after the handshake, often lost in the reset).
-    tls_client_cert: bool = False
-    reconnect: bool = False
-    reconnect_delay: float = 0.25  # first backoff; doubles up to reconnect_max_delay, with jitter
-    reconnect_max_delay: float = 5.0
-    reconnect_timeout: float = 300.0  # give up after this long without a connection
-    ack_timeout: float = 60.0  # no acknowledgement for this long while waiting for one: give up
-    receive_maximum: int = 65535
-    max_inflight: int = 1024  # our cap on unacknowledged QoS 1/2 messages (3.x brokers state none)
-    topic_alias_maximum: int = 64
-    auto_topic_aliases: bool = False
-    message_buffer: int = 1024
-    # For the bridge:
-    alternates: tuple[Endpoint, ...] = ()  # further addresses, tried in turn when the current one fails
-    retry_first: bool = False  # with reconnect: keep trying the first connection too (open_client returns at once)
-    manual_ack: bool = False  # QoS 1/2 messages received are acknowledged by Client.acknowledge()
-    bridge_flag: bool = False  # 3.x: mosquitto's bridge flag in CONNECT
-    # Called synchronously with every batch of events, before anything else sees them (no await in between, so
-    # nothing is written to the network first), after every read even when it produced none; when set, messages
-    # go to it instead of `messages`.
-    observer: Callable[[list[Any]], None] | None = None
-    # Called synchronously when a QoS 2 message gets its packet identifier, before its bytes can be written:
-    # (packet id, topic, payload, retain, properties, context). The bridge journals its QoS 2 forwards there.
-    on_qos2_hand_over: Callable[[int, str, bytes, bool, Properties, Any], None] | None = None
-    # With manual_ack, the relay's hot path (ClientConnection's on_message and on_acknowledged): messages received
-    # and plain PUBACKs go to these, synchronously from the reader, instead of as events to the observer (which is
-    # still called after each read, with what remains); `acknowledged` then counts only the others.
-    on_message: Callable[[Publish], None] | None = None
-    on_acknowledged: Callable[[Any], None] | None = None
-    # Called when a reconnect attempt failed: (what went wrong, seconds until the next attempt).
-    on_retry: Callable[[str, float], None] | None = None
-    # The reader reads on only while this says True (the bridge: while the other side keeps up with QoS 0).
-    read_gate: Callable[[], bool] | None = None
-    # Seconds the reader may wait after a busy read before reading again (0: never); see _reader.
-    linger: float = 0.0
-    # The clients' -d: a line for every packet sent and received, in libmosquitto's words (net/trace.py).
-    trace: Callable[[str], None] | None = None
-
-
 class Client:
     """Use through `open_client()`. Counters: `published` (handed to the connection), `written` (QoS 0 on the
     wire), `acknowledged` (QoS 1/2 acknowledged with success), `refused` (PublishAcknowledged with a failure)."""
@@ -115,28 +60,7 @@ class Client:
     def __init__(self, settings: ClientSettings) -> None:
         self.settings = settings
         s = settings
-        props = s.properties
-        if s.session_expiry is not None:
-            props = props.replace(session_expiry_interval=s.session_expiry)
-        # With reconnect on 3.x the session must outlive each connection: clean session 0 from the start.
-        self.conn = ClientConnection(
-            s.client_id,
-            version=s.version or 5,
-            keepalive=s.keepalive,
-            clean_start=s.clean_start,
-            username=s.username,
-            password=s.password,
-            will=s.will,
-            properties=props,
-            receive_maximum=s.receive_maximum,
-            topic_alias_maximum=s.topic_alias_maximum,
-            max_inflight=s.max_inflight,
-            auto_topic_aliases=s.auto_topic_aliases,
-            manual_ack=s.manual_ack,
-            bridge=s.bridge_flag,
-            on_message=s.on_message,
-            on_acknowledged=s.on_acknowledged,
-        )
+        self.conn = new_connection(s)
         if s.trace is not None:
             self._trace(s.trace)
         self.endpoints = (s.endpoint, *s.alternates)
@@ -178,24 +102,8 @@ class Client:
         self._writer_sending = False
 
     def _trace(self, write: Callable[[str], None]) -> None:
-        """-d: the connection's bytes each way pass a PacketTrace on their way (its own methods, wrapped)."""
-        conn = self.conn
-        trace = PacketTrace(write, lambda: conn.client_id)
-        data_to_send, receive_data = conn.data_to_send, conn.receive_data
-
-        def traced_send(now: float | None = None) -> bytes:
-            data = data_to_send(now)
-            if data[:1] == b"\x10":  # CONNECT: a new connection, maybe another protocol version
-                trace.reset(conn.version)
-            trace.sent(data)
-            return data
-
-        def traced_receive(data: bytes, now: float) -> None:
-            trace.received(data)
-            receive_data(data, now)
-
-        conn.data_to_send = traced_send  # type: ignore[method-assign]
-        conn.receive_data = traced_receive  # type: ignore[method-assign]
+        """-d: the connection's bytes each way pass a PacketTrace on their way (see net/trace.py)."""
+        trace_connection(self.conn, write)
 
     # --- public API ---------------------------------------------------------------------------------------
 
@@ -505,7 +413,7 @@ class Client:
             with trio.fail_after(s.connect_timeout):
                 stream = await open_transport(self.endpoint, s.ssl_context)
                 if version == 3 and not conn.client_id:
-                    conn.client_id = _random_id("mqtt-")  # 3.1 has no empty client identifiers
+                    conn.client_id = random_client_id("mqtt-")  # 3.1 has no empty client identifiers
                 conn.connect(clean_start=clean_start, version=version)
                 received = 0
                 reset = False
@@ -531,25 +439,8 @@ class Client:
                     for i, event in enumerate(events):
                         if isinstance(event, ConnectionAccepted):
                             return stream, event, events[i + 1 :]
-                        if isinstance(event, ConnectionRefused):
-                            raise BrokerRefused(
-                                f"{self.endpoint} refused the connection (MQTT {version_name(version)}): "
-                                f"{event.reason}",
-                                event.reason_code,
-                            )
-                        if isinstance(event, Disconnected):
-                            # Nothing at all in answer, on a plain connection: most often a TLS port.
-                            hint = (
-                                "; is it a TLS port? use mqtts:// or --cafile"
-                                if not received and not self.endpoint.tls and self.endpoint.scheme != "unix"
-                                else ""
-                            )
-                            raise BrokerRefused(
-                                f"{self.endpoint} closed the connection in answer to CONNECT "
-                                f"(MQTT {version_name(version)}): {event.reason}{hint}",
-                                -1,
-                                tls_reset=reset and not received and self.endpoint.tls,
-                            )
+                        if isinstance(event, ConnectionRefused | Disconnected):
+                            raise refused_error(self.endpoint, version_name(version), event, received, reset)
         except trio.TooSlowError:
             if stream is not None:
                 await trio.aclose_forcefully(stream)
@@ -826,14 +717,6 @@ class Client:
             if self._backlog:
                 self._drain_backlog()
             self._notify()
-
-
-def version_name(version: int) -> str:
-    return {3: "3.1", 4: "3.1.1", 5: "5.0"}[version]
-
-
-def _random_id(prefix: str = "mqtt-cli-") -> str:
-    return prefix + "".join(random.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=10))
 
 
 @asynccontextmanager

@@ -5,6 +5,8 @@ The net layer raises them; commands turn them into `mqtt: error: ...` and the ex
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mqtt_cli.exit_codes import (
     EXIT_BROKER_REFUSED,
     EXIT_CONNECT_FAILED,
@@ -15,6 +17,11 @@ from mqtt_cli.exit_codes import (
     EXIT_TLS_FAILED,
 )
 
+if TYPE_CHECKING:
+    from mqtt_cli.core.events import ConnectionRefused, Disconnected
+
+    from .endpoints import Endpoint
+
 __all__ = [
     "BrokerRefused",
     "ClientError",
@@ -23,6 +30,7 @@ __all__ = [
     "PublishFailed",
     "SubscribeRefused",
     "TLSFailed",
+    "refused_error",
 ]
 
 
@@ -69,3 +77,25 @@ class ConnectionLost(ClientError):
     """The connection ended before the work was done."""
 
     exit_code = EXIT_CONNECTION_LOST
+
+
+
+def refused_error(
+    endpoint: Endpoint, version_text: str, event: ConnectionRefused | Disconnected, received: int, reset: bool
+) -> BrokerRefused:
+    """The error for a CONNECT answered with a refusal or a close: one wording for the trio client
+    (net/client.py) and the one-shot fast path (net/blocking.py)."""
+    from mqtt_cli.core.events import ConnectionRefused
+
+    if isinstance(event, ConnectionRefused):
+        return BrokerRefused(
+            f"{endpoint} refused the connection (MQTT {version_text}): {event.reason}", event.reason_code
+        )
+    # Nothing at all in answer, on a plain connection: most often a TLS port.
+    plain_tcp = not endpoint.tls and endpoint.scheme != "unix"
+    hint = "; is it a TLS port? use mqtts:// or --cafile" if not received and plain_tcp else ""
+    return BrokerRefused(
+        f"{endpoint} closed the connection in answer to CONNECT (MQTT {version_text}): {event.reason}{hint}",
+        -1,
+        tls_reset=reset and not received and endpoint.tls,
+    )

@@ -362,6 +362,7 @@ class BrokerServer:
         acknowledgements it held go out when it is done (never before: acknowledged means stored)."""
         store = self._store
         assert store is not None
+        failing_since: float | None = None  # while commits fail: since when (one log line per episode)
         while True:
             await self._commit_wake.wait()
             self._commit_wake = trio.Event()
@@ -369,18 +370,35 @@ class BrokerServer:
                 changes, held = self._to_commit, self._to_release
                 self._to_commit, self._to_release = [], []
                 if changes:
+                    started = trio.current_time()
                     try:
                         await trio.to_thread.run_sync(store.commit, changes)
                     except StoreError as exc:
                         # Not stored, so not acknowledged. Kept, in order, ahead of what comes next and tried
                         # again: a later group must not be stored without this one (a session's row before its
                         # deliveries), and once the disk has room again the withheld acknowledgements go out.
-                        why = f"{exc}; {len(held)} acknowledgements withheld"
-                        self._report(Notice(NoticeKind.ERROR, None, "-", why))
+                        # Meanwhile 5.0 publishers are told 0x97 (core.store_failing). Logged once per episode.
+                        if failing_since is None:
+                            failing_since = trio.current_time()
+                            self.core.store_failing = True
+                            self.core.stats.store_failures += 1
+                            why = (
+                                f"{exc}; {len(held)} acknowledgements withheld, QoS 1/2 from MQTT 5.0 publishers "
+                                f"refused (0x97) until it can be written, tried again every {RETRY_COMMIT:g} s"
+                            )
+                            self._report(Notice(NoticeKind.ERROR, None, "-", why))
                         self._to_commit[:0] = changes
                         self._to_release[:0] = held
                         await trio.sleep(RETRY_COMMIT)
                         continue
+                    self.core.stats.commit_latency.observe(trio.current_time() - started)
+                    if failing_since is not None:
+                        took = trio.current_time() - failing_since
+                        failing_since = None
+                        self.core.store_failing = False
+                        why = f"{store.path} written again after {took:.0f} s; {len(held)} withheld acknowledgements"
+                        why += " sent"
+                        self._report(Notice(NoticeKind.PERSISTENCE, None, "-", why))
                 self.core.release(held)
                 self._flush()
 
@@ -418,9 +436,9 @@ class BrokerServer:
             self._report(Notice(NoticeKind.PERSISTENCE, None, "-", store.warning))
         self._store = store
         core = self.core
-        core.restore(restored.sessions, restored.retained, now)
         core.enable_persistence()
-        if core.changes:  # sessions whose expiry starts now: their new time is written at once
+        core.restore(restored.sessions, restored.retained, now)
+        if core.changes:  # expiry and will delays that start now, wills published: written at once
             self._to_commit += core.changes
             core.changes.clear()
             await trio.to_thread.run_sync(store.commit, self._to_commit)

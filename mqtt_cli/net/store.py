@@ -11,6 +11,11 @@ taken when the store is opened, so that expiry intervals go on counting across a
 
 A file that cannot be read (not a database, corrupt, truncated, a newer schema) is moved aside with a time
 stamp and the broker starts empty: `Store.open` says so in its `warning`.
+
+Schema versions: 1 held retained messages, sessions, subscriptions and deliveries; 2 added a session's will, a
+delivery's packet identifier and QoS 2 state, and the incoming QoS 2 identifiers not yet released. A file of an
+older version is migrated when it is opened (one transaction: the `_MIGRATIONS` after its version); a new file is
+made by the same steps, so a migrated file and a new one have the same tables, column for column.
 """
 
 from __future__ import annotations
@@ -25,10 +30,15 @@ from pathlib import Path
 
 from mqtt_cli.core.config import SyncMode
 from mqtt_cli.core.errors import RemoteProtocolError
+from mqtt_cli.core.packets import Will
 from mqtt_cli.core.persistence import (
     Change,
     DeliveryAdded,
     DeliveryDone,
+    DeliveryReleased,
+    DeliverySent,
+    IncomingAdded,
+    IncomingReleased,
     RetainedCleared,
     RetainedSet,
     SessionRemoved,
@@ -36,16 +46,17 @@ from mqtt_cli.core.persistence import (
     StoredDelivery,
     StoredSession,
 )
-from mqtt_cli.core.properties import decode_properties, encode_properties
+from mqtt_cli.core.properties import WILL, Properties, decode_properties, encode_properties
 from mqtt_cli.core.session import Message, SubscriptionOptions
 
 __all__ = ["SCHEMA_VERSION", "Restored", "Store", "StoreError"]
 
 #: Bumped by any change of the tables below; an older file is migrated on open, a newer one moved aside.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _PUBLISH = 3  # packet type whose properties a message keeps
 
-_SCHEMA = """
+# Version 1, as first released: every file starts from it, then takes the migrations in turn.
+_SCHEMA_1 = """
 CREATE TABLE schema_version (version INTEGER NOT NULL);
 CREATE TABLE retained (
     topic TEXT PRIMARY KEY, payload BLOB NOT NULL, qos INTEGER NOT NULL, properties BLOB NOT NULL,
@@ -67,6 +78,24 @@ CREATE TABLE deliveries (
 );
 CREATE INDEX deliveries_by_client ON deliveries (client_id, row);
 """
+
+# version -> the DDL that takes a file of the version before to it. Columns are added at the end of their
+# tables: the statements below read and write rows by position.
+_MIGRATIONS: dict[int, str] = {
+    2: """
+ALTER TABLE sessions ADD COLUMN will_topic TEXT;
+ALTER TABLE sessions ADD COLUMN will_payload BLOB;
+ALTER TABLE sessions ADD COLUMN will_qos INTEGER;
+ALTER TABLE sessions ADD COLUMN will_retain INTEGER;
+ALTER TABLE sessions ADD COLUMN will_properties BLOB;
+ALTER TABLE sessions ADD COLUMN will_at REAL;
+ALTER TABLE deliveries ADD COLUMN packet_id INTEGER;
+ALTER TABLE deliveries ADD COLUMN released INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE incoming (
+    client_id TEXT NOT NULL, packet_id INTEGER NOT NULL, PRIMARY KEY (client_id, packet_id)
+) WITHOUT ROWID;
+""",
+}
 
 
 class StoreError(Exception):
@@ -128,6 +157,7 @@ class Store:
             for (client_id,) in gone:
                 _remove_session(db, client_id)
             db.execute("DELETE FROM deliveries WHERE client_id NOT IN (SELECT client_id FROM sessions)")
+            db.execute("DELETE FROM incoming WHERE client_id NOT IN (SELECT client_id FROM sessions)")
         retained = []
         for topic, payload, qos, props, origin, received in db.execute("SELECT * FROM retained ORDER BY topic"):
             message = self._message(topic, payload, qos, True, props, origin, received)
@@ -144,33 +174,40 @@ class Store:
             subs.setdefault(client_id, []).append((flt, opts))
         deliveries: dict[str, list[StoredDelivery]] = {}
         for row in db.execute("SELECT * FROM deliveries ORDER BY row"):
-            rid, client_id, topic, payload, mqos, mretain, props, origin, received, qos, retain, sids = row
+            rid, client_id, topic, payload, mqos, mretain, props, origin, received, qos, retain, sids, pid, rel = row
             message = self._message(topic, payload, mqos, bool(mretain), props, origin, received)
-            stored = StoredDelivery(rid, message, qos, bool(retain), tuple(json.loads(sids)))
+            stored = StoredDelivery(rid, message, qos, bool(retain), tuple(json.loads(sids)), pid, bool(rel))
             deliveries.setdefault(client_id, []).append(stored)
-        sessions = [
-            StoredSession(
-                client_id,
-                version,
-                expiry,
-                None if expires is None else expires - self._offset,
-                tuple(subs.get(client_id, ())),
-                tuple(deliveries.get(client_id, ())),
-                username,
+        incoming: dict[str, list[int]] = {}
+        for client_id, pid in db.execute("SELECT client_id, packet_id FROM incoming ORDER BY client_id, packet_id"):
+            incoming.setdefault(client_id, []).append(pid)
+        off = self._offset
+        sessions = []
+        for row in db.execute("SELECT * FROM sessions ORDER BY client_id"):
+            client_id, version, expiry, expires, username, wtopic, wpayload, wqos, wretain, wprops, will_at = row
+            will = None
+            if wtopic is not None:
+                will = Will(wtopic, bytes(wpayload), wqos, bool(wretain), _properties(wprops, WILL))
+            sessions.append(
+                StoredSession(
+                    client_id,
+                    version,
+                    expiry,
+                    None if expires is None else expires - off,
+                    tuple(subs.get(client_id, ())),
+                    tuple(deliveries.get(client_id, ())),
+                    username,
+                    will,
+                    None if will_at is None else will_at - off,
+                    tuple(incoming.get(client_id, ())),
+                )
             )
-            for client_id, version, expiry, expires, username in db.execute(
-                "SELECT client_id, version, expiry_interval, expires_at, username FROM sessions ORDER BY client_id"
-            )
-        ]
         return Restored(sessions, retained, len(gone))
 
     def _message(
         self, topic: str, payload: bytes, qos: int, retain: bool, props: bytes, origin: str | None, received: float
     ) -> Message:
-        errors: list[RemoteProtocolError] = []
-        properties, _ = decode_properties(props, 0, len(props), _PUBLISH, errors)
-        if errors:
-            raise sqlite3.DatabaseError(f"stored message properties: {errors[0]}")
+        properties = _properties(props, _PUBLISH)
         return Message(topic, bytes(payload), qos, retain, properties, origin, received - self._offset)
 
     def commit(self, changes: list[Change]) -> None:
@@ -184,13 +221,24 @@ class Store:
                     if kind is DeliveryAdded:
                         m = c.message  # type: ignore[union-attr]
                         db.execute(
-                            "INSERT OR REPLACE INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            "INSERT OR REPLACE INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 0)",
                             (c.row, c.client_id, m.topic, m.payload, m.qos, m.retain,  # type: ignore[union-attr]
                              encode_properties(m.properties, _PUBLISH), m.origin, m.received_at + off,
                              c.qos, c.retain, json.dumps(c.subscription_ids)),  # type: ignore[union-attr]
                         )  # fmt: skip
                     elif kind is DeliveryDone:
                         db.execute("DELETE FROM deliveries WHERE row = ?", (c.row,))  # type: ignore[union-attr]
+                    elif kind is DeliverySent:
+                        db.execute("UPDATE deliveries SET packet_id = ? WHERE row = ?",
+                                   (c.packet_id, c.row))  # type: ignore[union-attr]  # fmt: skip
+                    elif kind is DeliveryReleased:
+                        db.execute("UPDATE deliveries SET released = 1 WHERE row = ?", (c.row,))  # type: ignore[union-attr]
+                    elif kind is IncomingAdded:
+                        db.execute("INSERT OR IGNORE INTO incoming VALUES (?, ?)",
+                                   (c.client_id, c.packet_id))  # type: ignore[union-attr]  # fmt: skip
+                    elif kind is IncomingReleased:
+                        db.execute("DELETE FROM incoming WHERE client_id = ? AND packet_id = ?",
+                                   (c.client_id, c.packet_id))  # type: ignore[union-attr]  # fmt: skip
                     elif kind is RetainedSet:
                         m = c.message  # type: ignore[union-attr]
                         db.execute(
@@ -228,8 +276,7 @@ def _check(db: sqlite3.Connection) -> None:
     """Creates the tables in an empty file; checks the version of a file that has them (_Unreadable if newer)."""
     tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not tables:
-        with db:
-            db.executescript("BEGIN;" + _SCHEMA + f"INSERT INTO schema_version VALUES ({SCHEMA_VERSION}); COMMIT;")
+        _migrate(db, _SCHEMA_1 + "INSERT INTO schema_version VALUES (1);", 1)
         return
     if "schema_version" not in tables:
         raise _Unreadable("no schema_version table: not this broker's file")
@@ -242,6 +289,23 @@ def _check(db: sqlite3.Connection) -> None:
     problem = db.execute("PRAGMA quick_check").fetchone()[0]
     if problem != "ok":
         raise _Unreadable(f"quick_check: {problem}")
+    if row[0] < SCHEMA_VERSION:
+        _migrate(db, "", row[0])
+
+
+def _migrate(db: sqlite3.Connection, first: str, version: int) -> None:
+    """`first` (DDL, may be empty) and the migrations after `version`, in one transaction: a file is at one version
+    or the next, never half-way."""
+    steps = "".join(_MIGRATIONS[v] for v in range(version + 1, SCHEMA_VERSION + 1))
+    db.executescript(f"BEGIN; {first}{steps} UPDATE schema_version SET version = {SCHEMA_VERSION}; COMMIT;")
+
+
+def _properties(data: bytes, packet_type: int) -> Properties:
+    errors: list[RemoteProtocolError] = []
+    properties, _ = decode_properties(data, 0, len(data), packet_type, errors)
+    if errors:
+        raise sqlite3.DatabaseError(f"stored properties: {errors[0]}")
+    return properties
 
 
 def _move_aside(path: Path) -> Path:
@@ -261,8 +325,15 @@ def _move_aside(path: Path) -> Path:
 
 def _save_session(db: sqlite3.Connection, c: SessionSaved, off: float) -> None:
     expires = None if c.expires_at is None else c.expires_at + off
-    db.execute("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?)",
-               (c.client_id, c.version, c.expiry_interval, expires, c.username))  # fmt: skip
+    w = c.will
+    will = (
+        (None,) * 6
+        if w is None
+        else (w.topic, w.payload, w.qos, w.retain, encode_properties(w.properties, WILL),
+              None if c.will_at is None else c.will_at + off)
+    )  # fmt: skip
+    db.execute("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+               (c.client_id, c.version, c.expiry_interval, expires, c.username, *will))  # fmt: skip
     db.execute("DELETE FROM subscriptions WHERE client_id = ?", (c.client_id,))
     db.executemany(
         "INSERT INTO subscriptions VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -278,3 +349,4 @@ def _remove_session(db: sqlite3.Connection, client_id: str) -> None:
     db.execute("DELETE FROM sessions WHERE client_id = ?", (client_id,))
     db.execute("DELETE FROM subscriptions WHERE client_id = ?", (client_id,))
     db.execute("DELETE FROM deliveries WHERE client_id = ?", (client_id,))
+    db.execute("DELETE FROM incoming WHERE client_id = ?", (client_id,))

@@ -8,6 +8,7 @@ cannot change what the connection does when on.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from mqtt_cli.core.codec import PacketReader
 from mqtt_cli.core.errors import RemoteProtocolError
@@ -27,6 +28,9 @@ from mqtt_cli.core.packets import (
     UnsubAck,
     Unsubscribe,
 )
+
+if TYPE_CHECKING:
+    from mqtt_cli.core.client import ClientConnection
 
 
 def describe(packet: object, sending: bool, client_id: str) -> list[str]:
@@ -116,3 +120,23 @@ class PacketTrace:
                 continue
             for line in describe(packet, sending, cid):
                 self.write(line)
+
+
+def trace_connection(conn: ClientConnection, write: Callable[[str], None]) -> None:
+    """-d: `conn`'s bytes each way pass a PacketTrace on their way (its own methods, wrapped)."""
+    trace = PacketTrace(write, lambda: conn.client_id)
+    data_to_send, receive_data = conn.data_to_send, conn.receive_data
+
+    def traced_send(now: float | None = None) -> bytes:
+        data = data_to_send(now)
+        if data[:1] == b"\x10":  # CONNECT: a new connection, maybe another protocol version
+            trace.reset(conn.version)
+        trace.sent(data)
+        return data
+
+    def traced_receive(data: bytes, now: float) -> None:
+        trace.received(data)
+        receive_data(data, now)
+
+    conn.data_to_send = traced_send  # type: ignore[method-assign]
+    conn.receive_data = traced_receive  # type: ignore[method-assign]

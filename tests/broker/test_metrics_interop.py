@@ -36,8 +36,9 @@ NO_COUNTERPART = {"$SYS/broker/heap/current", "$SYS/broker/heap/maximum"}
 
 @pytest.fixture(scope="module")
 def ours_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    broker = start_ours(tmp_path_factory.mktemp("ours-metrics"), "--sys-interval", "1",
-                        "--metrics-listen", f"{HOST}:0")  # fmt: skip
+    workdir = tmp_path_factory.mktemp("ours-metrics")
+    broker = start_ours(workdir, "--sys-interval", "1", "--metrics-listen", f"{HOST}:0",
+                        "--persistence", str(workdir / "broker.db"))  # fmt: skip
     yield broker
     broker.stop()
 
@@ -79,6 +80,9 @@ def test_promtool_accepts_the_metrics(ours_metrics: Broker) -> None:
     # promtool lints as well as parses: any line it prints (a missing HELP, a bad unit suffix...) is a failure.
     assert check.returncode == 0 and check.stdout == b"" and check.stderr == b"", check.stdout + check.stderr
     assert value(text, "mqtt_broker_publish_received_total", 'qos="1"') >= 3
+    # Persistence on: the commits that held those PUBACKs were timed (promtool checked the histogram above).
+    assert value(text, "mqtt_broker_persistence_commit_seconds_count") >= 1
+    assert value(text, "mqtt_broker_persistence_commit_seconds_bucket", 'le="+Inf"') >= 1
     assert fetch(metrics_url(ours_metrics) + "/healthz") == (200, "ok\n")
     assert fetch(metrics_url(ours_metrics) + "/readyz") == (200, "ready\n")
 

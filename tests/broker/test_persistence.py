@@ -1,6 +1,6 @@
 """`mqtt serve --persistence`: what the broker acknowledged survives SIGKILL (issue #18), tested on real sockets
-with `python -m mqtt_cli serve` processes and paho-mqtt clients; the same scenario against Debian's mosquitto
-with `persistence true`, whose losses are reported, not asserted (they depend on where the kill falls)."""
+with `python -m mqtt_cli serve` processes and paho-mqtt clients. The torture (20 SIGKILLs, ours and mosquitto) is
+in test_persistence_torture.py, the state of schema 2 (QoS 2, wills, migration) in test_persistence_state.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import paho.mqtt.client as paho
@@ -20,7 +19,7 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from tests.brokers import HOST, free_port, start_mosquitto, wait_for_port
+from tests.brokers import HOST, free_port, wait_for_port
 
 pytestmark = [pytest.mark.slow]
 
@@ -207,88 +206,6 @@ def test_unreadable_file_is_moved_aside(ours: Callable[..., Ours], tmp_path: Pat
     broker.stop()
     with sqlite3.connect(broker.db) as db:
         assert db.execute("SELECT topic FROM retained").fetchall() == [("r/two",)]
-
-
-# --- SIGKILL at random moments, ours and mosquitto --------------------------------------------------------
-
-
-@dataclass
-class Tally:
-    acknowledged: set[bytes] = field(default_factory=set)
-    delivered: list[bytes] = field(default_factory=list)
-
-    @property
-    def lost(self) -> set[bytes]:
-        return self.acknowledged - set(self.delivered)
-
-    @property
-    def duplicates(self) -> int:
-        return len(self.delivered) - len(set(self.delivered))
-
-    def line(self, who: str) -> str:
-        return (
-            f"{who}: acknowledged {len(self.acknowledged)}, delivered {len(self.delivered)}, "
-            f"duplicates {self.duplicates}, lost {len(self.lost)}"
-        )
-
-
-def flood_until_killed(port: int, round_no: int, kill: Callable[[], None], tally: Tally, seconds: float) -> None:
-    """Publishes QoS 1 messages as fast as the broker acknowledges them; kills the broker after `seconds`."""
-    sent: dict[int, bytes] = {}
-    acked: list[int] = []  # mids, appended by paho's thread (no lock of ours: paho holds its own around this)
-
-    def on_publish(c: paho.Client, u: object, mid: int, rc: object, props: object) -> None:
-        acked.append(mid)
-
-    c = client(f"flood-{round_no}")
-    c.on_publish = on_publish
-    c.max_inflight_messages_set(50)
-    connect(c, port)
-    stop_at = time.monotonic() + seconds
-    i = 0
-    while time.monotonic() < stop_at and i < 60_000:  # mids stay unique within a round
-        payload = b"r%d-%d" % (round_no, i)
-        sent[c.publish("t/flood", payload, qos=1).mid] = payload
-        i += 1
-        if i % 50 == 0:
-            time.sleep(0.005)  # let acknowledgements arrive: a bounded backlog in paho
-    kill()
-    time.sleep(0.2)
-    c.loop_stop()
-    tally.acknowledged.update(sent[mid] for mid in acked)
-
-
-def torture(port: int, kill: Callable[[], None], restart: Callable[[], None], rounds: int) -> Tally:
-    rng = random.Random(18)
-    tally = Tally()
-    subscribe_offline(port, "keeper", "t/#")
-    for n in range(rounds):
-        flood_until_killed(port, n, kill, tally, rng.uniform(0.3, 1.0))
-        restart()
-    tally.delivered = collect(port, "keeper", idle=2.0)
-    return tally
-
-
-@pytest.mark.interop
-def test_kill9_torture_nothing_acknowledged_is_lost(ours: Callable[..., Ours], tmp_path: Path) -> None:
-    broker = ours()
-    tally = torture(broker.port, broker.kill, broker.start, rounds=5)
-    print(tally.line("mqtt serve --persistence"))
-    assert len(tally.acknowledged) > 100, tally.line("ours")  # the test exercised something
-    assert not tally.lost, f"{tally.line('ours')}; e.g. {sorted(tally.lost)[:5]}"
-
-    # mosquitto, persistence true (its snapshot on autosave_interval and at a clean exit): the same kills.
-    mosq = start_mosquitto(tmp_path / "mosquitto", persistence=True)
-    try:
-
-        def restart() -> None:
-            mosq.proc = mosq.start()
-
-        theirs = torture(mosq.port, mosq.kill, restart, rounds=5)
-    finally:
-        mosq.stop()
-    print(tally.line("mqtt serve --persistence"), "|", theirs.line("mosquitto persistence true"))
-    assert len(theirs.acknowledged) > 100  # it ran; what it lost is reported above, not asserted
 
 
 # --- a file that cannot be written ---------------------------------------------------------------------------

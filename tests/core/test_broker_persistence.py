@@ -5,16 +5,21 @@ The store itself and the promise on real sockets: tests/broker/test_persistence.
 from __future__ import annotations
 
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
-from mqtt_cli.core.packets import PubAck, Publish, Subscription
+from mqtt_cli.core.packets import PubAck, PubComp, Publish, PubRec, PubRel, Subscription
 from mqtt_cli.core.persistence import (
     DeliveryAdded,
     DeliveryDone,
+    DeliveryReleased,
+    DeliverySent,
+    IncomingAdded,
+    IncomingReleased,
     RetainedSet,
     SessionRemoved,
     SessionSaved,
     StoredDelivery,
     StoredSession,
 )
+from mqtt_cli.core.properties import Properties
 from mqtt_cli.core.session import SubscriptionOptions
 from tests.core.test_broker import Client
 
@@ -93,3 +98,71 @@ def test_restore_gives_back_sessions_subscriptions_and_queues() -> None:
     rows = [c.row for c in broker.changes if isinstance(c, DeliveryAdded)]
     assert rows == [42]
 
+
+
+def _release(broker: BrokerCore) -> None:
+    held = list(broker.held)
+    broker.held.clear()
+    broker.release(held)
+
+
+def test_incoming_qos2_pubcomp_held_until_the_release_is_recorded() -> None:
+    broker = BrokerCore(BrokerConfig(sys_interval=0))
+    broker.enable_persistence()
+    pub = Client(broker, 5)
+    pub.connect("p2", clean_start=False, properties=Properties(session_expiry_interval=60))
+    assert broker.changes is not None
+    broker.changes.clear()
+    assert pub.send(Publish("t", b"x", 2, packet_id=9)) == []  # PUBREC held
+    assert IncomingAdded("p2", 9) in broker.changes
+    _release(broker)
+    assert pub.received() == [PubRec(9)]
+    broker.changes.clear()
+    assert pub.send(PubRel(9)) == []  # PUBCOMP held
+    assert broker.changes == [IncomingReleased("p2", 9)]
+    _release(broker)
+    assert pub.received() == [PubComp(9)]
+
+
+def test_outgoing_qos2_held_until_its_packet_id_is_recorded_and_sent_without_an_alias() -> None:
+    broker = BrokerCore(BrokerConfig(sys_interval=0))
+    broker.enable_persistence()
+    sub = Client(broker, 5)
+    sub.connect("s2", clean_start=False,
+                properties=Properties(session_expiry_interval=60, topic_alias_maximum=5))  # fmt: skip
+    sub.subscribe(Subscription("a/#", 2))
+    pub = Client(broker, 5)
+    pub.connect("p")
+    assert broker.changes is not None
+    broker.changes.clear()
+    pub.send(Publish("a/b", b"two", 2, packet_id=1))
+    pub.send(Publish("a/b", b"zero", 0))
+    zero = sub.received()
+    assert [(p.payload, p.topic) for p in zero] == [(b"zero", "a/b")]  # QoS 0 not held, topic in full
+    sent = [c for c in broker.changes if isinstance(c, DeliverySent)]
+    assert len(sent) == 1 and sent[0].client_id == "s2"
+    _release(broker)
+    (two,) = [p for p in sub.received() if isinstance(p, Publish)]
+    assert two.payload == b"two" and two.topic == "a/b" and two.packet_id == sent[0].packet_id
+    broker.changes.clear()
+    assert sub.send(PubRec(two.packet_id)) == []  # PUBREL held  # type: ignore[arg-type]
+    assert [type(c) for c in broker.changes] == [DeliveryReleased]
+    _release(broker)
+    assert sub.received() == [PubRel(two.packet_id)]  # type: ignore[arg-type]
+    broker.changes.clear()
+    sub.send(PubComp(two.packet_id))  # type: ignore[arg-type]
+    assert [type(c) for c in broker.changes] == [DeliveryDone]
+
+
+def test_store_failing_refuses_5_0_qos1_and_qos2_with_quota_exceeded() -> None:
+    broker = BrokerCore(BrokerConfig(sys_interval=0))
+    broker.enable_persistence()
+    broker.store_failing = True
+    pub5 = Client(broker, 5)
+    pub5.connect("p5")
+    assert pub5.send(Publish("t", b"x", 1, packet_id=1)) == [PubAck(1, 0x97)]
+    assert pub5.send(Publish("t", b"x", 2, packet_id=2)) == [PubRec(2, 0x97)]
+    pub4 = Client(broker, 4)
+    pub4.connect("p4")
+    assert pub4.send(Publish("t", b"x", 1, packet_id=1)) == []  # 3.1.1: taken, its PUBACK withheld
+    assert broker.stats.rejected[0x97] == 2
