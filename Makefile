@@ -48,12 +48,14 @@ $(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json
 		npm ci --prefix $(WEB) --ignore-scripts --no-audit --no-fund --loglevel=error && touch $@; \
 	fi
 
-compiled: $(STAMP) ## compile the hot modules with mypyc (MQTT_CLI_PURE=1: remove the build, run pure Python)
-	@if [ -n "$${MQTT_CLI_PURE:-}" ] && [ "$${MQTT_CLI_PURE}" != 0 ]; then \
-		$(BIN)/python scripts/build_compiled.py --clean; echo "MQTT_CLI_PURE is set: no compiled build, pure Python runs"; \
-	else \
-		$(MAKE) --no-print-directory $(COMPILED_STAMP); \
-	fi
+# (make -n must not run the build: no $(MAKE) in a recipe, the choice is made here)
+ifneq ($(filter-out 0,$(MQTT_CLI_PURE)),)
+compiled: $(STAMP)
+	$(BIN)/python scripts/build_compiled.py --clean
+	@echo "MQTT_CLI_PURE is set: no compiled build, pure Python runs"
+else
+compiled: $(COMPILED_STAMP) ## compile the hot modules with mypyc (MQTT_CLI_PURE=1: remove the build, run pure Python)
+endif
 
 # A failed build (no C compiler, a compile error) leaves no build behind and does not stop make: pure Python runs,
 # and `mqtt --version` says so. The next make tries again.
