@@ -183,7 +183,7 @@ def acl_mode(args: argparse.Namespace, work: Path) -> int:
     return 0
 
 
-def _start(label: str, port: int, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def start_broker(label: str, port: int, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     import socket
 
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -229,7 +229,7 @@ def metrics_mode(args: argparse.Namespace, work: Path) -> int:
     scraper = threading.Thread(target=scrape, daemon=True)
     try:
         for label, (port, cmd) in targets.items():
-            procs[label] = _start(label, port, cmd)
+            procs[label] = start_broker(label, port, cmd)
         scraper.start()
         labels = list(targets)
         for rep_no in range(args.reps):
@@ -292,7 +292,7 @@ def builds_mode(args: argparse.Namespace, work: Path) -> int:
     rows: list[dict[str, object]] = []
     try:
         for label, (port, cmd, env) in targets.items():
-            procs[label] = _start(label, port, cmd, env)
+            procs[label] = start_broker(label, port, cmd, env)
         labels = list(targets)
         for rep_no in range(args.reps):
             for qos in qos_levels:

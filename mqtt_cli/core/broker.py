@@ -23,6 +23,7 @@ from .codec import encode
 from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
 from .flows import FlowState
 from .load import LoadAverages
+from .packed import PackedQueue
 from .packets import (
     Auth,
     ConnAck,
@@ -276,8 +277,12 @@ class BrokerCore:
             for flt, opts in stored.subscriptions:
                 self.subscriptions.add(flt, session.client_id, opts)
                 session.subscriptions[flt] = opts
+            if stored.queued:
+                session.queue = stored.queued
+                session.queued_bytes = stored.queued.size
+                self._row = max(self._row, stored.queued.last_row)
             if stored.deliveries:
-                queue: deque[Delivery] = deque()
+                queue: deque[Delivery] | PackedQueue = session.queue or deque()
                 for d in stored.deliveries:
                     self._row = max(self._row, d.row)
                     if d.packet_id is not None:
@@ -1611,9 +1616,13 @@ class BrokerCore:
         """Messages queued for sessions (beyond their in-flight windows), and their payload bytes."""
         count = size = 0
         for session in self.sessions.values():
-            if session.queue:
-                count += len(session.queue)
-                size += sum(len(d.message.payload) for d in session.queue)
+            queue = session.queue
+            if queue:
+                count += len(queue)
+                if type(queue) is PackedQueue:  # not unpacked for a count
+                    size += queue.payload_bytes + queue.tail_payload_bytes()
+                else:
+                    size += sum(len(d.message.payload) for d in queue)
         return count, size
 
     def link_queued(self, link: LinkStats) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
+from .packed import PackedQueue
 from .packets import Will
 from .session import Message, SubscriptionOptions
 
@@ -156,6 +157,9 @@ class StoredSession:
     will: Will | None = None
     will_at: float | None = None
     incoming: tuple[int, ...] = ()  # QoS 2 packet identifiers received and not released
+    # The store's restore packs the queued deliveries here (core/packed.py: a few bytes beyond each payload);
+    # `deliveries` then holds those in flight. Both are restored, `queued` first.
+    queued: PackedQueue | None = None
 
 
 #: Upper bounds (seconds) of the commit latency histogram's buckets: an fsync on a disk takes 1-20 ms.

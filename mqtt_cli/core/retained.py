@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Generic, TypeVar
+from sys import intern
+from typing import Any, Generic, TypeVar
 
 __all__ = ["RetainedStore"]
 
 T = TypeVar("T")
 
 
+# The children of a leaf level (most levels: one per retained topic): shared, never written to; `set` gives a
+# level its own dict when it gets a child.
+_LEAF: dict[str, Any] = {}  # (Any: it stands in for the children of a level of any value type)
+
+
 class _Level(Generic[T]):
     __slots__ = ("children", "value")
 
     def __init__(self) -> None:
-        self.children: dict[str, _Level[T]] = {}
+        self.children: dict[str, _Level[T]] = _LEAF
         self.value: T | None = None
 
 
@@ -44,7 +50,10 @@ class RetainedStore(Generic[T]):
         for level in topic.split("/"):
             child = node.children.get(level)
             if child is None:
-                child = node.children[level] = _Level()
+                if node.children is _LEAF:
+                    node.children = {}
+                # Interned: level names repeat across topics (device/1/temperature, device/2/temperature...).
+                child = node.children[intern(level)] = _Level()
             node = child
         node.value = value
         self._by_topic[topic] = value

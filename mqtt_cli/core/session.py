@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .codec import encode, encode_topic_name, frame_publish
 from .flows import IncomingFlows, OutgoingFlows
 from .packets import Publish, Will
 from .properties import EMPTY_PROPERTIES, Properties, encode_properties, properties_from_items
+
+if TYPE_CHECKING:
+    from .packed import PackedQueue
 
 __all__ = ["Delivery", "Message", "QueueLimits", "Session", "SubscriptionOptions"]
 
@@ -28,6 +31,11 @@ class SubscriptionOptions:
     retain_as_published: bool = False
     retain_handling: int = 0
     subscription_identifier: int | None = None
+
+
+# Shared by messages with no encoding cached yet (never written to): a million messages restored from the
+# persistence store would otherwise hold a million empty dicts.
+_NO_WIRE: dict[Any, tuple[bytes, bytes]] = {}
 
 
 class Message:
@@ -54,7 +62,7 @@ class Message:
         self.received_at = received_at
         expiry = properties.message_expiry_interval if properties.items else None
         self.expires_at = received_at + expiry if expiry is not None else None
-        self._wire: dict[Any, tuple[bytes, bytes]] = {}
+        self._wire: dict[Any, tuple[bytes, bytes]] = _NO_WIRE  # its own dict once something is cached
 
     @property
     def size(self) -> int:
@@ -92,6 +100,8 @@ class Message:
             else:
                 parts = (raw, b"")
             if len(self._wire) < 8:  # a handful of variants; more would be one per subscriber
+                if self._wire is _NO_WIRE:
+                    self._wire = {}
                 self._wire[key] = parts
         if qos:
             if packet_id is None:
@@ -152,7 +162,8 @@ class Session:
     incoming: IncomingFlows = field(default_factory=IncomingFlows)
     # Empty most of the time: a shared empty tuple until something is queued (an empty deque is 600 bytes,
     # and a broker holds a session per connected client).
-    queue: deque[Delivery] | tuple[()] = ()
+    # Restored from the store: a PackedQueue (core/packed.py), which offers what is used of the deque here.
+    queue: deque[Delivery] | PackedQueue | tuple[()] = ()
     queued_bytes: int = 0
     dropped: int = 0  # messages this session lost to its limits (also counted broker-wide)
     expiry_interval: int = 0  # seconds the session outlives its connection; 0xFFFFFFFF: never expires
@@ -167,7 +178,7 @@ class Session:
         """Queues a delivery within the limits; returns the delivery dropped to respect them, if any."""
         size = delivery.message.size
         queue = self.queue
-        if not isinstance(queue, deque):  # the shared empty tuple
+        if isinstance(queue, tuple) or not queue:  # the shared empty tuple (or an emptied queue)
             queue = self.queue = deque()
         over_count = limits.max_messages and len(queue) >= limits.max_messages
         over_bytes = limits.max_bytes and self.queued_bytes + size > limits.max_bytes
@@ -187,7 +198,7 @@ class Session:
 
     def dequeue(self) -> Delivery:
         queue = self.queue
-        if not isinstance(queue, deque):
+        if isinstance(queue, tuple):
             raise IndexError("dequeue from an empty session queue")
         delivery = queue.popleft()
         self.queued_bytes -= delivery.message.size

@@ -278,6 +278,7 @@ class BrokerServer:
         self._to_commit: list[Change] = []
         self._to_release: list[tuple[ServerConnection, bytes]] = []
         self._commit_wake = trio.Event()
+        self._committing = False  # the committer has a group in hand (being written, or waiting to retry)
         # Embedded bridges by name: each its task's bridge and an event set when that task has ended.
         self.bridges: dict[str, tuple[EmbeddedBridge, trio.Event]] = {}
         self._bridges_to_send: list[EmbeddedBridge] = []  # those with messages for their remote since _flush
@@ -334,6 +335,9 @@ class BrokerServer:
                     nursery.start_soon(self._writer, conn, net)
         if core.changes or core.held:  # from core.drained() above
             self._collect()
+            if core.dirty:  # acknowledgements released at once (_collect): sent now, not at the next flush
+                self._flush()
+                return
         if self._bridges_to_send:  # what embedded bridges were given for their remotes: one send each
             sending, self._bridges_to_send = self._bridges_to_send, []
             for bridge in sending:
@@ -351,6 +355,14 @@ class BrokerServer:
         """Takes what the core wants stored and the acknowledgements waiting for it, for the next commit."""
         core = self.core
         assert core.changes is not None
+        if not core.changes and not self._committing and not self._to_commit and not self._to_release:
+            # Nothing to store and nothing being stored: these acknowledgements promise nothing that is not on
+            # file already (clean sessions, no retained message), so they go out now, without a trip through
+            # the committer task.
+            held = core.held
+            core.held = []
+            core.release(held)
+            return
         self._to_commit += core.changes
         core.changes.clear()
         self._to_release += core.held
@@ -366,6 +378,7 @@ class BrokerServer:
         while True:
             await self._commit_wake.wait()
             self._commit_wake = trio.Event()
+            self._committing = True
             while self._to_commit or self._to_release:
                 changes, held = self._to_commit, self._to_release
                 self._to_commit, self._to_release = [], []
@@ -401,6 +414,7 @@ class BrokerServer:
                         self._report(Notice(NoticeKind.PERSISTENCE, None, "-", why))
                 self.core.release(held)
                 self._flush()
+            self._committing = False
 
     def _commit_now(self) -> None:
         """The last changes, at shutdown (in this thread: nothing else runs any more)."""
@@ -438,6 +452,7 @@ class BrokerServer:
         core = self.core
         core.enable_persistence()
         core.restore(restored.sessions, restored.retained, now)
+        del restored  # the restored records are the core's now: the lists holding them go
         if core.changes:  # expiry and will delays that start now, wills published: written at once
             self._to_commit += core.changes
             core.changes.clear()

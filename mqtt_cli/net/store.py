@@ -30,6 +30,7 @@ from pathlib import Path
 
 from mqtt_cli.core.config import SyncMode
 from mqtt_cli.core.errors import RemoteProtocolError
+from mqtt_cli.core.packed import PackedQueue, Shape
 from mqtt_cli.core.packets import Will
 from mqtt_cli.core.persistence import (
     Change,
@@ -172,16 +173,37 @@ class Store:
         ):
             opts = SubscriptionOptions(qos, bool(no_local), bool(rap), rh, sid)
             subs.setdefault(client_id, []).append((flt, opts))
+        # Queued deliveries (most of a big file) are packed as they are read, with no objects kept per message:
+        # what many share (topic, publisher, properties, flags, subscription identifiers) made once, a Shape.
         deliveries: dict[str, list[StoredDelivery]] = {}
+        queued: dict[str, PackedQueue] = {}
+        shapes: list[Shape] = []
+        shape_ids: dict[tuple[object, ...], int] = {}
+        sids_seen: dict[str, tuple[int, ...]] = {}
+        off = self._offset
         for row in db.execute("SELECT * FROM deliveries ORDER BY row"):
             rid, client_id, topic, payload, mqos, mretain, props, origin, received, qos, retain, sids, pid, rel = row
-            message = self._message(topic, payload, mqos, bool(mretain), props, origin, received)
-            stored = StoredDelivery(rid, message, qos, bool(retain), tuple(json.loads(sids)), pid, bool(rel))
-            deliveries.setdefault(client_id, []).append(stored)
+            if pid is not None:  # in flight: few, restored as objects
+                message = self._message(topic, payload, mqos, bool(mretain), props, origin, received)
+                stored = StoredDelivery(rid, message, qos, bool(retain), tuple(json.loads(sids)), pid, bool(rel))
+                deliveries.setdefault(client_id, []).append(stored)
+                continue
+            packed = queued.get(client_id)
+            if packed is None:
+                packed = queued[client_id] = PackedQueue(shapes)
+            key = (topic, origin, props, mqos, mretain, qos, retain, sids)
+            shape = shape_ids.get(key)
+            if shape is None:
+                shape = shape_ids[key] = len(shapes)
+                properties = _properties(props, _PUBLISH)
+                ids = sids_seen.get(sids)
+                if ids is None:
+                    ids = sids_seen[sids] = tuple(json.loads(sids))
+                shapes.append(Shape(topic, origin, properties, mqos, bool(mretain), qos, bool(retain), ids))
+            packed.add(rid, received - off, shape, payload, len(payload) + len(topic))
         incoming: dict[str, list[int]] = {}
         for client_id, pid in db.execute("SELECT client_id, packet_id FROM incoming ORDER BY client_id, packet_id"):
             incoming.setdefault(client_id, []).append(pid)
-        off = self._offset
         sessions = []
         for row in db.execute("SELECT * FROM sessions ORDER BY client_id"):
             client_id, version, expiry, expires, username, wtopic, wpayload, wqos, wretain, wprops, will_at = row
@@ -200,6 +222,7 @@ class Store:
                     will,
                     None if will_at is None else will_at - off,
                     tuple(incoming.get(client_id, ())),
+                    queued.get(client_id),
                 )
             )
         return Restored(sessions, retained, len(gone))
@@ -214,50 +237,114 @@ class Store:
         """Writes `changes` in one transaction (in order). Raises StoreError when the file cannot be written."""
         db = self._db
         off = self._offset
+        batch = _Batch()
         try:
             with db:
-                for c in changes:
+                for c in _coalesced(changes):
                     kind = type(c)
+                    # The per-message records go to the batch, written with one executemany per statement.
                     if kind is DeliveryAdded:
-                        m = c.message  # type: ignore[union-attr]
-                        db.execute(
-                            "INSERT OR REPLACE INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 0)",
-                            (c.row, c.client_id, m.topic, m.payload, m.qos, m.retain,  # type: ignore[union-attr]
-                             encode_properties(m.properties, _PUBLISH), m.origin, m.received_at + off,
-                             c.qos, c.retain, json.dumps(c.subscription_ids)),  # type: ignore[union-attr]
+                        a: DeliveryAdded = c  # type: ignore[assignment]
+                        m = a.message
+                        sids = json.dumps(a.subscription_ids) if a.subscription_ids else "[]"
+                        batch.added.append(
+                            (a.row, a.client_id, m.topic, m.payload, m.qos, m.retain,
+                             encode_properties(m.properties, _PUBLISH), m.origin, m.received_at + off, a.qos, a.retain,
+                             sids)
                         )  # fmt: skip
                     elif kind is DeliveryDone:
-                        db.execute("DELETE FROM deliveries WHERE row = ?", (c.row,))  # type: ignore[union-attr]
+                        batch.done.append((c.row,))  # type: ignore[union-attr]
                     elif kind is DeliverySent:
-                        db.execute("UPDATE deliveries SET packet_id = ? WHERE row = ?",
-                                   (c.packet_id, c.row))  # type: ignore[union-attr]  # fmt: skip
+                        batch.sent.append((c.packet_id, c.row))  # type: ignore[union-attr]
                     elif kind is DeliveryReleased:
-                        db.execute("UPDATE deliveries SET released = 1 WHERE row = ?", (c.row,))  # type: ignore[union-attr]
+                        batch.released.append((c.row,))  # type: ignore[union-attr]
                     elif kind is IncomingAdded:
-                        db.execute("INSERT OR IGNORE INTO incoming VALUES (?, ?)",
-                                   (c.client_id, c.packet_id))  # type: ignore[union-attr]  # fmt: skip
+                        key = (c.client_id, c.packet_id)  # type: ignore[union-attr]
+                        if key in batch.incoming_released_keys:  # an identifier used again: its release first
+                            batch.write(db)
+                        batch.incoming_added.append(key)
                     elif kind is IncomingReleased:
-                        db.execute("DELETE FROM incoming WHERE client_id = ? AND packet_id = ?",
-                                   (c.client_id, c.packet_id))  # type: ignore[union-attr]  # fmt: skip
-                    elif kind is RetainedSet:
-                        m = c.message  # type: ignore[union-attr]
-                        db.execute(
-                            "INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?, ?, ?)",
-                            (m.topic, m.payload, m.qos, encode_properties(m.properties, _PUBLISH), m.origin,
-                             m.received_at + off),
-                        )  # fmt: skip
-                    elif kind is RetainedCleared:
-                        db.execute("DELETE FROM retained WHERE topic = ?", (c.topic,))  # type: ignore[union-attr]
-                    elif kind is SessionSaved:
-                        _save_session(db, c, off)  # type: ignore[arg-type]
-                    elif kind is SessionRemoved:
-                        _remove_session(db, c.client_id)  # type: ignore[union-attr]
+                        key = (c.client_id, c.packet_id)  # type: ignore[union-attr]
+                        batch.incoming_released.append(key)
+                        batch.incoming_released_keys.add(key)
+                    else:
+                        batch.write(db)  # what came before, first: sessions and deliveries keep their order
+                        if kind is RetainedSet:
+                            m = c.message  # type: ignore[union-attr]
+                            db.execute(
+                                "INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?, ?, ?)",
+                                (m.topic, m.payload, m.qos, encode_properties(m.properties, _PUBLISH), m.origin,
+                                 m.received_at + off),
+                            )  # fmt: skip
+                        elif kind is RetainedCleared:
+                            db.execute("DELETE FROM retained WHERE topic = ?", (c.topic,))  # type: ignore[union-attr]
+                        elif kind is SessionSaved:
+                            _save_session(db, c, off)  # type: ignore[arg-type]
+                        elif kind is SessionRemoved:
+                            _remove_session(db, c.client_id)  # type: ignore[union-attr]
+                batch.write(db)
         except sqlite3.Error as exc:
             raise StoreError(f"persistence: {self.path}: {exc}") from None
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
             self._db.close()
+
+
+class _Batch:
+    """Per-message records of one commit, by statement. Written in the order of a delivery's life (added, sent,
+    released, done) and of an incoming identifier's (added, released), which is each record's own order: rows are
+    never reused, and an incoming identifier used again ends the batch before it (`commit`)."""
+
+    __slots__ = ("added", "done", "incoming_added", "incoming_released", "incoming_released_keys", "released", "sent")
+
+    def __init__(self) -> None:
+        self.added: list[tuple[object, ...]] = []
+        self.sent: list[tuple[int, int]] = []
+        self.released: list[tuple[int]] = []
+        self.done: list[tuple[int]] = []
+        self.incoming_added: list[tuple[str, int]] = []
+        self.incoming_released: list[tuple[str, int]] = []
+        self.incoming_released_keys: set[tuple[str, int]] = set()
+
+    def write(self, db: sqlite3.Connection) -> None:
+        if self.added:
+            db.executemany(
+                "INSERT OR REPLACE INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 0)", self.added
+            )
+            self.added.clear()
+        if self.sent:
+            db.executemany("UPDATE deliveries SET packet_id = ? WHERE row = ?", self.sent)
+            self.sent.clear()
+        if self.released:
+            db.executemany("UPDATE deliveries SET released = 1 WHERE row = ?", self.released)
+            self.released.clear()
+        if self.done:
+            db.executemany("DELETE FROM deliveries WHERE row = ?", self.done)
+            self.done.clear()
+        if self.incoming_added:
+            db.executemany("INSERT OR IGNORE INTO incoming VALUES (?, ?)", self.incoming_added)
+            self.incoming_added.clear()
+        if self.incoming_released:
+            db.executemany("DELETE FROM incoming WHERE client_id = ? AND packet_id = ?", self.incoming_released)
+            self.incoming_released.clear()
+            self.incoming_released_keys.clear()
+
+
+_DELIVERY_STEPS = (DeliveryAdded, DeliverySent, DeliveryReleased, DeliveryDone)
+
+
+def _coalesced(changes: list[Change]) -> list[Change]:
+    """`changes` without the deliveries both added and done within them: a message its subscriber acknowledged
+    before the commit leaves the file as it was, so nothing of it is written (a busy online persistent session,
+    the common case, then costs no row at all). Rows are never reused, so a row added here was not on file."""
+    done = {c.row for c in changes if type(c) is DeliveryDone}
+    if not done:
+        return changes
+    gone = {c.row for c in changes if type(c) is DeliveryAdded and c.row in done}
+    if not gone:
+        return changes
+    return [c for c in changes if not (type(c) in _DELIVERY_STEPS and c.row in gone)]  # type: ignore[union-attr]
 
 
 class _Unreadable(Exception):
