@@ -319,6 +319,8 @@ class DirectionDecoder:
         self._walker = HeaderWalker(at)
         # Decode what was held, record by record, each with its own timestamp and frame number.
         chunks = hunt.chunks
+        if not chunks:  # nothing held: a gap that ended exactly where the lost packet did, then the stream's end
+            return
         ends = [c[0] for c in chunks[1:]] + [hunt.end]
         for (start, ts, frame), end in zip(chunks, ends, strict=True):
             if end > start:

@@ -270,25 +270,22 @@ class RecordBuilder:
     come as their JSON text (str), exactly what encoding the dict compactly (",", ":", UTF-8) gives.
     """
 
-    __slots__ = ("_keep", "_sec", "_sec_text", "_ts", "_ts_text")
+    __slots__ = ("_json_ts", "_json_ts_text", "_keep", "_ts", "_ts_text")
 
     def __init__(self, keep_objects: bool = False) -> None:
         self._keep = keep_objects
         self._ts: int | None = None
         self._ts_text: str | None = None
-        self._sec = -1
-        self._sec_text = ""
+        self._json_ts: int | None = -1  # build_texts' last timestamp, and its JSON text (true from the start)
+        self._json_ts_text = f'"{format_ts(-1)}"'
 
     def _timestamp(self, ts: int | None) -> str | None:
-        """`format_ts`, remembering the seconds (they change far less often than records come)."""
-        if ts is None or ts < 0:
-            text = format_ts(ts)
+        """`format_ts`, remembered (packets of a frame share it)."""
+        if ts is not None and ts >= 1_000_000_000:
+            digits = str(ts)  # the decimal digits, cut before the last nine: cheaper than dividing and padding
+            text: str | None = f"{digits[:-9]}.{digits[-9:]}"
         else:
-            sec = ts // 1_000_000_000
-            if sec != self._sec:
-                self._sec = sec
-                self._sec_text = f"{sec}."
-            text = f"{self._sec_text}{ts - sec * 1_000_000_000:09d}"
+            text = format_ts(ts)
         self._ts = ts
         self._ts_text = text
         return text
@@ -361,15 +358,24 @@ class RecordBuilder:
     ) -> list[Record | str]:  # fmt: skip
         """`build_packets`, with each PUBLISH record and each acknowledgement of a QoS exchange as its JSON text:
         no dict is built for them."""
-        ts_text = self._ts_text if ts == self._ts and self._ts_text is not None else self._timestamp(ts)
+        if ts == self._json_ts:
+            ts_json = self._json_ts_text
+        else:  # `_timestamp`, inline and quoted: nearly every frame has a timestamp of its own
+            if ts is not None and ts >= 1_000_000_000:
+                digits = str(ts)
+                ts_json = f'"{digits[:-9]}.{digits[-9:]}"'
+            else:
+                ts_text = format_ts(ts)
+                ts_json = "null" if ts_text is None else f'"{ts_text}"'
+            self._json_ts = ts
+            self._json_ts_text = ts_json
         after_frame, middle = ctx.json or ctx.json_pieces()
-        ts_json = "null" if ts_text is None else f'"{ts_text}"'
         head = f'{{"ts":{ts_json},"frame":{"null" if frame is None else frame}{after_frame}'
         v5 = version == 5
         topics = _TOPICS_JSON
         acks = _ACK_TEXTS
         out: list[Record | str] = []
-        for (first, length, offset), obj in zip(heads, objs, strict=True):
+        for (first, length, offset), obj in zip(heads, objs):  # noqa: B905 - as long: the dissector aligns them
             kind = type(obj)
             if kind is Publish:
                 payload = obj.payload

@@ -17,7 +17,8 @@ import stat
 import sys
 import zlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, BinaryIO, cast
+from itertools import chain
+from typing import TYPE_CHECKING, BinaryIO, TypeVar, cast
 
 from .errors import CaptureError, CorruptCapture, NotACapture
 from .pcap import PCAP_MAGICS, PcapReader
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["CaptureSource", "open_binary", "open_capture", "read_head"]
 
 Record = tuple[int | None, int, bytes, int]
+_T = TypeVar("_T")
 
 _COMPRESSIONS: tuple[tuple[bytes, str], ...] = (
     (b"\x1f\x8b", "gzip"),
@@ -152,8 +154,16 @@ class CaptureSource:
         )
 
     def records(self) -> Iterator[Record]:
+        reader = self._reader
+        if isinstance(reader, PcapReader):
+            # A list of records per read: the per-record step is chain's, in C, not a generator's resume.
+            return chain.from_iterable(self._guarded(reader.record_lists()))
+        return self._guarded(reader.records())
+
+    def _guarded(self, items: Iterator[_T]) -> Iterator[_T]:
+        """`items`, with a damaged or truncated compressed stream reported as CorruptCapture."""
         try:
-            yield from self._reader.records()
+            yield from items
         except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
             # A compressed stream that stops early or is damaged: everything before it has been yielded.
             where = self._reader.offset

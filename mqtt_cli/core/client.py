@@ -842,7 +842,9 @@ class ClientConnection:
             self._on_held_publish(p)
         elif qos == 1:
             assert p.packet_id is not None  # the codec checks: QoS > 0 has one
-            self._out.append(encode(PubAck(p.packet_id), self.version))
+            # PUBACK as bytes (the same 4 bytes in 3.x and, reason 0 without properties, 5.0): a subscriber's
+            # cost per message. The acknowledgements of one read leave together (data_to_send joins them).
+            self._out.append(b"\x40\x02" + p.packet_id.to_bytes(2, "big"))
             self._events.append(MessageReceived(p))
         else:
             new = self._incoming.publish_received(p)

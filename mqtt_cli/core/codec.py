@@ -575,6 +575,8 @@ _ACK_CLASSES: dict[int, Callable[..., Any]] = {
     6: fast_constructor(PubRel),
     7: fast_constructor(PubComp),
 }
+# First bytes of PUBACK, PUBREC, PUBREL, PUBCOMP with their required fixed-header flags.
+_PLAIN_ACKS = frozenset({0x40, 0x50, 0x62, 0x70})
 
 
 def _decode_subscribe(first: int, data: bytes, pos: int, end: int, version: int, errs: _Errs) -> Subscribe:
@@ -839,6 +841,7 @@ class PacketReader:
         topics_seen = _TOPICS_SEEN
         seen_props = _SEEN_PUBLISH_PROPERTIES
         publish = Publish
+        acks = _ACK_CLASSES
         while pos < n:
             # Fixed header: type and flags, then the Remaining Length (1.5.5) in at most four bytes.
             if pos + 1 >= n:
@@ -919,6 +922,14 @@ class PacketReader:
                                 out.append(packet)
                                 pos = end
                                 continue
+            elif length == 2 and first in _PLAIN_ACKS:
+                # Fast path for an acknowledgement of a QoS exchange with nothing but its packet identifier (in 5.0:
+                # reason code 0, no properties); identifier 0 takes the general decoder, which says what is wrong.
+                pid = (data[body] << 8) | data[body + 1]
+                if pid:
+                    out.append(acks[first >> 4](pid, 0, _EMPTY))
+                    pos = end
+                    continue
             try:
                 # Decoded from its own bytes, so that the positions errors name count from the packet's start.
                 packet = _decode_body(first, data[pos:end] if pos or end != n else data, body - pos, end - pos, version)
@@ -947,7 +958,10 @@ class PacketReader:
                 pos = end
             if type(packet) is Connect and packet.protocol_version in (3, 4, 5):
                 version = self.version = packet.protocol_version
-        self._keep(data, pos, n)
+        if pos < n:
+            self._keep(data, pos, n)
+        else:
+            self._need = 0  # `_keep` for the common case, without the call
         return out
 
     def _keep(self, data: bytes, pos: int, n: int) -> None:
