@@ -157,7 +157,10 @@ class Dissector:
         self._on_numbered = on_numbered
         self._builder = RecordBuilder(keep_objects)
         # json_text: PUBLISH records of the hot path come as JSON text (str), for `mqtt dump --json` unfiltered.
-        self._build_packets = self._builder.build_texts if json_text else self._builder.build_packets
+        # (list[Any]: records, or with json_text records and texts; `frame` says list[Record] for the common case.)
+        self._build_packets: Callable[..., list[Any]] = (
+            self._builder.build_texts if json_text else self._builder.build_packets
+        )
 
     # --- frames --------------------------------------------------------------------------------------------
 
@@ -169,12 +172,49 @@ class Dissector:
             yield from batch
 
     def batches(self, frames: Iterable[tuple[int | None, int, bytes, int]]) -> Iterator[list[Record]]:
-        """`run`, a list of records at a time (those of one frame, or of the capture's end): cheaper to consume."""
+        """`run`, a list of records at a time (those of one frame, or of the capture's end): cheaper to consume.
+
+        The hot path of `frame` is repeated here, inline (a call per frame is a good part of a frame's cost);
+        `frame` stays the one definition of what a frame does, and every frame off that path goes to it."""
         frame = self.frame
+        flows = self._flows
+        build = self._build_packets
         error: CaptureError | None = None
         number = 0
         try:
             for ts, linktype, data, number in frames:  # `number` counts the frames once done
+                seg = decode_frame(linktype, data)
+                if seg is not None:
+                    flow, seq, _ack, flags, payload, missing = seg
+                    d = flows.get(flow)
+                    if d is not None and d.fast:
+                        tcp = d.tcp
+                        if seq == tcp.next_seq and not flags & _NOT_PLAIN and not missing:
+                            if not payload:
+                                continue
+                            size = len(payload)
+                            tcp.offset += size
+                            tcp.next_seq = (seq + size) & _MASK
+                            d.last_ts = ts
+                            d.last_frame = number
+                            decoder = d.decoder
+                            assert decoder is not None
+                            decoded = decoder.decode_synced(payload)
+                            if decoded is None:
+                                records = self._framing_lost(d, payload, ts, number)
+                            else:
+                                heads, objs = decoded
+                                if not objs:
+                                    continue
+                                conn = d.conn
+                                if conn.watch:
+                                    self._watch(d, objs)
+                                if len(heads) != len(objs):
+                                    heads = align(heads, objs)
+                                records = build(heads, objs, ts, number, d.ctx or d.context(), conn.version or 4)
+                            if records:
+                                yield records
+                            continue
                 records = frame(ts, linktype, data, number)
                 if records:
                     yield records
@@ -209,10 +249,7 @@ class Dissector:
                 assert decoder is not None
                 decoded = decoder.decode_synced(payload)
                 if decoded is None:
-                    out = self._records(d, decoder.framing_lost(payload, ts, number))
-                    d.fast = False
-                    self._refresh(d.peer)  # this direction may now hold data: the peer's records wait for it
-                    return out
+                    return self._framing_lost(d, payload, ts, number)
                 heads, objs = decoded
                 if not objs:
                     return _EMPTY
@@ -229,6 +266,15 @@ class Dissector:
             d = self._open(flow)
             return out + self._segment(d, ts, number, seq, ack, flags, payload, missing)
         return self._segment(d, ts, number, seq, ack, flags, payload, missing)
+
+    def _framing_lost(self, d: _Direction, payload: bytes, ts: int | None, number: int) -> list[Record]:
+        """The hot path's decoding of `payload` found the framing broken: its records, then off the hot path."""
+        decoder = d.decoder
+        assert decoder is not None
+        out = self._records(d, decoder.framing_lost(payload, ts, number))
+        d.fast = False
+        self._refresh(d.peer)  # this direction may now hold data: the peer's records wait for it
+        return out
 
     def finish(self) -> list[Record]:
         """The capture is over: reports what is still held (gaps, packets cut short) and forgets every connection."""
@@ -489,7 +535,8 @@ def _holding(d: _Direction) -> bool:
 
 
 def _frame(rec: Record) -> int:
-    return rec["frame"]
+    number: int = rec["frame"]
+    return number
 
 
 def _by_frame(records: list[Record]) -> list[Record]:

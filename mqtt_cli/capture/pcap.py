@@ -1,13 +1,14 @@
 """Classic pcap files (tcpdump's format): microsecond or nanosecond timestamps, either byte order.
 
 The hot path of `mqtt dump`: records are cut out of large reads with one `struct.unpack_from` each, so a
-record costs one tuple and one slice of the buffer, never a read call.
+record costs one tuple and one slice of the buffer, never a read call; they are handed over a list per read.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from itertools import chain
 from typing import BinaryIO
 
 from .errors import CorruptCapture
@@ -29,6 +30,8 @@ PCAP_MAGICS: dict[bytes, tuple[str, int, int]] = {
 MAX_FRAME = 1 << 24
 _CHUNK = 1 << 20
 
+Frame = tuple[int | None, int, bytes, int]
+
 
 class PcapReader:
     """Reads the records of a pcap stream whose first bytes (`head`, at least the magic) have been read already."""
@@ -49,7 +52,14 @@ class PcapReader:
         self.offset = 24  # bytes of the (decompressed) capture read: exact once records() stopped
         self.frames = 0
 
-    def records(self) -> Iterator[tuple[int | None, int, bytes, int]]:
+    def records(self) -> Iterator[Frame]:
+        """(timestamp in ns, link type, frame, frame number) of every record, in order."""
+        return chain.from_iterable(self.record_lists())
+
+    def record_lists(self) -> Iterator[list[Frame]]:
+        """`records`, a list at a time: those of one read (cheaper to go through than a generator's resumes; a
+        live pipe's records still come as soon as they are read). A truncated or corrupt capture raises
+        CorruptCapture after the list of the records before the damage."""
         # read1: what is there (at most one system call), so that a live pipe's records come as they are written
         # instead of once a whole chunk has arrived.
         read = getattr(self._stream, "read1", self._stream.read)
@@ -62,9 +72,15 @@ class PcapReader:
         n = 0
         base = self.offset  # file offset of buf[0]
         number = 0
+        out: list[Frame] = []
+        append = out.append
         try:
             while True:
                 if n - pos < rec_size:
+                    if out:
+                        yield out
+                        out = []
+                        append = out.append
                     more = read(_CHUNK)
                     if not more:
                         if pos < n:
@@ -83,6 +99,10 @@ class PcapReader:
                 start = pos + rec_size
                 end = start + caplen
                 if end > n:
+                    if out:
+                        yield out
+                        out = []
+                        append = out.append
                     if caplen > MAX_FRAME:
                         raise CorruptCapture(
                             f"{self.name} is corrupt: record {number + 1} (at byte {base + pos}) claims"
@@ -102,7 +122,7 @@ class PcapReader:
                     n = len(buf)
                     continue
                 number += 1
-                yield sec * 1_000_000_000 + frac * frac_ns, linktype, buf[start:end], number
+                append((sec * 1_000_000_000 + frac * frac_ns, linktype, buf[start:end], number))
                 pos = end
         finally:
             self.frames = number

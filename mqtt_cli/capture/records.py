@@ -72,6 +72,12 @@ _PUBLISH_FLAGS = {
     f'"dup":{"true" if first & 8 else "false"},"packet_id":'
     for first in range(0x30, 0x40)
 }
+# The acknowledgements of a QoS exchange: type and the record's text up to its offset; in 5.0 (reason code and
+# properties) only those without properties are written here.
+_ACK_TEXTS: dict[type, str] = {
+    kind: f'{name}","offset":'
+    for kind, name in ((PubAck, "PUBACK"), (PubRec, "PUBREC"), (PubRel, "PUBREL"), (PubComp, "PUBCOMP"))
+}
 # Topics repeat: their JSON strings are kept (bounded).
 _TOPICS_JSON: dict[str, str] = {}
 
@@ -215,7 +221,7 @@ class RecordContext:
     """What the records of one direction of a connection share: addresses, the connection's number, its
     client identifier, the direction. Changing it means making a new one (its JSON pieces are cached)."""
 
-    __slots__ = ("_json", "client", "dst", "from_client", "src", "stream")
+    __slots__ = ("client", "dst", "from_client", "json", "src", "stream")
 
     def __init__(
         self,
@@ -230,19 +236,21 @@ class RecordContext:
         self.stream = stream
         self.client = client
         self.from_client = from_client
-        self._json: tuple[str, str] | None = None
+        # json_pieces(), once made (read directly on the hot path: a hit costs no call)
+        self.json: tuple[str, str] | None = None
 
     def json_pieces(self) -> tuple[str, str]:
-        """(after "frame":N, before "offset"; after the offset, before the remaining length) of a PUBLISH record's
-        text."""
-        if self._json is None:
+        """(after "frame":N, up to the type's name; after the offset, before the remaining length) of a record's
+        text, for the records `RecordBuilder.build_texts` writes."""
+        pieces = self.json
+        if pieces is None:
             client = self.client
-            self._json = (
-                f',"src":{_json_value(self.src)},"dst":{_json_value(self.dst)},"type":"PUBLISH","offset":',
+            pieces = self.json = (
+                f',"src":{_json_value(self.src)},"dst":{_json_value(self.dst)},"type":"',
                 f',"stream":{_json_value(self.stream)},"client":{"null" if client is None else _string(client)},'
                 f'"from_client":{_json_value(self.from_client)},"remaining_length":',
             )
-        return self._json
+        return pieces
 
 
 NO_CONTEXT = RecordContext()
@@ -262,25 +270,22 @@ class RecordBuilder:
     come as their JSON text (str), exactly what encoding the dict compactly (",", ":", UTF-8) gives.
     """
 
-    __slots__ = ("_keep", "_sec", "_sec_text", "_ts", "_ts_text")
+    __slots__ = ("_json_ts", "_json_ts_text", "_keep", "_ts", "_ts_text")
 
     def __init__(self, keep_objects: bool = False) -> None:
         self._keep = keep_objects
         self._ts: int | None = None
         self._ts_text: str | None = None
-        self._sec = -1
-        self._sec_text = ""
+        self._json_ts: int | None = -1  # build_texts' last timestamp, and its JSON text (true from the start)
+        self._json_ts_text = f'"{format_ts(-1)}"'
 
     def _timestamp(self, ts: int | None) -> str | None:
-        """`format_ts`, remembering the seconds (they change far less often than records come)."""
-        if ts is None or ts < 0:
-            text = format_ts(ts)
+        """`format_ts`, remembered (packets of a frame share it)."""
+        if ts is not None and ts >= 1_000_000_000:
+            digits = str(ts)  # the decimal digits, cut before the last nine: cheaper than dividing and padding
+            text: str | None = f"{digits[:-9]}.{digits[-9:]}"
         else:
-            sec = ts // 1_000_000_000
-            if sec != self._sec:
-                self._sec = sec
-                self._sec_text = f"{sec}."
-            text = f"{self._sec_text}{ts - sec * 1_000_000_000:09d}"
+            text = format_ts(ts)
         self._ts = ts
         self._ts_text = text
         return text
@@ -330,7 +335,7 @@ class RecordBuilder:
         for (first, length, offset), obj in zip(heads, objs, strict=True):
             if type(obj) is Publish:
                 payload = obj.payload
-                rec = {
+                rec: Record = {
                     "ts": ts_text, "frame": frame, "src": ctx.src, "dst": ctx.dst, "type": "PUBLISH",
                     "offset": offset, "stream": ctx.stream, "client": ctx.client, "from_client": ctx.from_client,
                     "remaining_length": length, "flags": first & 15, "qos": obj.qos, "retain": obj.retain,
@@ -351,31 +356,49 @@ class RecordBuilder:
         self, heads: list[tuple[int, int, int]], objs: list[Any], ts: int | None, frame: int | None,
         ctx: RecordContext, version: int,
     ) -> list[Record | str]:  # fmt: skip
-        """`build_packets`, with each PUBLISH record as its JSON text: no dict is built for it."""
-        ts_text = self._ts_text if ts == self._ts and self._ts_text is not None else self._timestamp(ts)
-        after_frame, middle = ctx.json_pieces()
-        ts_json = "null" if ts_text is None else '"' + ts_text + '"'
+        """`build_packets`, with each PUBLISH record and each acknowledgement of a QoS exchange as its JSON text:
+        no dict is built for them."""
+        if ts == self._json_ts:
+            ts_json = self._json_ts_text
+        else:  # `_timestamp`, inline and quoted: nearly every frame has a timestamp of its own
+            if ts is not None and ts >= 1_000_000_000:
+                digits = str(ts)
+                ts_json = f'"{digits[:-9]}.{digits[-9:]}"'
+            else:
+                ts_text = format_ts(ts)
+                ts_json = "null" if ts_text is None else f'"{ts_text}"'
+            self._json_ts = ts
+            self._json_ts_text = ts_json
+        after_frame, middle = ctx.json or ctx.json_pieces()
         head = f'{{"ts":{ts_json},"frame":{"null" if frame is None else frame}{after_frame}'
         v5 = version == 5
         topics = _TOPICS_JSON
+        acks = _ACK_TEXTS
         out: list[Record | str] = []
-        for (first, length, offset), obj in zip(heads, objs, strict=True):
-            if type(obj) is Publish:
+        for (first, length, offset), obj in zip(heads, objs):  # noqa: B905 - as long: the dissector aligns them
+            kind = type(obj)
+            if kind is Publish:
                 payload = obj.payload
                 pid = obj.packet_id
                 topic = topics.get(obj.topic)
                 if topic is None:
                     topic = _topic_json(obj.topic)
                 text = (
-                    f"{head}{offset}{middle}{length}{_PUBLISH_FLAGS[first]}{'null' if pid is None else pid},"
-                    f'"topic":{topic},"payload_len":{len(payload)},"payload_sha256":"{sha256(payload).hexdigest()}"'
+                    f'{head}PUBLISH","offset":{offset}{middle}{length}{_PUBLISH_FLAGS[first]}'
+                    f'{"null" if pid is None else pid},"topic":{topic},"payload_len":{len(payload)},'
+                    f'"payload_sha256":"{sha256(payload).hexdigest()}'
                 )
                 if v5:
                     props = obj.properties
-                    text += f',"properties":{_json_list(props.as_json()) if props.items else "{}"}}}'
+                    text += f'","properties":{_json_list(props.as_json()) if props.items else "{}"}}}'
                 else:
-                    text += "}"
+                    text += '"}'
                 out.append(text)
+            elif kind in acks and not (v5 and obj.properties.items):
+                out.append(
+                    f'{head}{acks[kind]}{offset}{middle}{length},"flags":{first & 15},"packet_id":{obj.packet_id},'
+                    + (f'"reason_code":{obj.reason_code},"properties":{{}}}}' if v5 else '"reason_code":null}')
+                )
             else:
                 out.append(self.build((ts, frame, first, length, offset, obj), ctx, version))
         return out

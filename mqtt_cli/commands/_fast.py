@@ -497,27 +497,32 @@ def _receive(client: BlockingClient, plan: Any, p: dict[str, Any], printer: Any)
         return 0
     excluded = p["exclude"] or []
     count = p["count"]
+    no_retained, retained_only = p["no_retained"], p["retained_only"]
+    selective = no_retained or retained_only or bool(excluded)
+
+    def warn(err: FormatError) -> None:
+        print(f"mqtt: warning: {err}", flush=True, file=sys.stderr)
+
     received = 0
-    while True:
-        item = client.next_message()
-        if type(item) is PongReceived:
-            if p["retained_only"]:
+    while True:  # as sub.py's loop: a read's messages printed with one write
+        batch = client.next_messages()
+        if type(batch) is PongReceived:
+            if retained_only:
                 client.wait_acknowledged()
                 return 0
             continue
-        msg: Any = item
-        if p["no_retained"] and msg.retain:
-            continue
-        if p["retained_only"] and not msg.retain:
-            continue
-        if excluded and any(matches(f, msg.topic) for f in excluded):
-            continue
-        try:
-            printer(msg, time.time())
-        except FormatError as err:
-            print(f"mqtt: warning: {err}", flush=True, file=sys.stderr)
-        received += 1
-        if count is not None and received >= count:
+        if selective:
+            batch = [
+                m for m in batch
+                if not (no_retained and m.retain) and not (retained_only and not m.retain)
+                and not (excluded and any(matches(f, m.topic) for f in excluded))
+            ]  # fmt: skip
+        done = count is not None and received + len(batch) >= count
+        if done:
+            batch = batch[: count - received]
+        printer.write(batch, time.time(), warn)
+        received += len(batch)
+        if done:
             client.wait_acknowledged()
             return 0
 

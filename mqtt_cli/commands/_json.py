@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import functools
 import json
 from typing import Any
 
@@ -30,12 +31,17 @@ class MessageFormatError(ValueError):
     pass
 
 
+@functools.lru_cache(maxsize=8)
+def _utc_text(received: float) -> str:
+    """The receive time as written; formatted once for the messages of a read, which share it (`sub`)."""
+    return datetime.datetime.fromtimestamp(received, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def message_to_json(p: Publish, received: float) -> str:
     try:
         payload, encoding = p.payload.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         payload, encoding = base64.b64encode(p.payload).decode("ascii"), "base64"
-    when = datetime.datetime.fromtimestamp(received, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     obj = {
         "topic": p.topic,
         "qos": p.qos,
@@ -44,7 +50,7 @@ def message_to_json(p: Publish, received: float) -> str:
         "payload": payload,
         "encoding": encoding,
         "properties": p.properties.as_json(),
-        "received": when,
+        "received": _utc_text(received),
     }
     return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
 

@@ -1,23 +1,25 @@
 """How `mqtt sub` and `mqtt rr` print a message: payload (--format text, hex, base64, json), -v, -F format strings,
 --json.
 
-Bytes go to standard output as they are (binary payloads intact), one write and one flush per message, so a
-pipe sees every message at once. On a terminal, -v colours the topic with rich; piped output has no colour.
+Bytes go to standard output as they are (binary payloads intact), one write and one flush for the messages of
+one read (`Printer.write`), so a pipe sees every message as soon as it arrived, at a cost per read rather than
+per message. On a terminal, -v colours the topic with rich; piped output has no colour.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import re
 import sys
-import time
+from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from mqtt_cli.core.packets import Publish
 from mqtt_cli.core.properties import Properties
 
-__all__ = ["FormatError", "Printer", "check_format", "format_message"]
+__all__ = ["FormatError", "Printer", "check_format", "compile_format", "format_message"]
 
 _ESCAPES = {"\\": b"\\", "0": b"\0", "a": b"\a", "e": b"\x1b", "n": b"\n", "r": b"\r", "t": b"\t", "v": b"\v"}
 _FIELDS = "%AtpqrmiICDEFlPRSxXjJU"
@@ -29,9 +31,11 @@ class FormatError(ValueError):
 
 def check_format(fmt: str) -> None:
     """Raises FormatError for an unknown %, @ or \\ sequence, before anything is received."""
-    format_message(fmt, Publish("check", b"{}", 0), time.time())
+    compile_format(fmt)
 
 
+# The time fields are formatted once for the messages of a read, which share their receive time.
+@functools.lru_cache(maxsize=8)
 def _iso(now: float) -> str:
     return datetime.datetime.fromtimestamp(now).astimezone().strftime("%Y-%m-%dT%H:%M:%S%z")
 
@@ -91,8 +95,13 @@ def _cjson(value: Any) -> str:
     return text if float(text) == number else f"{number:1.17g}"
 
 
+@functools.lru_cache(maxsize=8)
+def _tst(now: float) -> str:
+    return datetime.datetime.fromtimestamp(now).astimezone().strftime("%Y-%m-%dT%H:%M:%S.%f%z")
+
+
 def _json_helper(p: Publish, now: float, raw_payload: bool) -> bytes:
-    tst = datetime.datetime.fromtimestamp(now).astimezone().strftime("%Y-%m-%dT%H:%M:%S.%f%z")
+    tst = _tst(now)
     # mosquitto_sub 2.0's fields, in its order, as cJSON prints them (no spaces): payloadlen, mid (QoS 1/2),
     # properties (5.0, when there are any), and "payload": null when empty
     head = (f'{{"tst":{_dumps(tst)},"topic":{_dumps(p.topic)},"qos":{p.qos},"retain":{int(p.retain)},'
@@ -132,10 +141,65 @@ def format_message(fmt: str, p: Publish, now: float) -> bytes:
     """mosquitto_sub's -F: %t topic, %p payload, %q QoS, %r retain, %m/%i packet id, %l length, %x/%X hex,
     %I ISO time, %U Unix time, %j/%J JSON, %A %C %D %E %F %P %R %S 5.0 properties; @X strftime; \\n escapes;
     a field width like %10t or %-10.10t."""
-    out = bytearray()
+    return compile_format(fmt)(p, now)
+
+
+_Field = Callable[[Publish, float], bytes]
+
+
+def _optional(value: object) -> bytes:
+    return str(value).encode() if value is not None else b""
+
+
+#: What each -F field writes.
+_FIELD_VALUES: dict[str, _Field] = {
+    "%": lambda p, now: b"%",
+    "t": lambda p, now: p.topic.encode(),
+    "p": lambda p, now: p.payload,
+    "q": lambda p, now: str(p.qos).encode(),
+    "r": lambda p, now: b"1" if p.retain else b"0",
+    "m": lambda p, now: str(p.packet_id or 0).encode(),
+    "i": lambda p, now: str(p.packet_id or 0).encode(),
+    "l": lambda p, now: str(len(p.payload)).encode(),
+    "x": lambda p, now: p.payload.hex().encode(),
+    "X": lambda p, now: p.payload.hex().upper().encode(),
+    "I": lambda p, now: _iso(now).encode(),
+    "U": lambda p, now: f"{now:.9f}".encode(),
+    "j": lambda p, now: _json_helper(p, now, False),
+    "J": lambda p, now: _json_helper(p, now, True),
+    "A": lambda p, now: _optional(p.properties.topic_alias),
+    "C": lambda p, now: (p.properties.content_type or "").encode(),
+    "D": lambda p, now: p.properties.correlation_data or b"",
+    "E": lambda p, now: _optional(p.properties.message_expiry_interval),
+    "F": lambda p, now: _optional(p.properties.payload_format_indicator),
+    "P": lambda p, now: b" ".join(f"{k}:{v}".encode() for k, v in p.properties.user_properties),
+    "R": lambda p, now: (p.properties.response_topic or "").encode(),
+    "S": lambda p, now: b",".join(str(s).encode() for s in p.properties.subscription_identifiers),
+}
+
+
+def _padded(field: _Field, width: str) -> _Field:
+    return lambda p, now: _pad(field(p, now), width)
+
+
+def _strftime(fmt: str, code: str) -> _Field:
+    def field(p: Publish, now: float) -> bytes:
+        try:
+            return datetime.datetime.fromtimestamp(now).strftime("%" + code).encode()
+        except ValueError:
+            raise FormatError(f"-F {fmt!r}: unknown time field @{code}") from None
+
+    field(Publish("check", b"", 0), 0.0)  # an unknown field is a usage error, before anything is received
+    return field
+
+
+@functools.lru_cache(maxsize=64)
+def compile_format(fmt: str) -> Callable[[Publish, float], bytes]:
+    """-F `fmt` (see format_message) parsed once: a function writing one message (raises FormatError for a %J
+    payload that is not JSON). Raises FormatError for an unknown %, @ or \\ sequence."""
+    parts: list[bytes | _Field] = []
     i = 0
     n = len(fmt)
-    props = p.properties
     while i < n:
         c = fmt[i]
         if c == "%":
@@ -150,85 +214,52 @@ def format_message(fmt: str, p: Publish, now: float) -> bytes:
                     f"-F {fmt!r}: bad field width %{width}{code}: use %10{code}, %-10{code} or %10.5{code}"
                 )
             i = j + 1
-            value: Any
-            if code == "%":
-                value = b"%"
-            elif code == "t":
-                value = p.topic.encode()
-            elif code == "p":
-                value = p.payload
-            elif code == "q":
-                value = str(p.qos).encode()
-            elif code == "r":
-                value = b"1" if p.retain else b"0"
-            elif code in "mi":
-                value = str(p.packet_id or 0).encode()
-            elif code == "l":
-                value = str(len(p.payload)).encode()
-            elif code == "x":
-                value = p.payload.hex().encode()
-            elif code == "X":
-                value = p.payload.hex().upper().encode()
-            elif code == "I":
-                value = _iso(now).encode()
-            elif code == "U":
-                value = f"{now:.9f}".encode()
-            elif code == "j":
-                value = _json_helper(p, now, False)
-            elif code == "J":
-                value = _json_helper(p, now, True)
-            elif code == "A":
-                value = str(props.topic_alias).encode() if props.topic_alias is not None else b""
-            elif code == "C":
-                value = (props.content_type or "").encode()
-            elif code == "D":
-                value = props.correlation_data or b""
-            elif code == "E":
-                value = (
-                    str(props.message_expiry_interval).encode() if props.message_expiry_interval is not None else b""
-                )
-            elif code == "F":
-                value = (
-                    str(props.payload_format_indicator).encode() if props.payload_format_indicator is not None else b""
-                )
-            elif code == "P":
-                value = b" ".join(f"{k}:{v}".encode() for k, v in props.user_properties)
-            elif code == "R":
-                value = (props.response_topic or "").encode()
-            elif code == "S":
-                value = b",".join(str(s).encode() for s in props.subscription_identifiers)
-            else:
+            field = _FIELD_VALUES.get(code)
+            if field is None:
                 raise FormatError(f"-F {fmt!r}: unknown field %{code} (known: %{' %'.join(_FIELDS)})")
-            out += _pad(value, width)
+            if code == "%":
+                parts.append(_pad(b"%", width))
+            else:
+                parts.append(_padded(field, width) if width else field)
         elif c == "@":
             if i + 1 >= n:
                 raise FormatError(f"-F {fmt!r}: an @ at the end")
             code = fmt[i + 1]
             i += 2
-            if code == "@":
-                out += b"@"
-            else:
-                try:
-                    out += datetime.datetime.fromtimestamp(now).strftime("%" + code).encode()
-                except ValueError:
-                    raise FormatError(f"-F {fmt!r}: unknown time field @{code}") from None
+            parts.append(b"@" if code == "@" else _strftime(fmt, code))
         elif c == "\\":
             if i + 1 >= n or fmt[i + 1] not in _ESCAPES:
                 raise FormatError(f"-F {fmt!r}: unknown escape \\{fmt[i + 1 : i + 2]}")
-            out += _ESCAPES[fmt[i + 1]]
+            parts.append(_ESCAPES[fmt[i + 1]])
             i += 2
         else:
             j = i
             while j < n and fmt[j] not in "%@\\":
                 j += 1
-            out += fmt[i:j].encode()
+            parts.append(fmt[i:j].encode())
             i = j
-    return bytes(out)
+    # Adjacent constants joined: the function then does the least per message.
+    merged: list[bytes | _Field] = []
+    for part in parts:
+        if type(part) is bytes and merged and type(merged[-1]) is bytes:
+            merged[-1] += part  # type: ignore[operator]
+        else:
+            merged.append(part)
+    if not merged:
+        return lambda p, now: b""
+    if len(merged) == 1:
+        only = merged[0]
+        return only if not isinstance(only, bytes) else lambda p, now: only
+    fields = tuple(merged)
+    return lambda p, now: b"".join([f if type(f) is bytes else f(p, now) for f in fields])  # type: ignore[operator, misc]
 
 
 class Printer:
     """Writes messages in one of the output forms; `mode`: payload, verbose (topic first), format (-F), json
-    (--json); `form`: how the payload is written in payload and verbose modes (sub --format)."""
+    (--json); `form`: how the payload is written in payload and verbose modes (sub --format).
+
+    `write()` takes the messages of one read and writes them with one write and one flush; `__call__` one message.
+    """
 
     def __init__(
         self,
@@ -249,6 +280,8 @@ class Printer:
             from rich.console import Console
 
             self.console = Console(highlight=False, soft_wrap=True)
+        self._topics: dict[str, bytes] = {}  # -v: topic -> its encoded prefix
+        self.render = self._renderer()
 
     def _payload(self, p: Publish) -> bytes:
         if self.form == "text":
@@ -257,26 +290,88 @@ class Printer:
 
         return encode_payload(p.payload, PayloadFormat(self.form), self.pretty)
 
-    def __call__(self, p: Publish, now: float) -> None:
-        mode = self.mode
+    def _renderer(self) -> Callable[[Publish, float], bytes]:
+        """The function writing one message as bytes (rich's coloured -v aside), chosen once."""
+        mode, end = self.mode, self.end
         if mode == "payload":
-            data = self._payload(p) + self.end
-        elif mode == "verbose":
-            if self.console is not None:
-                from rich.text import Text
+            if self.form == "text":
+                return lambda p, now: p.payload + end
+            payload = self._payload
+            return lambda p, now: payload(p) + end
+        if mode == "verbose":
+            topics = self._topics
+            payload = self._payload
 
-                text = Text(p.topic, style="bold cyan")
-                text.append(" " + (p.payload.decode("utf-8", "replace") if p.payload else "(null)"))
-                self.console.print(text, end=self.end.decode())
-                return
-            # an empty payload shows as "(null)", as with mosquitto_sub -v
-            data = p.topic.encode() + b" " + (self._payload(p) or b"(null)") + self.end
-        elif mode == "format":
+            def verbose(p: Publish, now: float) -> bytes:
+                prefix = topics.get(p.topic)
+                if prefix is None:
+                    if len(topics) >= 4096:
+                        topics.clear()
+                    prefix = topics[p.topic] = p.topic.encode() + b" "
+                # an empty payload shows as "(null)", as with mosquitto_sub -v
+                return prefix + (payload(p) or b"(null)") + end
+
+            return verbose
+        if mode == "format":
             assert self.fmt is not None
-            data = format_message(self.fmt, p, now) + self.end
-        else:
-            from ._json import message_to_json
+            fmt = compile_format(self.fmt)
+            return lambda p, now: fmt(p, now) + end
+        from ._json import message_to_json
 
-            data = message_to_json(p, now).encode() + b"\n"
+        return lambda p, now: message_to_json(p, now).encode() + b"\n"
+
+    def write(self, messages: list[Publish], now: float, warn: Callable[[FormatError], None] | None = None) -> None:
+        """Writes `messages` (received at `now`) with one write and one flush. A message that cannot be written
+        (FormatError: -F %J of a payload that is not JSON) goes to `warn`, the others are written in order;
+        without `warn` the error is raised."""
+        if not messages:
+            return
+        if self.console is not None:
+            self._print_rich(messages)
+            return
+        if self.mode == "payload" and self.form == "text":
+            end = self.end
+            data = end.join([p.payload for p in messages]) + end
+        else:
+            render = self.render
+            try:
+                data = b"".join([render(p, now) for p in messages])
+            except FormatError:
+                if warn is None:
+                    raise
+                data = self._write_each(messages, now, warn)
         self.out.write(data)
         self.out.flush()
+
+    def _write_each(self, messages: list[Publish], now: float, warn: Callable[[FormatError], None]) -> bytes:
+        """write() when a message fails: what comes before a failure is written before its warning."""
+        render = self.render
+        chunk: list[bytes] = []
+        for p in messages:
+            try:
+                chunk.append(render(p, now))
+            except FormatError as err:
+                if chunk:
+                    self.out.write(b"".join(chunk))
+                    self.out.flush()
+                    chunk = []
+                warn(err)
+        return b"".join(chunk)
+
+    def _print_rich(self, messages: list[Publish]) -> None:
+        """-v on a terminal: the topic coloured by rich; one Text for the whole read."""
+        from rich.text import Text
+
+        end = self.end.decode()
+        # -N: one print per message, or rich would join the messages' colours into one (the same on the screen,
+        # other bytes).
+        for chunk in [messages] if end else [[p] for p in messages]:
+            text = Text()
+            for p in chunk:  # the whole message styled, as Text(topic, style) styles what is appended to it
+                line = p.topic + " " + (p.payload.decode("utf-8", "replace") if p.payload else "(null)")
+                text.append(line, "bold cyan")
+                text.append(end)
+            self.console.print(text, end="")
+
+    def __call__(self, p: Publish, now: float) -> None:
+        self.write([p], now)

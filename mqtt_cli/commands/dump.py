@@ -200,7 +200,7 @@ class _Output:
     def write_batches(self, batches: Iterable[list[Any]]) -> None:
         """Lists of records at a time (capture.Dissector.batches)."""
         if self.fast:
-            from mqtt_cli.render import JsonLines
+            from mqtt_cli.jsonlines import JsonLines
 
             writer = JsonLines(batch=1 if self.live else 2048)
             try:
@@ -214,7 +214,7 @@ class _Output:
         writer: Any = None
         if not self.quiet:
             if self.json_lines:
-                from mqtt_cli.render import JsonLines
+                from mqtt_cli.jsonlines import JsonLines
 
                 writer = JsonLines(batch=1 if self.live else 2048)
             else:

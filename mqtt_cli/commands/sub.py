@@ -181,6 +181,9 @@ def sub(
 
         from ._output import FormatError
 
+        def warn(err: FormatError) -> None:
+            print(f"mqtt: warning: {err}", flush=True, file=sys.stderr)
+
         excluded = list(exclude or [])
         code = 0
         # -W counts from the connection, as with mosquitto_sub, and ends only the work: leaving `connected`
@@ -221,30 +224,39 @@ def sub(
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(subscribe)
                     received = 0
-                    async for item in client.messages:
-                        if type(item) is PongReceived:
+                    # Everything a message needs checked; without it, a read's messages are printed as they come.
+                    selective = no_retained or retained_only or bool(excluded)
+                    receive_batch = client.messages.receive_batch
+                    while True:
+                        try:
+                            batch = await receive_batch()
+                        except trio.EndOfChannel:
+                            break
+                        if type(batch) is PongReceived:
                             if retained_only:
                                 await client.wait_acknowledged()
                                 outcome.append(0)
                                 break
                             continue
-                        p = item
-                        if no_retained and p.retain:
-                            continue
-                        if retained_only and not p.retain:
-                            continue
-                        if excluded and any(matches(f, p.topic) for f in excluded):
-                            continue
+                        if selective:
+                            batch = [
+                                p for p in batch
+                                if not (no_retained and p.retain) and not (retained_only and not p.retain)
+                                and not (excluded and any(matches(f, p.topic) for f in excluded))
+                            ]  # fmt: skip
+                        done = count is not None and received + len(batch) >= count
+                        if done:
+                            batch = batch[: count - received]  # type: ignore[operator]
                         if counts is not None:
-                            counts.add(p.topic, p.qos)
-                        try:
-                            printer(p, time.time())
-                        except FormatError as err:
-                            print(f"mqtt: warning: {err}", flush=True, file=sys.stderr)
-                        if remove_retained and p.retain and p.payload:
-                            await client.publish(p.topic, b"", 1, True)
-                        received += 1
-                        if count is not None and received >= count:
+                            for p in batch:
+                                counts.add(p.topic, p.qos)
+                        printer.write(batch, time.time(), warn)
+                        received += len(batch)
+                        if remove_retained:
+                            for p in batch:
+                                if p.retain and p.payload:
+                                    await client.publish(p.topic, b"", 1, True)
+                        if done:
                             await client.wait_acknowledged()
                             outcome.append(0)
                             break

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from .errors import (
+    LenientErrors,
     LocalProtocolError,
     MalformedPacket,
     PacketTooLarge,
@@ -223,8 +224,11 @@ def encode_publish(p: Publish, version: int) -> bytes:
     if qos:
         if qos not in (1, 2):
             raise LocalProtocolError(f"PUBLISH QoS must be 0, 1 or 2, not {qos!r}")
-        pid = p.packet_id
-        pid = pid.to_bytes(2, "big") if type(pid) is int and 0 < pid < 65536 else _packet_id(pid, "PUBLISH QoS > 0")
+        packet_id = p.packet_id
+        if type(packet_id) is int and 0 < packet_id < 65536:
+            pid = packet_id.to_bytes(2, "big")
+        else:
+            pid = _packet_id(packet_id, "PUBLISH QoS > 0")
         if p.dup:
             first |= 8
     else:
@@ -396,16 +400,11 @@ def encode(packet: Packet, version: int = 4) -> bytes:
 _Errs = list[RemoteProtocolError]
 
 
-class _Lenient(list):  # type: ignore[type-arg]
-    """The violations list of a tolerant re-decode: texts that are not valid UTF-8 (or hold U+0000) are read with
-    U+FFFD replacements and reported, instead of ending the decode (what tshark shows, and what dump wants)."""
-
-
 def _str(data: bytes, pos: int, end: int, what: str, errs: _Errs) -> tuple[str, int]:
     try:
         return read_string(data, pos, end, what)
     except MalformedPacket as exc:
-        if type(errs) is not _Lenient or pos + 2 > end:
+        if type(errs) is not LenientErrors or pos + 2 > end:
             raise
         stop = pos + 2 + ((data[pos] << 8) | data[pos + 1])
         if stop > end:
@@ -442,7 +441,7 @@ def _decode_connect(first: int, data: bytes, pos: int, end: int, version: int, e
             protocol_name=name,
             protocol_level=level,
         )
-        if type(errs) is not _Lenient:
+        if type(errs) is not LenientErrors:
             raise unsupported
         # The tolerant reader's second try: read on, as Wireshark does (by the level byte; a level it does not
         # know as 3.1.1), so that the CONNECT is shown with its fields and this error first.
@@ -576,6 +575,8 @@ _ACK_CLASSES: dict[int, Callable[..., Any]] = {
     6: fast_constructor(PubRel),
     7: fast_constructor(PubComp),
 }
+# First bytes of PUBACK, PUBREC, PUBREL, PUBCOMP with their required fixed-header flags.
+_PLAIN_ACKS = frozenset({0x40, 0x50, 0x62, 0x70})
 
 
 def _decode_subscribe(first: int, data: bytes, pos: int, end: int, version: int, errs: _Errs) -> Subscribe:
@@ -754,7 +755,7 @@ def _decode_body(first: int, data: bytes, pos: int, end: int, version: int, leni
     decoder = _DECODERS[ptype]
     if decoder is None:
         raise MalformedPacket("packet type 0 is reserved", packet_type=0)
-    errs: _Errs = _Lenient() if lenient else []
+    errs: _Errs = LenientErrors() if lenient else []
     required = _REQUIRED_FLAGS[ptype]
     if required >= 0 and first & 0x0F != required:
         errs.append(
@@ -815,12 +816,12 @@ class PacketReader:
         """Bytes received but not yet part of a whole packet."""
         return self._have
 
-    def feed(self, data: bytes) -> list[Any]:
+    def feed(self, received: bytes | bytearray | memoryview) -> list[Any]:
         """Adds received bytes; returns the packets they complete (and, when not strict, errors in line)."""
         if self._error is not None:
             raise self._error
-        if type(data) is not bytes:
-            data = bytes(data)  # kept and sliced into payloads: must not change under us
+        # Kept and sliced into payloads: must not change under us (and bytes is what a compiled reader works on).
+        data = received if type(received) is bytes else bytes(received)
         if self._have:
             self._chunks.append(data)
             self._have += len(data)
@@ -840,6 +841,7 @@ class PacketReader:
         topics_seen = _TOPICS_SEEN
         seen_props = _SEEN_PUBLISH_PROPERTIES
         publish = Publish
+        acks = _ACK_CLASSES
         while pos < n:
             # Fixed header: type and flags, then the Remaining Length (1.5.5) in at most four bytes.
             if pos + 1 >= n:
@@ -892,7 +894,7 @@ class PacketReader:
                 if body + 2 <= end and qos != 3 and (qos or not first & 8):
                     topic_end = body + 2 + ((data[body] << 8) | data[body + 1])
                     rest = topic_end + 2 if qos else topic_end
-                    props = _EMPTY
+                    props: Properties | None = _EMPTY
                     if version == 5:
                         # Only an empty or an already seen (hence valid) short property block is taken here.
                         plen = data[rest] if rest < end else 128
@@ -920,6 +922,14 @@ class PacketReader:
                                 out.append(packet)
                                 pos = end
                                 continue
+            elif length == 2 and first in _PLAIN_ACKS:
+                # Fast path for an acknowledgement of a QoS exchange with nothing but its packet identifier (in 5.0:
+                # reason code 0, no properties); identifier 0 takes the general decoder, which says what is wrong.
+                pid = (data[body] << 8) | data[body + 1]
+                if pid:
+                    out.append(acks[first >> 4](pid, 0, _EMPTY))
+                    pos = end
+                    continue
             try:
                 # Decoded from its own bytes, so that the positions errors name count from the packet's start.
                 packet = _decode_body(first, data[pos:end] if pos or end != n else data, body - pos, end - pos, version)
@@ -948,7 +958,10 @@ class PacketReader:
                 pos = end
             if type(packet) is Connect and packet.protocol_version in (3, 4, 5):
                 version = self.version = packet.protocol_version
-        self._keep(data, pos, n)
+        if pos < n:
+            self._keep(data, pos, n)
+        else:
+            self._need = 0  # `_keep` for the common case, without the call
         return out
 
     def _keep(self, data: bytes, pos: int, n: int) -> None:
@@ -967,7 +980,7 @@ class PacketReader:
         raise err
 
 
-def decode(data: bytes, version: int | None = None) -> Packet:
+def decode(data: bytes | bytearray | memoryview, version: int | None = None) -> Packet:
     """Decodes exactly one whole packet (strict); raises MalformedPacket when `data` is not exactly one."""
     reader = PacketReader(version)
     packets = reader.feed(data)
@@ -975,4 +988,5 @@ def decode(data: bytes, version: int | None = None) -> Packet:
         raise MalformedPacket(
             f"expected exactly one whole packet, got {len(packets)} and {reader.buffered} bytes left over"
         )
-    return packets[0]  # type: ignore[no-any-return]
+    packet: Packet = packets[0]
+    return packet

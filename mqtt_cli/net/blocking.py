@@ -230,6 +230,21 @@ class BlockingClient:
             self._read(None)
         return self.messages.popleft()
 
+    def next_messages(self) -> list[Publish] | PongReceived:
+        """next_message() a read at a time: the messages received up to the next marker (a non-empty list, in
+        order), or the marker. Raises the connection's failure when it ends."""
+        messages = self.messages
+        while not messages:
+            if self.failure is not None:
+                raise self.failure
+            self._read(None)
+        if type(messages[0]) is PongReceived:
+            return messages.popleft()
+        batch: list[Publish] = []
+        while messages and type(messages[0]) is not PongReceived:
+            batch.append(messages.popleft())  # type: ignore[arg-type]
+        return batch
+
     def disconnect(self) -> None:
         """Sends DISCONNECT (written within 2 s at most) and closes the socket."""
         sock = self._sock

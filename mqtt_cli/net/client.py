@@ -5,6 +5,7 @@
         await client.publish("a/b", b"hi", qos=1)
         await client.wait_acknowledged()
         async for item in client.messages: ...          # Publish (or PongReceived markers, see ping_marker)
+        batch = await client.messages.receive_batch()   # or a read's messages at a time (a list)
 
 One connection at a time, three tasks while it lasts (reader, writer, keepalive timer) in a nursery; a
 supervisor task reconnects with backoff when `reconnect` is set, on the same session (QoS 1/2 messages in
@@ -43,9 +44,9 @@ from .settings import ClientSettings, new_connection, random_client_id, version_
 from .trace import trace_connection
 from .transports import direct_sender, open_transport
 
-__all__ = ["Client", "ClientSettings", "open_client", "version_name"]
+__all__ = ["Client", "ClientSettings", "MessageStream", "open_client", "version_name"]
 
-_READ_SIZE = 65536
+_READ_SIZE = 262144  # a subscriber that fell behind catches up in few reads (the kernel's buffer is often larger)
 _LINGER_RATE = 50_000  # messages a second that lingering must be able to pass (see _reader)
 _QOS0_BACKLOG = 4096  # QoS 0 messages queued but not yet written before publish() waits for the writer
 _BACKLOG = 1024  # messages waiting for the window before publish() waits
@@ -68,7 +69,8 @@ class Client:
         self._endpoint_index = 0
         self._observer = s.observer
         self._on_qos2_hand_over = s.on_qos2_hand_over
-        self._send_channel, self.messages = trio.open_memory_channel[Publish | PongReceived](s.message_buffer)
+        self._send_channel, receive_channel = trio.open_memory_channel[list[Publish] | PongReceived](s.message_buffer)
+        self.messages = MessageStream(receive_channel)
         self.failure: ClientError | None = None
         self.version = 0  # the protocol version in use, once connected
         self.connack: ConnectionAccepted | None = None
@@ -588,6 +590,10 @@ class Client:
             packets = conn.packets_received
             conn.receive_data(data, trio.current_time())
             events = conn.events()
+            if events and self._observer is None:
+                # The acknowledgements of what this read brought go out before the messages go to the owner: a
+                # broker's window to us (mosquitto: 20 in flight) reopens while we print, not after.
+                self._send_direct()
             # Acknowledgements that went to on_acknowledged opened the window without an event.
             await self._dispatch(events, conn.inflight < inflight)
             if not data:
@@ -690,11 +696,13 @@ class Client:
         observer = self._observer
         if observer is not None:
             observer(events)  # also when empty: what the relay hooks did in this read is sent by it
+        # A read's messages go to the owner as one list: one task switch a read, not one a message.
+        batch: list[Publish] = []
         for event in events:
             t = type(event)
             if t is MessageReceived:
                 if observer is None:
-                    await self._send_channel.send(event.publish)
+                    batch.append(event.publish)
             elif t is PublishAcknowledged:
                 if event.reason_code < 0x80:
                     self.acknowledged += 1
@@ -708,15 +716,63 @@ class Client:
                 self._pongs += 1
                 while self._markers and self._markers[0] <= self._pongs:
                     self._markers.popleft()
+                    if batch:  # a marker comes after the messages received before it
+                        await self._send_channel.send(batch)
+                        batch = []
                     await self._send_channel.send(event)
             elif t is Disconnected:
                 self._end_connection(event.reason)
             elif t is ConnectionAccepted:  # pragma: no cover - handled by _handshake
                 pass
+        if batch:
+            await self._send_channel.send(batch)
         if changed:
             if self._backlog:
                 self._drain_backlog()
             self._notify()
+
+
+class MessageStream:
+    """`Client.messages`: what the reader delivers (Publish, or PongReceived markers), one at a time (`receive()`,
+    `async for`) or a read's messages at a time (`receive_batch()`), which costs the owner one task switch a read."""
+
+    __slots__ = ("_batches", "_items", "_next")
+
+    def __init__(self, batches: trio.MemoryReceiveChannel[list[Publish] | PongReceived]) -> None:
+        self._batches = batches
+        self._items: list[Publish] = []
+        self._next = 0  # the first of _items not yet handed out
+
+    async def receive(self) -> Publish | PongReceived:
+        """The next message or marker; raises trio.EndOfChannel when the client has ended."""
+        items = self._items
+        if self._next < len(items):
+            self._next += 1
+            return items[self._next - 1]
+        got = await self._batches.receive()
+        if type(got) is not list:
+            return got
+        self._items = got
+        self._next = 1
+        return got[0]
+
+    async def receive_batch(self) -> list[Publish] | PongReceived:
+        """The messages of the next read (a non-empty list, in order), or a marker; raises trio.EndOfChannel
+        when the client has ended. What receive() left of a read comes first."""
+        if self._next < len(self._items):
+            rest = self._items[self._next :]
+            self._items, self._next = [], 0
+            return rest
+        return await self._batches.receive()
+
+    def __aiter__(self) -> MessageStream:
+        return self
+
+    async def __anext__(self) -> Publish | PongReceived:
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
 
 
 @asynccontextmanager

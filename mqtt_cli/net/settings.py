@@ -46,7 +46,7 @@ class ClientSettings:
     max_inflight: int = 1024  # our cap on unacknowledged QoS 1/2 messages (3.x brokers state none)
     topic_alias_maximum: int = 64
     auto_topic_aliases: bool = False
-    message_buffer: int = 1024
+    message_buffer: int = 64  # reads (each one list of messages) waiting for the owner before the reader waits
     # For the bridge:
     alternates: tuple[Endpoint, ...] = ()  # further addresses, tried in turn when the current one fails
     retry_first: bool = False  # with reconnect: keep trying the first connection too (open_client returns at once)

@@ -206,7 +206,7 @@ def test_transports_and_versions(tmp_path: Path, how: str) -> None:
 def test_sub_measures_what_another_bench_publishes(mosq: Broker, tmp_path: Path) -> None:
     out = tmp_path / "sub.json"
     sub = subprocess.Popen(
-        [sys.executable, "-m", "mqtt_cli", "bench", "sub", "-c", "2", "-t", "bench/%i", "-q", "1", "--duration", "4",
+        [sys.executable, "-m", "mqtt_cli", "bench", "sub", "-c", "2", "-t", "bench/%i", "-q", "1", "--duration", "12",
          "--workers", "1", "-p", str(mosq.port), "-h", mosq.host, "--json", str(out)],
         cwd=REPO_ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -217,7 +217,7 @@ def test_sub_measures_what_another_bench_publishes(mosq: Broker, tmp_path: Path)
                 break
         code, f, text = bench(mosq, tmp_path, "pub", "-c", "2", "-I", "0", "-L", "300", "-q", "1", "--workers", "1")
         assert code == 0 and f["sent"] == 300, text
-        _, err = sub.communicate(timeout=20)
+        _, err = sub.communicate(timeout=40)
     finally:
         sub.kill()
     assert sub.returncode == 0, err

@@ -128,6 +128,15 @@ def test_gap_inside_a_packet_of_known_length_resumes_exactly_after_it() -> None:
     ]
 
 
+def test_stream_ending_right_after_a_gap_that_ends_a_packet() -> None:
+    """The rest of a packet lost, then the end: the gap is reported, and nothing else (this used to raise)."""
+    half = DirectionDecoder(4)
+    assert half.data(b"\x30\x0a\x00\x03abc", 1, 1) == []
+    (gap,) = half.gap(5, 2, 2)
+    assert isinstance(gap[5], StreamNote) and gap[5].kind == "gap" and "PUBLISH" in gap[5].message
+    assert half.end(3, 3) == []
+
+
 def test_gap_at_a_packet_boundary_resumes_at_the_next_segment_that_chains() -> None:
     got = decode([P1, len(P2), P3, P1])
     assert got == [

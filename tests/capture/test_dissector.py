@@ -3,6 +3,7 @@ every kind of malformed MQTT."""
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -298,9 +299,9 @@ def test_auth_in_5_is_fine() -> None:
 
 
 def test_json_text_records_are_the_encoded_dicts() -> None:
-    from mqtt_cli.render import _record_encoder
+    from mqtt_cli.jsonlines import record_encoder
 
-    encode_record = _record_encoder()
+    encode_record = record_encoder()
     frames = session(Conversation(), version=5).frames() + session(Conversation(cport=40001)).frames()
     frames += session(Conversation(cport=40002), client_id='quote"and\u00e9').frames()
     as_dicts = [encode_record(r) for r in dissect(frames)]
@@ -325,3 +326,16 @@ def test_bare_acks_and_fins_of_unknown_connections_are_ignored() -> None:
     conv._add(False, FIN | ACK)
     conv._add(True, SYN | PSH)  # a SYN alone opens a connection, but carries nothing to report
     assert dissect(conv.frames()) == []
+
+
+@pytest.mark.parametrize("ts", [None, -5, 0, 5, 999_999_999, 1_000_000_000, 1_000_000_001, 1_795_344_994_709_346_000])
+def test_timestamps_of_the_hot_paths_are_format_ts(ts: int | None) -> None:
+    """The record builder's own timestamp formatting (cut from the digits) and build_texts' agree with format_ts."""
+    from mqtt_cli.capture.records import NO_CONTEXT
+
+    builder = RecordBuilder()
+    (text,) = builder.build_texts([(0x30, 3, 0)], [Publish("a", b"")], ts, 1, NO_CONTEXT, 4)
+    expected = format_ts(ts)
+    assert json.loads(text)["ts"] == expected
+    (rec,) = builder.build_packets([(0x40, 2, 0)], [PubAck(1)], ts, 1, NO_CONTEXT, 4)
+    assert rec["ts"] == expected

@@ -432,3 +432,14 @@ def test_packet_identifiers_wrap_around_without_reuse() -> None:
         pid = client.publish("a", b"", 1)
         broker.send(PubAck(pid))  # type: ignore[arg-type]
     assert client.inflight == 0
+
+
+@pytest.mark.parametrize("version", [3, 4, 5])
+def test_qos1_acknowledgements_of_one_read_are_the_encoder_s_pubacks_in_order(version: int) -> None:
+    """The PUBACKs a subscriber writes as bytes (the fast path) are the encoder's PubAck, one per message, in the
+    order received, all in one data_to_send()."""
+    client, broker = connected(version)
+    pids = [1, 2, 255, 256, 4660, 65535]
+    events = broker.send(*(Publish("a/b", b"m%d" % i, 1, False, False, pid) for i, pid in enumerate(pids)))
+    assert [e.publish.packet_id for e in events] == pids
+    assert client.data_to_send(0.0) == b"".join(encode(PubAck(pid), version) for pid in pids)

@@ -386,3 +386,22 @@ def test_tolerant_properties_show_unknown_identifiers() -> None:
     (err,) = PacketReader(5, strict=False).feed(h("30 0a 00 01 74 06 03 00 01 61 7f 01"))
     assert err.packet.properties.as_list() == [["content_type", "a"], ["unknown_0x7f", "01"]]
     assert "unknown property identifier 0x7F" in str(err)
+
+
+@pytest.mark.parametrize("version", [3, 4, 5])
+@pytest.mark.parametrize("first", [0x40, 0x50, 0x62, 0x70, 0x42, 0x60, 0x71])
+@pytest.mark.parametrize("pid", [0, 1, 0x1234, 0xFFFF])
+def test_acknowledgement_fast_path_agrees_with_the_general_decoder(version: int, first: int, pid: int) -> None:
+    """PacketReader.feed decodes a bare PUBACK/PUBREC/PUBREL/PUBCOMP without the general decoder: same packet,
+    or the same error (flags, identifier 0) as `_decode_body` gives."""
+    from mqtt_cli.core import codec
+
+    data = bytes([first, 2, pid >> 8, pid & 0xFF])
+    (fast,) = PacketReader(version, strict=False).feed(data)
+    try:
+        general = codec._decode_body(first, data, 2, 4, version)
+    except RemoteProtocolError as err:
+        assert type(fast) is type(err) and fast.message == err.message
+        assert type(fast.packet) is type(err.packet) and fast.packet == err.packet
+    else:
+        assert type(fast) is type(general) and fast == general
