@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from sys import intern
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["RetainedStore"]
 
@@ -18,14 +18,14 @@ T = TypeVar("T")
 
 # The children of a leaf level (most levels: one per retained topic): shared, never written to; `set` gives a
 # level its own dict when it gets a child.
-_LEAF: dict[str, _Level[object]] = {}
+_LEAF: dict[str, Any] = {}  # (Any: it stands in for the children of a level of any value type)
 
 
 class _Level(Generic[T]):
     __slots__ = ("children", "value")
 
     def __init__(self) -> None:
-        self.children: dict[str, _Level[T]] = _LEAF  # type: ignore[assignment]
+        self.children: dict[str, _Level[T]] = _LEAF
         self.value: T | bytes | None = None
 
 

@@ -53,7 +53,7 @@ from mqtt_cli.core.session import Message, SubscriptionOptions
 __all__ = ["SCHEMA_VERSION", "Restored", "Store", "StoreError"]
 
 #: Bumped by any change of the tables below; an older file is migrated on open, a newer one moved aside.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _PUBLISH = 3  # packet type whose properties a message keeps
 
 # Version 1, as first released: every file starts from it, then takes the migrations in turn.
@@ -95,6 +95,9 @@ ALTER TABLE deliveries ADD COLUMN released INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE incoming (
     client_id TEXT NOT NULL, packet_id INTEGER NOT NULL, PRIMARY KEY (client_id, packet_id)
 ) WITHOUT ROWID;
+""",
+    3: """
+ALTER TABLE sessions ADD COLUMN bridge TEXT;
 """,
 }
 
@@ -220,7 +223,8 @@ class Store:
             incoming.setdefault(client_id, []).append(pid)
         sessions = []
         for row in db.execute("SELECT * FROM sessions ORDER BY client_id"):
-            client_id, version, expiry, expires, username, wtopic, wpayload, wqos, wretain, wprops, will_at = row
+            client_id, version, expiry, expires, username, wtopic, wpayload, wqos, wretain, wprops, will_at = row[:11]
+            bridge = row[11]
             will = None
             if wtopic is not None:
                 will = Will(wtopic, bytes(wpayload), wqos, bool(wretain), _properties(wprops, WILL))
@@ -237,6 +241,7 @@ class Store:
                     None if will_at is None else will_at - off,
                     tuple(incoming.get(client_id, ())),
                     queued.get(client_id),
+                    bridge,
                 )
             )
         return Restored(sessions, retained, len(gone))
@@ -433,8 +438,8 @@ def _save_session(db: sqlite3.Connection, c: SessionSaved, off: float) -> None:
         else (w.topic, w.payload, w.qos, w.retain, encode_properties(w.properties, WILL),
               None if c.will_at is None else c.will_at + off)
     )  # fmt: skip
-    db.execute("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-               (c.client_id, c.version, c.expiry_interval, expires, c.username, *will))  # fmt: skip
+    db.execute("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+               (c.client_id, c.version, c.expiry_interval, expires, c.username, *will, c.bridge))  # fmt: skip
     db.execute("DELETE FROM subscriptions WHERE client_id = ?", (c.client_id,))
     db.executemany(
         "INSERT INTO subscriptions VALUES (?, ?, ?, ?, ?, ?, ?)",
