@@ -1,6 +1,6 @@
 # mqtt-cli: set-up, tests and builds. GNU make; Debian 12, Python 3.11.
 #   make install   .venv with the project (editable), its test tools and pyspark; as root also Debian packages
-#   make test      ruff check, then the whole pytest suite
+#   make test      ruff check and mypy, then the whole pytest suite
 # `make help` lists every target.
 
 SHELL := /bin/bash
@@ -22,12 +22,17 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS ?=
 
-.PHONY: help install system-deps web-deps test lint serve zipapp completions bench fuzz clean distclean
+# The hot modules compiled with mypyc (scripts/build_compiled.py; mqtt_cli/buildmode.py names them), rebuilt when
+# one of their sources changes. Without a C compiler, or with MQTT_CLI_PURE=1, there is no build: pure Python runs.
+COMPILED_SOURCES := $(addprefix mqtt_cli/core/,codec.py topics.py broker.py session.py flows.py server.py)
+COMPILED_STAMP := mqtt_cli/compiled.stamp
+
+.PHONY: help install system-deps web-deps compiled test lint serve zipapp completions bench fuzz clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-install: system-deps $(STAMP) web-deps ## .venv with the project and its test tools (+ Debian packages as root)
+install: system-deps $(STAMP) compiled web-deps ## .venv with the project, its test tools, the compiled build (+ Debian packages as root)
 
 system-deps: ## as root: apt-get install what is missing (mosquitto, tshark, rabbitmq, java, chromium, node)
 	@bash scripts/install-system-deps.sh $(PYTHON)
@@ -43,6 +48,21 @@ $(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json
 		npm ci --prefix $(WEB) --ignore-scripts --no-audit --no-fund --loglevel=error && touch $@; \
 	fi
 
+# (make -n must not run the build: no $(MAKE) in a recipe, the choice is made here)
+ifneq ($(filter-out 0,$(MQTT_CLI_PURE)),)
+compiled: $(STAMP)
+	$(BIN)/python scripts/build_compiled.py --clean
+	@echo "MQTT_CLI_PURE is set: no compiled build, pure Python runs"
+else
+compiled: $(COMPILED_STAMP) ## compile the hot modules with mypyc (MQTT_CLI_PURE=1: remove the build, run pure Python)
+endif
+
+# A failed build (no C compiler, a compile error) leaves no build behind and does not stop make: pure Python runs,
+# and `mqtt --version` says so. The next make tries again.
+$(COMPILED_STAMP): $(COMPILED_SOURCES) $(STAMP)
+	@echo "compiling $(COMPILED_SOURCES) with mypyc (a minute or two)"
+	@$(BIN)/python scripts/build_compiled.py || echo "make: no compiled build; everything runs as pure Python" >&2
+
 # Re-installs only when pyproject.toml is newer than the stamp (or there is no .venv yet).
 $(STAMP): pyproject.toml
 	@if [ ! -x $(BIN)/python ]; then \
@@ -52,13 +72,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,spark]'
 	@touch $@
 
-test: install lint ## ruff check, then the whole test suite (no test collected counts as a failure)
+# With a compiled build the whole suite runs on it, then the core's tests again on pure Python (both must work).
+test: install lint ## ruff check and mypy, then the whole test suite (no test collected counts as a failure)
 	@cmd="$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)"; echo "$$cmd"; rc=0; $$cmd || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
+	if [ $$rc -eq 0 ] && [ -z "$(PYTEST_ARGS)" ] && [ -f $(COMPILED_STAMP) ]; then \
+		cmd="$(BIN)/pytest -n $(PYTEST_WORKERS) -q tests/core"; \
+		echo "MQTT_CLI_PURE=1 $$cmd"; MQTT_CLI_PURE=1 $$cmd || rc=$$?; \
+	fi; \
 	exit $$rc
 
-lint: $(STAMP) ## ruff check
+lint: $(STAMP) ## ruff check, then mypy (strict, on the packages [tool.mypy] names in pyproject.toml)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 serve: install ## run the broker (ARGS="..." passes options)
 	$(BIN)/mqtt serve $(ARGS)

@@ -3,6 +3,10 @@
     .venv/bin/python benchmarks/broker.py [--reps 3] [--count 200000] [--conns 10000] [--only fanin,fanout,lat,conns]
     .venv/bin/python benchmarks/broker.py --acl [--reps 3] [--count 100000]
     .venv/bin/python benchmarks/broker.py --metrics [--reps 5] [--count 200000]
+    .venv/bin/python benchmarks/broker.py --builds [--qos 0,1] [--reps 3] [--count 200000]
+
+--builds: fan-in, 64 B, mosquitto against our broker twice, pure Python (MQTT_CLI_PURE=1) and the compiled build
+(`make install`'s mypyc build must be there), runs interleaved; prints compiled/pure and both against mosquitto.
 
 --metrics: fan-in QoS 0, 64 B, our broker with the metrics endpoint on and scraped every second (GET /metrics
 with Prometheus's Accept header, from this process) against the same broker with it off, runs interleaved; the
@@ -190,10 +194,10 @@ def acl_mode(args: argparse.Namespace, work: Path) -> int:
     return 0
 
 
-def start_broker(label: str, port: int, cmd: list[str]) -> subprocess.Popen[bytes]:
+def start_broker(label: str, port: int, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     import socket
 
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 20
     while True:
         try:
@@ -270,6 +274,73 @@ def metrics_mode(args: argparse.Namespace, work: Path) -> int:
     return 0
 
 
+def builds_mode(args: argparse.Namespace, work: Path) -> int:
+    """Fan-in, 64 B, at each QoS of --qos: mosquitto, our broker as pure Python (MQTT_CLI_PURE=1) and compiled
+    (make install's mypyc build), runs interleaved; prints medians, compiled/pure and each against mosquitto."""
+    import signal
+
+    sys.path.insert(0, str(ROOT))
+    from mqtt_cli import buildmode
+
+    if not Path(buildmode.STAMP).exists():
+        print("benchmarks/broker.py --builds: no compiled build (make install with a C compiler)", file=sys.stderr)
+        return 2
+    serve = [
+        "taskset", "-c", "0", sys.executable, "-m", "mqtt_cli", "serve", "--max-queued-messages", "0",
+        "--max-inflight", "0", "--sys-interval", "0",
+    ]  # fmt: skip
+    conf = work / "mosquitto.conf"
+    conf.write_text((BENCH / "mosquitto.conf").read_text().replace("listener 1883", "listener 18877"))
+    pure_env = {**os.environ, buildmode.ENV_PURE: "1"}
+    compiled_env = {k: v for k, v in os.environ.items() if k != buildmode.ENV_PURE}
+    targets = {
+        "mosquitto": (18877, ["taskset", "-c", "0", MOSQUITTO, "-c", str(conf)], None),
+        "pure": (18878, [*serve, "--port", "18878"], pure_env),
+        "compiled": (18879, [*serve, "--port", "18879"], compiled_env),
+    }
+    qos_levels = [int(q) for q in args.qos.split(",")]
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    rows: list[dict[str, object]] = []
+    try:
+        for label, (port, cmd, env) in targets.items():
+            procs[label] = start_broker(label, port, cmd, env)
+        labels = list(targets)
+        for rep_no in range(args.reps):
+            for qos in qos_levels:
+                for k in range(len(labels)):
+                    label = labels[(k + rep_no) % len(labels)]  # the order rotates each rep
+                    port = targets[label][0]
+                    cmd = ["taskset", "-c", "1", str(work / "bench" / "mqttload"), "thru", "--fanin", "--pubs", "1",
+                           "--subs", "1", "--qos", str(qos), "--size", "64", "--count", str(args.count),
+                           "--timeout", "300", "--port", str(port), "--broker-pid", str(procs[label].pid)]  # fmt: skip
+                    out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
+                    row = json.loads(out.splitlines()[-1]) if out else {"error": "no output"}
+                    row.update(label=label, rep=rep_no + 1, test=f"fanin-qos{qos}-builds")
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+                proc.wait(10)
+    out_path = ROOT / "benchmarks" / "results" / f"broker-builds-{time.strftime('%Y-%m-%d')}.jsonl"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with out_path.open("a") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    print(f"{'fan-in 64 B':<14}{'mosquitto':>12}{'pure':>12}{'compiled':>12}{'compiled/pure':>15}"
+          f"{'pure/mosq':>11}{'compiled/mosq':>15}")  # fmt: skip
+    for qos in qos_levels:
+        test = f"fanin-qos{qos}-builds"
+        ran = [r for r in rows if r["test"] == test]
+        med = {lb: median([r for r in ran if r["label"] == lb], "delivered_per_s") for lb in targets}
+        m, p, c = med["mosquitto"], med["pure"], med["compiled"]
+        print(f"{'QoS ' + str(qos):<14}{m:>12,.0f}{p:>12,.0f}{c:>12,.0f}{c / p:>15.2f}{p / m:>11.2f}{c / m:>15.2f}")
+    lost = [r for r in rows if r.get("lost") or r.get("error")]
+    print(f"runs with losses or errors: {len(lost)}; raw results: {out_path}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=3)
@@ -278,6 +349,8 @@ def main() -> int:
     parser.add_argument("--only", default="fanin,fanout,lat,conns")
     parser.add_argument("--acl", action="store_true", help="QoS 1 fan-in/fan-out with 1,000 ACL patterns vs none")
     parser.add_argument("--metrics", action="store_true", help="fan-in QoS 0 with the metrics endpoint scraped vs off")
+    parser.add_argument("--builds", action="store_true", help="fan-in: mosquitto, our pure and our compiled build")
+    parser.add_argument("--qos", default="0", help="--builds: the QoS levels to run (comma-separated)")
     args = parser.parse_args()
     if not (BENCH / "matrix.sh").exists():
         print(f"benchmarks/broker.py: {BENCH} is missing (the shared load generator)", file=sys.stderr)
@@ -289,6 +362,8 @@ def main() -> int:
         return acl_mode(args, work)
     if args.metrics:
         return metrics_mode(args, work)
+    if args.builds:
+        return builds_mode(args, work)
     conf = work / "mosquitto.conf"
     conf.write_text((BENCH / "mosquitto.conf").read_text().replace("listener 1883", "listener 18860"))
     ours = (

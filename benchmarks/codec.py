@@ -8,8 +8,9 @@ Decoding is measured two ways, both from large buffers of back-to-back packets:
   * "one buffer": all --count packets in a single buffer and a single feed, all kept alive (the cyclic garbage
     collector then walks a growing heap, which costs about a quarter of the time).
 Encoding builds the bytes of --count Publish objects. Payloads are 64 bytes, topics 21 bytes from a set of 100.
-Each figure is the best of --repeat runs. --check exits 1 when a headline figure is below the issue's target
-(500,000 packets/s for decode-stream and encode).
+Each figure is the best of --repeat runs. --builds runs it as pure Python (MQTT_CLI_PURE=1) and as the compiled
+build in alternating processes (--rounds each) and prints both with their ratio. --check exits 1 when a headline
+figure is below the issue's target (500,000 packets/s for decode-stream and encode).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from mqtt_cli import buildmode
 from mqtt_cli.core.codec import PacketReader, encode
 from mqtt_cli.core.packets import Publish
 from mqtt_cli.core.properties import Properties
@@ -107,19 +109,64 @@ def machine() -> dict[str, object]:
     return {"python": platform.python_version(), "cpu": cpu, "cores": os.cpu_count()}
 
 
+def builds(count: int, repeat: int, rounds: int) -> int:
+    """This benchmark as pure Python (MQTT_CLI_PURE=1) and compiled, in alternating processes, best of each."""
+    import subprocess
+
+    from mqtt_cli import buildmode
+
+    if not os.path.exists(buildmode.STAMP):
+        print("benchmarks/codec.py --builds: no compiled build (make install with a C compiler)", file=sys.stderr)
+        return 2
+    best: dict[str, dict[str, dict[str, int]]] = {"pure": {}, "compiled": {}}
+    envs = {
+        "pure": {**os.environ, buildmode.ENV_PURE: "1"},
+        "compiled": {k: v for k, v in os.environ.items() if k != buildmode.ENV_PURE},
+    }
+    for _ in range(rounds):
+        for build, env in envs.items():
+            cmd = [sys.executable, __file__, "--json", "--count", str(count), "--repeat", str(repeat)]
+            out = json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout)
+            assert (out["build"] == buildmode.PURE_BUILD) == (build == "pure"), out["build"]
+            for r in out["results"]:
+                kept = best[build].setdefault(r["case"], {})
+                for k in FIGURES:
+                    kept[k] = max(kept.get(k, 0), r[k])
+    m = machine()
+    print(f"Python {m['python']} on {m['cpu']} ({m['cores']} cores); packets/s, best of {rounds} x {repeat} each")
+    print(f"{'case':<18}" + "".join(f"{name + ' pure':>22}{'compiled':>10}{'x':>6}" for name in FIGURES.values()))
+    for case, pure in best["pure"].items():
+        compiled = best["compiled"][case]
+        cells = "".join(f"{pure[k]:>22,}{compiled[k]:>10,}{compiled[k] / pure[k]:>6.2f}" for k in FIGURES)
+        print(f"{case:<18}{cells}")
+    return 0
+
+
+FIGURES = {
+    "decode_stream_per_s": "decode stream",
+    "decode_one_buffer_per_s": "decode 1 buffer",
+    "encode_per_s": "encode",
+}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--check", action="store_true", help=f"exit 1 if below {TARGET:,}/s")
+    parser.add_argument("--builds", action="store_true", help="pure Python against the compiled build")
+    parser.add_argument("--rounds", type=int, default=3, help="--builds: processes of each build, alternating")
     args = parser.parse_args()
+    if args.builds:
+        return builds(args.count, args.repeat, args.rounds)
     results = run(args.count, args.repeat)
     if args.json:
-        print(json.dumps({"machine": machine(), "results": results}, indent=2))
+        print(json.dumps({"machine": machine(), "build": buildmode.BUILD, "results": results}, indent=2))
     else:
         m = machine()
-        print(f"Python {m['python']} on {m['cpu']} ({m['cores']} cores); packets/s, best of {args.repeat}")
+        where = f"Python {m['python']} on {m['cpu']} ({m['cores']} cores, {buildmode.BUILD})"
+        print(f"{where}; packets/s, best of {args.repeat}")
         print(f"{'case':<22}{'bytes':>6}{'decode stream':>16}{'decode 1 buffer':>17}{'encode':>12}")
         for r in results:
             print(

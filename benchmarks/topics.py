@@ -19,6 +19,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 try:
     from mqtt_cli.core.topics import TopicTrie, topic_filter_error, topic_name_error
@@ -112,7 +113,7 @@ def run(total: int, samples: int) -> dict[str, object]:
     gc.collect()
     gc.disable()  # keep collector pauses out of the latency numbers
     try:
-        trie: TopicTrie[int] = TopicTrie()
+        trie: TopicTrie[Any, int] = TopicTrie()
         t0 = time.perf_counter()
         for flt, key, qos in subs:
             trie.add(flt, key, qos)
@@ -120,7 +121,7 @@ def run(total: int, samples: int) -> dict[str, object]:
         results["add_per_s"] = len(subs) / add_s
         results["nodes"] = trie._node_count()
 
-        cached: TopicTrie[int] = TopicTrie(cache_size=10_000)
+        cached: TopicTrie[Any, int] = TopicTrie(cache_size=10_000)
         for flt, key, qos in subs:
             cached.add(flt, key, qos)
 
@@ -159,7 +160,7 @@ def run(total: int, samples: int) -> dict[str, object]:
         del cached
         gc.collect()
         tracemalloc.start()
-        probe: TopicTrie[int] = TopicTrie()
+        probe: TopicTrie[Any, int] = TopicTrie()
         for flt, key, qos in subs:
             probe.add(flt, key, qos)
         results["bytes_per_subscription"] = tracemalloc.get_traced_memory()[0] / len(subs)

@@ -1,8 +1,13 @@
 """mqtt-cli: one ``mqtt`` command for everything around MQTT.
 
 This module is imported by every part of the package, ``mqtt_cli.core`` included, and by the fast
-``mqtt --version`` path: it must import nothing.
+``mqtt --version`` path: it must import nothing but `buildmode`, which picks the compiled or the pure Python
+build of the hot modules before anything imports them.
 """
+
+from mqtt_cli import buildmode
+
+buildmode.select()
 
 __version__ = "0.1.0"
 
@@ -13,5 +18,8 @@ COMPLETE_VAR = "_MQTT_COMPLETE"
 
 
 def version_text() -> str:
-    """What ``mqtt --version`` prints."""
-    return f"mqtt-cli {__version__}"
+    """What ``mqtt --version`` prints: the version and which build runs (compiled: mypyc, or pure Python)."""
+    build = buildmode.BUILD
+    if buildmode.WHY_PURE:
+        build += f": {buildmode.WHY_PURE}"
+    return f"mqtt-cli {__version__} ({build})"

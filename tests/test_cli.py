@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from mqtt_cli import __version__
+from mqtt_cli import __version__, version_text
 from mqtt_cli.app import app
 
 from .conftest import REPO_ROOT, Run, cli_env
@@ -72,7 +72,7 @@ def test_help_documents_version_option(run: Run, mqtt_exe: Path) -> None:
 def test_version(run: Run, mqtt_cmd: list[str], flag: str) -> None:
     result = run([*mqtt_cmd, flag])
     assert result.returncode == 0
-    assert result.stdout == f"mqtt-cli {__version__}\n"
+    assert result.stdout == version_text() + "\n"
     assert result.stderr == ""
 
 
@@ -98,10 +98,10 @@ def test_version_option_through_typer_gives_the_same_answer(run: Run, mqtt_exe: 
     # `--version` before a command is not answered by the fast path: typer's eager option answers it.
     result = run([mqtt_exe, "--version", "completions", "bash"])
     assert result.returncode == 0
-    assert result.stdout == f"mqtt-cli {__version__}\n"
+    assert result.stdout == version_text() + "\n"
     code = "from mqtt_cli.app import run; run(['--version'])"
     result = run([sys.executable, "-c", code])
-    assert (result.returncode, result.stdout) == (0, f"mqtt-cli {__version__}\n")
+    assert (result.returncode, result.stdout) == (0, version_text() + "\n")
 
 
 def test_prog_name_is_mqtt_however_started(run: Run) -> None:

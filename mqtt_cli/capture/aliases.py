@@ -23,7 +23,7 @@ __all__ = ["MAX_ALIASES", "TopicAliases", "property_value"]
 MAX_ALIASES = 100_000
 
 
-def property_value(props: Iterable[Any] | dict[str, Any] | None, name: str) -> Any:
+def property_value(props: Iterable[list[Any] | tuple[Any, ...]] | dict[str, Any] | None, name: str) -> Any:
     """The first value of property `name` in a record's `properties` (None when absent)."""
     if not props:
         return None
@@ -43,7 +43,7 @@ class TopicAliases:
     def topic(self, rec: dict[str, Any]) -> str | None:
         """The topic of PUBLISH record `rec`: its own, or the one its alias was last set to in that direction of
         that connection; None for an empty topic whose alias was never set (set before the capture began)."""
-        topic = rec.get("topic")
+        topic: str | None = rec.get("topic")
         props = rec.get("properties")
         if not props:
             return topic

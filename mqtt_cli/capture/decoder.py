@@ -28,7 +28,8 @@ from .framing import NAMES, NO, WAIT, YES, HeaderWalker, chain_verdict
 
 __all__ = ["DirectionDecoder", "Item", "StreamNote", "align"]
 
-Item = tuple[int | None, int, int, int, int, Any]  # (ts ns, frame, first byte, Remaining Length, offset, obj)
+# (ts ns, frame or None for a raw stream, first byte, Remaining Length, offset, obj)
+Item = tuple[int | None, int | None, int, int, int, Any]
 
 # Bytes held past a candidate boundary while its chain is incomplete, before the candidate is given up.
 MAX_HUNT = 8 << 20
@@ -65,18 +66,18 @@ class _Hunt:
     def __init__(self, base: int, proven: int | None) -> None:
         self.base = base  # stream offset of data[0]
         self.data = bytearray()
-        self.chunks: list[tuple[int, int | None, int]] = []  # (stream offset, ts, frame) of each record held
+        self.chunks: list[tuple[int, int | None, int | None]] = []  # (stream offset, ts, frame) of each record held
         self.bounds: set[int] = set()  # stream offsets where records begin
         self.candidates: list[int] = []  # offsets still to judge, ascending
         self.proven = proven  # an offset known to begin a packet
         self.dropped = 0  # bytes given up on
-        self.dropped_at: tuple[int | None, int, int] | None = None  # (ts, frame, offset) of the first of them
+        self.dropped_at: tuple[int | None, int | None, int] | None = None  # (ts, frame, offset) of the first
 
     @property
     def end(self) -> int:
         return self.base + len(self.data)
 
-    def add(self, chunk: bytes, ts: int | None, frame: int, candidate: bool) -> None:
+    def add(self, chunk: bytes, ts: int | None, frame: int | None, candidate: bool) -> None:
         at = self.end
         self.data += chunk
         self.chunks.append((at, ts, frame))
@@ -148,7 +149,7 @@ class DirectionDecoder:
 
     # --- input ---------------------------------------------------------------------------------------------
 
-    def data(self, chunk: bytes, ts: int | None, frame: int) -> list[Item]:
+    def data(self, chunk: bytes, ts: int | None, frame: int | None) -> list[Item]:
         hunt = self._hunt
         if hunt is None:
             return self._decode(chunk, ts, frame)
@@ -157,7 +158,7 @@ class DirectionDecoder:
         self._judge(out)
         return out
 
-    def gap(self, lost: int, ts: int | None, frame: int) -> list[Item]:
+    def gap(self, lost: int, ts: int | None, frame: int | None) -> list[Item]:
         """`lost` bytes of the stream were not captured; resume at the next boundary that can be proven."""
         out: list[Item] = []
         hunt = self._hunt
@@ -198,7 +199,7 @@ class DirectionDecoder:
         out.append((ts, frame, -1, -1, at, StreamNote("gap", what, lost=lost)))
         return out
 
-    def end(self, ts: int | None, frame: int) -> list[Item]:
+    def end(self, ts: int | None, frame: int | None) -> list[Item]:
         """The stream is over: report a packet cut short, or bytes that never made sense."""
         out: list[Item] = []
         if self._hunt is not None:
@@ -246,11 +247,16 @@ class DirectionDecoder:
         return [(ts, frame, h[0], h[1], h[2], obj) for h, obj in zip(heads, objs, strict=True)]
 
     def _framing_lost(
-        self, err: RemoteProtocolError, heads: list[tuple[int, int, int]], chunk: bytes, ts: int | None, frame: int
+        self,
+        err: RemoteProtocolError,
+        heads: list[tuple[int, int, int]],
+        chunk: bytes,
+        ts: int | None,
+        frame: int | None,
     ) -> list[Item]:
         """A Remaining Length over four bytes: nothing after it can be framed. Report, then hunt."""
         objs = err.packets
-        out = [(ts, frame, h[0], h[1], h[2], obj) for h, obj in zip(heads, objs, strict=False)]
+        out: list[Item] = [(ts, frame, h[0], h[1], h[2], obj) for h, obj in zip(heads, objs, strict=False)]
         chunk_at = self._walker.offset - len(chunk)
         at = self._walker.broken_at
         if at is None or at < chunk_at:

@@ -157,7 +157,10 @@ class Dissector:
         self._on_numbered = on_numbered
         self._builder = RecordBuilder(keep_objects)
         # json_text: PUBLISH records of the hot path come as JSON text (str), for `mqtt dump --json` unfiltered.
-        self._build_packets = self._builder.build_texts if json_text else self._builder.build_packets
+        # (list[Any]: records, or with json_text records and texts; `frame` says list[Record] for the common case.)
+        self._build_packets: Callable[..., list[Any]] = (
+            self._builder.build_texts if json_text else self._builder.build_packets
+        )
 
     # --- frames --------------------------------------------------------------------------------------------
 
@@ -532,7 +535,8 @@ def _holding(d: _Direction) -> bool:
 
 
 def _frame(rec: Record) -> int:
-    return rec["frame"]
+    number: int = rec["frame"]
+    return number
 
 
 def _by_frame(records: list[Record]) -> list[Record]:

@@ -124,7 +124,7 @@ class HeaderWalker:
         return out
 
 
-def _header(data: bytes, pos: int) -> tuple[int, int] | None:
+def _header(data: bytes | bytearray, pos: int) -> tuple[int, int] | None:
     """(header size, Remaining Length) of the fixed header at `pos`; None if cut short; (-1, 0) if over 4 bytes."""
     value = 0
     shift = 0

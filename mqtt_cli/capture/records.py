@@ -335,7 +335,7 @@ class RecordBuilder:
         for (first, length, offset), obj in zip(heads, objs, strict=True):
             if type(obj) is Publish:
                 payload = obj.payload
-                rec = {
+                rec: Record = {
                     "ts": ts_text, "frame": frame, "src": ctx.src, "dst": ctx.dst, "type": "PUBLISH",
                     "offset": offset, "stream": ctx.stream, "client": ctx.client, "from_client": ctx.from_client,
                     "remaining_length": length, "flags": first & 15, "qos": obj.qos, "retain": obj.retain,

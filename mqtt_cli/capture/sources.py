@@ -18,11 +18,14 @@ import sys
 import zlib
 from collections.abc import Iterator
 from itertools import chain
-from typing import BinaryIO, TypeVar
+from typing import TYPE_CHECKING, BinaryIO, TypeVar, cast
 
 from .errors import CaptureError, CorruptCapture, NotACapture
 from .pcap import PCAP_MAGICS, PcapReader
 from .pcapng import PCAPNG_MAGIC, PcapngReader
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 __all__ = ["CaptureSource", "open_binary", "open_capture", "read_head"]
 
@@ -39,11 +42,12 @@ _ZSTD = b"\x28\xb5\x2f\xfd"
 
 def _decompressor(name: str, whole: BinaryIO) -> BinaryIO:
     """A stream of the decompressed bytes (it stays open: the records are read from it)."""
+    # Binary streams all three, which typeshed types as BufferedIOBase and not as the BinaryIO the readers take.
     if name == "gzip":
-        return gzip.GzipFile(fileobj=whole, mode="rb")  # type: ignore[return-value]
+        return cast(BinaryIO, gzip.GzipFile(fileobj=whole, mode="rb"))
     if name == "bzip2":
-        return bz2.BZ2File(whole, "rb")  # type: ignore[return-value]
-    return lzma.LZMAFile(whole, "rb")  # type: ignore[return-value]
+        return cast(BinaryIO, bz2.BZ2File(whole, "rb"))
+    return cast(BinaryIO, lzma.LZMAFile(whole, "rb"))
 
 
 class _Prepended(io.RawIOBase):
@@ -56,14 +60,15 @@ class _Prepended(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer).cast("B")
         if self._head:
-            n = min(len(buffer), len(self._head))
-            buffer[:n] = self._head[:n]
+            n = min(len(view), len(self._head))
+            view[:n] = self._head[:n]
             self._head = self._head[n:]
             return n
-        data = self._rest.read(len(buffer))
-        buffer[: len(data)] = data
+        data = self._rest.read(len(view))
+        view[: len(data)] = data
         return len(data)
 
 

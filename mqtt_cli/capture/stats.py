@@ -59,7 +59,8 @@ class DumpStats:
         if not shown:
             return
         self.packets += 1
-        self.by_type[ptype] += 1
+        if ptype is not None:  # (every record the dissector builds has its type)
+            self.by_type[ptype] += 1
         who = rec.get("client") or _client_side(rec)
         if who:
             self.by_client[who] += 1

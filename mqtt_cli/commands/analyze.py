@@ -8,13 +8,16 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from mqtt_cli.commands import fail
 
 from ._capture import Detect, Ports, ProtocolVersion, TlsPorts, capture_ports, checked
+
+if TYPE_CHECKING:
+    from mqtt_cli.pipeline.session import InputSize
 
 #: Exit codes of `mqtt analyze` (docs/pipeline.md): 1 a Spark job failed, or a capture is damaged (the table
 #: holds what was readable); 2 bad usage; 3 an input is not a capture; 4 pyspark or Java is missing; 130 Ctrl-C.
@@ -25,6 +28,7 @@ EXIT_MISSING = 4
 EXIT_INTERRUPTED = 130
 
 _SMALL_TABLE_BYTES = 64 << 20  # a table this small is reported with session.SMALL_INPUT_CONF
+_TINY_TABLE_BYTES = 8 << 20  # and this small with session.TINY_INPUT_CONF
 
 
 app = typer.Typer(
@@ -59,16 +63,18 @@ def _confs(values: list[str] | None) -> dict[str, str]:
 
 
 @contextmanager
-def _spark(master: str, conf: dict[str, str], cancel_jobs: bool = True) -> Iterator[tuple[Any, Any]]:
+def _spark(
+    master: str, conf: dict[str, str], cancel_jobs: bool = True, size: "InputSize | None" = None
+) -> Iterator[tuple[Any, Any]]:
     """(session, CtrlC) for one command: requirements checked first; the session is stopped on the way out, Ctrl-C
     included (the first Ctrl-C cancels the running jobs, see session.CtrlC)."""
     _require_spark()
-    from mqtt_cli.pipeline.session import CtrlC, start_session
+    from mqtt_cli.pipeline.session import CtrlC, InputSize, start_session
 
     spark = None
     try:
         try:
-            spark = start_session(master, conf)
+            spark = start_session(master, conf, size=size or InputSize.LARGE)
         except Exception as exc:  # no Java that Spark can use, a bad --conf value, ...
             _spark_failure(exc)
         with CtrlC(spark, cancel_jobs) as ctrl_c:
@@ -283,8 +289,9 @@ def _ingest(
         return message
 
     options = DissectOptions(*capture_ports(port, tls_port), detect, version)
-    settings = _small_input(settings, master, sum(Path(p).stat().st_size for p in paths) <= SMALL_BYTES)
-    with _spark(master, settings) as (spark, ctrl_c):
+    # The decoding is Python's: a capture small enough for one task leaves the JVM little to do (TINY).
+    size = _input_size(sum(Path(p).stat().st_size for p in paths), SMALL_BYTES, 0)
+    with _spark(master, settings, size=size) as (spark, ctrl_c):
         from mqtt_cli.pipeline.ingest import ingest as run_ingest
         from mqtt_cli.pipeline.progress import SparkProgress
 
@@ -321,11 +328,11 @@ def _ingest(
             raise typer.Exit(EXIT_FAILURE)
 
 
-def _small_input(settings: dict[str, str], master: str, small: bool) -> dict[str, str]:
-    """Our settings for a small input under a local master (session.SMALL_INPUT_CONF), the user's --conf winning."""
-    from mqtt_cli.pipeline.session import SMALL_INPUT_CONF, is_local
+def _input_size(nbytes: int, tiny: int, small: int) -> "InputSize":
+    """session.InputSize of an input of `nbytes`: TINY up to `tiny` bytes, SMALL up to `small`, else LARGE."""
+    from mqtt_cli.pipeline.session import InputSize
 
-    return {**SMALL_INPUT_CONF, **settings} if small and is_local(master) else settings
+    return InputSize.TINY if nbytes <= tiny else InputSize.SMALL if nbytes <= small else InputSize.LARGE
 
 
 def _table_bytes(table: Path) -> int:
@@ -379,8 +386,8 @@ def report(
     settings = _confs(conf)
     if html is not None:
         _check_html_target(html)
-    settings = _small_input(settings, master, _table_bytes(table) <= _SMALL_TABLE_BYTES)
-    with _spark(master, settings) as (spark, _ctrl_c):
+    size = _input_size(_table_bytes(table), _TINY_TABLE_BYTES, _SMALL_TABLE_BYTES)
+    with _spark(master, settings, size=size) as (spark, _ctrl_c):
         from mqtt_cli.pipeline.report import build_report
 
         result = build_report(spark, str(table), top)

@@ -229,7 +229,7 @@ def serve(
     from mqtt_cli.net.config import ConfigSource, FileProblem, toml_text, writable
     from mqtt_cli.net.log import BrokerLog, LogError
     from mqtt_cli.net.server import Listener, ServerError
-    from mqtt_cli.net.serving import Serving, unsupported_error
+    from mqtt_cli.net.serving import Serving, checked_options, unsupported_error
 
     if config is not None and mosquitto_conf is not None:
         fail("give --config or --mosquitto-conf, not both", EXIT_USAGE)
@@ -284,6 +284,7 @@ def serve(
             print(f"mqtt: {'warning' if ignore_unsupported or print_config else 'error'}: {line}", file=sys.stderr)
         if print_config:
             settings = apply_flags(translation.settings)
+            checked_options(settings, source.label, files=False)  # what a start would refuse, refused here too
             comments = "".join(f"# not translated: {line}\n" for line in translation.unsupported)
             sys.stdout.write(comments + toml_text(settings))
             raise typer.Exit(0)

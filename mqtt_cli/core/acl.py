@@ -269,7 +269,7 @@ def _levels(rule: AclRule, client_id: str, username: str | None) -> tuple[str, .
     return tuple(out)
 
 
-def _readable(rule: Sequence[str] | None, flt: Sequence[str], denies: list[Sequence[str] | None]) -> bool:
+def _readable(rule: Sequence[str] | None, flt: Sequence[str], denies: Sequence[Sequence[str] | None]) -> bool:
     if rule is None:
         return False
     meet = _meet(rule, flt)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -190,12 +190,12 @@ class Figures:
             setattr(self, name, _pick(max, getattr(self, name), getattr(other, name)))
 
 
-def _pick(fn: object, a: int | None, b: int | None) -> int | None:
+def _pick(fn: Callable[[int, int], int], a: int | None, b: int | None) -> int | None:
     if a is None:
         return b
     if b is None:
         return a
-    return fn(a, b)  # type: ignore[operator]
+    return fn(a, b)
 
 
 def merged(parts: Iterable[Figures]) -> Figures:
@@ -258,13 +258,14 @@ class Condition:
     value: float
     percent_of: str | None = None  # "lost" with %: a share of `expected`
 
-    def check(self, figures: dict[str, object]) -> bool:
+    def check(self, figures: Mapping[str, object]) -> bool:
         raw = figures.get(self.key)
-        if raw is None:
-            return False  # no sample (e.g. no latency measured): the condition cannot hold
-        actual = float(raw)  # type: ignore[arg-type]
+        if not isinstance(raw, int | float):
+            return False  # no sample (None: e.g. no latency measured): the condition cannot hold
+        actual = float(raw)
         if self.percent_of is not None:
-            base = float(figures.get(self.percent_of) or 0)  # type: ignore[arg-type]
+            of = figures.get(self.percent_of)
+            base = float(of) if isinstance(of, int | float) else 0.0
             actual = 100.0 * actual / base if base else 0.0
         return {"<": actual < self.value, "<=": actual <= self.value, ">": actual > self.value,
                 ">=": actual >= self.value, "=": actual == self.value, "==": actual == self.value}[self.op]  # fmt: skip

@@ -19,6 +19,7 @@ from .topics import matches, topic_filter_error
 __all__ = ["BridgeRule", "BridgeRuleError", "LinkStats", "Route", "parse_rule", "route", "source_filters"]
 
 Direction = Literal["out", "in", "both"]
+_DIRECTIONS: dict[str, Direction] = {"out": "out", "in": "in", "both": "both"}
 
 
 class BridgeRuleError(ValueError):
@@ -88,9 +89,10 @@ def parse_rule(text: str) -> BridgeRule:
     if not 1 <= len(words) <= 5 or len(words) == 4:
         raise BridgeRuleError(f"topic rule {text!r}: expected PATTERN [in|out|both [QOS [LOCAL_PREFIX REMOTE_PREFIX]]]")
     pattern = words[0]
-    direction = words[1] if len(words) > 1 else "out"
-    if direction not in ("out", "in", "both"):
-        raise BridgeRuleError(f"topic rule {text!r}: direction {direction!r} is not in, out or both")
+    word = words[1] if len(words) > 1 else "out"
+    direction = _DIRECTIONS.get(word)
+    if direction is None:
+        raise BridgeRuleError(f"topic rule {text!r}: direction {word!r} is not in, out or both")
     qos = 0
     if len(words) > 2:
         if words[2] not in ("0", "1", "2"):
@@ -113,7 +115,7 @@ def parse_rule(text: str) -> BridgeRule:
         ):
             if err := topic_filter_error(flt):
                 raise BridgeRuleError(f"topic rule {text!r}: the {name} {flt!r} is not a valid filter: {err}")
-    return BridgeRule(pattern, direction, qos, local_prefix, remote_prefix)  # type: ignore[arg-type]
+    return BridgeRule(pattern, direction, qos, local_prefix, remote_prefix)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import heapq
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from enum import Enum, StrEnum
+from typing import Any
 
 from .acl import AclView
 from .auth import AuthPolicy, CertificateIdentity, authenticate
@@ -22,7 +23,7 @@ from .codec import encode
 from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
 from .flows import FlowState
 from .load import LoadAverages
-from .packed import PackedQueue
+from .packed import PackedQueue, PackedRetained
 from .packets import (
     Auth,
     ConnAck,
@@ -57,7 +58,7 @@ from .persistence import (
     StoredSession,
 )
 from .properties import EMPTY_PROPERTIES, Properties
-from .reasons import REASONS_BY_PACKET, SERVER_ONLY_DISCONNECT_REASONS, reason_name, v3_connack_code
+from .reasons import REASONS_BY_PACKET, SERVER_ONLY_DISCONNECT_REASONS, ReasonCode, reason_name, v3_connack_code
 from .records import replace
 from .retained import RetainedStore
 from .server import ServerConnection
@@ -65,11 +66,12 @@ from .session import Delivery, Message, QueueLimits, Session, SubscriptionOption
 from .topics import TopicTrie, parse_shared, topic_filter_error
 from .wire import control_character
 
-__all__ = ["NEVER_EXPIRES", "BrokerConfig", "BrokerCore", "BrokerStats", "Notice"]
+__all__ = ["NEVER_EXPIRES", "BrokerConfig", "BrokerCore", "BrokerStats", "Notice", "NoticeKind"]
 
 NEVER_EXPIRES = 0xFFFFFFFF
 MATCH_CACHE_TOPICS = 4096  # topics whose subscription matches are remembered (emptied when full)
 _PINGRESP = encode(PingResp())
+_V3_SUBACK_FAILURE = 0x80  # 3.1.1 SUBACK return code: refused
 # Packet types only a server sends: from a client, a protocol error (0x82) whatever their contents hold.
 _SERVER_TO_CLIENT_ONLY = frozenset({2, 9, 11, 13})  # CONNACK, SUBACK, UNSUBACK, PINGRESP
 
@@ -157,22 +159,40 @@ class BrokerStats:
         self.refused[reason] = self.refused.get(reason, 0) + 1
 
 
+class NoticeKind(StrEnum):
+    """What a Notice is about (its value is the log's `event`)."""
+
+    CONNECTED = "connected"
+    DISCONNECTED = "disconnected"
+    REFUSED = "refused"
+    ERROR = "error"  # a protocol error closed the connection, or the broker failed at something (persistence)
+    DROPPED = "dropped"
+    UNSUBSCRIBED = "unsubscribed"
+    PERSISTENCE = "persistence"
+    BRIDGE = "bridge"  # an embedded bridge's connection to its remote broker
+
+
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """Something worth logging: `kind` is connected, disconnected, refused, protocol-error, dropped..."""
+    """Something worth logging."""
 
-    kind: str
+    kind: NoticeKind
     client_id: str | None
     peer: str
     detail: str = ""
     reason_code: int | None = None
 
 
+class _TimerKind(Enum):
+    WILL = "will"  # a will's delay ends
+    EXPIRE = "expire"  # a session's expiry interval ends
+
+
 @dataclass(order=True, slots=True)
 class _Timer:
     when: float
     seq: int
-    kind: str = field(compare=False)  # "will" or "expire"
+    kind: _TimerKind = field(compare=False)
     client_id: str = field(compare=False)
 
 
@@ -183,7 +203,7 @@ class BrokerCore:
         self.sessions: dict[str, Session] = {}
         # Match results cached per topic: a publisher's topic recurs, and a hit is one dict lookup where a walk of
         # the trie was a tenth of a fan-in message's time. Any subscription change empties it.
-        self.subscriptions: TopicTrie[SubscriptionOptions] = TopicTrie(cache_size=MATCH_CACHE_TOPICS)
+        self.subscriptions: TopicTrie[str, SubscriptionOptions] = TopicTrie(cache_size=MATCH_CACHE_TOPICS)
         self.retained: RetainedStore[Message] = RetainedStore()
         self.stats = BrokerStats(started=now)
         self.connections: set[ServerConnection] = set()
@@ -217,12 +237,18 @@ class BrokerCore:
         if self.changes is None:
             self.changes = []
 
-    def restore(self, sessions: Iterable[StoredSession], retained: Iterable[Message], now: float) -> None:
+    def restore(
+        self, sessions: Iterable[StoredSession], retained: Iterable[Message] | PackedRetained, now: float
+    ) -> None:
         """What the store kept, before any connection: retained messages, and sessions with their
         subscriptions and the deliveries not yet acknowledged (those that were in flight go first again, as new
         sends). A session whose client was connected when the broker stopped starts its expiry now."""
-        for message in retained:
-            self.retained.set(message.topic, message)
+        if isinstance(retained, PackedRetained):  # from the store: kept frozen, thawed when delivered
+            for frozen in retained.take():
+                self.retained.set_frozen(retained.topic(frozen), frozen, retained.thaw)
+        else:
+            for message in retained:
+                self.retained.set(message.topic, message)
         due: list[Session] = []  # wills of connections the stop ended, published once every session is back
         for stored in sessions:
             session = Session(stored.client_id, stored.version)
@@ -235,24 +261,25 @@ class BrokerCore:
                     self.changes.append(SessionRemoved(stored.client_id))
                 continue
             session.username = stored.username
+            session.bridge = stored.bridge
             session.expiry_interval = stored.expiry_interval
             session.expires_at = stored.expires_at
             connected = session.expires_at is None and stored.will_at is None
             if session.expires_at is None and session.expiry_interval != NEVER_EXPIRES:
                 session.expires_at = now + session.expiry_interval
             if session.expires_at is not None:
-                self._schedule(session.expires_at, "expire", session.client_id)
+                self._schedule(session.expires_at, _TimerKind.EXPIRE, session.client_id)
             if stored.will is not None:
                 if stored.will_at is not None:  # its connection had closed; the will delay was running
                     session.will_at = stored.will_at
-                    self._schedule(stored.will_at, "will", session.client_id)
+                    self._schedule(stored.will_at, _TimerKind.WILL, session.client_id)
                 elif connected:
                     # Its connection was ended by the stop, not by a DISCONNECT: the will is due [MQTT-3.1.2-8],
                     # after its delay counted from now (as the session's expiry is).
                     delay = (stored.will.properties.will_delay_interval or 0) if stored.version == 5 else 0
                     if delay and session.expiry_interval:
                         session.will_at = now + delay
-                        self._schedule(session.will_at, "will", session.client_id)
+                        self._schedule(session.will_at, _TimerKind.WILL, session.client_id)
                     else:
                         due.append(session)
             for pid in stored.incoming:
@@ -265,7 +292,7 @@ class BrokerCore:
                 session.queued_bytes = stored.queued.size
                 self._row = max(self._row, stored.queued.last_row)
             if stored.deliveries:
-                queue: deque[Delivery] | PackedQueue = session.queue or deque()  # type: ignore[assignment]
+                queue: deque[Delivery] | PackedQueue = session.queue or deque()
                 for d in stored.deliveries:
                     self._row = max(self._row, d.row)
                     if d.packet_id is not None:
@@ -292,7 +319,8 @@ class BrokerCore:
         session.outgoing.restore(publish, d.released, m)
         if session.rows is None:
             session.rows = {}
-        session.rows[d.packet_id] = d.row  # type: ignore[index]
+        assert d.packet_id is not None  # a stored delivery in flight has its packet identifier
+        session.rows[d.packet_id] = d.row
 
     def release(self, held: list[tuple[ServerConnection, Any]]) -> None:
         """The commit holding what these acknowledgements promise is done: they go out (to open connections; an
@@ -313,7 +341,7 @@ class BrokerCore:
             changes.append(
                 SessionSaved(
                     session.client_id, session.version, session.expiry_interval, session.expires_at, subs,
-                    session.username, session.will, session.will_at,
+                    session.username, session.will, session.will_at, session.bridge,
                 )
             )
 
@@ -327,15 +355,17 @@ class BrokerCore:
     # --- in-process clients (an embedded bridge's local side) ----------------------------------------------------
 
     def attach(
-        self, client_id: str, sink: Any, now: float, *, receive_maximum: int, expiry: int = NEVER_EXPIRES
+        self, client_id: str, sink: Any, now: float, *, receive_maximum: int, expiry: int = NEVER_EXPIRES,
+        bridge: str | None = None,
     ) -> ServerConnection:
         """A client inside the process: a session under `client_id` (resumed if it exists, `expiry` seconds after
         detach; NEVER_EXPIRES by default) whose deliveries go to `sink.deliver(message, qos, retain, packet_id)`
         instead of bytes, at most `receive_maximum` QoS 1/2 unacknowledged (acknowledge_internal). Nothing is
-        delivered before resume_internal."""
+        delivered before resume_internal. `bridge`: the embedded bridge it is the local side of (kept with the
+        session, see forget_bridges)."""
         old = self.sessions.get(client_id)
         if old is not None and old.connection is not None:
-            self._close(old.connection, now, reason=0x8E, detail="session taken over")
+            self._close(old.connection, now, reason=ReasonCode.SESSION_TAKEN_OVER, detail="session taken over")
             old = self.sessions.get(client_id)
         conn = ServerConnection(f"in-process:{client_id}", now, None)
         conn.sink = sink
@@ -348,12 +378,25 @@ class BrokerCore:
         session.expires_at = None
         session.will = None
         session.will_at = None
+        session.bridge = bridge
         session.connection = conn
         session.outgoing.receive_maximum = receive_maximum
         self.sessions[client_id] = session
         conn.session = session
         self._save_session(session)
         return conn
+
+    def forget_bridges(self, configured: dict[str, str], now: float) -> list[Session]:
+        """Ends the stored sessions of embedded bridges no longer configured (`configured`: name -> the local
+        client identifier each bridge uses now; a bridge whose identifier changed left its old session too), with
+        their queues. Called at start, after restore; returns the sessions ended."""
+        gone = [
+            s for s in self.sessions.values()
+            if s.bridge is not None and s.connection is None and configured.get(s.bridge) != s.client_id
+        ]  # fmt: skip
+        for session in gone:
+            self._end_session(session, now)
+        return gone
 
     def resume_internal(self, conn: ServerConnection, now: float) -> None:
         """After attach (and subscribe_internal): what the session holds goes to the sink, in flight first (with
@@ -385,7 +428,7 @@ class BrokerCore:
             return
         if session.expiry_interval != NEVER_EXPIRES:
             session.expires_at = now + session.expiry_interval
-            self._schedule(session.expires_at, "expire", session.client_id)
+            self._schedule(session.expires_at, _TimerKind.EXPIRE, session.client_id)
         self._save_session(session)
 
     def subscribe_internal(self, conn: ServerConnection, filters: dict[str, SubscriptionOptions], now: float) -> None:
@@ -420,12 +463,17 @@ class BrokerCore:
         token: Any = None,
         *,
         system: bool = False,
+        incoming_id: int | None = None,
     ) -> bool:
         """A message from an in-process client, routed as a PUBLISH is. True: taken (acknowledge it now). False
         with persistence on: `conn.sink.taken(token)` follows once the commit holding what it changed is done
         (acknowledged means stored). A message the broker refuses ($SYS, a name it cannot take, over
         message_size_limit) is dropped, counted, and reported taken, as a PUBACK with a failure ends a flow.
-        `system`: the bridge's own notification, which may go to $SYS/..."""
+        `system`: the bridge's own notification, which may go to $SYS/...
+        `incoming_id`: the packet identifier a QoS 2 message came with from where the client took it (a bridge's
+        remote). With persistence on it is kept in the session, in the commit that stores the message, until
+        release_internal: after a restart, the origin's re-send under it is known (unreleased_internal) and is
+        acknowledged, not published twice."""
         self._clock = now
         stats = self.stats
         stats.publish_received_qos[qos] += 1
@@ -434,13 +482,14 @@ class BrokerCore:
         if topic not in self._topics_ok and (why := self._topic_problem(topic)) is not None:
             problem = why
         elif not system and (topic[:5] == "$SYS/" or topic == "$SYS"):
-            problem = (0x87, "$SYS is the broker's")
+            problem = (ReasonCode.NOT_AUTHORIZED, "$SYS is the broker's")
         elif self.config.message_size_limit and len(payload) > self.config.message_size_limit:
-            problem = (0x97, f"{len(payload)} bytes over message_size_limit")
+            problem = (ReasonCode.QUOTA_EXCEEDED, f"{len(payload)} bytes over message_size_limit")
         elif retain and not self.config.retain_available:
-            problem = (0x9A, "retain is not available")
+            problem = (ReasonCode.RETAIN_NOT_SUPPORTED, "retain is not available")
         if problem is not None:
-            self.notices.append(Notice("dropped", conn.client_id, conn.peer, f"PUBLISH to {topic!r}: {problem[1]}"))
+            detail = f"PUBLISH to {topic!r}: {problem[1]}"
+            self.notices.append(Notice(NoticeKind.DROPPED, conn.client_id, conn.peer, detail))
             stats.rejected[problem[0]] = stats.rejected.get(problem[0], 0) + 1
             return True
         props = properties
@@ -449,10 +498,29 @@ class BrokerCore:
         matched = self._route(Message(topic, payload, qos, retain, props, conn.client_id, now), now)
         if not matched and not qos:
             stats.dropped_no_subscriber += 1
-        if not qos or self.changes is None:
+        changes = self.changes
+        if changes is None:
+            return True
+        if incoming_id is not None and conn.session is not None:
+            conn.session.incoming.accept(incoming_id)
+            changes.append(IncomingAdded(conn.client_id, incoming_id))  # type: ignore[arg-type]
+        elif not qos:
             return True
         self.held.append((conn, token))
         return False
+
+    def release_internal(self, conn: ServerConnection, packet_id: int) -> None:
+        """The origin released a QoS 2 identifier given to publish_internal (a bridge's remote sent PUBREL)."""
+        session = conn.session
+        if session is None or packet_id not in session.incoming:
+            return
+        session.incoming.release(PubRel(packet_id))
+        if self.changes is not None:
+            self.changes.append(IncomingReleased(session.client_id, packet_id))
+
+    def unreleased_internal(self, conn: ServerConnection) -> list[int]:
+        """The QoS 2 identifiers publish_internal kept and release_internal has not ended (restored ones too)."""
+        return conn.session.incoming.ids() if conn.session is not None else []
 
     def acknowledge_internal(self, conn: ServerConnection, packet_id: int, now: float) -> None:
         """An in-process client has dealt with a QoS 1/2 delivery (a bridge: the remote broker acknowledged it):
@@ -491,10 +559,11 @@ class BrokerCore:
         self.stats.sockets_total += 1
         return conn
 
-    def receive(self, conn: ServerConnection, data: bytes, now: float) -> None:
+    def receive(self, conn: ServerConnection, received: bytes | bytearray | memoryview, now: float) -> None:
         """Handles bytes read from `conn`."""
         if conn.closed:
             return
+        data = received if type(received) is bytes else bytes(received)  # a WebSocket's may be a bytearray
         conn.last_received = self._clock = now
         self.stats.bytes_received += len(data)
         if not conn.connected and data and data[0] != 0x10 and not conn.reader.buffered:
@@ -547,7 +616,7 @@ class BrokerCore:
     def internal_error(self, conn: ServerConnection, now: float, detail: str) -> None:
         """Handling this connection's input failed unexpectedly: close it (5.0: 0x83), keep everything else."""
         if not conn.closed:
-            self._close(conn, now, reason=0x83, detail=f"internal error: {detail}")
+            self._close(conn, now, reason=ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, detail=f"internal error: {detail}")
 
     def disconnect(self, conn: ServerConnection, now: float, reason: int, detail: str) -> None:
         """The server ends this connection (its listener closed, say): 5.0 clients get DISCONNECT `reason`, and
@@ -557,7 +626,7 @@ class BrokerCore:
 
     def keepalive_expired(self, conn: ServerConnection, now: float) -> None:
         if not conn.closed:
-            self._close(conn, now, reason=0x8D, detail="keep alive timeout")
+            self._close(conn, now, reason=ReasonCode.KEEP_ALIVE_TIMEOUT, detail="keep alive timeout")
 
     def drained(self, conn: ServerConnection, now: float) -> None:
         """The writer emptied `out`: deliveries held back for this connection can go on."""
@@ -574,11 +643,11 @@ class BrokerCore:
             session = self.sessions.get(timer.client_id)
             if session is None or session.connection is not None:
                 continue
-            if timer.kind == "will" and session.will_at == timer.when:
+            if timer.kind is _TimerKind.WILL and session.will_at == timer.when:
                 session.will_at = None
                 self._publish_will(session, now)
                 self._save_session(session)  # the file forgets the will
-            elif timer.kind == "expire" and session.expires_at == timer.when:
+            elif timer.kind is _TimerKind.EXPIRE and session.expires_at == timer.when:
                 self.stats.sessions_expired += 1
                 self._end_session(session, now)
         if self._next_sys is not None and now >= self._next_sys:
@@ -598,7 +667,7 @@ class BrokerCore:
                 self._publish_will(session, now)
         for conn in list(self.connections):
             if not conn.closed:
-                self._close(conn, now, reason=0x8B, detail="server shutting down")
+                self._close(conn, now, reason=ReasonCode.SERVER_SHUTTING_DOWN, detail="server shutting down")
 
     def take_dirty(self) -> set[ServerConnection]:
         dirty = self.dirty
@@ -620,9 +689,11 @@ class BrokerCore:
         if not conn.connected:
             self._close(conn, now, reason=None, detail=f"{kind.__name__.upper()} before CONNECT")
             return
-        handler = self._HANDLERS.get(kind)
+        handler = _HANDLERS.get(kind)
         if handler is None:
-            self._close(conn, now, reason=0x82, detail=f"a client does not send {kind.__name__.upper()}")
+            self._close(
+                conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail=f"a client does not send {kind.__name__.upper()}"
+            )
             return
         handler(self, conn, packet, now)
 
@@ -636,17 +707,17 @@ class BrokerCore:
                 return
             if level >= 5:
                 conn.version = 5
-                self._send(conn, ConnAck(False, 0x84))
+                self._send(conn, ConnAck(False, ReasonCode.UNSUPPORTED_PROTOCOL_VERSION))
             else:
                 conn.version = 4
                 self._send(conn, ConnAck(False, 1))
             self._close(conn, now, reason=None, detail=str(err), refused="unsupported_protocol_version")
             return
-        if err.reason_code == 0x8F and isinstance(packet, Subscribe | Unsubscribe):
+        if err.reason_code == ReasonCode.TOPIC_FILTER_INVALID and isinstance(packet, Subscribe | Unsubscribe):
             # Not a topic filter at all (a misplaced wildcard, an empty filter, a broken $share/): a malformed
             # packet (4.7, 4.13), closed with 0x81 as mosquitto does. 0x8F is for a filter "correctly formed" but
             # not allowed (3.9.3), which this broker has none of.
-            self._close(conn, now, reason=0x81, detail=str(err))
+            self._close(conn, now, reason=ReasonCode.MALFORMED_PACKET, detail=str(err))
             return
         if isinstance(packet, Connect) and not conn.connected:
             conn.version = packet.protocol_version
@@ -655,11 +726,19 @@ class BrokerCore:
             if conn.version == 5 and err.reason_code in REASONS_BY_PACKET[2] and self.config.reason_strings:
                 # The CONNACK is a MAY (5.0 3.1.4, 4.13); mosquitto closes without one.
                 self._send(conn, ConnAck(False, err.reason_code, Properties(reason_string=str(err)[:200])))
-            self._close(conn, now, reason=None, detail=str(err), refused=refusal_name(err.reason_code or 0x81))
+            self._close(
+                conn,
+                now,
+                reason=None,
+                detail=str(err),
+                refused=refusal_name(err.reason_code or ReasonCode.MALFORMED_PACKET),
+            )
             return
         if err.packet_type in _SERVER_TO_CLIENT_ONLY:
             # Its type alone breaks the protocol: that is the error to report, before whatever its body breaks.
-            self._close(conn, now, reason=0x82, detail=f"a client does not send this packet type: {err}")
+            self._close(
+                conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail=f"a client does not send this packet type: {err}"
+            )
             return
         self._close(conn, now, reason=err.reason_code, detail=str(err))
 
@@ -667,12 +746,17 @@ class BrokerCore:
 
     def _on_connect(self, conn: ServerConnection, p: Connect, now: float) -> None:
         if conn.connected:
-            self._close(conn, now, reason=0x82, detail="second CONNECT")
+            self._close(conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail="second CONNECT")
             return
         c = self.config
         conn.version = version = p.protocol_version
         if conn.versions is not None and version not in conn.versions:
-            self._refuse(conn, 0x84, f"MQTT level {version} is not allowed on this listener", now)
+            self._refuse(
+                conn,
+                ReasonCode.UNSUPPORTED_PROTOCOL_VERSION,
+                f"MQTT level {version} is not allowed on this listener",
+                now,
+            )
             return
         conn.bridge = p.bridge and version != 5
         props = p.properties
@@ -688,7 +772,9 @@ class BrokerCore:
         if not client_id:
             if version == 3 or (version == 4 and not p.clean_start):
                 # 3.1 has no empty ids; 3.1.1 allows one only with a clean session [MQTT-3.1.3-8].
-                self._refuse(conn, 0x85, "empty client identifier without a clean session", now)
+                self._refuse(
+                    conn, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client identifier without a clean session", now
+                )
                 return
             self._assigned += 1
             client_id = f"auto-{c.instance}-{self._assigned}"
@@ -698,16 +784,31 @@ class BrokerCore:
             # Not even a CONNACK (5 bytes) or a PUBACK fits in it, and nothing may go over it [MQTT-3.1.2-24]:
             # refused, the CONNACK tried within it (so not sent), and closed.
             conn.client_max_packet_size = props.maximum_packet_size
-            self._refuse(conn, 0x95, f"maximum packet size {props.maximum_packet_size} fits no answer", now)
+            self._refuse(
+                conn,
+                ReasonCode.PACKET_TOO_LARGE,
+                f"maximum packet size {props.maximum_packet_size} fits no answer",
+                now,
+            )
             return
         if version == 5 and props.authentication_method is not None:
-            self._refuse(conn, 0x8C, f"authentication method {props.authentication_method!r} not supported", now)
+            self._refuse(
+                conn,
+                ReasonCode.BAD_AUTHENTICATION_METHOD,
+                f"authentication method {props.authentication_method!r} not supported",
+                now,
+            )
             return
         keepalive = p.keepalive
         server_keepalive = None
         if c.max_keepalive and (keepalive > c.max_keepalive or (keepalive == 0 and c.max_keepalive < 65535)):
             if version < 5:
-                self._refuse(conn, 0x85, f"keep alive {keepalive} s is over the maximum {c.max_keepalive} s", now)
+                self._refuse(
+                    conn,
+                    ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+                    f"keep alive {keepalive} s is over the maximum {c.max_keepalive} s",
+                    now,
+                )
                 return
             keepalive = server_keepalive = c.max_keepalive
         if conn.policy is not None and not self._admit(conn, p, client_id, now):
@@ -722,7 +823,7 @@ class BrokerCore:
                 # The session goes on with the new connection: the old will is replaced, not published; it is
                 # published when the take-over ends the session (5.0 3.1.2.5; mosquitto).
                 session.will = None
-            self._close(session.connection, now, reason=0x8E, detail="session taken over")
+            self._close(session.connection, now, reason=ReasonCode.SESSION_TAKEN_OVER, detail="session taken over")
             session = self.sessions.get(client_id)  # gone if it was to end with its connection
         elif session is not None and session.will_at is not None:
             # A new connection before the will delay passed: the will is not published, whether or not this
@@ -795,7 +896,7 @@ class BrokerCore:
         if conn.closed:  # not even the CONNACK fits the client's Maximum Packet Size
             return
         self.stats.clients_maximum = max(self.stats.clients_maximum, self.connected)
-        self.notices.append(Notice("connected", client_id, conn.peer, f"MQTT level {version}"))
+        self.notices.append(Notice(NoticeKind.CONNECTED, client_id, conn.peer, f"MQTT level {version}"))
         if session_present:
             self._expire_inflight(session, version, now)
             for packet in session.outgoing.resend():
@@ -814,7 +915,7 @@ class BrokerCore:
         conn.client_id = client_id  # for the log line
         conn.login_failed = True  # the network layer makes the client wait for its CONNACK
         who = f"user {result.username!r}" if result.username is not None else "no user name"
-        self._refuse(conn, 0x87, f"login failed ({who}): {result.refusal.value}", now)
+        self._refuse(conn, ReasonCode.NOT_AUTHORIZED, f"login failed ({who}): {result.refusal.value}", now)
         return False
 
     def _other_user(self, client_id: str, conn: ServerConnection) -> bool:
@@ -861,7 +962,8 @@ class BrokerCore:
         for flt in gone:
             del session.subscriptions[flt]
             self.subscriptions.remove(flt, session.client_id)
-            self.notices.append(Notice("unsubscribed", conn.client_id, conn.peer, f"{flt!r}: not allowed by the ACL"))
+            why = f"{flt!r}: not allowed by the ACL"
+            self.notices.append(Notice(NoticeKind.UNSUBSCRIBED, conn.client_id, conn.peer, why))
         if gone:
             self._save_session(session)
 
@@ -880,7 +982,9 @@ class BrokerCore:
         if old is None or not conn.connected or conn.closed or conn.client_id is None:
             return
         if not _still_admitted(old, new, conn):
-            self._close(conn, now, reason=0x98, detail="no longer authorized after a reload")
+            self._close(
+                conn, now, reason=ReasonCode.ADMINISTRATIVE_ACTION, detail="no longer authorized after a reload"
+            )
             return
         self._attach_acl(conn, conn.client_id)
         session = conn.session
@@ -890,7 +994,8 @@ class BrokerCore:
         for flt in [f for f in session.subscriptions if not view.may_subscribe(f)]:
             del session.subscriptions[flt]
             self.subscriptions.remove(flt, session.client_id)
-            self.notices.append(Notice("unsubscribed", conn.client_id, conn.peer, f"{flt!r}: ACL after a reload"))
+            why = f"{flt!r}: ACL after a reload"
+            self.notices.append(Notice(NoticeKind.UNSUBSCRIBED, conn.client_id, conn.peer, why))
             self._save_session(session)
 
     def _expire_inflight(self, session: Session, version: int, now: float) -> None:
@@ -905,8 +1010,9 @@ class BrokerCore:
                 continue
             p = entry.publish
             if p.qos == 1 and message.expired(now):
-                outgoing.discard(p.packet_id)  # type: ignore[arg-type]
-                self._delivery_done(session, p.packet_id)  # type: ignore[arg-type]
+                assert p.packet_id is not None  # in flight: it has one
+                outgoing.discard(p.packet_id)
+                self._delivery_done(session, p.packet_id)
                 self.stats.expired += 1
             elif version == 5:
                 remaining = max(0, int(message.expires_at - now + 0.999999))
@@ -930,19 +1036,28 @@ class BrokerCore:
             alias = props.topic_alias
             if alias is not None:
                 if alias > conn.topic_alias_maximum:
-                    self._close(conn, now, reason=0x94, detail=f"topic alias {alias} over the maximum")
+                    self._close(
+                        conn, now, reason=ReasonCode.TOPIC_ALIAS_INVALID, detail=f"topic alias {alias} over the maximum"
+                    )
                     return
                 if topic:
                     conn.aliases_in[alias] = topic
                 else:
                     known = conn.aliases_in.get(alias)
                     if known is None:
-                        self._close(conn, now, reason=0x82, detail=f"topic alias {alias} was never set")
+                        self._close(
+                            conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail=f"topic alias {alias} was never set"
+                        )
                         return
                     topic = known
                 props = props.replace(topic_alias=None)
             if props.subscription_identifier is not None:
-                self._close(conn, now, reason=0x82, detail="PUBLISH from a client with a subscription identifier")
+                self._close(
+                    conn,
+                    now,
+                    reason=ReasonCode.PROTOCOL_ERROR,
+                    detail="PUBLISH from a client with a subscription identifier",
+                )
                 return
         if topic not in self._topics_ok:
             why = self._topic_problem(topic)
@@ -950,7 +1065,7 @@ class BrokerCore:
                 self._close(conn, now, reason=why[0], detail=f"PUBLISH topic name: {why[1]}")
                 return
         if p.retain and not conn.retain_available:  # as its CONNACK said (a reload changes it for new ones)
-            self._close(conn, now, reason=0x9A, detail="retain is not available")
+            self._close(conn, now, reason=ReasonCode.RETAIN_NOT_SUPPORTED, detail="retain is not available")
             return
         qos = p.qos
         denied = None
@@ -959,12 +1074,17 @@ class BrokerCore:
         elif conn.acl is not None and not conn.acl.can_write(topic):
             denied = "the ACL does not let it write there"
         if denied is not None:
-            self._drop_publish(conn, p, 0x87, f"PUBLISH to {topic!r}: {denied}")
+            self._drop_publish(conn, p, ReasonCode.NOT_AUTHORIZED, f"PUBLISH to {topic!r}: {denied}")
             return
         limit = self.config.message_size_limit
         if limit and len(p.payload) > limit:
             # mosquitto answers 0x95, which PUBACK and PUBREC may not carry; 0x97 (quota exceeded) may.
-            self._drop_publish(conn, p, 0x97, f"PUBLISH to {topic!r}: {len(p.payload)} bytes over message_size_limit")
+            self._drop_publish(
+                conn,
+                p,
+                ReasonCode.QUOTA_EXCEEDED,
+                f"PUBLISH to {topic!r}: {len(p.payload)} bytes over message_size_limit",
+            )
             return
         # Nothing can be stored: a 5.0 publisher is told so (0x97) and keeps the message (not taken, not delivered);
         # a re-send of a QoS 2 message stored before still gets its plain PUBREC below.
@@ -973,32 +1093,35 @@ class BrokerCore:
             return
         if qos == 2:
             session = conn.session
-            assert session is not None
+            assert session is not None and p.packet_id is not None  # the codec checks: QoS > 0 has a packet id
             if not session.incoming.publish_received(p):
                 # A re-send: acknowledge only; with persistence, after the commit that holds the first one.
-                self._acknowledge(conn, encode(PubRec(p.packet_id), conn.version))  # type: ignore[arg-type]
+                self._acknowledge(conn, encode(PubRec(p.packet_id), conn.version))
                 return
             limit = conn.receive_maximum_announced
             if limit and len(session.incoming) > limit and conn.version == 5:
                 # [MQTT-3.3.4-7]: more QoS 2 unreleased than the Receive Maximum we announced.
-                self._close(conn, now, reason=0x93, detail=f"receive maximum {limit} exceeded")
+                self._close(
+                    conn, now, reason=ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, detail=f"receive maximum {limit} exceeded"
+                )
                 return
             # PUBREC first, 0x00 whether anyone subscribed or not, as mosquitto: the message is ours from here, and
             # the publisher hears so before its own subscription (if any) hears the message. With persistence, it
             # waits for the commit of what the message changed (held), as a PUBACK does.
-            pubrec = b"\x50\x02" + p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
+            pubrec = b"\x50\x02" + p.packet_id.to_bytes(2, "big")
             if self.changes is None:
                 self._write(conn, pubrec)
             elif session.expiry_interval:
                 # Its re-send after a restart must find the identifier: acknowledged, not delivered again.
-                self.changes.append(IncomingAdded(session.client_id, p.packet_id))  # type: ignore[arg-type]
+                self.changes.append(IncomingAdded(session.client_id, p.packet_id))
         message = Message(topic, p.payload, qos, p.retain, props, conn.client_id, now)
         matched = self._route(message, now)
         if not matched and not qos:
             stats.dropped_no_subscriber += 1
         if qos == 1:
             # PUBACK written directly: the short form is the same in every version.
-            pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
+            assert p.packet_id is not None  # the codec checks: QoS > 0 has a packet id
+            pid = p.packet_id.to_bytes(2, "big")
             if matched or conn.version < 5:
                 ack = b"\x40\x02" + pid
             else:
@@ -1013,11 +1136,12 @@ class BrokerCore:
     def _drop_publish(self, conn: ServerConnection, p: Publish, reason: int, detail: str) -> None:
         """A PUBLISH not taken, the connection kept: acknowledged so the client's flow ends (3.x: as if taken, as
         mosquitto does); 5.0 is told why in PUBACK / PUBREC."""
-        self.notices.append(Notice("dropped", conn.client_id, conn.peer, detail))
+        self.notices.append(Notice(NoticeKind.DROPPED, conn.client_id, conn.peer, detail))
         self.stats.rejected[reason] = self.stats.rejected.get(reason, 0) + 1
         qos = p.qos
         if qos:
-            pid = p.packet_id.to_bytes(2, "big")  # type: ignore[union-attr]
+            assert p.packet_id is not None  # the codec checks: QoS > 0 has a packet id
+            pid = p.packet_id.to_bytes(2, "big")
             kind = b"\x40" if qos == 1 else b"\x50"
             if conn.version == 5:
                 self._acknowledge(conn, kind + b"\x03" + pid + bytes((reason,)))  # a failed PUBREC ends QoS 2 too
@@ -1030,14 +1154,16 @@ class BrokerCore:
                 self._acknowledge(conn, kind + b"\x02" + pid)
 
     def _stored_before(self, conn: ServerConnection, p: Publish) -> bool:
-        return conn.session is not None and p.packet_id in conn.session.incoming  # type: ignore[operator]
+        pid = p.packet_id
+        return conn.session is not None and pid is not None and pid in conn.session.incoming
 
     def _unstored(self, conn: ServerConnection, p: Publish) -> None:
         """The store cannot be written: PUBACK/PUBREC 0x97 at once (held acknowledgements wait for a commit that
         cannot come now). Counted, not logged one by one: the network layer logs the failure."""
         self.stats.rejected[0x97] = self.stats.rejected.get(0x97, 0) + 1
         kind = b"\x40" if p.qos == 1 else b"\x50"
-        self._write(conn, kind + b"\x03" + p.packet_id.to_bytes(2, "big") + b"\x97")  # type: ignore[union-attr]
+        assert p.packet_id is not None  # QoS 1/2: the codec checks
+        self._write(conn, kind + b"\x03" + p.packet_id.to_bytes(2, "big") + b"\x97")
 
     def _acknowledge(self, conn: ServerConnection, data: bytes) -> None:
         """A PUBACK/PUBREC: at once, or with persistence behind the held ones, so acknowledgements keep the order
@@ -1077,7 +1203,9 @@ class BrokerCore:
                 # 4.3.3). Neither version calls it a protocol error. A wrong kind of acknowledgement for a message
                 # in flight still is one.
                 if isinstance(p, PubRec):
-                    self._send(conn, PubRel(p.packet_id, 0x92 if conn.version == 5 else 0))
+                    self._send(
+                        conn, PubRel(p.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND if conn.version == 5 else 0)
+                    )
                 return
             self._close(conn, now, reason=err.reason_code, detail=str(err))
             return
@@ -1120,8 +1248,8 @@ class BrokerCore:
         if len(entries) == 1 and entries[0][0][:7] != "$share/":
             # The common case: one subscription matches, nothing to merge.
             _, client_id, opts = entries[0]
-            session = self.sessions.get(client_id)  # type: ignore[call-overload]
-            if views and not _may_read(views, client_id, topic):  # type: ignore[arg-type]
+            session = self.sessions.get(client_id)
+            if views and not _may_read(views, client_id, topic):
                 return True
             if session is not None and not (opts.no_local and client_id == origin):
                 sid = (opts.subscription_identifier,) if opts.subscription_identifier else ()
@@ -1129,21 +1257,22 @@ class BrokerCore:
                 self._deliver(session, message, qos, message.retain and opts.retain_as_published, sid, now)
             return True
         targets: dict[str, tuple[int, bool, tuple[int, ...]]] = {}
-        groups: dict[tuple[str, str], list[Any]] = {}
+        groups: dict[tuple[str, str], list[tuple[str, SubscriptionOptions]]] = {}
         for flt, client_id, opts in entries:
             if flt[:7] == "$share/":
                 group, real = parse_shared(flt)
-                groups.setdefault((group, real), []).append((client_id, opts))  # type: ignore[arg-type]
+                assert group is not None  # a $share/ filter has its group
+                groups.setdefault((group, real), []).append((client_id, opts))
                 continue
             if opts.no_local and client_id == origin:
                 continue
-            if views and not _may_read(views, client_id, topic):  # type: ignore[arg-type]
+            if views and not _may_read(views, client_id, topic):
                 continue
             if client_id in targets:  # overlapping subscriptions of one client
-                _merge(targets, client_id, opts)  # type: ignore[arg-type]
+                _merge(targets, client_id, opts)
             else:  # what _merge does for a client's first one, without the call (fan-out's hot loop)
                 sid = opts.subscription_identifier
-                targets[client_id] = (opts.qos, opts.retain_as_published, (sid,) if sid else ())  # type: ignore[index]
+                targets[client_id] = (opts.qos, opts.retain_as_published, (sid,) if sid else ())
         for key, members in groups.items():
             # Shared subscriptions: one member per group, taking turns among those connected (and allowed to read).
             if views:
@@ -1219,10 +1348,12 @@ class BrokerCore:
             kept = (props or message.properties) if version == 5 else EMPTY_PROPERTIES  # 3.x has no properties
             pid = session.outgoing.send_fields(message.topic, message.payload, qos, retain, kept, message).packet_id
             if row:
+                assert pid is not None  # send_fields gave it one
                 if session.rows is None:
                     session.rows = {}
-                session.rows[pid] = row  # type: ignore[index]
-                self.changes.append(DeliverySent(session.client_id, row, pid))  # type: ignore[union-attr,arg-type]
+                session.rows[pid] = row
+                assert self.changes is not None  # rows only with persistence on
+                self.changes.append(DeliverySent(session.client_id, row, pid))
         sink = conn.sink
         if sink is not None:  # an in-process client: the message itself, no bytes
             self.stats.publish_sent_qos[qos] += 1
@@ -1253,8 +1384,8 @@ class BrokerCore:
             self.stats.dropped_too_large += 1
             session.dropped += 1
             return
-        if new_alias:
-            aliases[message.topic] = new_alias  # type: ignore[index]  # only once the client has it
+        if new_alias and aliases is not None:  # (new_alias implies aliases)
+            aliases[message.topic] = new_alias  # only once the client has it
         stats = self.stats
         stats.publish_sent_qos[qos] += 1
         stats.publish_sent_bytes_qos[qos] += len(message.payload)
@@ -1301,7 +1432,7 @@ class BrokerCore:
             if flt not in self._topics_ok:
                 why = self._topic_problem(flt)
                 if why is not None:
-                    self._close(conn, now, reason=0x81, detail=f"{what} topic filter: {why[1]}")
+                    self._close(conn, now, reason=ReasonCode.MALFORMED_PACKET, detail=f"{what} topic filter: {why[1]}")
                     return True
         return False
 
@@ -1311,11 +1442,11 @@ class BrokerCore:
         found fine are remembered, so a topic seen before costs one set lookup."""
         at = control_character(topic)
         if at >= 0:
-            return 0x81, f"control character U+{ord(topic[at]):04X} at character {at}"
+            return ReasonCode.MALFORMED_PACKET, f"control character U+{ord(topic[at]):04X} at character {at}"
         limit = self.config.max_topic_levels
         # Counted as mosquitto does (TOPIC_HIERARCHY_LIMIT): separators, so 201 levels pass and 202 do not.
         if limit and topic.count("/") > limit:
-            return 0x82, f"{topic.count('/') + 1} levels, over the limit of {limit}"
+            return ReasonCode.PROTOCOL_ERROR, f"{topic.count('/') + 1} levels, over the limit of {limit}"
         ok = self._topics_ok
         if len(ok) >= 4096:
             ok.clear()
@@ -1334,12 +1465,12 @@ class BrokerCore:
         for sub in p.subscriptions:
             flt = sub.topic_filter
             if topic_filter_error(flt) is not None:
-                codes.append(0x8F if version == 5 else 0x80)
+                codes.append(ReasonCode.TOPIC_FILTER_INVALID if version == 5 else _V3_SUBACK_FAILURE)
                 continue
             if conn.acl is not None and not conn.acl.may_subscribe(flt):
                 # Our one difference from mosquitto's acl_file (which grants and then filters every delivery).
-                self.notices.append(Notice("refused", conn.client_id, conn.peer, f"SUBSCRIBE {flt!r}: ACL"))
-                codes.append(0x87 if version == 5 else 0x80)
+                self.notices.append(Notice(NoticeKind.REFUSED, conn.client_id, conn.peer, f"SUBSCRIBE {flt!r}: ACL"))
+                codes.append(ReasonCode.NOT_AUTHORIZED if version == 5 else _V3_SUBACK_FAILURE)
                 continue
             if conn.bridge:
                 # A 3.x bridge has no subscription options: the flag asks for what 5.0 bridges ask for (mosquitto).
@@ -1388,13 +1519,20 @@ class BrokerCore:
         if conn.version == 5:
             if p.reason_code in SERVER_ONLY_DISCONNECT_REASONS:
                 # [MQTT-3.14.2-1]: not a code a client may send; an abnormal end, so the will is published.
-                self._close(conn, now, reason=0x82, detail=f"DISCONNECT with 0x{p.reason_code:02X}, a server's code")
+                self._close(
+                    conn,
+                    now,
+                    reason=ReasonCode.PROTOCOL_ERROR,
+                    detail=f"DISCONNECT with 0x{p.reason_code:02X}, a server's code",
+                )
                 return
             expiry = p.properties.session_expiry_interval
             if expiry is not None:
                 if session.expiry_interval == 0 and expiry != 0:
                     # [MQTT-3.14.2-2]
-                    self._close(conn, now, reason=0x82, detail="DISCONNECT sets a session expiry after 0")
+                    self._close(
+                        conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail="DISCONNECT sets a session expiry after 0"
+                    )
                     return
                 session.expiry_interval = expiry
         if p.reason_code == 0x04:
@@ -1406,19 +1544,9 @@ class BrokerCore:
         self._close(conn, now, reason=None, detail=f"DISCONNECT 0x{p.reason_code:02X}")
 
     def _on_auth(self, conn: ServerConnection, p: Auth, now: float) -> None:
-        self._close(conn, now, reason=0x82, detail="AUTH without an authentication method in CONNECT")
-
-    _HANDLERS: ClassVar[dict[type, Any]] = {
-        PubAck: _on_puback,
-        PubRec: _on_puback,
-        PubComp: _on_puback,
-        PubRel: _on_pubrel,
-        Subscribe: _on_subscribe,
-        Unsubscribe: _on_unsubscribe,
-        PingReq: _on_pingreq,
-        Disconnect: _on_disconnect,
-        Auth: _on_auth,
-    }
+        self._close(
+            conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail="AUTH without an authentication method in CONNECT"
+        )
 
     # --- closing, wills, session ends -------------------------------------------------------------------------
 
@@ -1437,7 +1565,7 @@ class BrokerCore:
         conn.closed = True
         conn.close_requested = True
         self.dirty.add(conn)
-        kind = "refused" if refused else "disconnected" if reason is None else "error"
+        kind = NoticeKind.REFUSED if refused else NoticeKind.DISCONNECTED if reason is None else NoticeKind.ERROR
         self.notices.append(Notice(kind, conn.client_id, conn.peer, detail, reason))
         session = conn.session
         if session is None or session.connection is not conn:
@@ -1448,7 +1576,7 @@ class BrokerCore:
             delay = (session.will.properties.will_delay_interval or 0) if conn.version == 5 else 0
             if delay and session.expiry_interval:
                 session.will_at = now + delay
-                self._schedule(session.will_at, "will", session.client_id)
+                self._schedule(session.will_at, _TimerKind.WILL, session.client_id)
             else:
                 self._publish_will(session, now)
         if session.expiry_interval == 0:
@@ -1456,7 +1584,7 @@ class BrokerCore:
             return
         if session.expiry_interval != NEVER_EXPIRES:
             session.expires_at = now + session.expiry_interval
-            self._schedule(session.expires_at, "expire", session.client_id)
+            self._schedule(session.expires_at, _TimerKind.EXPIRE, session.client_id)
         self._save_session(session)
 
     def _end_session(self, session: Session, now: float) -> None:
@@ -1481,12 +1609,12 @@ class BrokerCore:
         view = self._views.get(session.client_id)
         if view is not None and not view.can_write(will.topic):
             # Checked when it goes out, against the ACL then in force (as mosquitto 2.0.11: CONNECT is accepted).
-            self.notices.append(Notice("dropped", session.client_id, "-", f"will to {will.topic!r}: ACL"))
+            self.notices.append(Notice(NoticeKind.DROPPED, session.client_id, "-", f"will to {will.topic!r}: ACL"))
             return
         props = will.properties.replace(will_delay_interval=None) if will.properties.items else EMPTY_PROPERTIES
         self._route(Message(will.topic, will.payload, will.qos, will.retain, props, session.client_id, now), now)
 
-    def _schedule(self, when: float, kind: str, client_id: str) -> None:
+    def _schedule(self, when: float, kind: _TimerKind, client_id: str) -> None:
         self._seq += 1
         timers = self._timers
         if not timers or when < timers[0].when:
@@ -1499,9 +1627,10 @@ class BrokerCore:
         data = encode(packet, conn.version)
         limit = conn.client_max_packet_size
         if limit is not None and len(data) > limit:
-            data = self._within(conn, packet, limit)
-            if data is None:
+            smaller = self._within(conn, packet, limit)
+            if smaller is None:
                 return
+            data = smaller
         self._write(conn, data)
 
     def _within(self, conn: ServerConnection, packet: Any, limit: int) -> bytes | None:
@@ -1526,7 +1655,12 @@ class BrokerCore:
             what = type(packet).__name__.upper()
             detail = f"{what} over the client's maximum packet size {limit}"
             # A CONNACK that cannot go leaves nothing to talk about: closed without a word (as mosquitto).
-            self._close(conn, self._clock, reason=None if isinstance(packet, ConnAck) else 0x95, detail=detail)
+            self._close(
+                conn,
+                self._clock,
+                reason=None if isinstance(packet, ConnAck) else ReasonCode.PACKET_TOO_LARGE,
+                detail=detail,
+            )
         return None
 
     def _write(self, conn: ServerConnection, data: bytes) -> None:
@@ -1669,3 +1803,18 @@ def _strip(publish: Publish) -> Publish:
         return publish
     p = publish
     return Publish(p.topic, p.payload, p.qos, p.retain, p.dup, p.packet_id)
+
+
+# The handlers of what a connected client sends besides PUBLISH and CONNECT, by packet type. A module-level table,
+# not a class attribute built from the methods in the class body: that is what a compiled (mypyc) class allows.
+_HANDLERS: dict[type, Callable[[BrokerCore, ServerConnection, Any, float], None]] = {
+    PubAck: BrokerCore._on_puback,
+    PubRec: BrokerCore._on_puback,
+    PubComp: BrokerCore._on_puback,
+    PubRel: BrokerCore._on_pubrel,
+    Subscribe: BrokerCore._on_subscribe,
+    Unsubscribe: BrokerCore._on_unsubscribe,
+    PingReq: BrokerCore._on_pingreq,
+    Disconnect: BrokerCore._on_disconnect,
+    Auth: BrokerCore._on_auth,
+}

@@ -54,14 +54,20 @@ from .packets import (
     Will,
 )
 from .properties import EMPTY_PROPERTIES, Properties
-from .reasons import REASONS_BY_PACKET, reason_name
+from .reasons import REASONS_BY_PACKET, ReasonCode, reason_name
 from .records import fast_constructor
 from .topics import topic_filter_error, topic_name_error
 
 __all__ = ["ClientConnection", "ClientState"]
 
 # 3.x CONNACK return code -> the 5.0 reason code that means the same.
-_V3_TO_V5_CONNACK = {1: 0x84, 2: 0x85, 3: 0x88, 4: 0x86, 5: 0x87}
+_V3_TO_V5_CONNACK = {
+    1: ReasonCode.UNSUPPORTED_PROTOCOL_VERSION,
+    2: ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+    3: ReasonCode.SERVER_UNAVAILABLE,
+    4: ReasonCode.BAD_USER_NAME_OR_PASSWORD,
+    5: ReasonCode.NOT_AUTHORIZED,
+}
 _PINGREQ_BYTES = b"\xc0\x00"
 _TOPIC_NAMES_MAX = 1024
 # Frozen records cost about a microsecond each to build; these build the same objects faster (records.py).
@@ -330,9 +336,10 @@ class ClientConnection:
             self._out.append(encode_publish(self._on_wire(sent) if version == 5 else sent, version))
         else:  # no properties, no alias: the parts are known good
             pid = sent.packet_id
+            assert pid is not None  # send_fields gave it one
             first = 0x31 | (qos << 1) if retain else 0x30 | (qos << 1)
             props = b"\x00" if version == 5 else b""
-            self._out.append(frame_publish(first, topic_name, pid.to_bytes(2, "big"), props, payload))  # type: ignore[union-attr]
+            self._out.append(frame_publish(first, topic_name, pid.to_bytes(2, "big"), props, payload))
         return sent.packet_id
 
     def relay(self, topic: str, payload: bytes, qos: int, retain: bool, context: Any = None) -> int:
@@ -353,7 +360,8 @@ class ClientConnection:
         sent = self._flows.try_send(topic, payload, qos, retain, EMPTY_PROPERTIES, context)
         if sent is None:
             return 0
-        pid: int = sent.packet_id  # type: ignore[assignment]
+        pid = sent.packet_id
+        assert pid is not None  # try_send gave it one
         first = 0x31 | (qos << 1) if retain else 0x30 | (qos << 1)
         self._out.append(
             frame_publish(first, topic_name, pid.to_bytes(2, "big"), b"\x00" if self.version == 5 else b"", payload)
@@ -485,17 +493,19 @@ class ClientConnection:
 
     def receive_data(self, data: bytes, now: float) -> None:
         """Feeds bytes from the broker (b"" when it closed the connection); events() tells what happened."""
-        if self.state in (ClientState.IDLE, ClientState.CLOSED):
+        state = self.state  # a local: the handlers below change self.state, which mypy must not take as narrowed
+        if state is ClientState.IDLE or state is ClientState.CLOSED:
             return
         if not data:
-            self._close(0x80, "the broker closed the connection", by_peer=True)
+            self._close(ReasonCode.UNSPECIFIED_ERROR, "the broker closed the connection", by_peer=True)
             return
         self._last_received = now
         if self.state is ClientState.CONNECTING and self.version == 5 and data[:2] == b"\x20\x02":
             # A 3.x CONNACK (two bytes, no property block) in answer to a 5.0 CONNECT: a 3.1.1 broker saying
             # "unacceptable protocol version" the only way it knows (3.1.1 section 3.1.2.2).
             code = data[3] if len(data) >= 4 else 1
-            self._refuse(_V3_TO_V5_CONNACK.get(code, 0x84) if code else 0x84, code)
+            unsupported = ReasonCode.UNSUPPORTED_PROTOCOL_VERSION
+            self._refuse(_V3_TO_V5_CONNACK.get(code, unsupported) if code else unsupported, code)
             return
         if self.state is ClientState.CONNECTED and data[0] == 0x40 and not self._reader.buffered:
             data = self._leading_pubacks(data)
@@ -552,7 +562,7 @@ class ClientConnection:
         """The transport ended without the broker's close reaching receive_data() (a write failed first, say):
         the connection is over; a Disconnected event says why. Nothing happens when it was over already."""
         if self.state in (ClientState.CONNECTING, ClientState.CONNECTED):
-            self._close(0x80, reason, by_peer=True)
+            self._close(ReasonCode.UNSPECIFIED_ERROR, reason, by_peer=True)
 
     def events(self) -> list[Event]:
         """The events since the last call, in order."""
@@ -579,7 +589,11 @@ class ClientConnection:
             return
         assert self._last_received is not None
         if now >= self._last_received + 1.5 * self.keepalive:
-            self._close(0x8D, f"no answer from the broker for {1.5 * self.keepalive:g} s (keepalive)", by_peer=False)
+            self._close(
+                ReasonCode.KEEP_ALIVE_TIMEOUT,
+                f"no answer from the broker for {1.5 * self.keepalive:g} s (keepalive)",
+                by_peer=False,
+            )
             return
         self._out.append(_PINGREQ_BYTES)
         self.pings_sent += 1
@@ -660,7 +674,7 @@ class ClientConnection:
         """The broker broke the protocol: say why (5.0 DISCONNECT) and end the connection."""
         if self.version == 5 and self.state is ClientState.CONNECTED:
             # Some reasons (0x92 for a PUBCOMP) have no DISCONNECT code of their own: Protocol Error says it.
-            wire_code = reason_code if reason_code in REASONS_BY_PACKET[14] else 0x82
+            wire_code = reason_code if reason_code in REASONS_BY_PACKET[14] else ReasonCode.PROTOCOL_ERROR
             self._out.append(encode(Disconnect(wire_code), 5))
         self._close(reason_code, reason, by_peer=False)
 
@@ -677,7 +691,7 @@ class ClientConnection:
             if t is ConnAck:
                 self._on_connack(packet)
             else:
-                self._protocol_error(0x82, f"the broker sent {t.__name__.upper()} before CONNACK")
+                self._protocol_error(ReasonCode.PROTOCOL_ERROR, f"the broker sent {t.__name__.upper()} before CONNACK")
             return
         if t is Publish:
             self._on_publish(packet)
@@ -702,13 +716,19 @@ class ClientConnection:
                 self._events.append(ReleaseReceived(packet.packet_id))
         elif t is SubAck:
             if self._pending_subscribe.pop(packet.packet_id, None) is None:
-                self._protocol_error(0x82, f"the broker sent SUBACK for unknown packet identifier {packet.packet_id}")
+                self._protocol_error(
+                    ReasonCode.PROTOCOL_ERROR,
+                    f"the broker sent SUBACK for unknown packet identifier {packet.packet_id}",
+                )
                 return
             self._flows.reserved.discard(packet.packet_id)
             self._events.append(SubscribeAcknowledged(packet.packet_id, packet.reason_codes, packet.properties))
         elif t is UnsubAck:
             if self._pending_unsubscribe.pop(packet.packet_id, None) is None:
-                self._protocol_error(0x82, f"the broker sent UNSUBACK for unknown packet identifier {packet.packet_id}")
+                self._protocol_error(
+                    ReasonCode.PROTOCOL_ERROR,
+                    f"the broker sent UNSUBACK for unknown packet identifier {packet.packet_id}",
+                )
                 return
             self._flows.reserved.discard(packet.packet_id)
             self._events.append(UnsubscribeAcknowledged(packet.packet_id, packet.reason_codes, packet.properties))
@@ -723,9 +743,13 @@ class ClientConnection:
                 packet.reason_code, f"the broker disconnected: {reason}", by_peer=True, properties=packet.properties
             )
         elif t is Auth:
-            self._protocol_error(0x82, "the broker sent AUTH, but no authentication method was asked for")
+            self._protocol_error(
+                ReasonCode.PROTOCOL_ERROR, "the broker sent AUTH, but no authentication method was asked for"
+            )
         else:
-            self._protocol_error(0x82, f"the broker sent {t.__name__.upper()}, which only clients send")
+            self._protocol_error(
+                ReasonCode.PROTOCOL_ERROR, f"the broker sent {t.__name__.upper()}, which only clients send"
+            )
 
     def _on_connack(self, p: ConnAck) -> None:
         self.connack = p
@@ -733,7 +757,7 @@ class ClientConnection:
             if self.version == 5:
                 self._refuse(p.reason_code, p.reason_code, p.properties)
             else:
-                self._refuse(_V3_TO_V5_CONNACK.get(p.reason_code, 0x80), p.reason_code)
+                self._refuse(_V3_TO_V5_CONNACK.get(p.reason_code, ReasonCode.UNSPECIFIED_ERROR), p.reason_code)
             return
         props = p.properties
         self.state = ClientState.CONNECTED
@@ -790,7 +814,8 @@ class ClientConnection:
             if alias is not None:
                 if alias > self.topic_alias_maximum:
                     self._protocol_error(
-                        0x94, f"the broker used topic alias {alias}; ours go up to {self.topic_alias_maximum}"
+                        ReasonCode.TOPIC_ALIAS_INVALID,
+                        f"the broker used topic alias {alias}; ours go up to {self.topic_alias_maximum}",
                     )
                     return
                 if p.topic:
@@ -799,14 +824,16 @@ class ClientConnection:
                 else:
                     known = self._aliases_in.get(alias)
                     if known is None:
-                        self._protocol_error(0x82, f"the broker used topic alias {alias} before setting it")
+                        self._protocol_error(
+                            ReasonCode.PROTOCOL_ERROR, f"the broker used topic alias {alias} before setting it"
+                        )
                         return
                     topic = known
                 p = Publish(
                     topic, p.payload, p.qos, p.retain, p.dup, p.packet_id, p.properties.replace(topic_alias=None)
                 )
         elif not p.topic:
-            self._protocol_error(0x82, "the broker sent a PUBLISH without a topic")
+            self._protocol_error(ReasonCode.PROTOCOL_ERROR, "the broker sent a PUBLISH without a topic")
             return
         qos = p.qos
         if qos == 0:
@@ -814,22 +841,28 @@ class ClientConnection:
         elif self.manual_ack:
             self._on_held_publish(p)
         elif qos == 1:
+            assert p.packet_id is not None  # the codec checks: QoS > 0 has one
             # PUBACK as bytes (the same 4 bytes in 3.x and, reason 0 without properties, 5.0): a subscriber's
             # cost per message. The acknowledgements of one read leave together (data_to_send joins them).
-            self._out.append(b"\x40\x02" + p.packet_id.to_bytes(2, "big"))  # type: ignore[union-attr]
+            self._out.append(b"\x40\x02" + p.packet_id.to_bytes(2, "big"))
             self._events.append(MessageReceived(p))
         else:
             new = self._incoming.publish_received(p)
             if len(self._incoming) > self.receive_maximum:
-                self._protocol_error(0x93, f"the broker sent more than {self.receive_maximum} unacknowledged messages")
+                self._protocol_error(
+                    ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
+                    f"the broker sent more than {self.receive_maximum} unacknowledged messages",
+                )
                 return
-            self._out.append(encode(PubRec(p.packet_id), self.version))  # type: ignore[arg-type]
+            assert p.packet_id is not None
+            self._out.append(encode(PubRec(p.packet_id), self.version))
             if new:
                 self._events.append(MessageReceived(p))
 
     def _on_held_publish(self, p: Publish) -> None:
         """manual_ack: deliver once, acknowledge when the owner says so."""
-        pid: int = p.packet_id  # type: ignore[assignment]
+        pid = p.packet_id
+        assert pid is not None  # the codec checks: QoS > 0 has one
         held = self._held
         if pid in held:
             if p.dup or p.qos != 1 or held[pid] != 1:
@@ -839,8 +872,11 @@ class ClientConnection:
             # bridge whose other side stalls). Dropping it as a re-send left it unacknowledged and the broker's
             # queue stuck behind it; at QoS 1 it is delivered, and acknowledged once per message.
             self._held_copies[pid] = self._held_copies.get(pid, 0) + 1
-        elif p.qos == 2 and pid in self._incoming:
-            self._out.append(encode(PubRec(pid), self.version))  # already ours: acknowledge again only
+        elif p.qos == 2 and pid in self._incoming and p.dup:
+            # Already ours: acknowledge again only. DUP 0 under a known identifier is a new message (a re-send
+            # has DUP set, 3.3.1.1): the flow before it ended with a PUBREL whose mark an owner restoring from its
+            # journal (restore_incoming) had not written yet; taking it for a re-send would lose it.
+            self._out.append(encode(PubRec(pid), self.version))
             return
         elif pid in self._owed:
             return  # acknowledged while disconnected; the acknowledgement goes out after CONNACK

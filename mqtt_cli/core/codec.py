@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from .errors import (
+    LenientErrors,
     LocalProtocolError,
     MalformedPacket,
     PacketTooLarge,
@@ -223,8 +224,11 @@ def encode_publish(p: Publish, version: int) -> bytes:
     if qos:
         if qos not in (1, 2):
             raise LocalProtocolError(f"PUBLISH QoS must be 0, 1 or 2, not {qos!r}")
-        pid = p.packet_id
-        pid = pid.to_bytes(2, "big") if type(pid) is int and 0 < pid < 65536 else _packet_id(pid, "PUBLISH QoS > 0")
+        packet_id = p.packet_id
+        if type(packet_id) is int and 0 < packet_id < 65536:
+            pid = packet_id.to_bytes(2, "big")
+        else:
+            pid = _packet_id(packet_id, "PUBLISH QoS > 0")
         if p.dup:
             first |= 8
     else:
@@ -396,16 +400,11 @@ def encode(packet: Packet, version: int = 4) -> bytes:
 _Errs = list[RemoteProtocolError]
 
 
-class _Lenient(list):  # type: ignore[type-arg]
-    """The violations list of a tolerant re-decode: texts that are not valid UTF-8 (or hold U+0000) are read with
-    U+FFFD replacements and reported, instead of ending the decode (what tshark shows, and what dump wants)."""
-
-
 def _str(data: bytes, pos: int, end: int, what: str, errs: _Errs) -> tuple[str, int]:
     try:
         return read_string(data, pos, end, what)
     except MalformedPacket as exc:
-        if type(errs) is not _Lenient or pos + 2 > end:
+        if type(errs) is not LenientErrors or pos + 2 > end:
             raise
         stop = pos + 2 + ((data[pos] << 8) | data[pos + 1])
         if stop > end:
@@ -442,7 +441,7 @@ def _decode_connect(first: int, data: bytes, pos: int, end: int, version: int, e
             protocol_name=name,
             protocol_level=level,
         )
-        if type(errs) is not _Lenient:
+        if type(errs) is not LenientErrors:
             raise unsupported
         # The tolerant reader's second try: read on, as Wireshark does (by the level byte; a level it does not
         # know as 3.1.1), so that the CONNECT is shown with its fields and this error first.
@@ -756,7 +755,7 @@ def _decode_body(first: int, data: bytes, pos: int, end: int, version: int, leni
     decoder = _DECODERS[ptype]
     if decoder is None:
         raise MalformedPacket("packet type 0 is reserved", packet_type=0)
-    errs: _Errs = _Lenient() if lenient else []
+    errs: _Errs = LenientErrors() if lenient else []
     required = _REQUIRED_FLAGS[ptype]
     if required >= 0 and first & 0x0F != required:
         errs.append(
@@ -817,12 +816,12 @@ class PacketReader:
         """Bytes received but not yet part of a whole packet."""
         return self._have
 
-    def feed(self, data: bytes) -> list[Any]:
+    def feed(self, received: bytes | bytearray | memoryview) -> list[Any]:
         """Adds received bytes; returns the packets they complete (and, when not strict, errors in line)."""
         if self._error is not None:
             raise self._error
-        if type(data) is not bytes:
-            data = bytes(data)  # kept and sliced into payloads: must not change under us
+        # Kept and sliced into payloads: must not change under us (and bytes is what a compiled reader works on).
+        data = received if type(received) is bytes else bytes(received)
         if self._have:
             self._chunks.append(data)
             self._have += len(data)
@@ -895,7 +894,7 @@ class PacketReader:
                 if body + 2 <= end and qos != 3 and (qos or not first & 8):
                     topic_end = body + 2 + ((data[body] << 8) | data[body + 1])
                     rest = topic_end + 2 if qos else topic_end
-                    props = _EMPTY
+                    props: Properties | None = _EMPTY
                     if version == 5:
                         # Only an empty or an already seen (hence valid) short property block is taken here.
                         plen = data[rest] if rest < end else 128
@@ -981,7 +980,7 @@ class PacketReader:
         raise err
 
 
-def decode(data: bytes, version: int | None = None) -> Packet:
+def decode(data: bytes | bytearray | memoryview, version: int | None = None) -> Packet:
     """Decodes exactly one whole packet (strict); raises MalformedPacket when `data` is not exactly one."""
     reader = PacketReader(version)
     packets = reader.feed(data)
@@ -989,4 +988,5 @@ def decode(data: bytes, version: int | None = None) -> Packet:
         raise MalformedPacket(
             f"expected exactly one whole packet, got {len(packets)} and {reader.buffered} bytes left over"
         )
-    return packets[0]  # type: ignore[no-any-return]
+    packet: Packet = packets[0]
+    return packet

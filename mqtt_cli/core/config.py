@@ -19,11 +19,14 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from enum import Enum, StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .bridge import BridgeRuleError, parse_rule
 from .topics import topic_name_error
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "RESERVED_SECTIONS",
@@ -452,7 +455,10 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _build(cls: type, table: Any, path: str, source: str) -> Any:
+_R = TypeVar("_R", bound="DataclassInstance")  # the record class _build makes
+
+
+def _build(cls: type[_R], table: Any, path: str, source: str) -> _R:
     where = path or "the top level"
     if not isinstance(table, Mapping):
         raise ConfigError(f"{source}: {where}: must be a table, not {_shown(table)}")
@@ -1077,7 +1083,7 @@ class _Translator:
         log = LogSettings(**self.log, level=level)
         bridges = []
         for b in self.bridges:
-            where: Unsupported = b.pop("_line")
+            bridge_line: Unsupported = b.pop("_line")
             wants_notifications = b.pop("_notifications", True)
             if not wants_notifications:
                 b.pop("notification_topic", None)
@@ -1091,7 +1097,7 @@ class _Translator:
                     raise ValueError("a connection needs an address and at least one topic line")
                 bridges.append(BridgeSettings(remote=BridgeRemoteSettings(**remote), **b))
             except ValueError as exc:
-                self.unsupported.append(replace(where, why=f"bridge left out: {exc}"))
+                self.unsupported.append(replace(bridge_line, why=f"bridge left out: {exc}"))
         settings = BrokerSettings(
             bridge=tuple(bridges),
             listener=tuple(records),

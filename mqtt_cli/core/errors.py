@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from .packets import Packet
 
 __all__ = [
+    "LenientErrors",
     "LocalProtocolError",
     "MQTTError",
     "MalformedPacket",
@@ -99,3 +100,9 @@ class PacketTooLarge(RemoteProtocolError):
     """0x95: the packet is larger than the maximum packet size this side accepts."""
 
     reason_code = 0x95
+
+
+class LenientErrors(list[RemoteProtocolError]):
+    """The violations list of a tolerant re-decode: texts that are not valid UTF-8 (or hold U+0000) are read with
+    U+FFFD replacements and reported, instead of ending the decode (what tshark shows, and what dump wants).
+    Here, not in the codec, because a compiled module cannot define a subclass of list."""

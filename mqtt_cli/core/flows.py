@@ -227,11 +227,13 @@ class IncomingFlows:
         return len(self._awaiting_pubrel) if self._awaiting_pubrel else 0
 
     def __contains__(self, packet_id: int) -> bool:
-        return bool(self._awaiting_pubrel) and packet_id in self._awaiting_pubrel  # type: ignore[operator]
+        awaiting = self._awaiting_pubrel
+        return awaiting is not None and packet_id in awaiting
 
     def publish_received(self, publish: Publish) -> bool:
         """Records a QoS 2 PUBLISH; True when it is new (deliver it), False for a re-send (acknowledge only)."""
-        pid: int = publish.packet_id  # type: ignore[assignment]
+        pid = publish.packet_id
+        assert pid is not None, "a QoS 2 PUBLISH has a packet identifier (the codec checks)"
         awaiting = self._awaiting_pubrel
         if awaiting is None:
             awaiting = self._awaiting_pubrel = set()
@@ -239,6 +241,10 @@ class IncomingFlows:
             return False
         awaiting.add(pid)
         return True
+
+    def ids(self) -> list[int]:
+        """The identifiers awaiting PUBREL."""
+        return sorted(self._awaiting_pubrel) if self._awaiting_pubrel else []
 
     def accept(self, packet_id: int) -> None:
         """Records a QoS 2 identifier as received and acknowledged (PUBREC sent), awaiting PUBREL."""

@@ -2,7 +2,7 @@
 
 Exactly once across a bridge that is killed needs what both brokers cannot know: which message from the source
 became which packet identifier towards the destination, and how far that flow got. Each step is one record,
-appended before the packet it describes is written to the network:
+appended before the packet it describes is written to the network (one record class each, the letter its tag):
 
     F  forwarded: seq, destination side and packet id, source side and packet id, the PUBLISH as sent
     R  released: the destination sent PUBREC for seq (PUBREL is what to re-send now)
@@ -28,7 +28,20 @@ from dataclasses import dataclass
 from .codec import PacketReader, encode
 from .packets import Publish
 
-__all__ = ["HEADER", "JournalCorrupt", "JournalEntry", "JournalState", "parse", "record"]
+__all__ = [
+    "HEADER",
+    "Completed",
+    "Forwarded",
+    "JournalCorrupt",
+    "JournalEntry",
+    "JournalRecord",
+    "JournalState",
+    "Released",
+    "SourceLost",
+    "SourceReleased",
+    "parse",
+    "record",
+]
 
 HEADER = b"MQTTBJ1\n"
 _FRAME = struct.Struct(">II")
@@ -58,28 +71,75 @@ class JournalEntry:
     src_done: bool = False
 
 
+# The records, one class per kind (the letter is its tag in the file).
+
+
+@dataclass(frozen=True, slots=True)
+class Forwarded:
+    """F: the PUBLISH (as sent, with `dst_pid`) of the source's (`src_side`, `src_pid`) went to `dst_side`."""
+
+    seq: int
+    dst_side: int
+    dst_pid: int
+    src_side: int
+    src_pid: int
+    publish: Publish
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """R: the destination sent PUBREC for `seq` (PUBREL is what to re-send now)."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """C: the destination sent PUBCOMP for `seq`."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class SourceReleased:
+    """S: the source sent PUBREL for its packet id (it will not send that message again)."""
+
+    src_side: int
+    src_pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLost:
+    """L: the source broker forgot the session of that side."""
+
+    src_side: int
+
+
+JournalRecord = Forwarded | Released | Completed | SourceReleased | SourceLost
+
+
 def _frame(body: bytes) -> bytes:
     return _FRAME.pack(len(body), zlib.crc32(body)) + body
 
 
-def record(kind: str, *args: object) -> bytes:
-    """One framed record: ("F", seq, dst_side, dst_pid, src_side, src_pid, publish), ("R", seq), ("C", seq),
-    ("S", src_side, src_pid), ("L", src_side)."""
-    if kind == "F":
-        seq, dst_side, dst_pid, src_side, src_pid, publish = args
-        body = b"F" + _F.pack(seq, dst_side, dst_pid, src_side, src_pid) + encode(publish, 5)  # type: ignore[arg-type]
-    elif kind in ("R", "C"):
-        body = kind.encode() + _SEQ.pack(args[0])  # type: ignore[arg-type]
-    elif kind == "S":
-        body = b"S" + _SRC.pack(args[0], args[1])  # type: ignore[arg-type]
-    elif kind == "L":
-        body = b"L" + bytes((args[0],))  # type: ignore[arg-type]
+def record(rec: JournalRecord) -> bytes:
+    """One framed record."""
+    if type(rec) is Forwarded:
+        body = b"F" + _F.pack(rec.seq, rec.dst_side, rec.dst_pid, rec.src_side, rec.src_pid) + encode(rec.publish, 5)
+    elif type(rec) is Released:
+        body = b"R" + _SEQ.pack(rec.seq)
+    elif type(rec) is Completed:
+        body = b"C" + _SEQ.pack(rec.seq)
+    elif type(rec) is SourceReleased:
+        body = b"S" + _SRC.pack(rec.src_side, rec.src_pid)
+    elif type(rec) is SourceLost:
+        body = b"L" + bytes((rec.src_side,))
     else:
-        raise ValueError(f"unknown journal record {kind!r}")
+        raise ValueError(f"unknown journal record {rec!r}")
     return _frame(body)
 
 
-def parse(data: bytes) -> Iterator[tuple[int, tuple[object, ...]]]:
+def parse(data: bytes) -> Iterator[tuple[int, JournalRecord]]:
     """Yields (offset, record) for each whole record; raises JournalCorrupt on damage (not on a short tail)."""
     if not data.startswith(HEADER):
         raise JournalCorrupt("not a bridge journal (bad header)", 0)
@@ -100,20 +160,22 @@ def parse(data: bytes) -> Iterator[tuple[int, tuple[object, ...]]]:
         pos = end
 
 
-def _decode(body: bytes) -> tuple[object, ...]:
+def _decode(body: bytes) -> JournalRecord:
     kind = body[:1]
     if kind == b"F":
         seq, dst_side, dst_pid, src_side, src_pid = _F.unpack_from(body, 1)
         (publish,) = PacketReader(5).feed(body[1 + _F.size :])
         if type(publish) is not Publish or publish.packet_id != dst_pid:
             raise ValueError("F record without its PUBLISH")
-        return ("F", seq, dst_side, dst_pid, src_side, src_pid, publish)
-    if kind in (b"R", b"C") and len(body) == 9:
-        return (kind.decode(), _SEQ.unpack_from(body, 1)[0])
+        return Forwarded(seq, dst_side, dst_pid, src_side, src_pid, publish)
+    if kind == b"R" and len(body) == 9:
+        return Released(_SEQ.unpack_from(body, 1)[0])
+    if kind == b"C" and len(body) == 9:
+        return Completed(_SEQ.unpack_from(body, 1)[0])
     if kind == b"S" and len(body) == 4:
-        return ("S", *_SRC.unpack_from(body, 1))
+        return SourceReleased(*_SRC.unpack_from(body, 1))
     if kind == b"L" and len(body) == 2:
-        return ("L", body[1])
+        return SourceLost(body[1])
     raise ValueError(f"record type {kind!r}, {len(body)} bytes")
 
 
@@ -125,33 +187,31 @@ class JournalState:
         self.by_src: dict[tuple[int, int], int] = {}
         self.max_seq = 0
 
-    def apply(self, rec: tuple[object, ...]) -> None:
-        kind = rec[0]
-        if kind == "F":
-            _, seq, dst_side, dst_pid, src_side, src_pid, publish = rec
-            old = self.entries.get(seq)  # type: ignore[arg-type]
+    def apply(self, rec: JournalRecord) -> None:
+        if type(rec) is Forwarded:
+            old = self.entries.get(rec.seq)
             if old is not None:  # handed over again (the destination lost its session): new packet id
-                old.dst_pid, old.publish, old.released = dst_pid, publish, False  # type: ignore[assignment]
+                old.dst_pid, old.publish, old.released = rec.dst_pid, rec.publish, False
             else:
-                e = JournalEntry(seq, dst_side, dst_pid, publish, src_side, src_pid)  # type: ignore[arg-type]
+                e = JournalEntry(rec.seq, rec.dst_side, rec.dst_pid, rec.publish, rec.src_side, rec.src_pid)
                 self.entries[e.seq] = e
                 self.by_src[(e.src_side, e.src_pid)] = e.seq
-            self.max_seq = max(self.max_seq, seq)  # type: ignore[call-overload]
-        elif kind == "R":
-            e = self.entries.get(rec[1])  # type: ignore[arg-type]
-            if e is not None:
-                e.released = True
-        elif kind == "C":
-            e = self.entries.get(rec[1])  # type: ignore[arg-type]
-            if e is not None:
-                e.completed = True
-                self._maybe_drop(e)
-        elif kind == "S":
-            seq = self.by_src.get((rec[1], rec[2]))  # type: ignore[arg-type]
+            self.max_seq = max(self.max_seq, rec.seq)
+        elif type(rec) is Released:
+            entry = self.entries.get(rec.seq)
+            if entry is not None:
+                entry.released = True
+        elif type(rec) is Completed:
+            entry = self.entries.get(rec.seq)
+            if entry is not None:
+                entry.completed = True
+                self._maybe_drop(entry)
+        elif type(rec) is SourceReleased:
+            seq = self.by_src.get((rec.src_side, rec.src_pid))
             if seq is not None:
                 self._src_done(self.entries[seq])
-        elif kind == "L":
-            for e in [e for e in self.entries.values() if e.src_side == rec[1] and not e.src_done]:
+        elif type(rec) is SourceLost:
+            for e in [e for e in self.entries.values() if e.src_side == rec.src_side and not e.src_done]:
                 self._src_done(e)
 
     def _src_done(self, e: JournalEntry) -> None:
@@ -176,11 +236,11 @@ class JournalState:
         """A new file holding only the live entries (compaction)."""
         out = [HEADER]
         for e in self.entries.values():
-            out.append(record("F", e.seq, e.dst_side, e.dst_pid, e.src_side, e.src_pid, e.publish))
+            out.append(record(Forwarded(e.seq, e.dst_side, e.dst_pid, e.src_side, e.src_pid, e.publish)))
             if e.released:
-                out.append(record("R", e.seq))
+                out.append(record(Released(e.seq)))
             if e.completed:
-                out.append(record("C", e.seq))
+                out.append(record(Completed(e.seq)))
             if e.src_done:
-                out.append(record("S", e.src_side, e.src_pid))
+                out.append(record(SourceReleased(e.src_side, e.src_pid)))
         return b"".join(out)

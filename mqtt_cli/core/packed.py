@@ -2,13 +2,20 @@
 
 A broker restarted with a million messages queued for offline clients would hold, per message, a Delivery, a
 Message, its topic and payload objects and a few more: several hundred bytes beyond the payload. Here each
-queued message is a 24-byte header (stored row, receive time, shape, payload length) and its payload, appended
-to one bytearray; what many messages share (topic, publisher, properties, QoS and retain flags, subscription
-identifiers) is a "shape" kept once per queue. Delivery and Message objects are made one at a time as the
-client takes them (popleft), so their cost is paid at the client's pace, when it comes back.
+queued message is a 16-byte header (receive time; stored row as a step from the one before, shape, payload
+length, in one 64-bit word) and its payload, appended to one bytearray (a record whose numbers do not fit the
+word, rare, takes 16 bytes more); what many messages share (topic, publisher, properties, QoS and retain flags,
+subscription identifiers) is a "shape" kept once, in a table the restore's queues share. Delivery and Message
+objects are made one at a time as the client takes them (popleft), so their cost is paid at the client's pace,
+when it comes back.
 
 PackedQueue offers what Session does with its deque: len, truth, popleft, append (new deliveries go to an
 ordinary deque behind the packed ones) and iteration (in order).
+
+PackedRetained does the same for restored retained messages: each is one bytes object (a 14-byte header, its
+topic, its payload) held by the retained tree (core/retained.py) in place of a Message, its topic string and its
+float; what many share (publisher, properties, QoS) is a RetainedShape kept once. `thaw` makes the Message when
+one is asked for (a subscription matching it); a message retained since replaces the frozen one as usual.
 """
 
 from __future__ import annotations
@@ -21,9 +28,19 @@ from dataclasses import dataclass
 from .properties import Properties
 from .session import Delivery, Message
 
-__all__ = ["PackedQueue", "Shape"]
+__all__ = ["PackedQueue", "PackedRetained", "RetainedShape", "Shape"]
 
-_HEAD = struct.Struct("<qdII")  # stored row, received_at (core clock), shape index, payload length
+# A record: received_at (core clock) and a word: row - previous record's row (24 bits), shape index (24 bits),
+# payload length (16 bits). A word of 0 (no step: impossible in a word) says _LONG follows with the numbers.
+_HEAD = struct.Struct("<dQ")
+_LONG = struct.Struct("<qII")  # stored row, shape index, payload length
+_STEP_MAX = _SHAPE_MAX = 0xFFFFFF
+_LENGTH_MAX = 0xFFFF
+
+# The tail of a queue nothing was appended to (most restored queues until their client is back): shared, never
+# written to (an empty deque holds a block of 64 slots, some 600 bytes).
+_NO_TAIL: deque[Delivery] = deque()
+_RETAINED = struct.Struct("<dIH")  # received_at (core clock), shape index, topic length (UTF-8, < 64 KiB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,14 +61,16 @@ class PackedQueue:
     """Restored deliveries, oldest first, packed; then those queued since, as Delivery objects. `shapes` is the
     table the restore shares between all its queues (the records hold indexes into it)."""
 
-    __slots__ = ("_blob", "_count", "_pos", "_shapes", "_tail", "last_row", "payload_bytes", "size")
+    __slots__ = ("_added", "_blob", "_count", "_pos", "_row", "_shapes", "_tail", "last_row", "payload_bytes", "size")
 
     def __init__(self, shapes: list[Shape]) -> None:
         self._blob = bytearray()
         self._pos = 0  # where the next packed record starts
         self._count = 0  # packed records not taken yet
+        self._row = 0  # the row of the record before the one at _pos (rows are stored as steps from it)
+        self._added = 0  # the row of the last record added
         self._shapes = shapes
-        self._tail: deque[Delivery] = deque()
+        self._tail: deque[Delivery] = _NO_TAIL  # its own deque once something is appended
         self.last_row = 0  # the highest stored row added
         self.size = 0  # sum of Message.size of the packed records added (what Session.queued_bytes counts)
         self.payload_bytes = 0  # payload bytes of the packed records not yet taken
@@ -61,13 +80,24 @@ class PackedQueue:
         the shared table, `size` is its message's Message.size."""
         assert not self._tail, "PackedQueue.add after the queue was put to use"
         blob = self._blob
-        blob += _HEAD.pack(row, received_at, shape, len(payload))
+        step = row - self._added
+        length = len(payload)
+        if 0 < step <= _STEP_MAX and shape <= _SHAPE_MAX and length <= _LENGTH_MAX:
+            blob += _HEAD.pack(received_at, step | shape << 24 | length << 48)
+        else:
+            blob += _HEAD.pack(received_at, 0)
+            blob += _LONG.pack(row, shape, length)
         blob += payload
+        self._added = row
         self._count += 1
         if row > self.last_row:
             self.last_row = row
         self.size += size
         self.payload_bytes += len(payload)
+
+    def trim(self) -> None:
+        """Gives back what growing the buffer reserved beyond its records (up to an eighth): once filled."""
+        self._blob = bytearray(self._blob)
 
     def __len__(self) -> int:
         return self._count + len(self._tail)
@@ -76,12 +106,15 @@ class PackedQueue:
         return bool(self._count or self._tail)
 
     def append(self, delivery: Delivery) -> None:
+        if self._tail is _NO_TAIL:
+            self._tail = deque()
         self._tail.append(delivery)
 
     def popleft(self) -> Delivery:
         if not self._count:
             return self._tail.popleft()
-        delivery, self._pos = self._unpack(self._pos)
+        delivery, self._pos = self._unpack(self._pos, self._row)
+        self._row = delivery.row
         self._count -= 1
         self.payload_bytes -= len(delivery.message.payload)
         blob = self._blob
@@ -94,19 +127,85 @@ class PackedQueue:
         return delivery
 
     def __iter__(self) -> Iterator[Delivery]:
-        pos = self._pos
+        pos, row = self._pos, self._row
         for _ in range(self._count):
-            delivery, pos = self._unpack(pos)
+            delivery, pos = self._unpack(pos, row)
+            row = delivery.row
             yield delivery
         yield from self._tail
 
     def tail_payload_bytes(self) -> int:
         return sum(len(d.message.payload) for d in self._tail)
 
-    def _unpack(self, pos: int) -> tuple[Delivery, int]:
-        row, received_at, index, length = _HEAD.unpack_from(self._blob, pos)
+    def _unpack(self, pos: int, previous_row: int) -> tuple[Delivery, int]:
+        """The record at `pos` (the one after `previous_row`'s) and where the next starts."""
+        received_at, word = _HEAD.unpack_from(self._blob, pos)
         start = pos + _HEAD.size
+        if word:
+            row = previous_row + (word & _STEP_MAX)
+            index = (word >> 24) & _SHAPE_MAX
+            length = word >> 48
+        else:
+            row, index, length = _LONG.unpack_from(self._blob, start)
+            start += _LONG.size
         s = self._shapes[index]
         payload = bytes(self._blob[start : start + length])
         message = Message(s.topic, payload, s.message_qos, s.message_retain, s.properties, s.origin, received_at)
         return Delivery(message, s.qos, s.retain, s.subscription_ids, row), start + length
+
+
+@dataclass(frozen=True, slots=True)
+class RetainedShape:
+    """What restored retained messages share besides topic, payload and time: kept once, shared by index."""
+
+    origin: str | None
+    properties: Properties
+    qos: int
+
+
+class PackedRetained:
+    """Restored retained messages, frozen: `add` packs one (the store fills it), `frozen` holds them in order,
+    `thaw` makes one's Message back (given to the retained tree, which calls it when the message is asked for),
+    `topic` reads one's topic (the restore indexes them by it)."""
+
+    __slots__ = ("_shapes", "frozen")
+
+    def __init__(self) -> None:
+        self._shapes: list[RetainedShape] = []
+        self.frozen: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.frozen)
+
+    def take(self) -> list[bytes]:
+        """The frozen records, handed over once: what is left is the shapes `thaw` needs (it is kept as long as
+        one frozen record is held, so it must not keep them all alive: a record replaced is freed)."""
+        frozen, self.frozen = self.frozen, []
+        return frozen
+
+    def shape(self, origin: str | None, properties: Properties, qos: int) -> int:
+        """A new shape's index (the caller keeps which it made for what: it has the stored form as a key)."""
+        self._shapes.append(RetainedShape(origin, properties, qos))
+        return len(self._shapes) - 1
+
+    def add(self, topic: str, payload: bytes, shape: int, received_at: float) -> None:
+        name = topic.encode()
+        self.frozen.append(_RETAINED.pack(received_at, shape, len(name)) + name + payload)
+
+    def expires_at(self, shape: int, received_at: float) -> float | None:
+        """When a message of this shape received then expires (as Message.expires_at)."""
+        props = self._shapes[shape].properties
+        expiry = props.message_expiry_interval if props.items else None
+        return received_at + expiry if expiry is not None else None
+
+    @staticmethod
+    def topic(frozen: bytes) -> str:
+        n = _RETAINED.unpack_from(frozen)[2]
+        return frozen[_RETAINED.size : _RETAINED.size + n].decode()
+
+    def thaw(self, frozen: bytes) -> Message:
+        received_at, index, n = _RETAINED.unpack_from(frozen)
+        start = _RETAINED.size + n
+        s = self._shapes[index]
+        topic = frozen[_RETAINED.size : start].decode()
+        return Message(topic, frozen[start:], s.qos, True, s.properties, s.origin, received_at)

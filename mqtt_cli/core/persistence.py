@@ -60,6 +60,7 @@ class SessionSaved:
     username: str | None = None  # the user it belongs to (an ACL hands it to no other)
     will: Will | None = None  # still due: published if the connection ends other than by DISCONNECT 0x00
     will_at: float | None = None  # a delayed will's time (core clock), once its connection has closed
+    bridge: str | None = None  # the embedded bridge whose local side it is (removed at start once not configured)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +161,7 @@ class StoredSession:
     # The store's restore packs the queued deliveries here (core/packed.py: a few bytes beyond each payload);
     # `deliveries` then holds those in flight. Both are restored, `queued` first.
     queued: PackedQueue | None = None
+    bridge: str | None = None  # SessionSaved.bridge
 
 
 #: Upper bounds (seconds) of the commit latency histogram's buckets: an fsync on a disk takes 1-20 ms.

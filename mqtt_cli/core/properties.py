@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from enum import IntEnum
 from typing import Any
 
-from .errors import LocalProtocolError, MalformedPacket, ProtocolError, RemoteProtocolError
+from .errors import LenientErrors, LocalProtocolError, MalformedPacket, ProtocolError, RemoteProtocolError
 from .records import record
 from .topics import topic_name_error
 from .wire import (
@@ -204,6 +204,7 @@ class Properties:
 
     __slots__ = ("_index", "items")
     items: tuple[tuple[int, Any], ...]
+    _index: dict[int, Any]  # set on first lookup in a long list (_first_values)
 
     def __init__(self, items: Iterable[tuple[int, Any]] = (), /, **named: Any) -> None:
         pairs = [(int(pid), _normalise(PROPERTY_TABLE.get(int(pid)), value)) for pid, value in items]
@@ -219,10 +220,10 @@ class Properties:
             else:
                 raise TypeError(f"unknown MQTT 5.0 property {name!r}")
         for pid, value in pairs:
-            spec = PROPERTY_TABLE.get(pid)
-            if spec is None:
+            known = PROPERTY_TABLE.get(pid)
+            if known is None:
                 raise LocalProtocolError(f"unknown property identifier 0x{pid:02X}")
-            _check_value(spec, value)
+            _check_value(known, value)
         _set_items(self, tuple(pairs))
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -372,18 +373,18 @@ def _normalise(spec: PropertySpec | None, value: Any) -> Any:
     return value
 
 
-_set_items = Properties.items.__set__  # type: ignore[attr-defined]  # the slot, bypassing immutability
+_set_items = vars(Properties)["items"].__set__  # the slot's descriptor, bypassing immutability
 
 
 # Past this many items (thousands of user properties, say), looking a property up goes through an index of first
 # values, built once: a scan per lookup would make reading a packet's few named properties cost n each.
 _INDEX_FROM = 16
-_set_index = Properties._index.__set__  # type: ignore[attr-defined]
+_set_index = vars(Properties)["_index"].__set__
 
 
 def _first_values(props: Properties) -> dict[int, Any]:
     try:
-        return props._index  # type: ignore[no-any-return]
+        return props._index
     except AttributeError:
         first: dict[int, Any] = {}
         for key, value in reversed(props.items):
@@ -413,8 +414,8 @@ def _all_getter(pid: int) -> property:
 
 for _s in PROPERTY_TABLE.values():
     setattr(Properties, _s.name, _getter(_s.id))
-Properties.user_properties = _all_getter(_USER_PROPERTY)  # type: ignore[assignment,misc]
-Properties.subscription_identifiers = _all_getter(_SUBSCRIPTION_IDENTIFIER)  # type: ignore[assignment,misc]
+for _attr, _pid in (("user_properties", _USER_PROPERTY), ("subscription_identifiers", _SUBSCRIPTION_IDENTIFIER)):
+    setattr(Properties, _attr, _all_getter(_pid))
 
 EMPTY_PROPERTIES = Properties()
 
@@ -485,7 +486,7 @@ def _text(data: bytes, pos: int, end: int, what: str, errors: list[RemoteProtoco
     try:
         return read_string(data, pos, end, what)
     except MalformedPacket as exc:
-        if type(errors).__name__ != "_Lenient" or pos + 2 > end:
+        if type(errors) is not LenientErrors or pos + 2 > end:
             raise
         stop = pos + 2 + ((data[pos] << 8) | data[pos + 1])
         if stop > end:
@@ -549,7 +550,7 @@ def decode_properties(
             err = MalformedPacket(
                 f"unknown property identifier 0x{pid:02X} in {where} (at byte {at})", unknown_property=pid
             )
-            if type(errors).__name__ != "_Lenient":
+            if type(errors) is not LenientErrors:
                 raise err
             # Tolerant decoding keeps the identifier with the rest of the block, as `unknown_0xNN` in dumps.
             errors.append(err)
@@ -580,8 +581,8 @@ def decode_properties(
             key, pos = _text(data, pos, stop, f"property {name} name", errors)
             val, pos = _text(data, pos, stop, f"property {name} value", errors)
             value = (key, val)
-        if pid == _RESPONSE_TOPIC and (err := topic_name_error(value)):
-            errors.append(ProtocolError(f"property {name} in {where}: {err} (at byte {at})"))
+        if pid == _RESPONSE_TOPIC and (problem := topic_name_error(value)):
+            errors.append(ProtocolError(f"property {name} in {where}: {problem} (at byte {at})"))
         if packet_type not in spec.packets:
             errors.append(MalformedPacket(f"property {name} is not allowed in {where} (at byte {at})"))
         if pid in seen and packet_type not in spec.repeatable:

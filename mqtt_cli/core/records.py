@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Any, TypeVar, dataclass_transform
 
 __all__ = ["FrozenInstanceError", "fast_constructor", "fields", "mutable_twin", "record", "replace"]
 
@@ -36,12 +36,13 @@ def _own_fields(cls: type) -> list[str]:
 
 def fields(cls_or_record: Any) -> tuple[str, ...]:
     """The field names, in order."""
-    return cls_or_record.__record_fields__  # type: ignore[no-any-return]
+    names: tuple[str, ...] = cls_or_record.__record_fields__
+    return names
 
 
 def replace(obj: _T, **changes: Any) -> _T:
     """A copy of the record `obj` with some fields changed (through `__init__`, so `__post_init__` runs)."""
-    values = {name: getattr(obj, name) for name in obj.__record_fields__}  # type: ignore[attr-defined]
+    values = {name: getattr(obj, name) for name in fields(obj)}
     unknown = changes.keys() - values.keys()
     if unknown:
         raise TypeError(f"{type(obj).__name__} has no field {sorted(unknown)[0]!r}")
@@ -63,8 +64,10 @@ def __repr__(self: Any) -> str:
 
 
 def __eq__(self: Any, other: object) -> bool:
+    values = self._record_values  # read before the `is` test, which narrows `self` to `object` for mypy
     if other.__class__ is self.__class__:
-        return self._record_values(self) == self._record_values(other)  # type: ignore[no-any-return]
+        same: bool = values(self) == values(other)
+        return same
     return NotImplemented
 
 
@@ -92,14 +95,15 @@ def __setstate__(self: Any, state: tuple[Any, ...]) -> None:
 _SHARED = (__repr__, __eq__, __hash__, __setattr__, __delattr__, __getstate__, __setstate__)
 
 
+@dataclass_transform(frozen_default=True)
 def record(cls: _C) -> _C:
     """Make `cls` a frozen, slotted record class (a new class, as `dataclass(slots=True)` makes)."""
     inherited: tuple[str, ...] = ()
     defaults: dict[str, Any] = {}
     for base in reversed(cls.__mro__[1:]):
         if "__record_fields__" in base.__dict__:
-            inherited = base.__record_fields__
-            defaults.update(base.__record_defaults__)
+            inherited = base.__dict__["__record_fields__"]
+            defaults.update(base.__dict__["__record_defaults__"])
     declared = _own_fields(cls)
     own = [name for name in declared if name not in inherited]
     names = (*inherited, *own)
@@ -136,7 +140,8 @@ def record(cls: _C) -> _C:
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     new = type(cls)(cls.__name__, cls.__bases__, namespace)
     new.__qualname__ = cls.__qualname__
-    return new  # type: ignore[return-value]
+    made: _C = new
+    return made
 
 
 # --- fast construction for the decoder ---------------------------------------------------------------------
@@ -152,8 +157,8 @@ def mutable_twin(cls: type) -> type:
     """A plain slotted class with the same fields and layout as the record class `cls` (one per class)."""
     twin = _TWINS.get(cls)
     if twin is None:
-        names = cls.__record_fields__  # type: ignore[attr-defined]
-        defaults = cls.__record_defaults__  # type: ignore[attr-defined]
+        names = fields(cls)
+        defaults: dict[str, Any] = vars(cls)["__record_defaults__"]
         params = ", ".join(f"{n}=_d_{n}" if n in defaults else n for n in names)
         sets = "".join(f"  self.{n} = {n}\n" for n in names) or "  pass\n"
         scope: dict[str, Any] = {f"_d_{n}": v for n, v in defaults.items()}
@@ -169,6 +174,7 @@ def fast_constructor(cls: type[_T]) -> Callable[..., _T]:
     def build(*args: Any) -> _T:
         obj = twin(*args)
         obj.__class__ = cls
-        return obj  # type: ignore[no-any-return]
+        built: _T = obj
+        return built
 
     return build

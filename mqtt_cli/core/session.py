@@ -119,7 +119,9 @@ class Message:
                     self._wire = {}
                 self._wire[key] = parts
         if qos:
-            return b"".join((parts[0], packet_id.to_bytes(2, "big"), parts[1]))  # type: ignore[union-attr]
+            if packet_id is None:
+                raise ValueError("a QoS 1 or 2 PUBLISH needs a packet identifier")
+            return b"".join((parts[0], packet_id.to_bytes(2, "big"), parts[1]))
         return parts[0]
 
     def wire_aliased(
@@ -186,14 +188,15 @@ class Session:
     connection: Any = None  # the ServerConnection while connected
     rows: dict[int, int] | None = None  # persistence on: packet id in flight -> its delivery's stored row
     username: str | None = None  # the user it was granted to (ACLs: not handed to another user; persisted)
+    bridge: str | None = None  # an embedded bridge's local side: that bridge's name (persisted)
 
     def enqueue(self, delivery: Delivery, limits: QueueLimits) -> Delivery | None:
         """Queues a delivery within the limits; returns the delivery dropped to respect them, if any."""
         size = delivery.message.size
-        if not self.queue:
-            self.queue = deque()
-        queue: deque[Delivery] = self.queue  # type: ignore[assignment]
-        over_count = limits.max_messages and len(self.queue) >= limits.max_messages
+        queue = self.queue
+        if isinstance(queue, tuple) or not queue:  # the shared empty tuple (or an emptied queue)
+            queue = self.queue = deque()
+        over_count = limits.max_messages and len(queue) >= limits.max_messages
         over_bytes = limits.max_bytes and self.queued_bytes + size > limits.max_bytes
         if over_count or over_bytes:
             if not limits.drop_oldest or not queue:
@@ -210,7 +213,9 @@ class Session:
         return None
 
     def dequeue(self) -> Delivery:
-        queue: deque[Delivery] = self.queue  # type: ignore[assignment]
+        queue = self.queue
+        if isinstance(queue, tuple):
+            raise IndexError("dequeue from an empty session queue")
         delivery = queue.popleft()
         self.queued_bytes -= delivery.message.size
         if not queue:

@@ -36,6 +36,7 @@ __all__ = [
     "topic_name_error",
 ]
 
+K = TypeVar("K", bound=Hashable)  # the subscriber (the broker: its client id)
 T = TypeVar("T")
 
 #: Topic names and filters are UTF-8 strings with a 2-byte length prefix.
@@ -207,7 +208,7 @@ def matches(flt: str, topic: str) -> bool:
 # ---------------------------------------------------------------------------
 
 
-class TrieEntry(NamedTuple, Generic[T]):
+class TrieEntry(NamedTuple, Generic[K, T]):
     """One entry of a :class:`TopicTrie`: a plain 3-tuple ``(filter, key, value)``.
 
     ``filter`` is the filter exactly as added (``$share/...`` included), so a
@@ -217,7 +218,7 @@ class TrieEntry(NamedTuple, Generic[T]):
     """
 
     filter: str
-    key: Hashable
+    key: K
     value: T
 
     @property
@@ -237,10 +238,10 @@ class TrieEntry(NamedTuple, Generic[T]):
 # An entry dict maps (filter as added, key) -> TrieEntry. Several filters
 # can land on one node ("a/b", "$share/g1/a/b", "$share/g2/a/b"), so the
 # filter is part of the dict key.
-_Entries = dict[tuple[str, Hashable], TrieEntry[T]]
+_Entries = dict[tuple[str, K], TrieEntry[K, T]]
 
 
-class _Node(Generic[T]):
+class _Node(Generic[K, T]):
     """A trie node: one level of a filter.
 
     ``'+'`` and ``'#'`` are not stored in ``children``: ``plus`` is the
@@ -253,17 +254,17 @@ class _Node(Generic[T]):
     __slots__ = ("children", "entries", "hash", "plus")
 
     def __init__(self) -> None:
-        self.children: dict[str, _Node[T]] = {}
-        self.plus: _Node[T] | None = None
+        self.children: dict[str, _Node[K, T]] = {}
+        self.plus: _Node[K, T] | None = None
         # None rather than {} when empty: cheaper emptiness tests and memory.
-        self.entries: _Entries[T] | None = None
-        self.hash: _Entries[T] | None = None
+        self.entries: _Entries[K, T] | None = None
+        self.hash: _Entries[K, T] | None = None
 
     def is_empty(self) -> bool:
         return not self.children and self.plus is None and self.entries is None and self.hash is None
 
 
-class TopicTrie(Generic[T]):
+class TopicTrie(Generic[K, T]):
     """TrieEntry index: (filter, key) -> value, matched by topic name.
 
     ``key`` identifies the subscriber (typically the client id); ``value`` is
@@ -290,14 +291,14 @@ class TopicTrie(Generic[T]):
     __slots__ = ("_cache", "_cache_size", "_len", "_root")
 
     def __init__(self, cache_size: int = 0) -> None:
-        self._root: _Node[T] = _Node()
+        self._root: _Node[K, T] = _Node()
         self._len = 0
-        self._cache: dict[str, tuple[TrieEntry[T], ...]] = {}
+        self._cache: dict[str, tuple[TrieEntry[K, T], ...]] = {}
         self._cache_size = cache_size
 
     # -- mutation ----------------------------------------------------------
 
-    def add(self, flt: str, key: Hashable, value: T) -> bool:
+    def add(self, flt: str, key: K, value: T) -> bool:
         """Subscribe ``key`` to ``flt`` with ``value``.
 
         Returns True if (flt, key) is new, False if it existed (its value is
@@ -332,7 +333,7 @@ class TopicTrie(Generic[T]):
         return is_new
 
     @staticmethod
-    def _child_or_create(node: _Node[T], level: str) -> _Node[T]:
+    def _child_or_create(node: _Node[K, T], level: str) -> _Node[K, T]:
         if level == "+":
             child = node.plus
             if child is None:
@@ -343,7 +344,7 @@ class TopicTrie(Generic[T]):
             child = node.children[level] = _Node()
         return child
 
-    def remove(self, flt: str, key: Hashable) -> bool:
+    def remove(self, flt: str, key: K) -> bool:
         """Unsubscribe ``key`` from ``flt``; True if it was subscribed.
 
         Nodes left empty are pruned, so memory does not grow with churn.
@@ -359,7 +360,7 @@ class TopicTrie(Generic[T]):
             levels.pop()
         # Walk down, remembering the path for pruning (iterative: filters
         # may have thousands of levels).
-        path: list[tuple[_Node[T], str]] = []
+        path: list[tuple[_Node[K, T], str]] = []
         node = self._root
         for level in levels:
             child = node.plus if level == "+" else node.children.get(level)
@@ -400,7 +401,7 @@ class TopicTrie(Generic[T]):
 
     # -- lookup ------------------------------------------------------------
 
-    def match(self, topic: str) -> list[TrieEntry[T]]:
+    def match(self, topic: str) -> list[TrieEntry[K, T]]:
         """Every subscription whose filter matches topic name ``topic``.
 
         Returns a new list of :class:`TrieEntry` ``(filter, key, value)``
@@ -417,7 +418,7 @@ class TopicTrie(Generic[T]):
             hit = cache.get(topic)
             if hit is not None:
                 return list(hit)
-        out: list[TrieEntry[T]] = []
+        out: list[TrieEntry[K, T]] = []
         levels = topic.split("/")
         root = self._root
         # First level handled apart for the '$' rule: a $-topic only follows
@@ -437,7 +438,7 @@ class TopicTrie(Generic[T]):
             if not nodes:
                 break
             level = levels[i]
-            nxt: list[_Node[T]] = []
+            nxt: list[_Node[K, T]] = []
             for node in nodes:
                 # '#' below this node matches the remaining levels.
                 if node.hash is not None:
@@ -463,7 +464,7 @@ class TopicTrie(Generic[T]):
             cache[topic] = tuple(out)
         return out
 
-    def get(self, flt: str, key: Hashable) -> T | None:
+    def get(self, flt: str, key: K) -> T | None:
         """The value stored for (flt, key), or None."""
         entries = self._entries_for(flt)
         if entries is None:
@@ -471,7 +472,7 @@ class TopicTrie(Generic[T]):
         sub = entries.get((flt, key))
         return None if sub is None else sub.value
 
-    def _entries_for(self, flt: str) -> _Entries[T] | None:
+    def _entries_for(self, flt: str) -> _Entries[K, T] | None:
         try:
             _, real = parse_shared(flt)
         except ValueError:
@@ -505,7 +506,7 @@ class TopicTrie(Generic[T]):
     def __bool__(self) -> bool:
         return self._len > 0
 
-    def __iter__(self) -> Iterator[TrieEntry[T]]:
+    def __iter__(self) -> Iterator[TrieEntry[K, T]]:
         """Every entry as a :class:`TrieEntry`, in no particular order.
 
         Do not add or remove while iterating.

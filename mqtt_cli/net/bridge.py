@@ -40,7 +40,17 @@ from mqtt_cli.core.events import (
     PublishReceived,
     ReleaseReceived,
 )
-from mqtt_cli.core.journal import JournalCorrupt, JournalState, record
+from mqtt_cli.core.journal import (
+    Completed,
+    Forwarded,
+    JournalCorrupt,
+    JournalRecord,
+    JournalState,
+    Released,
+    SourceLost,
+    SourceReleased,
+    record,
+)
 from mqtt_cli.core.packets import Publish, Subscription, Will
 from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
 from mqtt_cli.profiles import PROTOCOL_VERSIONS
@@ -305,10 +315,10 @@ class Journal:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         self._size = 0
 
-    def append(self, kind: str, *args: Any) -> None:
-        data = record(kind, *args)
+    def append(self, rec: JournalRecord) -> None:
+        data = record(rec)
         os.write(self._fd, data)
-        self.state.apply((kind, *args))
+        self.state.apply(rec)
         self._size += len(data)
         if self._size > _COMPACT_AT:
             self._rewrite()
@@ -543,13 +553,13 @@ class Bridge:
                 ctx = event.context
                 if type(ctx) is Forward:
                     if ctx.seq and self.journal is not None:
-                        self.journal.append("R", ctx.seq)
+                        self.journal.append(Released(ctx.seq))
                     if not ctx.acked:
                         self._ack_source(ctx)
                         self.counters.acknowledged[ctx.src_side] += 1
             elif t is ReleaseReceived:
                 if self.journal is not None and (side, event.packet_id) in self.journal.state.by_src:
-                    self.journal.append("S", side, event.packet_id)
+                    self.journal.append(SourceReleased(side, event.packet_id))
             elif t is ConnectionAccepted:
                 self._connected(side, event)
             elif t is Disconnected:
@@ -639,7 +649,7 @@ class Bridge:
             self._seq += 1
             ctx.seq = self._seq
         publish = Publish(topic, payload, 2, retain, False, pid, props)
-        self.journal.append("F", ctx.seq, dst, pid, ctx.src_side, ctx.src_pid, publish)
+        self.journal.append(Forwarded(ctx.seq, dst, pid, ctx.src_side, ctx.src_pid, publish))
 
     def _ack_source(self, ctx: Forward) -> None:
         """Acknowledges a forward to the broker it came from, once; not when that broker lost the session
@@ -669,7 +679,7 @@ class Bridge:
                 f"0x{event.reason_code:02X}); it is acknowledged to the {SIDE_NAMES[ctx.src_side]} broker and dropped"
             )
         if ctx.seq and self.journal is not None:
-            self.journal.append("C", ctx.seq)
+            self.journal.append(Completed(ctx.seq))
         # QoS 2 forwards were acknowledged to their source at PUBREC already; QoS 1 ones (and refusals) now.
         if not ctx.acked:
             self._ack_source(ctx)
@@ -690,7 +700,7 @@ class Bridge:
         if event.session_present:
             self.counters.resent[REMOTE if side == LOCAL else LOCAL] += client.conn.inflight
         elif self.journal is not None and any(e.src_side == side for e in self.journal.state.entries.values()):
-            self.journal.append("L", side)
+            self.journal.append(SourceLost(side))
         self.log(
             f"{self.who}: {SIDE_NAMES[side]} connected to {st.endpoint} "
             f"(MQTT {version_name(st.version)}, session {'resumed' if event.session_present else 'new'})"

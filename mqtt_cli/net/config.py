@@ -60,6 +60,11 @@ class ConfigSource:
     mosquitto: bool = False
     ignore_unsupported: bool = False
 
+    @property
+    def label(self) -> str:
+        """How errors name it."""
+        return str(self.path or "command line")
+
     def read(self) -> Translation:
         if self.path is None:
             return Translation(BrokerSettings(), ())

@@ -25,7 +25,13 @@ import trio
 
 from mqtt_cli.core.bridge import BridgeRule, LinkStats, route, source_filters
 from mqtt_cli.core.broker import NEVER_EXPIRES, BrokerCore
-from mqtt_cli.core.events import ConnectionAccepted, Disconnected, MessageReceived, PublishAcknowledged
+from mqtt_cli.core.events import (
+    ConnectionAccepted,
+    Disconnected,
+    MessageReceived,
+    PublishAcknowledged,
+    ReleaseReceived,
+)
 from mqtt_cli.core.packets import Publish, Subscription
 from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
 from mqtt_cli.core.server import ServerConnection
@@ -127,13 +133,19 @@ class EmbeddedBridge:
             )
         )
         now = trio.current_time()
-        self.conn = core.attach(c.local_client_id, self, now, receive_maximum=c.receive_maximum, expiry=NEVER_EXPIRES)
+        self.conn = core.attach(
+            c.local_client_id, self, now, receive_maximum=c.receive_maximum, expiry=NEVER_EXPIRES, bridge=c.name
+        )
         filters = source_filters(c.rules, remote=False)
         # No local: what this bridge publishes locally (from the remote) is not sent back; retain as published.
         core.subscribe_internal(
             self.conn, {f: SubscriptionOptions(q, True, True) for f, q in filters.items()}, now
         )
         core.resume_internal(self.conn, now)  # what the session kept (a restart's store, an earlier run) goes on
+        for pid in core.unreleased_internal(self.conn):
+            # QoS 2 from the remote stored (and PUBREC owed or sent) before a restart or a reload: its re-send is
+            # acknowledged, not published again.
+            self.client.conn.restore_incoming(pid, 2, acknowledged=True)
         self._flush()
         try:
             with self._scope:
@@ -291,7 +303,8 @@ class EmbeddedBridge:
         self.stats.forwarded[1] += 1
         core = self._core_of()
         token = (p.packet_id, client.conn.session_epoch) if qos else None
-        taken = core.publish_internal(conn, topic, p.payload, out_qos, p.retain, props, trio.current_time(), token)
+        taken = core.publish_internal(conn, topic, p.payload, out_qos, p.retain, props, trio.current_time(), token,
+                                      incoming_id=p.packet_id if qos == 2 else None)  # fmt: skip
         if taken and qos:
             client.acknowledge(p.packet_id)  # type: ignore[arg-type]
         # The deliveries it made leave with the flush at the end of this read (_observe).
@@ -309,6 +322,9 @@ class EmbeddedBridge:
                     self.log(f"{self.who}: the remote broker refused a message (reason 0x{event.reason_code:02X}); "
                              "it is dropped")  # fmt: skip
                 self._delivered(ctx)
+            elif t is ReleaseReceived:
+                if self.conn is not None:
+                    self._core_of().release_internal(self.conn, event.packet_id)
             elif t is ConnectionAccepted:
                 self._connected(event)
             elif t is Disconnected:
@@ -331,6 +347,10 @@ class EmbeddedBridge:
         self._was_connected = st.connected = True
         if event.session_present:
             st.resent += client.conn.inflight
+        elif self.conn is not None:  # the remote forgot its QoS 2 flows to us: so do we
+            core = self._core_of()
+            for pid in core.unreleased_internal(self.conn):
+                core.release_internal(self.conn, pid)
         self.log(
             f"{self.who}: connected to {client.endpoint} (MQTT {version_name(client.conn.version)}, "
             f"session {'resumed' if event.session_present else 'new'})"

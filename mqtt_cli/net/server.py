@@ -32,7 +32,7 @@ from mqtt_cli.core.auth import (
     unsafe_listener_error,
 )
 from mqtt_cli.core.bridge import source_filters
-from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice
+from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice, NoticeKind
 from mqtt_cli.core.config import (
     ALL_VERSIONS,
     ListenerSettings,
@@ -401,9 +401,11 @@ class BrokerServer:
                             failing_since = trio.current_time()
                             self.core.store_failing = True
                             self.core.stats.store_failures += 1
-                            self._report(Notice("error", None, "-", f"{exc}; {len(held)} acknowledgements withheld, "
-                                                "QoS 1/2 from MQTT 5.0 publishers refused (0x97) until it can be "
-                                                f"written, tried again every {RETRY_COMMIT:g} s"))  # fmt: skip
+                            why = (
+                                f"{exc}; {len(held)} acknowledgements withheld, QoS 1/2 from MQTT 5.0 publishers "
+                                f"refused (0x97) until it can be written, tried again every {RETRY_COMMIT:g} s"
+                            )
+                            self._report(Notice(NoticeKind.ERROR, None, "-", why))
                         self._to_commit[:0] = changes
                         self._to_release[:0] = held
                         await trio.sleep(RETRY_COMMIT)
@@ -413,8 +415,9 @@ class BrokerServer:
                         took = trio.current_time() - failing_since
                         failing_since = None
                         self.core.store_failing = False
-                        self._report(Notice("persistence", None, "-", f"{store.path} written again after {took:.0f} "
-                                            f"s; {len(held)} withheld acknowledgements sent"))  # fmt: skip
+                        why = f"{store.path} written again after {took:.0f} s; {len(held)} withheld acknowledgements"
+                        why += " sent"
+                        self._report(Notice(NoticeKind.PERSISTENCE, None, "-", why))
                 self.core.release(held)
                 self._flush()
             self._committing = False
@@ -431,7 +434,7 @@ class BrokerServer:
             try:
                 store.commit(changes)
             except StoreError as exc:
-                self._report(Notice("error", None, "-", str(exc)))
+                self._report(Notice(NoticeKind.ERROR, None, "-", str(exc)))
 
     def _report(self, notice: Notice) -> None:
         report = self.options.on_notice
@@ -450,12 +453,18 @@ class BrokerServer:
         except StoreError as exc:
             raise ServerError(str(exc)) from None
         if store.warning is not None:
-            self._report(Notice("persistence", None, "-", store.warning))
+            self._report(Notice(NoticeKind.PERSISTENCE, None, "-", store.warning))
         self._store = store
         core = self.core
         core.enable_persistence()
         core.restore(restored.sessions, restored.retained, now)
         del restored  # the restored records are the core's now: the lists holding them go
+        # A bridge taken out of the configuration while the broker was stopped: its local session (and what it
+        # queued for that remote) would otherwise stay in the file for ever, as it never expires.
+        configured = {b.name: b.local_client_id for b in self.options.bridges}
+        for session in core.forget_bridges(configured, now):
+            self._report(Notice("bridge", None, "-", f"bridge {session.bridge}: its stored local session "
+                                f"{session.client_id!r} is removed (no configured bridge uses it)"))  # fmt: skip
         if core.changes:  # expiry and will delays that start now, wills published: written at once
             self._to_commit += core.changes
             core.changes.clear()
@@ -587,7 +596,7 @@ class BrokerServer:
     def _notice_refused(self, peer: str, detail: str) -> None:
         report = self.options.on_notice
         if report is not None:
-            report(Notice("refused", None, peer, detail))
+            report(Notice(NoticeKind.REFUSED, None, peer, detail))
 
     def _sweep(self, now: float) -> None:
         """Closes connections silent past their keep alive (1.5x), or without a CONNECT after CONNECT_TIMEOUT."""
@@ -812,7 +821,7 @@ class BrokerServer:
         self._bridges_to_send.append(bridge)
 
     def _bridge_log(self, line: str) -> None:
-        self._report(Notice("bridge", None, "-", line))
+        self._report(Notice(NoticeKind.BRIDGE, None, "-", line))
 
     async def _reload_bridges(self, configs: list[EmbeddedConfig]) -> list[str]:
         """Bridges added, removed (their local session ends) or changed (restarted with the new settings, the

@@ -19,7 +19,7 @@ from mqtt_cli.net.config import ConfigSource, FileProblem, check_files, serve_op
 from mqtt_cli.net.log import BrokerLog, LogError
 from mqtt_cli.net.server import BrokerServer, Listener, ServeOptions, ServerError
 
-__all__ = ["Serving", "unsupported_error"]
+__all__ = ["Serving", "checked_options", "unsupported_error"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2)
 
@@ -29,6 +29,20 @@ def unsupported_error(source: ConfigSource, count: int) -> ConfigError:
         f"{source.path}: {count} line{'s' if count != 1 else ''} cannot be honoured (listed above); "
         "remove them, or pass --ignore-unsupported to run without them"
     )
+
+
+def checked_options(
+    settings: BrokerSettings, source: str, *, instance: str = "", version: str = "", files: bool = True
+) -> ServeOptions:
+    """Every check a start makes before it listens, ConfigError or FileProblem with one line otherwise: the
+    configuration's own, cross-key ones included (bridge names, the password and ACL files it names), then with
+    `files` the listeners' TLS key pairs and the log file. The start, a reload and --print-config (files=False:
+    it may run where the certificates are not, and must not create the log file) come through here, so they
+    refuse the same configuration with the same words."""
+    options = serve_options(settings, source, instance=instance, version=version)
+    if files:
+        check_files(settings)
+    return options
 
 
 @dataclass(slots=True)
@@ -50,9 +64,7 @@ class Serving:
         if translation.unsupported and not self.source.ignore_unsupported:
             raise unsupported_error(self.source, len(translation.unsupported))
         settings = self.apply_flags(translation.settings)
-        options = serve_options(settings, str(self.source.path or "command line"), instance=self.instance,
-                                version=self.version)  # fmt: skip
-        check_files(settings)
+        options = checked_options(settings, self.source.label, instance=self.instance, version=self.version)
         options.ready_file = self.ready_file
         options.on_listening = self.on_listening
         if self.log is not None:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from mqtt_cli.core.config import SyncMode
 from mqtt_cli.core.errors import RemoteProtocolError
-from mqtt_cli.core.packed import PackedQueue, Shape
+from mqtt_cli.core.packed import PackedQueue, PackedRetained, Shape
 from mqtt_cli.core.packets import Will
 from mqtt_cli.core.persistence import (
     Change,
@@ -53,7 +53,7 @@ from mqtt_cli.core.session import Message, SubscriptionOptions
 __all__ = ["SCHEMA_VERSION", "Restored", "Store", "StoreError"]
 
 #: Bumped by any change of the tables below; an older file is migrated on open, a newer one moved aside.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _PUBLISH = 3  # packet type whose properties a message keeps
 
 # Version 1, as first released: every file starts from it, then takes the migrations in turn.
@@ -96,6 +96,9 @@ CREATE TABLE incoming (
     client_id TEXT NOT NULL, packet_id INTEGER NOT NULL, PRIMARY KEY (client_id, packet_id)
 ) WITHOUT ROWID;
 """,
+    3: """
+ALTER TABLE sessions ADD COLUMN bridge TEXT;
+""",
 }
 
 
@@ -106,7 +109,7 @@ class StoreError(Exception):
 @dataclass(frozen=True, slots=True)
 class Restored:
     sessions: list[StoredSession]
-    retained: list[Message]
+    retained: PackedRetained
     removed_sessions: int  # expired while the broker was down: removed from the file
 
 
@@ -159,14 +162,25 @@ class Store:
                 _remove_session(db, client_id)
             db.execute("DELETE FROM deliveries WHERE client_id NOT IN (SELECT client_id FROM sessions)")
             db.execute("DELETE FROM incoming WHERE client_id NOT IN (SELECT client_id FROM sessions)")
-        retained = []
+        # Retained messages are frozen as they are read (core/packed.py): one bytes object each, no Message.
+        retained = PackedRetained()
+        retained_shapes: dict[tuple[object, ...], int] = {}
+        off = self._offset
+        expired: list[tuple[str]] = []
         for topic, payload, qos, props, origin, received in db.execute("SELECT * FROM retained ORDER BY topic"):
-            message = self._message(topic, payload, qos, True, props, origin, received)
-            if message.expired(now):
-                with db:
-                    db.execute("DELETE FROM retained WHERE topic = ?", (topic,))
+            kept = (origin, props, qos)
+            shape = retained_shapes.get(kept)
+            if shape is None:
+                shape = retained_shapes[kept] = retained.shape(origin, _properties(props, _PUBLISH), qos)
+            received -= off
+            expires_at = retained.expires_at(shape, received)
+            if expires_at is not None and now >= expires_at:  # as Message.expired
+                expired.append((topic,))
                 continue
-            retained.append(message)
+            retained.add(topic, payload, shape, received)
+        if expired:
+            with db:
+                db.executemany("DELETE FROM retained WHERE topic = ?", expired)
         subs: dict[str, list[tuple[str, SubscriptionOptions]]] = {}
         for client_id, flt, qos, no_local, rap, rh, sid in db.execute(
             "SELECT * FROM subscriptions ORDER BY client_id, filter"
@@ -180,7 +194,7 @@ class Store:
         shapes: list[Shape] = []
         shape_ids: dict[tuple[object, ...], int] = {}
         sids_seen: dict[str, tuple[int, ...]] = {}
-        off = self._offset
+        origins: dict[str | None, str | None] = {}
         for row in db.execute("SELECT * FROM deliveries ORDER BY row"):
             rid, client_id, topic, payload, mqos, mretain, props, origin, received, qos, retain, sids, pid, rel = row
             if pid is not None:  # in flight: few, restored as objects
@@ -196,17 +210,21 @@ class Store:
             if shape is None:
                 shape = shape_ids[key] = len(shapes)
                 properties = _properties(props, _PUBLISH)
+                origin = origins.setdefault(origin, origin)  # one string per publisher, not per shape
                 ids = sids_seen.get(sids)
                 if ids is None:
                     ids = sids_seen[sids] = tuple(json.loads(sids))
                 shapes.append(Shape(topic, origin, properties, mqos, bool(mretain), qos, bool(retain), ids))
             packed.add(rid, received - off, shape, payload, len(payload) + len(topic))
+        for packed in queued.values():
+            packed.trim()
         incoming: dict[str, list[int]] = {}
         for client_id, pid in db.execute("SELECT client_id, packet_id FROM incoming ORDER BY client_id, packet_id"):
             incoming.setdefault(client_id, []).append(pid)
         sessions = []
         for row in db.execute("SELECT * FROM sessions ORDER BY client_id"):
-            client_id, version, expiry, expires, username, wtopic, wpayload, wqos, wretain, wprops, will_at = row
+            client_id, version, expiry, expires, username, wtopic, wpayload, wqos, wretain, wprops, will_at = row[:11]
+            bridge = row[11]
             will = None
             if wtopic is not None:
                 will = Will(wtopic, bytes(wpayload), wqos, bool(wretain), _properties(wprops, WILL))
@@ -223,6 +241,7 @@ class Store:
                     None if will_at is None else will_at - off,
                     tuple(incoming.get(client_id, ())),
                     queued.get(client_id),
+                    bridge,
                 )
             )
         return Restored(sessions, retained, len(gone))
@@ -419,8 +438,8 @@ def _save_session(db: sqlite3.Connection, c: SessionSaved, off: float) -> None:
         else (w.topic, w.payload, w.qos, w.retain, encode_properties(w.properties, WILL),
               None if c.will_at is None else c.will_at + off)
     )  # fmt: skip
-    db.execute("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-               (c.client_id, c.version, c.expiry_interval, expires, c.username, *will))  # fmt: skip
+    db.execute("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+               (c.client_id, c.version, c.expiry_interval, expires, c.username, *will, c.bridge))  # fmt: skip
     db.execute("DELETE FROM subscriptions WHERE client_id = ?", (c.client_id,))
     db.executemany(
         "INSERT INTO subscriptions VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -36,7 +36,16 @@ from functools import partial
 from typing import Any
 
 from .dissect import FRAME_COLUMNS, ROW_COLUMNS, DissectOptions, damage_in, dissect_rows, window_frames
-from .parts import PART_COLUMNS, commit, dissect_to_parts, finish_parts, rank, staging_dir, write_empty
+from .parts import (
+    PART_COLUMNS,
+    commit,
+    dissect_to_parts,
+    finish_parts,
+    rank,
+    staging_dir,
+    windows_to_parts,
+    write_empty,
+)
 from .schema import TABLE_COLUMNS, ddl
 from .session import is_local
 from .splits import FilePlan, Window, plan_file, scan, settle
@@ -139,15 +148,26 @@ def ingest(
         writer = "workers" if is_local(spark.sparkContext.master) else "spark"
     write = _write_from_workers if writer == "workers" else _write_with_spark
     limits: dict[int, int] = {}  # file_id -> last frame to read: damage the scan did not see, found by a task
+    # One shuffle partition would hold every frame, in (file, frame) order: the order in which the windows are
+    # read one after another. A small input under the workers' writer is then read and decoded by one task.
+    one_task = parts == 1 and writer == "workers" and _small(spark, [os.path.getsize(p) for p in paths])
     while True:
         say("decoding")
         clock = time.perf_counter()
-        frames = spark.range(0, max(1, len(windows)), 1, max(1, len(windows))).mapInArrow(
-            partial(window_frames, windows=windows, limits=dict(limits)), ddl(FRAME_COLUMNS)
-        )
-        ordered = frames.repartition(parts, "file_id", "key").sortWithinPartitions("file_id", "frame")
+        if one_task:
+            ordered = spark.range(0, max(1, len(windows)), 1, 1)
+            decode = partial(windows_to_parts, windows=windows, limits=dict(limits))
+        else:
+            frames = spark.range(0, max(1, len(windows)), 1, max(1, len(windows))).mapInArrow(
+                partial(window_frames, windows=windows, limits=dict(limits)), ddl(FRAME_COLUMNS)
+            )
+            ordered = frames.repartition(parts, "file_id", "key").sortWithinPartitions("file_id", "frame")
+            decode = None
         try:
-            write(spark, ordered, out, options, names, mode, result, clock, say)
+            if decode is not None:
+                _write_from_workers(spark, ordered, out, options, names, mode, result, clock, say, decode)
+            else:
+                write(spark, ordered, out, options, names, mode, result, clock, say)
             return result
         except Exception as exc:
             damage = damage_in(exc)
@@ -165,9 +185,10 @@ def ingest(
 
 def _write_from_workers(
     spark: Any, ordered: Any, out: str, options: DissectOptions, names: dict[int, str], mode: str,
-    result: IngestResult, clock: float, say: Callable[[str], None],
+    result: IngestResult, clock: float, say: Callable[[str], None], decode: Callable[..., Any] = dissect_to_parts,
 ) -> None:  # fmt: skip
-    """Local masters: the workers write the Parquet files (parts.py)."""
+    """Local masters: the workers write the Parquet files (parts.py). `decode`: what the task runs on `ordered`
+    (sorted frames, or window indexes for parts.windows_to_parts)."""
     if mode == "errorifexists" and os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise FileExistsError(f"{out} exists")
     job = uuid.uuid4().hex[:12]
@@ -176,7 +197,7 @@ def _write_from_workers(
     final.mkdir(parents=True)
     try:
         staged = ordered.mapInArrow(
-            partial(dissect_to_parts, options=options, names=names, staging=str(staging)), ddl(PART_COLUMNS)
+            partial(decode, options=options, names=names, staging=str(staging)), ddl(PART_COLUMNS)
         ).collect()
         files = sorted({(row["path"], row["rows"]) for row in staged})
         result.rows = sum(n for _, n in files)

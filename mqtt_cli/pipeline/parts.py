@@ -28,10 +28,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .dissect import DissectOptions, dissect_rows
+from .dissect import DissectOptions, dissect_rows, window_frames
 from .schema import TABLE_COLUMNS, arrow_schema
+from .splits import Window
 
-__all__ = ["PART_COLUMNS", "commit", "dissect_to_parts", "finish_parts", "rank", "staging_dir", "write_empty"]
+__all__ = [
+    "PART_COLUMNS",
+    "commit",
+    "dissect_to_parts",
+    "finish_parts",
+    "rank",
+    "staging_dir",
+    "windows_to_parts",
+    "write_empty",
+]
 
 # What a dissect task returns: one row per distinct (file_id, _numbered) of its file, with the file and its size.
 PART_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -86,6 +96,15 @@ def dissect_to_parts(
         ],
         schema=schema,
     )
+
+
+def windows_to_parts(
+    batches: Iterator[Any], windows: list[Window], limits: dict[int, int], options: DissectOptions,
+    names: dict[int, str], staging: str,
+) -> Iterator[Any]:  # fmt: skip
+    """mapInArrow, one task for a whole small input: window indexes in, in order (so frames come sorted by file
+    and frame, as from a single shuffle partition), then as dissect_to_parts."""
+    return dissect_to_parts(window_frames(batches, windows, limits), options, names, staging)
 
 
 def rank(pairs: list[tuple[int, int]]) -> dict[int, list[int]]:

@@ -34,6 +34,7 @@ from mqtt_cli.core.packets import (
     Will,
 )
 from mqtt_cli.core.properties import Properties
+from mqtt_cli.net.store import SCHEMA_VERSION
 from tests.broker import test_persistence
 from tests.broker.test_persistence import (
     DEADLINE,
@@ -283,9 +284,10 @@ def test_a_version_1_file_is_migrated_and_keeps_its_data(ours: Callable[..., Our
     assert collect(broker.port, "old") == [b"after"]
     broker.stop()
     with sqlite3.connect(broker.db) as db:
-        assert db.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+        assert db.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
         columns = [r[1] for r in db.execute("PRAGMA table_info(deliveries)")]
         assert columns[-2:] == ["packet_id", "released"]
+        assert [r[1] for r in db.execute("PRAGMA table_info(sessions)")][-1] == "bridge"  # schema 3
         assert db.execute("SELECT count(*) FROM incoming").fetchone() == (0,)
 
 

@@ -250,28 +250,44 @@ def test_password_sources(mqtt: Mqtt, mosquitto_auth: Broker, tmp_path: Path) ->
 def test_password_prompt_on_a_terminal(mqtt: Mqtt, mosquitto_auth: Broker) -> None:
     import os
     import pty
+    import select
+    import signal
 
     pid, fd = pty.fork()
-    if pid == 0:  # the child: mqtt with the pty as its terminal
-        os.execve(
-            str(Path(__import__("sys").executable).parent / "mqtt"),
-            ["mqtt", "pub", *at(mosquitto_auth), "-u", "admin", "-P", "-t", "a", "-m", "x"],
-            mqtt.env,  # type: ignore[attr-defined]
-        )
+    if pid == 0:  # the child: mqtt with the pty as its terminal (and never back into pytest)
+        try:
+            os.execve(
+                str(Path(__import__("sys").executable).parent / "mqtt"),
+                ["mqtt", "pub", *at(mosquitto_auth), "-u", "admin", "-P", "-t", "a", "-m", "x"],
+                mqtt.env,  # type: ignore[attr-defined]
+            )
+        finally:
+            os._exit(127)
     output = b""
     deadline = time.monotonic() + 20
-    while b"Password" not in output and time.monotonic() < deadline:
-        output += os.read(fd, 1024)
-    os.write(fd, AUTH_USERS["admin"].encode() + b"\n")
-    while time.monotonic() < deadline:
+
+    def read() -> bytes:
+        """What the terminal shows next (b"" at its end or at the deadline): never blocks past the deadline."""
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return b""
         try:
-            chunk = os.read(fd, 1024)
-        except OSError:
-            break
-        if not chunk:
-            break
-        output += chunk
-    _, status = os.waitpid(pid, 0)
+            return os.read(fd, 1024)
+        except OSError:  # EIO: the child closed the terminal
+            return b""
+
+    try:
+        while b"Password" not in output and (chunk := read()):
+            output += chunk
+        assert b"Password" in output, output
+        os.write(fd, AUTH_USERS["admin"].encode() + b"\n")
+        while chunk := read():
+            output += chunk
+    finally:
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 0, output
     assert AUTH_USERS["admin"].encode() not in output  # not echoed
 

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from mqtt_cli.core.journal import HEADER, JournalCorrupt, JournalState, parse, record
+from mqtt_cli.core.journal import (
+    HEADER,
+    Completed,
+    Forwarded,
+    JournalCorrupt,
+    JournalState,
+    Released,
+    SourceLost,
+    SourceReleased,
+    parse,
+    record,
+)
 from mqtt_cli.core.packets import Publish
 from mqtt_cli.core.properties import Properties
 
@@ -20,27 +31,29 @@ def load(*records: bytes) -> JournalState:
 
 
 def test_entry_lives_until_completed_and_source_released() -> None:
-    f = record("F", 1, 1, 10, 0, 7, pub(10))
+    f = record(Forwarded(1, 1, 10, 0, 7, pub(10)))
     state = load(f)
     (e,) = state.entries.values()
     assert (e.dst_side, e.dst_pid, e.src_side, e.src_pid, e.released) == (1, 10, 0, 7, False)
     assert e.publish == pub(10) and state.by_src == {(0, 7): 1}
-    assert load(f, record("R", 1)).entries[1].released
-    assert 1 in load(f, record("R", 1), record("C", 1)).entries  # the source may still re-send
-    assert 1 in load(f, record("S", 0, 7)).entries  # the destination has not completed
-    assert load(f, record("R", 1), record("C", 1), record("S", 0, 7)).entries == {}
-    assert load(f, record("C", 1), record("L", 0)).entries == {}
+    assert load(f, record(Released(1))).entries[1].released
+    assert 1 in load(f, record(Released(1)), record(Completed(1))).entries  # the source may still re-send
+    assert 1 in load(f, record(SourceReleased(0, 7))).entries  # the destination has not completed
+    assert load(f, record(Released(1)), record(Completed(1)), record(SourceReleased(0, 7))).entries == {}
+    assert load(f, record(Completed(1)), record(SourceLost(0))).entries == {}
 
 
 def test_rehanded_forward_takes_the_new_packet_id() -> None:
-    state = load(record("F", 5, 1, 10, 0, 7, pub(10)), record("R", 5), record("F", 5, 1, 3, 0, 7, pub(3)))
+    first, again = record(Forwarded(5, 1, 10, 0, 7, pub(10))), record(Forwarded(5, 1, 3, 0, 7, pub(3)))
+    state = load(first, record(Released(5)), again)
     e = state.entries[5]
     assert (e.dst_pid, e.released, state.max_seq) == (3, False, 5)
 
 
 def test_snapshot_keeps_exactly_the_live_state() -> None:
-    recs = [record("F", i, 1, i, 0, 100 + i, pub(i, bytes([i]))) for i in range(1, 6)]
-    recs += [record("R", 2), record("C", 2), record("S", 0, 102), record("R", 3), record("S", 0, 104)]
+    recs = [record(Forwarded(i, 1, i, 0, 100 + i, pub(i, bytes([i])))) for i in range(1, 6)]
+    recs += [record(Released(2)), record(Completed(2)), record(SourceReleased(0, 102))]
+    recs += [record(Released(3)), record(SourceReleased(0, 104))]
     state = load(*recs)
     again = JournalState()
     again.load(state.snapshot())
@@ -49,18 +62,18 @@ def test_snapshot_keeps_exactly_the_live_state() -> None:
 
 
 def test_torn_tail_is_ignored() -> None:
-    data = HEADER + record("F", 1, 1, 10, 0, 7, pub(10)) + record("R", 1)[:-3]
+    data = HEADER + record(Forwarded(1, 1, 10, 0, 7, pub(10))) + record(Released(1))[:-3]
     state = JournalState()
     good = state.load(data)
-    assert good == len(data) - len(record("R", 1)) + 3 and not state.entries[1].released
+    assert good == len(data) - len(record(Released(1))) + 3 and not state.entries[1].released
 
 
 @pytest.mark.parametrize(
     ("data", "where"),
     [
         (b"garbage!", 0),
-        (HEADER + record("R", 1)[:-1] + b"\xff" + record("C", 1), len(HEADER)),  # bit rot: CRC mismatch
-        (HEADER + record("C", 1) + b"\x00\x00\x00\x01" + b"\x00" * 4 + b"Z", len(HEADER) + 17),
+        (HEADER + record(Released(1))[:-1] + b"\xff" + record(Completed(1)), len(HEADER)),  # bit rot: CRC mismatch
+        (HEADER + record(Completed(1)) + b"\x00\x00\x00\x01" + b"\x00" * 4 + b"Z", len(HEADER) + 17),
     ],
 )
 def test_damage_is_reported_not_skipped(data: bytes, where: int) -> None:

@@ -45,3 +45,47 @@ def test_discard_prunes() -> None:
     assert store.discard("a/b/c")
     assert not store._root.children
     assert not store.discard("a/b/c")
+
+
+def _thaw(frozen: bytes) -> str:
+    return frozen.decode()
+
+
+@given(st.lists(st.tuples(st.sampled_from(["set", "frozen", "discard"]), TOPICS), max_size=30), FILTERS)
+def test_frozen_values_thaw_and_count_as_values(ops: list[tuple[str, str]], flt: str) -> None:
+    # Frozen values (a restore's) mixed with live ones, replaced and discarded: every read gives the thawed value.
+    store: RetainedStore[str] = RetainedStore()
+    model: dict[str, str] = {}
+    for op, t in ops:
+        if op == "set":
+            store.set(t, "live " + t)
+            model[t] = "live " + t
+        elif op == "frozen":
+            store.set_frozen(t, ("frozen " + t).encode(), _thaw)
+            model[t] = "frozen " + t
+        else:
+            assert store.discard(t) == (t in model)
+            model.pop(t, None)
+    assert sorted(store.match(flt)) == sorted(v for t, v in model.items() if matches(flt, t))
+    assert len(store) == len(model)
+    assert sorted(store.items()) == sorted(model.items())
+    for _, t in ops:
+        assert store.get(t) == model.get(t)
+        assert (t in store) == (t in model)
+    assert store._frozen == sum(v.startswith("frozen") for v in model.values())
+
+
+def test_frozen_value_replaced_then_nothing_left_to_thaw() -> None:
+    thawed: list[bytes] = []
+
+    def thaw(frozen: bytes) -> str:
+        thawed.append(frozen)
+        return frozen.decode()
+
+    store: RetainedStore[str] = RetainedStore()
+    store.set_frozen("a/b", b"old", thaw)
+    store.set("a/c", "live")
+    assert sorted(store.match("a/+")) == ["live", "old"] and thawed == [b"old"]
+    store.set("a/b", "new")  # a message retained since replaces the frozen one
+    assert sorted(store.match("a/#")) == ["live", "new"] and thawed == [b"old"]
+    assert store._frozen == 0 and len(store) == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -277,7 +278,7 @@ def test_matches_table(flt: str, topic: str, expected: bool) -> None:
 
 
 def test_trie_on_match_table() -> None:
-    trie: TopicTrie[int] = TopicTrie()
+    trie: TopicTrie[Any, int] = TopicTrie()
     for i, (flt, _, _) in enumerate(MATCH_TABLE):
         trie.add(flt, i, i)
     for i, (_, topic, expected) in enumerate(MATCH_TABLE):
@@ -291,7 +292,7 @@ def test_trie_on_match_table() -> None:
 
 
 def test_trie_add_replace_remove() -> None:
-    trie: TopicTrie[int] = TopicTrie()
+    trie: TopicTrie[Any, int] = TopicTrie()
     assert trie.add("a/+", "c1", 1) is True
     assert trie.add("a/+", "c1", 2) is False  # replaces the value
     assert trie.add("a/+", "c2", 1) is True
@@ -323,7 +324,7 @@ def test_trie_add_replace_remove() -> None:
 
 
 def test_trie_rejects_invalid_filters() -> None:
-    trie: TopicTrie[int] = TopicTrie()
+    trie: TopicTrie[Any, int] = TopicTrie()
     for flt, _ in INVALID_FILTERS:
         with pytest.raises(ValueError, match="invalid topic filter"):
             trie.add(flt, "c", 0)
@@ -332,7 +333,7 @@ def test_trie_rejects_invalid_filters() -> None:
 
 
 def test_subscription_shape() -> None:
-    trie: TopicTrie[str] = TopicTrie()
+    trie: TopicTrie[Any, str] = TopicTrie()
     trie.add("$share/workers/jobs/#", "c1", "opts")
     trie.add("jobs/+", "c1", "opts2")
     by_filter = {sub.filter: sub for sub in trie.match("jobs/1")}
@@ -346,7 +347,7 @@ def test_subscription_shape() -> None:
 
 
 def test_deep_filters_do_not_recurse() -> None:
-    trie: TopicTrie[int] = TopicTrie()
+    trie: TopicTrie[Any, int] = TopicTrie()
     deep = "/".join(["a"] * 20000)
     trie.add(deep, 1, 1)
     trie.add(deep + "/#", 2, 2)
@@ -358,7 +359,7 @@ def test_deep_filters_do_not_recurse() -> None:
 
 
 def test_match_cache_invalidation_and_bound() -> None:
-    trie: TopicTrie[int] = TopicTrie(cache_size=4)
+    trie: TopicTrie[Any, int] = TopicTrie(cache_size=4)
     trie.add("a/+", 1, 1)
     first = trie.match("a/b")
     assert [s.key for s in first] == [1]
@@ -409,8 +410,8 @@ keys = st.sampled_from(["c1", "c2", "c3"])
 )
 def test_trie_match_equals_naive(subs: list[tuple[str, str, int]], probe: list[str]) -> None:
     model: dict[tuple[str, Hashable], int] = {}
-    trie: TopicTrie[int] = TopicTrie()
-    cached: TopicTrie[int] = TopicTrie(cache_size=8)
+    trie: TopicTrie[Any, int] = TopicTrie()
+    cached: TopicTrie[Any, int] = TopicTrie(cache_size=8)
     for flt, key, value in subs:
         assert topic_filter_error(flt) is None
         model[(flt, key)] = value
@@ -441,7 +442,7 @@ def test_trie_add_remove_equals_dict_model(
     operations: list[tuple[str, str, str, int]],
 ) -> None:
     model: dict[tuple[str, Hashable], int] = {}
-    trie: TopicTrie[int] = TopicTrie(cache_size=4)
+    trie: TopicTrie[Any, int] = TopicTrie(cache_size=4)
     for op, arg, key, value in operations:
         if op == "add":
             assert trie.add(arg, key, value) is ((arg, key) not in model)

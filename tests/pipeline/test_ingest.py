@@ -256,3 +256,32 @@ def test_a_capture_without_mqtt_gives_an_empty_table_spark_reads(spark: Any, tmp
     df = spark.read.parquet(str(out))
     assert df.count() == 0 and df.columns == [name for name, _ in TABLE_COLUMNS]
     assert not (out / "old").exists()
+
+
+def test_a_small_input_in_one_task_gives_the_same_table(spark: Any, tmp_path: Path) -> None:
+    """With one shuffle partition (the commands' setting for a small capture) the windows are read one after
+    another and decoded by a single task, without the shuffle: one stage, and the same table as through the
+    shuffle, damage included (the file read again up to its first damage, as mqtt dump reads it)."""
+    damaged = tmp_path / "bad-interfaces.pcapng"
+    _bad_interface_capture(damaged, (40, 90))
+    captures = [*sample_captures(), *_hard_capture(tmp_path), damaged]
+    options = DissectOptions(ports=(18841, 18842, 1883))
+    tables = {}
+    for parts in ("4", "1"):
+        spark.conf.set("spark.sql.shuffle.partitions", parts)
+        group = f"one-task-{parts}-{tmp_path.name}"
+        spark.sparkContext.setJobGroup(group, "ingest")
+        try:
+            out = tmp_path / f"parts-{parts}"
+            result = ingest(spark, [str(p) for p in captures], str(out), options, split_bytes=2048)
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+            spark.conf.set("spark.sql.shuffle.partitions", "4")
+        tracker = spark.sparkContext.statusTracker()
+        stages = [len(tracker.getJobInfo(job).stageIds) for job in tracker.getJobIdsForGroup(group)]
+        df = spark.read.parquet(str(out))
+        tables[parts] = (df.schema, sorted(tuple(row) for row in df.collect()), result.errors, result.frames, stages)
+    assert max(tables["1"][4]) == 1  # each attempt (one more per damage found): one stage
+    assert max(tables["4"][4]) == 2  # frames, shuffle, rows
+    assert tables["1"][:4] == tables["4"][:4]
+    assert len(tables["1"][2]) == 1 and tables["1"][1]

@@ -161,3 +161,28 @@ def test_renderings(known: tuple[dict[str, Any], Path]) -> None:
     assert page.startswith("<!doctype html>") and page.count("<svg") >= 2 and "<polyline" in page
     assert "<script" not in page and "http://" not in page and "https://" not in page  # self-contained
     assert sparkline([0, 1, 2, 8]) == " ▁▂█"
+
+
+def test_tiny_input_settings_give_the_same_report(
+    spark: Any, samples_table: tuple[Path, list[Path], Any], known: tuple[dict[str, Any], Path]
+) -> None:
+    """session.TINY_INPUT_CONF (expressions interpreted, no whole-stage code, one shuffle partition, no adaptive
+    plans): what `mqtt analyze report` runs a small table with. The same report as with Spark's usual settings."""
+    from mqtt_cli.pipeline.session import TINY_INPUT_CONF
+
+    for table in (samples_table[0], known[1].parent / "table"):
+        usual = build_report(spark, str(table))
+        before = {key: spark.conf.get(key, None) for key in TINY_INPUT_CONF}
+        for key, value in TINY_INPUT_CONF.items():
+            spark.conf.set(key, value)
+        try:
+            tiny = build_report(spark, str(table))
+        finally:
+            for key, value in before.items():
+                if value is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, value)
+        usual.pop("seconds")
+        tiny.pop("seconds")
+        assert tiny == usual, table

@@ -1,0 +1,81 @@
+"""The compiled build and the pure Python one: which runs, MQTT_CLI_PURE, a build left behind by an edit."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from mqtt_cli import __version__, buildmode, version_text
+
+from .conftest import REPO_ROOT, cli_env
+
+PROBE = (
+    "import mqtt_cli, mqtt_cli.core.broker, mqtt_cli.core.codec as c; "
+    "print(mqtt_cli.version_text()); print(c.__file__)"
+)
+
+
+def probe(root: Path, **env: str) -> tuple[str, str]:
+    """(`mqtt --version`'s text, the file mqtt_cli.core.codec came from) in a fresh interpreter importing `root`."""
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=root,
+        env=cli_env(PYTHONPATH=str(root), **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    version, origin = result.stdout.splitlines()
+    return version, origin
+
+
+def test_version_names_the_build() -> None:
+    assert re.fullmatch(rf"mqtt-cli {re.escape(__version__)} \((compiled: mypyc|pure Python(: .+)?)\)", version_text())
+    import mqtt_cli.core.codec
+
+    assert (buildmode.BUILD == "compiled: mypyc") == str(mqtt_cli.core.codec.__file__).endswith(".so")
+
+
+def test_pure_switch_imports_the_sources() -> None:
+    version, origin = probe(REPO_ROOT, MQTT_CLI_PURE="1")
+    assert origin.endswith("codec.py")
+    assert version.startswith(f"mqtt-cli {__version__} (pure Python")
+    if Path(buildmode.STAMP).exists():
+        assert version == f"mqtt-cli {__version__} (pure Python: MQTT_CLI_PURE is set)"
+        version, origin = probe(REPO_ROOT, MQTT_CLI_PURE="0")  # "0" is not set
+        assert (version, origin.endswith(".so")) == (f"mqtt-cli {__version__} (compiled: mypyc)", True)
+
+
+def test_a_build_older_than_its_sources_is_not_used(tmp_path: Path) -> None:
+    # A copy of the package with a build's stamp and extension files (empty here: they must not be imported), then
+    # one source edited: everything must come from the sources, and --version say why.
+    shutil.copytree(REPO_ROOT / "mqtt_cli", tmp_path / "mqtt_cli", ignore=shutil.ignore_patterns("__pycache__"))
+    import hashlib
+    import importlib.machinery
+
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    lines = [f"interpreter {sys.implementation.cache_tag} {sys.platform}"]
+    for module in buildmode.COMPILED:
+        source = tmp_path / Path(*module.split(".")).with_suffix(".py")
+        source.with_suffix(suffix).write_bytes(b"")  # not a loadable extension
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()
+        lines.append(f"{module} {source.stat().st_size} {source.stat().st_mtime_ns} {digest}")
+    (tmp_path / "mqtt_cli" / "compiled.stamp").write_text("\n".join(lines) + "\n")
+    codec = tmp_path / "mqtt_cli" / "core" / "codec.py"
+    codec.write_text(codec.read_text() + "\n# edited after the build\n")
+    version, origin = probe(tmp_path)
+    assert origin == str(codec)
+    expected = "mqtt_cli.core.codec: the source changed since the build (make install rebuilds it)"
+    assert version == f"mqtt-cli {__version__} (pure Python: {expected})"
+    # The same edit undone (same bytes, a new mtime): the stamp's digest recognises the sources again, so the
+    # build would be used; with these empty extension files that import fails loudly rather than running stale code.
+    codec.write_text(codec.read_text().removesuffix("\n# edited after the build\n"))
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=tmp_path, env=cli_env(PYTHONPATH=str(tmp_path)),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0 and "ImportError" in result.stderr
