@@ -1271,8 +1271,8 @@ class BrokerCore:
             if client_id in targets:  # overlapping subscriptions of one client
                 _merge(targets, client_id, opts)
             else:  # what _merge does for a client's first one, without the call (fan-out's hot loop)
-                sid = opts.subscription_identifier
-                targets[client_id] = (opts.qos, opts.retain_as_published, (sid,) if sid else ())
+                ident = opts.subscription_identifier
+                targets[client_id] = (opts.qos, opts.retain_as_published, (ident,) if ident else ())
         for key, members in groups.items():
             # Shared subscriptions: one member per group, taking turns among those connected (and allowed to read).
             if views:

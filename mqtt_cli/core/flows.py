@@ -134,8 +134,9 @@ class OutgoingFlows:
             pid = self._allocate()
         else:
             self._next_id = pid + 1 if pid < 65535 else 1
-        packet = _PublishTwin(topic, payload, qos, retain, False, pid, properties)
-        packet.__class__ = Publish
+        twin = _PublishTwin(topic, payload, qos, retain, False, pid, properties)
+        twin.__class__ = Publish
+        packet: Publish = twin  # typed once it is one (a compiled build checks the type here)
         inflight[pid] = Inflight(packet, _AWAIT_PUBACK if qos == 1 else _AWAIT_PUBREC, context)
         return packet
 
