@@ -463,7 +463,7 @@ class BrokerServer:
         # queued for that remote) would otherwise stay in the file for ever, as it never expires.
         configured = {b.name: b.local_client_id for b in self.options.bridges}
         for session in core.forget_bridges(configured, now):
-            self._report(Notice("bridge", None, "-", f"bridge {session.bridge}: its stored local session "
+            self._report(Notice(NoticeKind.BRIDGE, None, "-", f"bridge {session.bridge}: its stored local session "
                                 f"{session.client_id!r} is removed (no configured bridge uses it)"))  # fmt: skip
         if core.changes:  # expiry and will delays that start now, wills published: written at once
             self._to_commit += core.changes
