@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -99,7 +100,6 @@ def acl_file(path: Path) -> Path:
 
 def acl_mode(args: argparse.Namespace, work: Path) -> int:
     """Ours and mosquitto, each with and without the ACL; prints medians and the cost of the ACL for each."""
-    import signal
     import socket
 
     acl = acl_file(work / "acl")
@@ -172,15 +172,8 @@ def acl_mode(args: argparse.Namespace, work: Path) -> int:
                     rows.append(row)
                     print(json.dumps(row), file=sys.stderr)
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-                proc.wait(10)
-    out_path = ROOT / "benchmarks" / "results" / f"broker-acl-{time.strftime('%Y-%m-%d')}.jsonl"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    with out_path.open("a") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
+        stop_brokers(procs)
+    out_path = save_rows("broker-acl", rows)
     print(f"{'QoS 1, 64 B':<14}{'mosquitto':>12}{'+ACL':>12}{'ratio':>7}{'ours':>12}{'+ACL':>12}{'ratio':>7}"
           f"{'ours+ACL/mosq+ACL':>19}")  # fmt: skip
     for test in loads:
@@ -192,6 +185,24 @@ def acl_mode(args: argparse.Namespace, work: Path) -> int:
     lost = [r for r in rows if r.get("lost") or r.get("error")]
     print(f"runs with losses or errors: {len(lost)}; raw results: {out_path}")
     return 0
+
+
+def stop_brokers(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every broker still running, and wait for it."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(10)
+
+
+def save_rows(name: str, rows: list[dict[str, object]]) -> Path:
+    """Appends the raw rows to benchmarks/results/NAME-DATE.jsonl (kept with the figures they gave)."""
+    out_path = ROOT / "benchmarks" / "results" / f"{name}-{time.strftime('%Y-%m-%d')}.jsonl"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with out_path.open("a") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    return out_path
 
 
 def start_broker(label: str, port: int, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -211,7 +222,6 @@ def start_broker(label: str, port: int, cmd: list[str], env: dict[str, str] | No
 
 def metrics_mode(args: argparse.Namespace, work: Path) -> int:
     """Fan-in QoS 0 with the metrics endpoint on (scraped every second) and off; prints medians and the ratio."""
-    import signal
     import threading
     import urllib.request
 
@@ -257,15 +267,8 @@ def metrics_mode(args: argparse.Namespace, work: Path) -> int:
                 print(json.dumps(row), file=sys.stderr)
     finally:
         stop.set()
-        for proc in procs.values():
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-                proc.wait(10)
-    out_path = ROOT / "benchmarks" / "results" / f"broker-metrics-{time.strftime('%Y-%m-%d')}.jsonl"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    with out_path.open("a") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
+        stop_brokers(procs)
+    out_path = save_rows("broker-metrics", rows)
     med = {lb: median([r for r in rows if r["label"] == lb], "delivered_per_s") for lb in targets}
     off, on = med["metrics off"], med["metrics on"]
     print(f"fan-in QoS 0, 64 B: metrics off {off:,.0f}/s, on (scraped every 1 s, {scrapes[0]} scrapes) {on:,.0f}/s, "
@@ -277,7 +280,6 @@ def metrics_mode(args: argparse.Namespace, work: Path) -> int:
 def builds_mode(args: argparse.Namespace, work: Path) -> int:
     """Fan-in, 64 B, at each QoS of --qos: mosquitto, our broker as pure Python (MQTT_CLI_PURE=1) and compiled
     (make install's mypyc build), runs interleaved; prints medians, compiled/pure and each against mosquitto."""
-    import signal
 
     sys.path.insert(0, str(ROOT))
     from mqtt_cli import buildmode
@@ -319,15 +321,8 @@ def builds_mode(args: argparse.Namespace, work: Path) -> int:
                     rows.append(row)
                     print(json.dumps(row), file=sys.stderr)
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-                proc.wait(10)
-    out_path = ROOT / "benchmarks" / "results" / f"broker-builds-{time.strftime('%Y-%m-%d')}.jsonl"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    with out_path.open("a") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
+        stop_brokers(procs)
+    out_path = save_rows("broker-builds", rows)
     print(f"{'fan-in 64 B':<14}{'mosquitto':>12}{'pure':>12}{'compiled':>12}{'compiled/pure':>15}"
           f"{'pure/mosq':>11}{'compiled/mosq':>15}")  # fmt: skip
     for qos in qos_levels:

@@ -22,19 +22,17 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from broker import BENCH, ROOT, median, start_broker
+from broker import BENCH, median, save_rows, start_broker, stop_brokers
 
 ACCEPT = {"Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"}
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -129,17 +127,9 @@ def main() -> int:
         per_scrape = (cpu_seconds(pid) - before) / args.scrapes
     finally:
         scraper.stop.set()
-        for proc in procs.values():
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-                proc.wait(10)
-    out_path = ROOT / "benchmarks" / "results" / f"metrics-cost-{time.strftime('%Y-%m-%d')}.jsonl"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    with out_path.open("a") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-        f.write(json.dumps({"test": "scrape-cpu", "scrapes": args.scrapes, "cpu_s_per_scrape": per_scrape,
-                            "bytes": size}) + "\n")  # fmt: skip
+        stop_brokers(procs)
+    out_path = save_rows("metrics-cost", [*rows, {"test": "scrape-cpu", "scrapes": args.scrapes,
+                                       "cpu_s_per_scrape": per_scrape, "bytes": size}])  # fmt: skip
 
     def cpu_per_message(label: str) -> float:
         values = [float(r["broker_cpu_s"]) / float(r["delivered"])  # type: ignore[arg-type]
