@@ -159,7 +159,9 @@ def embedded_conf(port: int, remote_port: int, qos: int) -> str:
     version = "5" if PROTOCOL == "5" else "3.1.1"
     return (
         f'[[listener]]\nurl = "mqtt://{HOST}:{port}"\n\n[limits]\nmax_queued_messages = 0\nmax_inflight = 0\n\n'
-        f'[[bridge]]\nname = "benchbridge"\ntopics = ["bench/# out {qos}"]\nrestart_timeout = [1.0, 5.0]\n\n'
+        # qos0_queue: no cap that matters, as the bench's mosquitto has none (its default, 10,000, drops a flood)
+        f'[[bridge]]\nname = "benchbridge"\ntopics = ["bench/# out {qos}"]\nrestart_timeout = [1.0, 5.0]\n'
+        f"qos0_queue = 100000000\n\n"
         f'[bridge.remote]\nurl = ["mqtt://{HOST}:{remote_port}"]\nclient_id = "benchbridge"\n'
         f'protocol_version = "{version}"\n'
     )
