@@ -266,15 +266,21 @@ class Store:
                         a: DeliveryAdded = c  # type: ignore[assignment]
                         m = a.message
                         sids = json.dumps(a.subscription_ids) if a.subscription_ids else "[]"
+                        batch.added_at[a.row] = len(batch.added)
                         batch.added.append(
                             (a.row, a.client_id, m.topic, m.payload, m.qos, m.retain,
                              encode_properties(m.properties, _PUBLISH), m.origin, m.received_at + off, a.qos, a.retain,
-                             sids)
+                             sids, None)
                         )  # fmt: skip
                     elif kind is DeliveryDone:
                         batch.done.append((c.row,))  # type: ignore[union-attr]
                     elif kind is DeliverySent:
-                        batch.sent.append((c.packet_id, c.row))  # type: ignore[union-attr]
+                        s: DeliverySent = c  # type: ignore[assignment]
+                        at = batch.added_at.get(s.row)
+                        if at is None:
+                            batch.sent.append((s.packet_id, s.row))
+                        else:  # sent in the group that adds it (a subscriber online): one INSERT, no UPDATE
+                            batch.added[at] = (*batch.added[at][:12], s.packet_id)
                     elif kind is DeliveryReleased:
                         batch.released.append((c.row,))  # type: ignore[union-attr]
                     elif kind is IncomingAdded:
@@ -315,10 +321,13 @@ class _Batch:
     released, done) and of an incoming identifier's (added, released), which is each record's own order: rows are
     never reused, and an incoming identifier used again ends the batch before it (`commit`)."""
 
-    __slots__ = ("added", "done", "incoming_added", "incoming_released", "incoming_released_keys", "released", "sent")
+    __slots__ = (
+        "added", "added_at", "done", "incoming_added", "incoming_released", "incoming_released_keys", "released", "sent"
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.added: list[tuple[object, ...]] = []
+        self.added_at: dict[int, int] = {}  # row -> its index in `added`, while not yet written
         self.sent: list[tuple[int, int]] = []
         self.released: list[tuple[int]] = []
         self.done: list[tuple[int]] = []
@@ -329,9 +338,10 @@ class _Batch:
     def write(self, db: sqlite3.Connection) -> None:
         if self.added:
             db.executemany(
-                "INSERT OR REPLACE INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 0)", self.added
+                "INSERT OR REPLACE INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)", self.added
             )
             self.added.clear()
+            self.added_at.clear()
         if self.sent:
             db.executemany("UPDATE deliveries SET packet_id = ? WHERE row = ?", self.sent)
             self.sent.clear()

@@ -55,3 +55,18 @@ def test_a_group_leaves_the_file_as_its_changes_in_order_would(tmp_path: Path) -
     # The removal applies to what came before it, not to the delivery after it.
     assert _rows(path, "SELECT row, client_id FROM deliveries ORDER BY row") == [(3, "c"), (5, "d")]
     store.close()
+
+
+def test_a_delivery_sent_in_the_group_that_adds_it_is_written_once_with_its_identifier(tmp_path: Path) -> None:
+    """The identifier folds into the INSERT while the row is unwritten; after a barrier wrote it, an UPDATE."""
+    path = tmp_path / "p.db"
+    store, _ = Store.open(path, SyncMode.normal, 0.0)
+    store.commit([
+        SessionSaved("c", 4, 0xFFFFFFFF, None, ()),
+        _added("c", 1), DeliverySent("c", 1, 7),  # folded
+        _added("c", 2), SessionRemoved("z"), DeliverySent("c", 2, 8),  # row 2 written by the barrier: updated
+        _added("c", 3),  # not sent yet
+    ])  # fmt: skip
+    store.commit([DeliverySent("c", 3, 9)])
+    assert _rows(path, "SELECT row, packet_id FROM deliveries ORDER BY row") == [(1, 7), (2, 8), (3, 9)]
+    store.close()
