@@ -546,6 +546,7 @@ def _request(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
     from mqtt_cli.net.errors import PublishFailed, SubscribeRefused
 
     from ._output import Printer
+    from ._plans import is_response
 
     printer = Printer(plan.mode, None, not p["no_newline"], form=plan.form)
     correlation_data = p["correlation_data"]
@@ -562,11 +563,6 @@ def _request(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
         raise PublishFailed(f"the broker refused the request: {reason_name(client.refused[0].reason_code, 4)}")
     while True:
         item: Any = client.next_message()
-        if not hasattr(item, "topic"):
-            continue
-        if v5 and item.properties.correlation_data != correlation:
-            continue  # someone else's response
-        if not v5 and item.retain:
-            continue  # a stale retained message (3.1.1 brokers forward live messages with retain 0)
-        printer(item, time.time())
-        return 0
+        if is_response(item, v5, correlation):
+            printer(item, time.time())
+            return 0

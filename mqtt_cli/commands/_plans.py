@@ -170,6 +170,17 @@ def protocol_name(version: int) -> str:
     return {3: "3.1", 4: "3.1.1", 5: "5.0"}.get(version, str(version))
 
 
+def is_response(item: Any, v5: bool, correlation: bytes) -> bool:
+    """rr's rule for what it receives: a message (not a ping) that answers its request. In 5.0 its correlation
+    data is the request's (else someone else's response); in 3.x a retained message is stale (3.1.1 brokers
+    forward live messages with retain 0)."""
+    if not hasattr(item, "topic"):
+        return False
+    if v5:
+        return bool(item.properties.correlation_data == correlation)
+    return not item.retain
+
+
 def publish_counts(client: Counted) -> str:
     """pub's summary in its errors: `N sent, N acknowledged[, N refused]`."""
     done = client.acknowledged + client.written

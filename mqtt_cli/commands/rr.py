@@ -78,7 +78,7 @@ def rr(
     Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 6 subscription
     refused, 7 request refused, 8 connection lost, 27 no response within -W, 130 interrupted, 143 terminated.
     """
-    from ._plans import plan_rr
+    from ._plans import is_response, plan_rr
 
     plan = plan_rr(
         ctx, topic=topic, response_topic=response_topic, message=message, file=file, stdin_file=stdin_file,
@@ -124,14 +124,9 @@ def rr(
                         f"the broker refused the request: {reason_name(client.refused[0].reason_code, 4)}"
                     )
                 async for item in client.messages:
-                    if not hasattr(item, "topic"):
-                        continue
-                    if v5 and item.properties.correlation_data != correlation:
-                        continue  # someone else's response
-                    if not v5 and item.retain:
-                        continue  # a stale retained message (3.1.1 brokers forward live messages with retain 0)
-                    printer(item, time.time())
-                    return 0
+                    if is_response(item, v5, correlation):
+                        printer(item, time.time())
+                        return 0
                 if client.failure is not None:
                     raise client.failure
                 raise ConnectionLost("the connection ended before the response")
