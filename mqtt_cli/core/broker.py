@@ -1040,10 +1040,13 @@ class BrokerCore:
                         conn, now, reason=ReasonCode.TOPIC_ALIAS_INVALID, detail=f"topic alias {alias} over the maximum"
                     )
                     return
+                aliases = conn.aliases_in
                 if topic:
-                    conn.aliases_in[alias] = topic
+                    if aliases is None:
+                        aliases = conn.aliases_in = {}
+                    aliases[alias] = topic
                 else:
-                    known = conn.aliases_in.get(alias)
+                    known = aliases.get(alias) if aliases is not None else None
                     if known is None:
                         self._close(
                             conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail=f"topic alias {alias} was never set"

@@ -38,6 +38,7 @@ _TRANSITIONS: dict[tuple[FlowState, type], FlowState | None] = {
 }
 
 
+_NO_IDS: frozenset[int] = frozenset()
 _AWAIT_PUBACK = FlowState.AWAIT_PUBACK
 _AWAIT_PUBREC = FlowState.AWAIT_PUBREC
 # Publish without its __init__ checks (the fields come from a checked publish()): built as its plain twin, then
@@ -61,18 +62,25 @@ class OutgoingFlows:
     `--max-inflight 0`). Entries keep the order they were sent in, which is the order of re-sending.
     """
 
-    __slots__ = ("_inflight", "_next_id", "receive_maximum", "reserved")
+    __slots__ = ("_inflight", "_next_id", "_reserved", "receive_maximum")
 
     def __init__(self, receive_maximum: int | None = 65535) -> None:
         self.receive_maximum = receive_maximum or None
         self._inflight: dict[int, Inflight] = {}
         self._next_id = 1
-        # Identifiers the owner uses for other packets in flight (a client's SUBSCRIBE/UNSUBSCRIBE awaiting their
-        # answer: 2.2.1, one identifier space per direction): never given to a message.
-        self.reserved: set[int] = set()
+        self._reserved: set[int] | None = None  # made at the first use (`reserved`): a broker's sessions never do
 
     def __len__(self) -> int:
         return len(self._inflight)
+
+    @property
+    def reserved(self) -> set[int]:
+        """Identifiers the owner uses for other packets in flight (a client's SUBSCRIBE/UNSUBSCRIBE awaiting their
+        answer: 2.2.1, one identifier space per direction): never given to a message."""
+        reserved = self._reserved
+        if reserved is None:
+            reserved = self._reserved = set()
+        return reserved
 
     def __contains__(self, packet_id: int) -> bool:
         return packet_id in self._inflight
@@ -85,14 +93,14 @@ class OutgoingFlows:
         """True when one more QoS 1/2 PUBLISH may be sent now."""
         limit = self.receive_maximum
         n = len(self._inflight)
-        return (limit is None or n < limit) and n + len(self.reserved) < 65535
+        return (limit is None or n < limit) and n + len(self._reserved or _NO_IDS) < 65535
 
     def _allocate(self) -> int:
-        if len(self._inflight) + len(self.reserved) >= 65535:
+        reserved = self._reserved or _NO_IDS
+        if len(self._inflight) + len(reserved) >= 65535:
             raise LocalProtocolError("all 65,535 packet identifiers are in use")
         pid = self._next_id
         inflight = self._inflight
-        reserved = self.reserved
         while pid in inflight or pid in reserved:
             pid = pid + 1 if pid < 65535 else 1
         self._next_id = pid + 1 if pid < 65535 else 1
@@ -130,7 +138,8 @@ class OutgoingFlows:
         if limit is not None and len(inflight) >= limit:
             return None
         pid = self._next_id
-        if pid in inflight or pid in self.reserved:
+        reserved = self._reserved
+        if pid in inflight or (reserved is not None and pid in reserved):
             pid = self._allocate()
         else:
             self._next_id = pid + 1 if pid < 65535 else 1

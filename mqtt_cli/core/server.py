@@ -85,7 +85,7 @@ class ServerConnection:
         self.opened_at = now  # a CONNECT is due within the network layer's timeout from here
         self.out = bytearray()  # bytes waiting for the writer
         self.wants_drain = False  # deliveries wait for `out` to drain below the broker's limit
-        self.aliases_in: dict[int, str] = {}  # 5.0 topic aliases set by the client
+        self.aliases_in: dict[int, str] | None = None  # 5.0 topic aliases set by the client (made at the first)
         # Ours towards a 5.0 client that allows them (Topic Alias Maximum in CONNECT): topic -> alias. None when it
         # does not, so that deliveries to other clients do not look at it.
         self.aliases_out: dict[str, int] | None = None

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from trio.lowlevel import checkpoint, wait_readable
 
 from mqtt_cli.core.auth import (
     OPEN_POLICY,
@@ -48,7 +49,7 @@ from mqtt_cli.core.server import ServerConnection
 from mqtt_cli.net.embedded import EmbeddedBridge, EmbeddedConfig
 from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
 from mqtt_cli.net.store import Store, StoreError
-from mqtt_cli.net.transports import direct_receiver, direct_sender
+from mqtt_cli.net.transports import receive_direct, send_direct, tcp_socket
 from mqtt_cli.net.websocket import CloseReason, HandshakeRefused, WebSocketStream
 
 __all__ = [
@@ -71,6 +72,7 @@ DRAIN_ON_SHUTDOWN = 2.0  # seconds writers get to send the last DISCONNECTs and 
 WRITER_LINGER = 1.0  # seconds a writer waits for more output before it ends
 SWEEP_INTERVAL = 0.5  # seconds between keep-alive checks (a late close by half a second is within the spec)
 LOGIN_FAILURE_DELAY = 1.0  # seconds a client refused for its credentials waits for its CONNACK (that task only)
+_CONNECTION_TASK = "mqtt_cli.net.server.BrokerServer._handle"  # its tasks' name: one string, not one each
 
 
 class ServerError(Exception):
@@ -249,12 +251,13 @@ class _Conn:
     a moment after its buffer empties (so a busy subscriber keeps one), then ends.
     """
 
-    __slots__ = ("closing", "send_now", "stream", "wake", "writing")
+    __slots__ = ("closing", "sock", "stream", "wake", "writing")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
-        # A non-blocking send on the TCP socket, usable outside any task (None for TLS, WebSocket, Unix).
-        self.send_now = direct_sender(stream)
+        # The TCP socket for non-blocking sends outside any task (transports.send_direct); None for TLS, WebSocket,
+        # Unix.
+        self.sock = tcp_socket(stream)
         self.writing = False
         self.wake: trio.Event | None = None  # set to hand a lingering writer more output
         self.closing: trio.Event | None = None  # the reader waits on it for the writer's last bytes
@@ -319,10 +322,10 @@ class BrokerServer:
                     nursery.start_soon(self._writer, conn, net, LOGIN_FAILURE_DELAY)
                     continue
                 out = conn.out
-                send_now = net.send_now
-                if out and send_now is not None:
+                sock = net.sock
+                if out and sock is not None:
                     try:
-                        sent = send_now(out)
+                        sent = send_direct(sock, out)
                     except OSError:  # would block, or the peer is gone: the writer finds out which
                         sent = 0
                     if sent == len(out):
@@ -510,66 +513,96 @@ class BrokerServer:
         else:
             await stream.aclose()
 
-    async def _handle(self, stream: trio.abc.Stream, listener: OpenListener | None = None) -> None:
+    async def _admit(self, stream: trio.abc.Stream, listener: OpenListener | None) -> ServerConnection | None:
+        """A new connection's steps before MQTT (the connection limits, the TLS client certificate, the WebSocket
+        upgrade), then its ServerConnection, with its _Conn as `context`. None when it is refused or fails before
+        (closed); else it is counted until _end."""
         opts = self.options
         spec = listener.spec if listener is not None else None
         if (opts.max_connections and self.active >= opts.max_connections) or (
             listener is not None and listener.spec.max_connections and listener.active >= listener.spec.max_connections
         ):
             await trio.aclose_forcefully(stream)
-            return
+            return None
         # Counted from the start: a connection still upgrading or still to send its CONNECT holds its place.
         self.active += 1
         if listener is not None:
             listener.active += 1
+        admitted = False
         try:
             peer = _peer(stream, spec)
             policy = listener.policy if listener is not None else OPEN_POLICY
             certificate = None
             if isinstance(stream, trio.SSLStream) and policy.uses_certificates:
-                try:
-                    certificate = await _client_certificate(stream)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    await trio.aclose_forcefully(stream)
-                    return
+                certificate = await _client_certificate(stream)
             if spec is not None and spec.scheme.websocket:
                 try:
                     with trio.fail_after(CONNECT_TIMEOUT):  # the upgrade counts against the time a CONNECT has
                         stream = await WebSocketStream.accept(stream, spec.path)
                 except (HandshakeRefused, trio.TooSlowError) as exc:
                     self._notice_refused(peer, f"WebSocket: {exc}" if str(exc) else "WebSocket: upgrade too slow")
-                    await trio.aclose_forcefully(stream)
-                    return
-            if listener is not None and listener.closed:  # closed while this one was upgrading
-                await trio.aclose_forcefully(stream)
-                return
-            await self._serve(stream, peer, listener, certificate)
+                    return None
+            admitted = listener is None or not listener.closed  # else closed while this one was upgrading
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # a failed TLS handshake, a peer gone during the upgrade: that connection only
         finally:
-            self.active -= 1
-            if listener is not None:
-                listener.active -= 1
-
-    async def _serve(
-        self, stream: trio.abc.Stream, peer: str, listener: OpenListener | None, certificate: CertificateIdentity | None
-    ) -> None:
+            if not admitted:
+                self._uncount(listener)
+                with trio.CancelScope(shield=True):
+                    await trio.aclose_forcefully(stream)
+        if not admitted:
+            return None
         core = self.core
         if listener is not None:
             conn = core.open(peer, trio.current_time(), listener.policy, certificate, versions=listener.spec.versions)
             listener.connections.add(conn)
         else:
             conn = core.open(peer, trio.current_time())
-        net = _Conn(stream)
-        conn.context = net
-        receive = direct_receiver(stream)
+        conn.context = _Conn(stream)
+        return conn
+
+    def _uncount(self, listener: OpenListener | None) -> None:
+        self.active -= 1
+        if listener is not None:
+            listener.active -= 1
+
+    async def _handle(self, stream: trio.abc.Stream, listener: OpenListener | None = None) -> None:
+        """One connection's task, from accept to close. An idle connection is this task waiting for its socket:
+        its frames are most of what one costs (docs/PERFORMANCE.md), so it waits in one frame of ours, with few
+        locals, and the steps that come once are _admit's and _end's, whose frames exist only while they run."""
+        conn = await self._admit(stream, listener)
+        if conn is None:
+            return
+        core = self.core
+        stream = conn.context.stream  # the outermost (TLS, WebSocket)
+        # A TCP socket is read directly (transports.receive_direct), waiting for it first: after a read that did not
+        # fill its buffer (the peer had nothing more to give then), a read would fail nearly always, which costs a
+        # system call and an exception per wake-up, the greater part of a message's cost at a low rate. After a
+        # full read it reads at once (after a checkpoint). Any other stream: its receive_some.
+        sock = conn.context.sock
+        full = False
+        data: bytes | bytearray | None
         try:
             while not conn.closed:
                 try:
-                    data = await receive(READ_SIZE)
+                    if sock is None:
+                        data = await stream.receive_some(READ_SIZE)
+                    else:
+                        if full:
+                            await checkpoint()
+                        else:
+                            await wait_readable(sock)
+                        data = receive_direct(sock, READ_SIZE)
+                        if data is None:
+                            full = False
+                            continue
+                        full = len(data) == READ_SIZE
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     data = b""
                 if not data:
                     break
                 core.receive(conn, data, trio.current_time())
+                del data  # not held while idle (up to READ_SIZE)
                 self._flush()
                 if core.timers_changed:
                     core.timers_changed = False
@@ -577,21 +610,28 @@ class BrokerServer:
         except Exception as exc:  # a bug must cost one connection, never the broker
             core.internal_error(conn, trio.current_time(), f"{type(exc).__name__}: {exc}")
         finally:
-            if listener is not None:
-                listener.connections.discard(conn)
-            self._flush()  # a closing connection's last bytes (DISCONNECT, refusing CONNACK) get their writer
-            core.connection_lost(conn, trio.current_time())
-            self._flush()
-            if core.timers_changed:  # its will delay or session expiry may be the next thing due
-                core.timers_changed = False
-                self._ticker_wake.set()
-            if net.writing:  # it sends what is left (a DISCONNECT, a refusing CONNACK), then closes
-                net.closing = trio.Event()
-                with trio.move_on_after(DRAIN_ON_SHUTDOWN):
-                    await net.closing.wait()
-            conn.context = None
-            with trio.CancelScope(shield=True), trio.move_on_after(1):
-                await trio.aclose_forcefully(stream)
+            await self._end(conn, listener)
+
+    async def _end(self, conn: ServerConnection, listener: OpenListener | None) -> None:
+        """A connection's reader is done: its last bytes out (its writer's), the core told, the stream closed."""
+        core = self.core
+        net = conn.context
+        self._uncount(listener)
+        if listener is not None:
+            listener.connections.discard(conn)
+        self._flush()  # a closing connection's last bytes (DISCONNECT, refusing CONNACK) get their writer
+        core.connection_lost(conn, trio.current_time())
+        self._flush()
+        if core.timers_changed:  # its will delay or session expiry may be the next thing due
+            core.timers_changed = False
+            self._ticker_wake.set()
+        if net.writing:  # it sends what is left (a DISCONNECT, a refusing CONNACK), then closes
+            net.closing = trio.Event()
+            with trio.move_on_after(DRAIN_ON_SHUTDOWN):
+                await net.closing.wait()
+        conn.context = None
+        with trio.CancelScope(shield=True), trio.move_on_after(1):
+            await trio.aclose_forcefully(net.stream)
 
     def _notice_refused(self, peer: str, detail: str) -> None:
         report = self.options.on_notice
@@ -672,7 +712,7 @@ class BrokerServer:
                     wss = listener.spec.scheme is Scheme.WSS
                     stream = trio.SSLStream(stream, listener.tls, server_side=True, https_compatible=wss)
                 assert self._nursery is not None
-                self._nursery.start_soon(self._handle_quietly, stream, listener)
+                self._nursery.start_soon(self._handle, stream, listener, name=_CONNECTION_TASK)
 
     async def open_listener(self, spec: Listener) -> OpenListener:
         """Opens one more listener on the running server; ServerError (nothing opened) when it cannot."""
@@ -905,11 +945,6 @@ class BrokerServer:
             with trio.CancelScope(shield=True), contextlib.suppress(OSError, trio.ClosedResourceError):
                 await sock.aclose()
         _remove_unix_socket(listener)
-
-    async def _handle_quietly(self, stream: trio.abc.Stream, listener: OpenListener | None = None) -> None:
-        # A failed TLS handshake, or a peer gone mid-write: that connection only.
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            await self._handle(stream, listener)
 
     def reload_auth(self, policies: list[AuthPolicy]) -> None:
         """New auth policies (read with net/auth_files.py), one per `options.listeners` entry: checked for every

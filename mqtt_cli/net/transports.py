@@ -13,7 +13,8 @@ from __future__ import annotations
 import errno
 import os
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from functools import partial
 
 import trio
 
@@ -25,71 +26,52 @@ __all__ = [
     "Endpoint",
     "ParsedURL",
     "TLSOptions",
-    "direct_receiver",
     "direct_sender",
     "make_ssl_context",
     "open_transport",
     "parse_url",
+    "receive_direct",
+    "send_direct",
+    "tcp_socket",
 ]
 
 
-def direct_sender(stream: trio.abc.Stream) -> Callable[[bytes | bytearray | memoryview], int] | None:
-    """A non-blocking send() on the TCP socket under `stream`, callable outside any task (None for any other
-    stream: TLS, WebSocket, Unix). A reader answers from where it is, without a task switch per round trip.
+def tcp_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
+    """The TCP socket under `stream`, for send_direct and receive_direct (None for any other stream: TLS,
+    WebSocket, Unix). A broker keeps this instead of a closure per connection: idle connections are many."""
+    return stream.socket if type(stream) is trio.SocketStream else None
+
+
+def send_direct(sock: trio.socket.SocketType, data: bytes | bytearray | memoryview) -> int:
+    """A non-blocking send() on a socket from tcp_socket, callable outside any task: a reader answers from where
+    it is, without a task switch per round trip.
 
     It raises BlockingIOError when the socket is full and OSError once the stream is closed: it writes to the
     socket's descriptor as it is at each call, so a closed stream's number, reused, is never written to.
     """
-    if type(stream) is not trio.SocketStream:
+    fd = sock.fileno()
+    if fd < 0:
+        raise OSError(errno.EBADF, "the stream is closed")
+    return os.write(fd, data)
+
+
+def receive_direct(sock: trio.socket.SocketType, max_bytes: int) -> bytes | None:
+    """A non-blocking read on a socket from tcp_socket: what it holds (b"" at the end of the stream), or None
+    when it has nothing yet (wait_readable, then again). A closed stream raises ClosedResourceError and a failed
+    socket OSError, as receive_some does."""
+    fd = sock.fileno()
+    if fd < 0:
+        raise trio.ClosedResourceError("the stream is closed")
+    try:
+        return os.read(fd, max_bytes)
+    except BlockingIOError:
         return None
-    sock = stream.socket
-    write = os.write
-
-    def send(data: bytes | bytearray | memoryview) -> int:
-        fd = sock.fileno()
-        if fd < 0:
-            raise OSError(errno.EBADF, "the stream is closed")
-        return write(fd, data)
-
-    return send
 
 
-def direct_receiver(stream: trio.abc.Stream) -> Callable[[int], Awaitable[bytes]]:
-    """`stream.receive_some` for a server's reader; on a socket stream, without the read that is bound to fail.
-
-    trio's receive_some tries the socket first and waits for it only when that raises: after a read that did not
-    fill its buffer (the peer had nothing more to give then), that try fails nearly always, which costs a system
-    call and an exception per wake-up, the greater part of a message's cost at a low rate. This one waits for
-    the socket first in that case, and reads at once (after a checkpoint) when the last read was full. Like
-    receive_some it returns b"" at the end of the stream; a closed stream raises ClosedResourceError and a
-    failed socket OSError.
-    """
-    if type(stream) is not trio.SocketStream:
-        return stream.receive_some  # type: ignore[return-value]
-    sock = stream.socket
-    read = os.read
-    wait_readable = trio.lowlevel.wait_readable
-    checkpoint = trio.lowlevel.checkpoint
-    last_full = [False]
-
-    async def receive(max_bytes: int) -> bytes:
-        if last_full[0]:
-            await checkpoint()
-        else:
-            await wait_readable(sock)
-        while True:
-            fd = sock.fileno()
-            if fd < 0:
-                raise trio.ClosedResourceError("the stream is closed")
-            try:
-                data = read(fd, max_bytes)
-            except BlockingIOError:
-                await wait_readable(sock)
-                continue
-            last_full[0] = len(data) == max_bytes
-            return data
-
-    return receive
+def direct_sender(stream: trio.abc.Stream) -> Callable[[bytes | bytearray | memoryview], int] | None:
+    """send_direct on the TCP socket under `stream` as one callable (None for any other stream)."""
+    sock = tcp_socket(stream)
+    return None if sock is None else partial(send_direct, sock)
 
 
 async def open_transport(endpoint: Endpoint, ssl_context: ssl.SSLContext | None = None) -> trio.abc.Stream:

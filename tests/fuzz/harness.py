@@ -431,7 +431,7 @@ class _BrokerRun:
             conn = slot.conn
             if conn is None:
                 continue
-            assert len(conn.aliases_in) <= c.max_topic_alias
+            assert len(conn.aliases_in or ()) <= c.max_topic_alias
             assert conn.reader.buffered < c.max_packet_size
             bound = c.max_buffered_bytes + 2 * c.max_packet_size + 2 * slot.since_drain + 1024
             assert len(conn.out) <= bound, f"{len(conn.out)} bytes waiting for a client (bound {bound})"
