@@ -230,7 +230,10 @@ class _Batch:
     waiting: int
     at: float  # collected (core clock)
     seq: int  # collected in this order
+    hard: bool = False  # holds a change its acknowledgements (and those after them) wait for until it is written
     pure: bool = False  # its changes are its QoS 1 deliveries, added and sent: dropped once they are all done
+    taken: bool = False  # its changes are in a commit (being written, or written)
+    written: bool = False
 
 
 class Pending:
@@ -238,16 +241,15 @@ class Pending:
 
     An acknowledgement may go out once everything the core changed before it is on file *or no longer needs to
     be*. A QoS 1 delivery to a persistent session, sent to its online client, which acknowledges it before a commit
-    took it leaves the file as it was (the pair is dropped): so a batch's acknowledgements go out, with no commit,
-    as soon as its QoS 1 deliveries and those of every batch before it are done, and nothing before them must be
-    written. Anything else (a QoS 2 delivery, whose PUBLISH waits for its row; a queued delivery; a retained
-    message; a session; an incoming QoS 2 identifier; an update of a row on file) makes its batch "hard": it and
-    what follows wait for a commit, which is due at once. While a commit is being written nothing held after it
-    goes, so acknowledgements keep their order.
+    took it leaves the file as it was (the pair is dropped). So a batch's acknowledgements go out when its QoS 1
+    deliveries are done or written, whichever comes first, and those of every batch before it have gone. Anything
+    else (a QoS 2 delivery, whose PUBLISH waits for its row; a queued delivery; a retained message; a session; an
+    incoming QoS 2 identifier; an update of a row on file) makes its batch "hard": its acknowledgements, and so
+    those after them (they keep their order), wait for the commit that writes it, which is due at once.
 
     `due` says when to commit: at once for a hard batch or a full group, `linger` after the oldest batch still
     waiting for its subscribers. A commit takes the batches that are due (`take`): younger ones stay, so a message
-    is written only when its subscriber took longer than `linger`, and its publisher then waits that much longer."""
+    is written only when its subscriber took longer than `linger`."""
 
     __slots__ = ("_batches", "_elided", "_hard", "_live", "_segments", "_seq", "committing", "count")
 
@@ -256,12 +258,12 @@ class Pending:
 
     def __init__(self) -> None:
         self.count = 0  # changes in `_batches`
-        self.committing = False  # taken, not yet written: nothing held after it goes
+        self.committing = False  # a group taken, not yet written
         self._batches: deque[_Batch] = deque()  # not taken yet, in order
-        self._segments: deque[_Batch] = deque()  # of those, the ones whose acknowledgements have not gone
-        self._live: dict[int, _Batch] = {}  # row -> its batch: QoS 1 deliveries added, not done, not taken
+        self._segments: deque[_Batch] = deque()  # those whose acknowledgements have not gone, in order
+        self._live: dict[int, _Batch] = {}  # row -> its batch: QoS 1 deliveries added, not done, not yet written
         self._elided: set[int] = set()  # rows added and done before a commit took them
-        self._hard: _Batch | None = None  # the first batch with a change that must be written before it goes
+        self._hard: _Batch | None = None  # the first hard batch not taken yet
         self._seq = 0
 
     def add(self, changes: list[Change], held: list[tuple[Any, Any]], now: float) -> list[tuple[Any, Any]]:
@@ -272,7 +274,7 @@ class Pending:
         hard = False
         live = self._live
         added = sent = 0  # QoS 1 deliveries added in this batch, and sent in it (the core sends one as it adds it)
-        elided = 0  # DeliveryDone of rows added in `_batches`: not kept (nor, once taken, their DeliveryAdded)
+        elided = 0  # DeliveryDone of rows added in batches not taken: not kept (nor, later, their DeliveryAdded)
         for c in changes:
             kind = type(c)
             if kind is DeliveryAdded:
@@ -285,14 +287,15 @@ class Pending:
             elif kind is DeliveryDone:
                 of = live.pop(c.row, None)  # type: ignore[union-attr]
                 if of is not None:
-                    elided += 1
-                    self._elided.add(c.row)  # type: ignore[union-attr]
                     of.waiting -= 1
-                    if not of.waiting and of.pure:
-                        # Nothing of it is left to write: its records go now, not at the next commit (fewer
-                        # objects kept alive, less for the garbage collector to go through).
-                        self.count -= len(of.changes)
-                        of.changes = []
+                    if not of.taken:
+                        elided += 1
+                        self._elided.add(c.row)  # type: ignore[union-attr]
+                        if not of.waiting and of.pure:
+                            # Nothing of it is left to write: its records go now, not at the next commit (fewer
+                            # objects kept alive, less for the garbage collector to go through).
+                            self.count -= len(of.changes)
+                            of.changes = []
             elif kind is DeliverySent and live.get(c.row) is batch:  # type: ignore[union-attr]
                 sent += 1  # (its identifier goes with its INSERT, if it is written)
             else:
@@ -314,61 +317,65 @@ class Pending:
             self.count += len(changes)
         while batches and not batches[0].changes:  # (its acknowledgements, if any, are in `_segments`)
             batches.popleft()
-        if hard and self._hard is None:
-            self._hard = batch
+        if hard:
+            batch.hard = True
+            if self._hard is None:
+                self._hard = batch
         if held or batch.waiting or hard:
             self._segments.append(batch)
         return self._releasable()
 
     def _releasable(self) -> list[tuple[Any, Any]]:
-        if self.committing:
-            return []
         segments = self._segments
         out: list[tuple[Any, Any]] = []
         while segments:
             first = segments[0]
-            if first is self._hard or first.waiting:
+            if not first.written and (first.waiting or first.hard):
                 break
             segments.popleft()
             out += first.held
         return out
 
+    def withheld(self) -> int:
+        """Acknowledgements held now."""
+        return sum(len(s.held) for s in self._segments)
+
     def due(self, linger: float, idle: float) -> float | None:
         """When to commit (core clock; None: nothing to, or a commit is being written): at once (-inf) for a hard
         batch or a full group, `linger` after the oldest batch waiting for its subscribers, `idle` after the oldest
-        change otherwise (what only tidies the file: rows deleted, pairs that write nothing)."""
-        if self.committing or (not self._batches and not self._segments):
+        change otherwise (what only tidies the file: rows deleted)."""
+        if self.committing or not self._batches:
             return None
         if self._hard is not None or self.count >= self.MAX_CHANGES:
             return -math.inf
-        if self._segments:  # its first is waiting (else it would have been released)
-            return self._segments[0].at + linger
+        for s in self._segments:
+            if not s.taken:  # the first not written is waiting (else it would have gone)
+                return s.at + linger
         return self._batches[0].at + idle
 
-    def take(self, now: float, linger: float) -> tuple[list[Change], list[tuple[Any, Any]]]:
+    def take(self, now: float, linger: float) -> list[Change]:
         """For a commit: the changes of the batches that are due (all, with a hard one; else up to the first batch
-        waiting for its subscribers for less than `linger`), without the pairs that write nothing, and the
-        acknowledgements that wait for them. `committed` or `failed` follows."""
-        segments = self._segments
-        stop: _Batch | None = None  # the first batch kept
+        waiting for its subscribers for less than `linger`), without the pairs that write nothing. Their
+        acknowledgements go when it is written (`committed`) or, for those that wait for no hard change, when their
+        deliveries are done, if that comes first; `failed` if it cannot be written."""
+        stop = math.inf  # the first batch kept (its seq)
         if self._hard is None and self.count < self.MAX_CHANGES:
-            for s in segments:
+            for s in self._segments:
                 if s.at + linger > now:
-                    stop = s
+                    stop = s.seq
                     break
         elided = self._elided
         changes: list[Change] = []
-        held: list[tuple[Any, Any]] = []
         batches = self._batches
-        while batches and batches[0] is not stop:
-            changes += batches.popleft().changes
-        while segments and segments[0] is not stop:
-            held += segments.popleft().held
+        while batches and batches[0].seq < stop:
+            b = batches.popleft()
+            b.taken = True
+            changes += b.changes
+        for s in self._segments:
+            if s.seq >= stop:
+                break
+            s.taken = True
         self._hard = None
-        if stop is None:
-            self._live.clear()
-        elif changes:
-            self._live = {row: b for row, b in self._live.items() if b.seq >= stop.seq}
         if elided:
             # A pair taken apart by the cut (added before it, done after) is dropped from the batches kept too.
             changes = [c for c in changes if not (type(c) in _DELIVERY_STEPS and c.row in elided)]  # type: ignore[union-attr]
@@ -377,17 +384,24 @@ class Pending:
             self._elided = set()
         self.count = sum(len(b.changes) for b in batches)
         self.committing = True
-        return changes, held
+        return changes
 
     def committed(self) -> list[tuple[Any, Any]]:
-        """The taken group is on file: what was held after it and may go now."""
+        """The taken group is on file: the acknowledgements that may go now."""
         self.committing = False
+        for s in self._segments:
+            if not s.taken:
+                break
+            s.written = True
+        # Its rows are on file: a DeliveryDone of one is written as it comes (a DELETE).
+        self._live = {row: b for row, b in self._live.items() if not b.taken}
         return self._releasable()
 
-    def failed(self, changes: list[Change], held: list[tuple[Any, Any]], now: float) -> None:
-        """The taken group could not be written: it goes back in front of what came since, to be tried again."""
+    def failed(self, changes: list[Change], now: float) -> None:
+        """The taken group could not be written: it goes back in front of what came since, to be tried again; its
+        acknowledgements wait for it."""
         self.committing = False
-        front = _Batch(changes, held, 0, now, 0)
+        front = _Batch(changes, [], 0, now, 0, hard=True, taken=True)  # (taken: a DeliveryDone of its rows is kept)
         self._batches.appendleft(front)
         self._segments.appendleft(front)
         self.count += len(changes)

@@ -396,7 +396,7 @@ class BrokerServer:
                     self._commit_wake = trio.Event()
                 continue
             self._commit_at = -math.inf
-            changes, held = pending.take(trio.current_time(), COMMIT_LINGER)
+            changes = pending.take(trio.current_time(), COMMIT_LINGER)
             if changes:
                 started = trio.current_time()
                 try:
@@ -406,16 +406,16 @@ class BrokerServer:
                     # again: a later group must not be stored without this one (a session's row before its
                     # deliveries), and once the disk has room again the withheld acknowledgements go out.
                     # Meanwhile 5.0 publishers are told 0x97 (core.store_failing). Logged once per episode.
+                    pending.failed(changes, trio.current_time())
                     if failing_since is None:
                         failing_since = trio.current_time()
                         self.core.store_failing = True
                         self.core.stats.store_failures += 1
                         why = (
-                            f"{exc}; {len(held)} acknowledgements withheld, QoS 1/2 from MQTT 5.0 publishers "
-                            f"refused (0x97) until it can be written, tried again every {RETRY_COMMIT:g} s"
+                            f"{exc}; {pending.withheld()} acknowledgements withheld, QoS 1/2 from MQTT 5.0 "
+                            f"publishers refused (0x97) until it can be written, tried again every {RETRY_COMMIT:g} s"
                         )
                         self._report(Notice(NoticeKind.ERROR, None, "-", why))
-                    pending.failed(changes, held, trio.current_time())
                     await trio.sleep(RETRY_COMMIT)
                     continue
                 self.core.stats.commit_latency.observe(trio.current_time() - started)
@@ -423,10 +423,9 @@ class BrokerServer:
                     took = trio.current_time() - failing_since
                     failing_since = None
                     self.core.store_failing = False
-                    why = f"{store.path} written again after {took:.0f} s; {len(held)} withheld acknowledgements"
-                    why += " sent"
+                    withheld = pending.withheld()
+                    why = f"{store.path} written again after {took:.0f} s; {withheld} withheld acknowledgements sent"
                     self._report(Notice(NoticeKind.PERSISTENCE, None, "-", why))
-            self.core.release(held)
             self.core.release(pending.committed())
             self._flush()
 
@@ -437,7 +436,7 @@ class BrokerServer:
             return
         if self.core.changes or self.core.held:
             self._collect()
-        changes, _ = self._pending.take(math.inf, 0.0)
+        changes = self._pending.take(math.inf, 0.0)
         if changes:
             try:
                 store.commit(changes)
