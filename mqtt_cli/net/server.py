@@ -77,6 +77,8 @@ DRAIN_ON_SHUTDOWN = 2.0  # seconds writers get to send the last DISCONNECTs and 
 WRITER_LINGER = 1.0  # seconds a writer waits for more output before it ends
 SWEEP_INTERVAL = 0.5  # seconds between keep-alive checks (a late close by half a second is within the spec)
 LOGIN_FAILURE_DELAY = 1.0  # seconds a client refused for its credentials waits for its CONNACK (that task only)
+# What a connection's stream raises when its peer is gone or it was closed: the end of that connection only.
+_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _CONNECTION_TASK = "mqtt_cli.net.server.BrokerServer._handle"  # its tasks' name: one string, not one each
 
 
@@ -548,12 +550,12 @@ class BrokerServer:
                     self._notice_refused(peer, f"WebSocket: {exc}" if str(exc) else "WebSocket: upgrade too slow")
                     return None
             admitted = listener is None or not listener.closed  # else closed while this one was upgrading
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        except _GONE:
             pass  # a failed TLS handshake, a peer gone during the upgrade: that connection only
         finally:
             if not admitted:
                 self._uncount(listener)
-                with trio.CancelScope(shield=True):
+                with trio.CancelScope(shield=True), contextlib.suppress(*_GONE):
                     await trio.aclose_forcefully(stream)
         if not admitted:
             return None
@@ -635,7 +637,7 @@ class BrokerServer:
             with trio.move_on_after(DRAIN_ON_SHUTDOWN):
                 await net.closing.wait()
         conn.context = None
-        with trio.CancelScope(shield=True), trio.move_on_after(1):
+        with trio.CancelScope(shield=True), trio.move_on_after(1), contextlib.suppress(*_GONE):
             await trio.aclose_forcefully(net.stream)
 
     def _notice_refused(self, peer: str, detail: str) -> None:
