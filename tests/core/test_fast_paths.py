@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from mqtt_cli.core.codec import PacketReader, encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.errors import RemoteProtocolError
 from mqtt_cli.core.packets import PubAck, PubComp, Publish, PubRec, PubRel
 from mqtt_cli.core.properties import EMPTY_PROPERTIES
+from mqtt_cli.core.reader import PacketReader
 from mqtt_cli.core.session import Message
 
 TOPICS = ["a", "bench/0", "säure/€/x", "t" * 300]
