@@ -190,7 +190,7 @@ class PacketReader:
                                 out.append(packet)
                                 pos = end
                                 continue
-            elif length == 2 and first in _PLAIN_ACKS:
+            elif length == 2 and first in _PLAIN_ACKS and minimal:
                 # Fast path for an acknowledgement of a QoS exchange with nothing but its packet identifier (in 5.0:
                 # reason code 0, no properties); identifier 0 takes the general decoder, which says what is wrong.
                 pid = (data[body] << 8) | data[body + 1]
