@@ -75,7 +75,7 @@ def test_a_build_older_than_its_sources_is_not_used(tmp_path: Path) -> None:
     # build would be used; with these empty extension files that import fails loudly rather than running stale code.
     reader.write_text(reader.read_text().removesuffix("\n# edited after the build\n"))
     result = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=tmp_path, env=cli_env(PYTHONPATH=str(tmp_path)),
+        [sys.executable, "-c", PROBE], cwd=tmp_path, env=cli_env(PYTHONPATH=str(tmp_path), MQTT_CLI_PURE="0"),
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode != 0 and "ImportError" in result.stderr
