@@ -933,6 +933,7 @@ class BrokerServer:
                     self._start_bridge(config)
                 task_status.started(self)
                 await stop.wait()
+                self.ready = False  # /readyz 503 from here: a load balancer stops sending new clients
                 for name in list(self.bridges):  # first: their goodbyes go out while the broker still serves
                     await self._stop_bridge(name, forget=False)
                 for listener in self.listeners:  # no new connections while the others end
