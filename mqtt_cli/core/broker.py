@@ -209,7 +209,9 @@ class BrokerCore:
         self.connections: set[ServerConnection] = set()
         self.connected = 0  # sessions with a connection
         self.timers_changed = False  # set when the earliest timer moved earlier; the caller resets it
-        self.dirty: set[ServerConnection] = set()
+        # Connections with output to send, in the order they got it: a publisher's subscribers come before its
+        # own acknowledgement, so the network layer writes the deliveries first (the latency path).
+        self.dirty: dict[ServerConnection, None] = {}
         self.notices: deque[Notice] = deque(maxlen=10_000)
         self.limits = QueueLimits(c.max_queued_messages, c.max_queued_bytes, c.queue_drop_oldest)
         self._timers: list[_Timer] = []
@@ -599,7 +601,7 @@ class BrokerCore:
         if not conn.closed:
             self._close(conn, now, reason=None, detail="connection lost")
         self.connections.discard(conn)
-        self.dirty.discard(conn)
+        self.dirty.pop(conn, None)
 
     def reconfigure(self, config: BrokerConfig, now: float) -> None:
         """A reload's new limits. Queue limits and $SYS apply at once to every session; the keep alive, topic
@@ -669,9 +671,10 @@ class BrokerCore:
             if not conn.closed:
                 self._close(conn, now, reason=ReasonCode.SERVER_SHUTTING_DOWN, detail="server shutting down")
 
-    def take_dirty(self) -> set[ServerConnection]:
+    def take_dirty(self) -> dict[ServerConnection, None]:
+        """The connections with output, in the order they got it (iterate over it), and none from now on."""
         dirty = self.dirty
-        self.dirty = set()
+        self.dirty = {}
         return dirty
 
     # --- dispatch ---------------------------------------------------------------------------------------------
@@ -1564,7 +1567,7 @@ class BrokerCore:
             self._send(conn, Disconnect(reason, why))
         conn.closed = True
         conn.close_requested = True
-        self.dirty.add(conn)
+        self.dirty[conn] = None
         kind = NoticeKind.REFUSED if refused else NoticeKind.DISCONNECTED if reason is None else NoticeKind.ERROR
         self.notices.append(Notice(kind, conn.client_id, conn.peer, detail, reason))
         session = conn.session
@@ -1667,7 +1670,7 @@ class BrokerCore:
         conn.out += data
         self.stats.messages_sent += 1
         self.stats.bytes_sent += len(data)
-        self.dirty.add(conn)
+        self.dirty[conn] = None
 
     # --- $SYS ---------------------------------------------------------------------------------------------------
 
