@@ -76,7 +76,7 @@ def cpu_per_message(rows: list[dict[str, object]]) -> float:
     """Median of the broker's CPU time (user + system, as mqttload reads it) per delivered message, in µs."""
     values = []
     for r in rows:
-        cpu, delivered = r.get("broker_cpu_s"), r.get("delivered")
+        cpu, delivered = r.get("broker_cpu_s"), r.get("delivered", r.get("received"))  # thru, lat
         if isinstance(cpu, int | float) and isinstance(delivered, int) and delivered:
             values.append(1e6 * cpu / delivered)
     return statistics.median(values) if values else float("nan")
@@ -385,8 +385,9 @@ def print_goals(rows: list[dict[str, object]], labels: list[str]) -> None:
     print(f"goals met (*): {met} of {total} (ours/mosquitto ratios; kB per idle connection absolute; lost must be 0)")
 
 
-def _order(k: tuple[object, ...]) -> tuple[int, str]:
-    return ({"fanin": 0, "fanout": 1, "lat": 2, "conns": 3}.get(str(k[0]), 4), repr(k))
+def _order(k: tuple[object, ...]) -> tuple[int, int, int]:
+    kind = {"fanin": 0, "fanout": 1, "lat": 2, "conns": 3}.get(str(k[0]), 4)
+    return (kind, int(k[2] or 0) if kind < 3 else 0, int(k[1] or 0))  # type: ignore[call-overload]
 
 
 def main() -> int:

@@ -19,7 +19,7 @@ from typing import Any
 from .acl import AclView
 from .auth import AuthPolicy, CertificateIdentity, authenticate
 from .bridge import LinkStats
-from .codec import encode
+from .codec import encode, encode_topic_name, frame_publish
 from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
 from .flows import FlowState
 from .load import LoadAverages
@@ -63,7 +63,7 @@ from .records import replace
 from .retained import RetainedStore
 from .server import ServerConnection
 from .session import Delivery, Message, QueueLimits, Session, SubscriptionOptions
-from .topics import TopicTrie, parse_shared, topic_filter_error
+from .topics import TopicTrie, TrieEntry, parse_shared, topic_filter_error
 from .wire import control_character
 
 __all__ = ["NEVER_EXPIRES", "BrokerConfig", "BrokerCore", "BrokerStats", "Notice", "NoticeKind"]
@@ -1117,6 +1117,16 @@ class BrokerCore:
             elif session.expiry_interval:
                 # Its re-send after a restart must find the identifier: acknowledged, not delivered again.
                 self.changes.append(IncomingAdded(session.client_id, p.packet_id))
+        if not qos and not p.retain and not props.items:
+            # A plain QoS 0 message (most of a fan-in): when one subscription takes it and nothing about its
+            # client needs more than the bytes, they are written without building the broker's Message.
+            entries = self.subscriptions.match(topic)
+            if len(entries) == 1 and self._forward(entries[0], topic, p.payload, conn.client_id):
+                return
+            message = Message(topic, p.payload, qos, False, props, conn.client_id, now)
+            if not self._route_to(entries, message, now):
+                stats.dropped_no_subscriber += 1
+            return
         message = Message(topic, p.payload, qos, p.retain, props, conn.client_id, now)
         matched = self._route(message, now)
         if not matched and not qos:
@@ -1243,9 +1253,43 @@ class BrokerCore:
                 self.retained.discard(topic)
             if self.changes is not None and message.origin is not None:  # $SYS figures (origin None) are not kept
                 self.changes.append(RetainedSet(message) if message.payload else RetainedCleared(topic))
-        entries = self.subscriptions.match(topic)
+        return self._route_to(self.subscriptions.match(topic), message, now)
+
+    def _forward(
+        self, entry: TrieEntry[str, SubscriptionOptions], topic: str, payload: bytes, origin: str | None
+    ) -> bool:
+        """_route_to for a plain QoS 0 message (no properties, not retained) and the one subscription it matched,
+        written as bytes; False (nothing done) when it needs the general path: a shared subscription, an ACL, a
+        5.0 subscription identifier, topic aliases, an in-process client, a full buffer, no connection."""
+        client_id = entry[1]
+        opts = entry[2]
+        if entry[0][:7] == "$share/" or self._views:
+            return False
+        session = self.sessions.get(client_id)
+        if session is None or (opts.no_local and client_id == origin):
+            return True  # matched, nothing to send (as _route_to)
+        conn = session.connection
+        if conn is None or conn.closed or conn.wants_drain or conn.sink is not None or conn.aliases_out is not None:
+            return False
+        v5 = conn.version == 5
+        if (v5 and opts.subscription_identifier) or len(conn.out) >= self.config.max_buffered_bytes:
+            return False
+        # What Message.wire frames for this variant (QoS 0, no retain flag, no properties).
+        data = frame_publish(0x30, encode_topic_name(topic), b"", b"\x00" if v5 else b"", payload)
+        limit = conn.client_max_packet_size
+        if limit is not None and len(data) > limit:
+            return False
+        stats = self.stats
+        stats.publish_sent_qos[0] += 1
+        stats.publish_sent_bytes_qos[0] += len(payload)
+        self._write(conn, data)
+        return True
+
+    def _route_to(self, entries: list[TrieEntry[str, SubscriptionOptions]], message: Message, now: float) -> bool:
+        """Delivers `message` to the matched subscriptions `entries`; True when there are any."""
         if not entries:
             return False
+        topic = message.topic
         origin = message.origin
         views = self._views  # empty unless an ACL is in force: then every delivery is checked for read access
         if len(entries) == 1 and entries[0][0][:7] != "$share/":
