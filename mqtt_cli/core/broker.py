@@ -1118,10 +1118,13 @@ class BrokerCore:
                 # Its re-send after a restart must find the identifier: acknowledged, not delivered again.
                 self.changes.append(IncomingAdded(session.client_id, p.packet_id))
         if not qos and not p.retain and not props.items:
-            # A plain QoS 0 message (most of a fan-in): when one subscription takes it and nothing about its
-            # client needs more than the bytes, they are written without building the broker's Message.
+            # A plain QoS 0 message (fan-in, fan-out): when nothing about its subscriptions and their clients
+            # needs more than the bytes, they are written without building the broker's Message.
             entries = self.subscriptions.match(topic)
-            if len(entries) == 1 and self._forward(entries[0], topic, p.payload, conn.client_id):
+            if not entries:
+                stats.dropped_no_subscriber += 1
+                return
+            if self._forward(entries, topic, p.payload, conn.client_id):
                 return
             message = Message(topic, p.payload, qos, False, props, conn.client_id, now)
             if not self._route_to(entries, message, now):
@@ -1256,33 +1259,49 @@ class BrokerCore:
         return self._route_to(self.subscriptions.match(topic), message, now)
 
     def _forward(
-        self, entry: TrieEntry[str, SubscriptionOptions], topic: str, payload: bytes, origin: str | None
+        self, entries: list[TrieEntry[str, SubscriptionOptions]], topic: str, payload: bytes, origin: str | None
     ) -> bool:
-        """_route_to for a plain QoS 0 message (no properties, not retained) and the one subscription it matched,
-        written as bytes; False (nothing done) when it needs the general path: a shared subscription, an ACL, a
-        5.0 subscription identifier, topic aliases, an in-process client, a full buffer, no connection."""
-        client_id = entry[1]
-        opts = entry[2]
-        if entry[0][:7] == "$share/" or self._views:
+        """_route_to for a plain QoS 0 message (no properties, not retained), written as bytes to each subscriber
+        (one encoding per protocol family). False, with nothing done, when any subscription needs the general
+        path: shared, under an ACL, several of one client (merged), a 5.0 subscription identifier; or when any
+        receiver does: topic aliases, an in-process client, a full buffer, a packet over its maximum, offline."""
+        if self._views:
             return False
-        session = self.sessions.get(client_id)
-        if session is None or (opts.no_local and client_id == origin):
-            return True  # matched, nothing to send (as _route_to)
-        conn = session.connection
-        if conn is None or conn.closed or conn.wants_drain or conn.sink is not None or conn.aliases_out is not None:
+        if len(entries) > 1 and len({entry[1] for entry in entries}) < len(entries):
             return False
-        v5 = conn.version == 5
-        if (v5 and opts.subscription_identifier) or len(conn.out) >= self.config.max_buffered_bytes:
-            return False
-        # What Message.wire frames for this variant (QoS 0, no retain flag, no properties).
-        data = frame_publish(0x30, encode_topic_name(topic), b"", b"\x00" if v5 else b"", payload)
-        limit = conn.client_max_packet_size
-        if limit is not None and len(data) > limit:
-            return False
+        sessions = self.sessions
+        buffered = self.config.max_buffered_bytes
+        v3 = v5 = b""
+        receivers: list[tuple[ServerConnection, bytes]] = []
+        for entry in entries:
+            client_id = entry[1]
+            opts = entry[2]
+            if entry[0][:7] == "$share/":
+                return False
+            session = sessions.get(client_id)
+            if session is None or (opts.no_local and client_id == origin):
+                continue  # nothing to send (as _route_to)
+            conn = session.connection
+            if conn is None or conn.closed or conn.wants_drain or conn.sink is not None or conn.aliases_out is not None:
+                return False
+            if len(conn.out) >= buffered:
+                return False
+            # What Message.wire frames for this variant (QoS 0, no retain flag, no properties).
+            if conn.version == 5:
+                if opts.subscription_identifier:
+                    return False
+                data = v5 = v5 or frame_publish(0x30, encode_topic_name(topic), b"", b"\x00", payload)
+            else:
+                data = v3 = v3 or frame_publish(0x30, encode_topic_name(topic), b"", b"", payload)
+            limit = conn.client_max_packet_size
+            if limit is not None and len(data) > limit:
+                return False
+            receivers.append((conn, data))
         stats = self.stats
-        stats.publish_sent_qos[0] += 1
-        stats.publish_sent_bytes_qos[0] += len(payload)
-        self._write(conn, data)
+        for conn, data in receivers:
+            stats.publish_sent_qos[0] += 1
+            stats.publish_sent_bytes_qos[0] += len(payload)
+            self._write(conn, data)
         return True
 
     def _route_to(self, entries: list[TrieEntry[str, SubscriptionOptions]], message: Message, now: float) -> bool:

@@ -138,3 +138,22 @@ def test_messages_the_forwarding_leaves_to_the_general_path(case: str) -> None:
         assert got == [] and broker.stats.dropped_too_large == 1
     else:
         assert [(p.payload, p.retain) for p in got] == [(b"p" * 30, False)]
+
+
+def test_forwarded_fan_out_equals_the_general_path() -> None:
+    # Three subscribers of each protocol level; in the slow broker one of them has a second, overlapping
+    # subscription, which sends the whole message through the general path.
+    fast, slow = BrokerCore(BrokerConfig(sys_interval=0)), BrokerCore(BrokerConfig(sys_interval=0))
+    subs = {
+        broker: [
+            _subscriber(broker, f"s{v}{i}", v, "f/x", *(["f/#"] if broker is slow and i == 0 else []))
+            for v in (3, 4, 5)
+            for i in range(3)
+        ]
+        for broker in (fast, slow)
+    }
+    for broker in (fast, slow):
+        broker.receive(_subscriber(broker, "pub", 4), encode(Publish("f/x", b"m" * 100), 4), 1.0)
+    for a, b in zip(subs[fast], subs[slow], strict=True):
+        assert bytes(a.out) == bytes(b.out) == encode(Publish("f/x", b"m" * 100), a.version)
+    assert fast.stats.publish_sent_qos == slow.stats.publish_sent_qos
