@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 __all__ = ["BlockingClient", "WorkTimedOut", "supports"]
 
 _READ_SIZE = 65536
+#: Linux's TCP_QUICKACK (elsewhere None): see BlockingClient._wait_readable.
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 
 
 class WorkTimedOut(Exception):  # not an error: the caller's own bound (-W) was reached
@@ -303,6 +305,16 @@ class BlockingClient:
             self._read(deadline)
 
     def _wait_readable(self, sock: socket.socket, deadline: float | None) -> bool:
+        if _QUICKACK is not None:
+            # About to wait: what was received is acknowledged now, not up to 40 ms later. Linux delays the ACK
+            # once we have answered the broker quickly (its "pingpong" mode), and a broker that leaves Nagle on
+            # (mosquitto) holds a small packet back until its previous one is acknowledged: the retained
+            # message after the SUBACK, rr's response after the PUBACK. Setting the option sends a pending ACK
+            # and leaves that mode until our next write.
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+            except OSError:
+                pass
         wait = None if deadline is None else max(deadline - time.monotonic(), 0)
         readable, _, _ = select.select([sock], [], [], wait)
         return bool(readable)
