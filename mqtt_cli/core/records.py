@@ -5,15 +5,15 @@ because each generated method is compiled by an `exec` of its own; that was a te
 `record` compiles only `__init__` per class and shares the other methods. Semantics follow dataclasses for
 what the core uses: fields from annotations (ClassVar excluded) in base-first order, defaults, `__post_init__`,
 `__repr__`, `__eq__` (same class only), `__hash__`, `__match_args__`, assignment refused, pickling. `fields` and
-`replace` stand in for their dataclasses namesakes.
+`replace` stand in for their dataclasses namesakes. `record(frozen=False)` makes a mutable one (no `__hash__`,
+as `@dataclass(slots=True)`), for settings objects a one-shot client builds.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from operator import attrgetter
-from typing import Any, TypeVar, dataclass_transform
+from typing import Any, TypeVar, dataclass_transform, overload
 
 __all__ = ["FrozenInstanceError", "fast_constructor", "fields", "mutable_twin", "record", "replace"]
 
@@ -26,8 +26,11 @@ class FrozenInstanceError(AttributeError):
 
 
 def _own_fields(cls: type) -> list[str]:
+    # The class's own annotations, as inspect.get_annotations(cls) gives them; importing inspect (ast, dis,
+    # tokenize) would cost a one-shot client a few ms.
+    annotations: dict[str, Any] = cls.__dict__.get("__annotations__", {})  # noqa: RUF063
     names = []
-    for name, annotation in inspect.get_annotations(cls).items():
+    for name, annotation in annotations.items():
         text = annotation if isinstance(annotation, str) else repr(annotation)
         if not text.startswith(("ClassVar", "typing.ClassVar")):
             names.append(name)
@@ -93,11 +96,27 @@ def __setstate__(self: Any, state: tuple[Any, ...]) -> None:
 
 
 _SHARED = (__repr__, __eq__, __hash__, __setattr__, __delattr__, __getstate__, __setstate__)
+_SHARED_MUTABLE = (__repr__, __eq__, __getstate__, __setstate__)
+
+
+@overload
+def record(cls: _C, /) -> _C: ...
+
+
+@overload
+def record(*, frozen: bool = True) -> Callable[[_C], _C]: ...
 
 
 @dataclass_transform(frozen_default=True)
-def record(cls: _C) -> _C:
-    """Make `cls` a frozen, slotted record class (a new class, as `dataclass(slots=True)` makes)."""
+def record(cls: _C | None = None, /, *, frozen: bool = True) -> _C | Callable[[_C], _C]:
+    """Make `cls` a frozen, slotted record class (a new class, as `dataclass(slots=True)` makes); with
+    `frozen=False` (`@record(frozen=False)`), one whose fields may be assigned and that has no hash."""
+    if cls is None:
+        return lambda c: _make(c, frozen)
+    return _make(cls, frozen)
+
+
+def _make(cls: _C, frozen: bool) -> _C:
     inherited: tuple[str, ...] = ()
     defaults: dict[str, Any] = {}
     for base in reversed(cls.__mro__[1:]):
@@ -113,14 +132,16 @@ def record(cls: _C) -> _C:
             value = defaults[name] = namespace.pop(name)
             if type(value) in (list, dict, set):
                 raise ValueError(f"{cls.__name__}.{name}: a mutable default would be shared by every instance")
-    if namespace.get("__hash__", ...) is None and "__eq__" in namespace:
+    if frozen and namespace.get("__hash__", ...) is None and "__eq__" in namespace:
         del namespace["__hash__"]  # Python's implicit None for a class defining __eq__: frozen records hash
+    if not frozen:
+        namespace.setdefault("__hash__", None)  # mutable and compared by value: unhashable, as with dataclasses
     namespace["__slots__"] = tuple(own)
     namespace["__record_fields__"] = names
     namespace["__record_defaults__"] = dict(defaults)
     namespace["__match_args__"] = names
     namespace["_record_values"] = staticmethod(attrgetter(*names) if names else _no_values)
-    for method in _SHARED:
+    for method in _SHARED if frozen else _SHARED_MUTABLE:
         namespace.setdefault(method.__name__, method)  # what the class defines itself stays, as with dataclass
 
     params = []

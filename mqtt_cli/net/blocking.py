@@ -311,7 +311,7 @@ class BlockingClient:
             # (mosquitto) holds a small packet back until its previous one is acknowledged: the retained
             # message after the SUBACK, rr's response after the PUBACK. Setting the option sends a pending ACK
             # and leaves that mode until our next write.
-            try:
+            try:  # noqa: SIM105 (a plain try: this runs before every read)
                 sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
             except OSError:
                 pass

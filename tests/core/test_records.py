@@ -140,3 +140,29 @@ def test_dataclass_rules_for_defaults_and_hash() -> None:
             return isinstance(other, WithEq) and self.x == other.x
 
     assert hash(WithEq(1)) == hash(WithEq(1))
+
+
+@record(frozen=False)
+class Settings:
+    name: str = ""
+    where: Point = Point(0)  # a frozen record: one shared default is safe
+    tries: int = 3
+
+
+def test_mutable_record_is_assignable_unhashable_and_compares_by_value() -> None:
+    s = Settings("a")
+    assert s == Settings("a", Point(0), 3) and s != Settings("b")
+    assert repr(s) == "Settings(name='a', where=Point(x=0, y=0), tries=3)"
+    s.tries = 5
+    assert s.tries == 5 and s != Settings("a")
+    with pytest.raises(TypeError):
+        hash(s)
+    with pytest.raises(AttributeError):
+        s.other = 1  # type: ignore[attr-defined]
+    assert pickle.loads(pickle.dumps(s)) == s
+    assert replace(s, name="b") == Settings("b", Point(0), 5)
+    with pytest.raises(ValueError, match="mutable default"):
+
+        @record(frozen=False)
+        class Shared:
+            items: list[int] = []  # noqa: RUF012
