@@ -129,9 +129,6 @@ def _json_helper(p: Publish, now: float, raw_payload: bool) -> bytes:
     return (head + f',"payload":{_dumps(p.payload.decode("utf-8", "replace"))}}}').encode()
 
 
-_WIDTH = re.compile(r"-?\d*(\.\d+)?")
-
-
 def _pad(value: bytes, width: str) -> bytes:
     if not width:
         return value
@@ -219,7 +216,7 @@ def compile_format(fmt: str) -> Callable[[Publish, float], bytes]:
             if j >= n:
                 raise FormatError(f"-F {fmt!r}: a % at the end")
             width, code = fmt[i + 1 : j], fmt[j]
-            if not _WIDTH.fullmatch(width):
+            if not re.fullmatch(r"-?\d*(\.\d+)?", width):  # (compiled when -F is used, and cached by re)
                 raise FormatError(
                     f"-F {fmt!r}: bad field width %{width}{code}: use %10{code}, %-10{code} or %10.5{code}"
                 )
