@@ -393,7 +393,7 @@ def run(args: list[str]) -> int | None:
     client = BlockingClient(plan.settings)
     signals = _Signals()
     try:
-        client.connect()
+        client.connect(while_waiting=None if parsed.command == "pub" else _load_output)
     except _Stopped as stop:
         return stop.code
     except Exception as err:
@@ -418,6 +418,11 @@ def run(args: list[str]) -> int | None:
     except Exception as err:
         return _client_error(err)
     return code
+
+
+def _load_output() -> None:
+    """sub's and rr's printing, imported while the broker answers CONNECT rather than after."""
+    from . import _output  # noqa: F401
 
 
 def _client_error(err: Exception) -> int:
