@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .codec import PacketReader
+from .reader import PacketReader
 
 if TYPE_CHECKING:
     from .acl import AclView
