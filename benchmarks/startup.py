@@ -1,14 +1,18 @@
 """Start-up time of the ``mqtt`` command: whole-process wall time, median of N runs.
 
-    .venv/bin/python benchmarks/startup.py [-n 30] [--max-ms 150] [--one-shot-max-ms 60] [--skip-version]
+    .venv/bin/python benchmarks/startup.py [-n 30] [--builds compiled,pure] [--goal-ms 60] [--max-ms 150]
+                                           [--one-shot-max-ms 60] [--skip-version]
 
 One-shot clients (issue 20): ``mqtt pub -t x -m y`` at QoS 0 and 1, ``mqtt sub -C 1`` (a retained message)
 and ``mqtt rr`` (a responder answers), each against ``mqtt serve`` and against mosquitto, beside Debian's
 mosquitto_pub, mosquitto_sub and mosquitto_rr doing the same, ``mqtt pub`` with the fast path turned off
-(MQTT_CLI_FAST=0: typer and trio), and ``python -c pass`` as the floor. The cases run interleaved (one run of
-each in turn, N rounds), so that the machine's other load falls on all of them alike; the ratios to
-mosquitto's clients and to the floor are of the same run. With --one-shot-max-ms, exits 1 when one of our
-one-shot medians is above it.
+(MQTT_CLI_FAST=0: typer and trio), and ``python -c pass`` as the floor. Each of our commands runs with each
+build of --builds (default: compiled and pure when the compiled build is current, else pure; pure is
+MQTT_CLI_PURE=1); the brokers run as they are. The cases run interleaved (one run of each in turn, N rounds),
+so that the machine's other load falls on all of them alike; the ratios to mosquitto's clients, to the floor
+and between the builds are of the same run. Each of our one-shot rows says whether its median is within the
+goal (--goal-ms, issue 20's 60 ms); a last table puts the builds side by side. With --one-shot-max-ms, exits 1
+when one of our one-shot medians is above it.
 
 Then ``mqtt --version`` through the installed console script (.venv/bin/mqtt) and through
 ``python -m mqtt_cli``, for comparison ``--version`` answered by typer (``mqtt --version completions bash``
@@ -148,8 +152,20 @@ class Responder:
         self.client.disconnect()
 
 
-def one_shot_cases(ports: dict[str, int]) -> list[tuple[str, list[str], dict[str, str], str]]:
-    """(name, command, extra environment, group): ours and mosquitto's clients against each broker."""
+#: The builds of the hot modules (mqtt_cli/buildmode.py) and the environment that picks each.
+BUILDS = {"compiled": {"MQTT_CLI_PURE": "0"}, "pure": {"MQTT_CLI_PURE": "1"}}
+
+
+def compiled_build_current() -> bool:
+    """Whether `mqtt --version` runs the compiled build (present, current, for this interpreter)."""
+    mqtt = str(BIN / "mqtt")
+    done = subprocess.run([mqtt, "--version"], capture_output=True, text=True, env=_env(**BUILDS["compiled"]))
+    return "compiled" in done.stdout
+
+
+def one_shot_cases(ports: dict[str, int], builds: list[str]) -> list[tuple[str, list[str], dict[str, str], str]]:
+    """(name, command, extra environment, group): ours (with each build) and mosquitto's clients against each
+    broker. Our rows are named `mqtt ... [build]`; the typer path runs with the first build only."""
     mqtt = str(BIN / "mqtt")
     cases: list[tuple[str, list[str], dict[str, str], str]] = [
         ("python -c pass (floor)", [sys.executable, "-c", "pass"], {}, "")
@@ -166,10 +182,11 @@ def one_shot_cases(ports: dict[str, int]) -> list[tuple[str, list[str], dict[str
         for what, args in work.items():
             verb = what.split()[0]
             group = f"{what} -> {broker}"
-            cases.append((f"mqtt {what} -> {broker}", [mqtt, verb, *args], {}, group))
+            for build in builds:
+                cases.append((f"mqtt {what} -> {broker} [{build}]", [mqtt, verb, *args], BUILDS[build], group))
             if what == "pub QoS 0":
-                cases.append((f"mqtt {what} -> {broker}, typer path", [mqtt, verb, *args], {"MQTT_CLI_FAST": "0"},
-                              group))  # fmt: skip
+                cases.append((f"mqtt {what} -> {broker}, typer path [{builds[0]}]", [mqtt, verb, *args],
+                              {"MQTT_CLI_FAST": "0", **BUILDS[builds[0]]}, group))  # fmt: skip
             if have_mosquitto:
                 extra = ["-V", "5"] if verb == "rr" else []  # mosquitto_rr needs 5.0 anyway: said plainly
                 cases.append((f"mosquitto_{verb} {what[len(verb) + 1:]} -> {broker}".replace("  ", " "),
@@ -177,8 +194,24 @@ def one_shot_cases(ports: dict[str, int]) -> list[tuple[str, list[str], dict[str
     return cases
 
 
-def one_shot(runs: int, limit: float | None) -> list[str]:
-    """Runs the one-shot cases interleaved; prints medians and same-run ratios; returns what is over `limit`."""
+def run_timed(name: str, cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Runs `cmd` (output discarded): its wall time and its CPU time (user + system), in ms. Exits when it fails."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    assert proc.stderr is not None
+    said = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = (time.perf_counter() - start) * 1000
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stderr.close()
+    if proc.returncode != 0:
+        raise SystemExit(f"{name}: exit {proc.returncode}: {said.decode().strip()}")
+    return elapsed, (usage.ru_utime + usage.ru_stime) * 1000
+
+
+def one_shot(runs: int, limit: float | None, goal: float, builds: list[str]) -> list[str]:
+    """Runs the one-shot cases interleaved; prints medians, same-run ratios and the goal; returns what is over
+    `limit`."""
     over: list[str] = []
     with tempfile.TemporaryDirectory() as tmp, brokers(Path(tmp)) as ports:
         responders = []
@@ -187,31 +220,46 @@ def one_shot(runs: int, limit: float | None) -> list[str]:
                             "-m", "kept", "-r", "-q", "1"], check=True, env=_env())  # fmt: skip
             responders.append(Responder(port, "bench/req"))
         try:
-            cases = one_shot_cases(ports)
+            cases = one_shot_cases(ports, builds)
             times: dict[str, list[float]] = {name: [] for name, _, _, _ in cases}
+            cpu: dict[str, list[float]] = {name: [] for name, _, _, _ in cases}
             for round_ in range(runs + 1):  # the first round warms up
                 for name, cmd, extra, _ in cases:
-                    start = time.perf_counter()
-                    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(**extra))
-                    elapsed = (time.perf_counter() - start) * 1000
-                    if done.returncode != 0:
-                        raise SystemExit(f"{name}: exit {done.returncode}: {done.stderr.decode().strip()}")
+                    elapsed, used = run_timed(name, cmd, _env(**extra))
                     if round_:
                         times[name].append(elapsed)
+                        cpu[name].append(used)
         finally:
             for responder in responders:
                 responder.close()
     floor = statistics.median(times[cases[0][0]])
-    print(f"one-shot clients, wall time of the whole process, median of {runs} interleaved runs (ms)")
-    print(f"{'command':<52} {'median':>8} {'min':>8} {'max':>8} {'- floor':>8} {'/ mosq.':>8}")
+    print(f"one-shot clients, wall time of the whole process, median of {runs} interleaved runs (ms); "
+          f"goal: ours <= {goal:g} ms")  # fmt: skip
+    print(f"{'command':<62} {'median':>7} {'min':>7} {'max':>7} {'- floor':>7} {'/ mosq.':>7} {'CPU':>6}  goal")
     reference = {group: statistics.median(times[name]) for name, _, _, group in cases if name.startswith("mosq")}
+    medians = {name: statistics.median(times[name]) for name in times}
     for name, _, _, group in cases:
-        median = statistics.median(times[name])
-        ratio = f"{median / reference[group]:8.2f}" if group in reference and not name.startswith("mosq") else ""
-        print(f"{name:<52} {median:8.1f} {min(times[name]):8.1f} {max(times[name]):8.1f} {median - floor:8.1f} "
-              f"{ratio}")  # fmt: skip
-        if limit is not None and name.startswith("mqtt") and "typer" not in name and median > limit:
+        median = medians[name]
+        ratio = f"{median / reference[group]:7.2f}" if group in reference and not name.startswith("mosq") else " " * 7
+        ours = name.startswith("mqtt") and "typer" not in name
+        verdict = ("ok" if median <= goal else "OVER") if ours else ""
+        print(f"{name:<62} {median:7.1f} {min(times[name]):7.1f} {max(times[name]):7.1f} {median - floor:7.1f} "
+              f"{ratio} {statistics.median(cpu[name]):6.1f}  {verdict}")  # fmt: skip
+        if limit is not None and ours and median > limit:
             over.append(f"{name}: median {median:.1f} ms > {limit} ms")
+    if len(builds) > 1:
+        print()
+        print(f"the builds side by side, same run (median ms; goal {goal:g} ms)")
+        print(f"{'command':<44} " + " ".join(f"{b:>9}" for b in builds) + f" {builds[1] + '/' + builds[0]:>15}")
+        for name, _, _, _ in cases:
+            if not name.startswith("mqtt") or "typer" in name or not name.endswith(f"[{builds[0]}]"):
+                continue
+            row = name[: -len(f" [{builds[0]}]")]
+            values = [medians[f"{row} [{b}]"] for b in builds]
+            print(f"{row:<44} " + " ".join(f"{v:9.1f}" for v in values) + f" {values[1] / values[0]:15.2f}")
+    print("CPU: the median CPU time (user + system) of the process, which a loaded machine inflates less than the")
+    print("wall time; `goal` holds the wall time to the goal.")
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print()
     return over
 
@@ -246,6 +294,9 @@ def main() -> int:
     parser.add_argument("-n", "--runs", type=int, default=30, help="runs per command (default 30)")
     parser.add_argument("--max-ms", type=float, help="fail when a --version median exceeds this")
     parser.add_argument("--one-shot-max-ms", type=float, help="fail when one of our one-shot medians exceeds this")
+    parser.add_argument("--goal-ms", type=float, default=60.0, help="the one-shot goal each row is held to (60)")
+    parser.add_argument("--builds", help="our builds to run, of compiled,pure (default: both when the compiled "
+                        "build is current, else pure)")  # fmt: skip
     parser.add_argument("--skip-version", action="store_true", help="only the one-shot clients")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the brokers are stopped on the way out
@@ -255,8 +306,13 @@ def main() -> int:
         print(f"no console script at {mqtt}: run `make install` first", file=sys.stderr)
         return 1
     compileall.compile_dir(ROOT / "mqtt_cli", quiet=1)
+    builds = (args.builds or ("compiled,pure" if compiled_build_current() else "pure")).split(",")
+    if unknown := [b for b in builds if b not in BUILDS]:
+        parser.error(f"--builds: unknown {', '.join(unknown)} (use compiled, pure or both)")
+    if "compiled" in builds and not compiled_build_current():
+        parser.error("--builds compiled: no current compiled build (make compiled), or it is stale")
     print(_machine())
-    over = one_shot(args.runs, args.one_shot_max_ms)
+    over = one_shot(args.runs, args.one_shot_max_ms, args.goal_ms, builds)
     if args.skip_version:
         for line in over:
             print(line, file=sys.stderr)

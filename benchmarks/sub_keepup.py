@@ -7,11 +7,12 @@
 
 One Debian mosquitto with its default limits (max_queued_messages 1000, max_inflight_messages 20) on a free
 loopback port. Subscribed to the same topic at QoS 1: `mqtt sub -q 1` (this checkout, `--stats` for its count)
-and `mosquitto_sub -q 1`, both with `-C COUNT`. Then the C generator `mqttload` (../shared/bench, built with
-gcc -O2 in a temporary directory unless --mqttload names a binary) publishes COUNT messages of SIZE bytes at
-QoS 1 with WINDOW unacknowledged (`thru --fanout --pubs 1 --subs 1`: its own subscriber is a third one). When a
-subscriber reads too slowly, its queue in the broker fills and the broker drops what does not fit: the count a
-subscriber prints is what reached it.
+and `mosquitto_sub -q 1`, both with `-C COUNT`. Then the C generator `mqttload` (from --bench-src, else
+MQTT_BENCH_DIR, else ../shared/bench beside the checkout, as benchmarks/broker.py finds it; built with gcc -O2 in
+a temporary directory unless --mqttload names a binary) publishes COUNT messages of SIZE bytes at QoS 1 with
+WINDOW unacknowledged (`thru --fanout --pubs 1 --subs 1`: its own subscriber is a third one). When a subscriber
+reads too slowly, its queue in the broker fills and the broker drops what does not fit: the count a subscriber
+prints is what reached it. From a git worktree, set MQTT_BENCH_DIR (../shared/bench is not beside it).
 
 --out: where `mqtt sub` writes: `file` (a file; each line is then checked: SIZE bytes of mqttload's payload and
 a newline, sequence numbers in order, none twice) or `devnull` (/dev/null). mosquitto_sub always writes to a file.
@@ -296,13 +297,16 @@ def main() -> None:
     ap.add_argument("--form", default="payload")
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--mqttload")
-    ap.add_argument("--bench-src", default=str(REPO.parent.parent / "shared" / "bench"))
+    ap.add_argument("--bench-src", default=os.environ.get("MQTT_BENCH_DIR", str(REPO.parent / "shared" / "bench")))
     ap.add_argument("--pin", action="store_true")
     ap.add_argument("--checkout", nargs="+", type=Path, default=[REPO])
     ap.add_argument("--path", default="trio")
     a = ap.parse_args()
     if a.size < 12:
         ap.error("--size: at least 12 (mqttload's sequence numbers)")
+    if a.mqttload is None and not (Path(a.bench_src) / "mqttload.c").is_file():
+        ap.error(f"--bench-src {a.bench_src}: no mqttload.c there (the shared load generator; set MQTT_BENCH_DIR "
+                 "or give --bench-src or --mqttload)")
     outs = a.out.split(",")
     forms = a.form.split(",")
     if bad := [x for x in outs if x not in ("file", "devnull")] + [f for f in forms if f not in FORMS]:

@@ -19,7 +19,6 @@ with -U, --output, --stats or --remove-retained); rr; each with the connection o
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from enum import Enum
@@ -35,9 +34,21 @@ if TYPE_CHECKING:
 
 #: The switch: MQTT_CLI_FAST=0 sends every command to typer.
 FAST_ENV = "MQTT_CLI_FAST"
-#: Numbers written plainly: what the fast path (and _coerce.py, without pydantic) converts itself.
-PLAIN_INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
-PLAIN_FLOAT = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?")
+
+
+def plain_int(value: str) -> bool:
+    """A number written plainly (-?(0|[1-9][0-9]{0,17})): what the fast path converts itself. (String tests rather
+    than a regular expression: compiling one costs more than all the tests of a command line.)"""
+    digits = value[1:] if value[:1] == "-" else value
+    return digits.isascii() and digits.isdigit() and len(digits) <= 18 and (digits[0] != "0" or digits == "0")
+
+
+def plain_float(value: str) -> bool:
+    """A decimal written plainly (-?[0-9]{1,15}(.[0-9]{1,15})?): what the fast path converts itself."""
+    whole, dot, fraction = (value[1:] if value[:1] == "-" else value).partition(".")
+    if not (whole.isascii() and whole.isdigit() and len(whole) <= 15):
+        return False
+    return not dot or (fraction.isascii() and fraction.isdigit() and len(fraction) <= 15)
 
 
 class Kind(Enum):
@@ -205,10 +216,14 @@ def _convert(opt: Opt, value: str) -> Any:
         from pathlib import Path  # only for -f: pathlib brings urllib and ipaddress along
 
         return Path(value) if "\0" not in value else None
-    pattern, kind = (PLAIN_INT, int) if opt.kind is Kind.INT else (PLAIN_FLOAT, float)
-    if not pattern.fullmatch(value):
-        return None
-    number = kind(value)
+    if opt.kind is Kind.INT:
+        if not plain_int(value):
+            return None
+        number: float = int(value)
+    else:
+        if not plain_float(value):
+            return None
+        number = float(value)
     if (opt.lo is not None and number < opt.lo) or (opt.hi is not None and number > opt.hi):
         return None
     return number
@@ -378,7 +393,7 @@ def run(args: list[str]) -> int | None:
     client = BlockingClient(plan.settings)
     signals = _Signals()
     try:
-        client.connect()
+        client.connect(while_waiting=None if parsed.command == "pub" else _load_output)
     except _Stopped as stop:
         return stop.code
     except Exception as err:
@@ -403,6 +418,11 @@ def run(args: list[str]) -> int | None:
     except Exception as err:
         return _client_error(err)
     return code
+
+
+def _load_output() -> None:
+    """sub's and rr's printing, imported while the broker answers CONNECT rather than after."""
+    from . import _output  # noqa: F401
 
 
 def _client_error(err: Exception) -> int:

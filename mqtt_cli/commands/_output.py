@@ -4,13 +4,13 @@
 Bytes go to standard output as they are (binary payloads intact), one write and one flush for the messages of
 one read (`Printer.write`), so a pipe sees every message as soon as it arrived, at a cost per read rather than
 per message. On a terminal, -v colours the topic with rich; piped output has no colour.
+
+json and datetime are imported where a form needs them: a one-shot `mqtt sub -C 1` printing payloads does not.
 """
 
 from __future__ import annotations
 
-import datetime
 import functools
-import json
 import re
 import sys
 from collections.abc import Callable
@@ -37,6 +37,8 @@ def check_format(fmt: str) -> None:
 # The time fields are formatted once for the messages of a read, which share their receive time.
 @functools.lru_cache(maxsize=8)
 def _iso(now: float) -> str:
+    import datetime
+
     return datetime.datetime.fromtimestamp(now).astimezone().strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
@@ -49,6 +51,8 @@ _USER_PROPERTY = 0x26
 
 
 def _dumps(value: Any) -> str:
+    import json
+
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -97,6 +101,8 @@ def _cjson(value: Any) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _tst(now: float) -> str:
+    import datetime
+
     return datetime.datetime.fromtimestamp(now).astimezone().strftime("%Y-%m-%dT%H:%M:%S.%f%z")
 
 
@@ -113,15 +119,14 @@ def _json_helper(p: Publish, now: float, raw_payload: bool) -> bytes:
     if not p.payload:
         return (head + ',"payload":null}').encode()
     if raw_payload:
+        import json
+
         try:
             parsed = json.loads(p.payload, object_pairs_hook=_Members)
         except ValueError:
             raise FormatError(f"message payload is not valid JSON on topic {p.topic}") from None
         return (head + f',"payload":{_cjson(parsed)}}}').encode()
     return (head + f',"payload":{_dumps(p.payload.decode("utf-8", "replace"))}}}').encode()
-
-
-_WIDTH = re.compile(r"-?\d*(\.\d+)?")
 
 
 def _pad(value: bytes, width: str) -> bytes:
@@ -183,6 +188,8 @@ def _padded(field: _Field, width: str) -> _Field:
 
 
 def _strftime(fmt: str, code: str) -> _Field:
+    import datetime
+
     def field(p: Publish, now: float) -> bytes:
         try:
             return datetime.datetime.fromtimestamp(now).strftime("%" + code).encode()
@@ -209,7 +216,7 @@ def compile_format(fmt: str) -> Callable[[Publish, float], bytes]:
             if j >= n:
                 raise FormatError(f"-F {fmt!r}: a % at the end")
             width, code = fmt[i + 1 : j], fmt[j]
-            if not _WIDTH.fullmatch(width):
+            if not re.fullmatch(r"-?\d*(\.\d+)?", width):  # (compiled when -F is used, and cached by re)
                 raise FormatError(
                     f"-F {fmt!r}: bad field width %{width}{code}: use %10{code}, %-10{code} or %10.5{code}"
                 )

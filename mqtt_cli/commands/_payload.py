@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import sys
 from enum import StrEnum
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mqtt_cli.exit_codes import EXIT_USAGE
@@ -16,6 +15,8 @@ from mqtt_cli.exit_codes import EXIT_USAGE
 from . import fail
 
 if TYPE_CHECKING:
+    from pathlib import Path  # (pathlib brings urllib and ipaddress: `mqtt sub` does without them)
+
     from mqtt_cli.core.properties import Properties
 
 

@@ -12,7 +12,6 @@ the spec gives, and leaves the state unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -46,13 +45,17 @@ _AWAIT_PUBREC = FlowState.AWAIT_PUBREC
 _PublishTwin = mutable_twin(Publish)
 
 
-@dataclass(slots=True)
 class Inflight:
     """One unacknowledged outgoing message. `publish` is what was sent (kept for re-sending with DUP)."""
 
-    publish: Publish
-    state: FlowState
-    context: Any = None  # the owner's bookkeeping (e.g. the broker's message record), returned on completion
+    # A plain class, not a dataclass: every client imports this module, and dataclasses (with the inspect
+    # module it loads) cost a one-shot `mqtt pub` several ms.
+    __slots__ = ("context", "publish", "state")
+
+    def __init__(self, publish: Publish, state: FlowState, context: Any = None) -> None:
+        self.publish = publish
+        self.state = state
+        self.context = context  # the owner's bookkeeping (e.g. the broker's message record), returned on completion
 
 
 class OutgoingFlows:

@@ -5,15 +5,18 @@ because each generated method is compiled by an `exec` of its own; that was a te
 `record` compiles only `__init__` per class and shares the other methods. Semantics follow dataclasses for
 what the core uses: fields from annotations (ClassVar excluded) in base-first order, defaults, `__post_init__`,
 `__repr__`, `__eq__` (same class only), `__hash__`, `__match_args__`, assignment refused, pickling. `fields` and
-`replace` stand in for their dataclasses namesakes.
+`replace` stand in for their dataclasses namesakes. `record(frozen=False)` makes a mutable one (no `__hash__`,
+as `@dataclass(slots=True)`), for settings objects a one-shot client builds.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
+from enum import Enum
+from itertools import pairwise
 from operator import attrgetter
-from typing import Any, TypeVar, dataclass_transform
+from types import CodeType, FunctionType
+from typing import Any, TypeVar, dataclass_transform, overload
 
 __all__ = ["FrozenInstanceError", "fast_constructor", "fields", "mutable_twin", "record", "replace"]
 
@@ -26,8 +29,11 @@ class FrozenInstanceError(AttributeError):
 
 
 def _own_fields(cls: type) -> list[str]:
+    # The class's own annotations, as inspect.get_annotations(cls) gives them; importing inspect (ast, dis,
+    # tokenize) would cost a one-shot client a few ms.
+    annotations: dict[str, Any] = cls.__dict__.get("__annotations__", {})  # noqa: RUF063
     names = []
-    for name, annotation in inspect.get_annotations(cls).items():
+    for name, annotation in annotations.items():
         text = annotation if isinstance(annotation, str) else repr(annotation)
         if not text.startswith(("ClassVar", "typing.ClassVar")):
             names.append(name)
@@ -92,12 +98,75 @@ def __setstate__(self: Any, state: tuple[Any, ...]) -> None:
         object.__setattr__(self, name, value)
 
 
+# --- __init__ ----------------------------------------------------------------------------------------------
+# Each record class needs an __init__ with its fields as parameters. Compiling one from source was most of what
+# a record class cost (a one-shot client builds about 40 of them at start; docs/PERFORMANCE.md). So the code is
+# compiled once per shape (number of fields, how they are set), with placeholder names, and each class gets a
+# copy carrying its own names (CodeType.replace): the same bytecode as compiling its own source.
+
+
+class _Init(Enum):
+    """How an __init__ sets the fields."""
+
+    SET = "set"  # each through object.__setattr__ (a frozen record)
+    POST = "post"  # the same, then self.__post_init__()
+    ASSIGN = "assign"  # self.name = name (a mutable twin)
+
+
+_TEMPLATES: dict[tuple[_Init, int], CodeType] = {}
+
+
+def _template(kind: _Init, n: int) -> CodeType:
+    code = _TEMPLATES.get((kind, n))
+    if code is None:
+        if kind is _Init.ASSIGN:
+            body = "".join(f"  self._f{i} = _p{i}\n" for i in range(n))
+        else:
+            body = "".join(f"  _set(self, '_f{i}', _p{i})\n" for i in range(n))
+            body += "  self.__post_init__()\n" if kind is _Init.POST else ""
+        scope: dict[str, Any] = {}
+        exec(f"def __init__(self{''.join(f', _p{i}' for i in range(n))}):\n{body or '  pass'}\n", scope)
+        code = _TEMPLATES[(kind, n)] = scope["__init__"].__code__
+    return code
+
+
+def _init_function(kind: _Init, names: tuple[str, ...], defaults: dict[str, Any], qualname: str) -> Callable[..., None]:
+    """`def __init__(self, *names)` setting each field as `kind` says; `defaults` for the last parameters."""
+    template = _template(kind, len(names))
+    names_of = {f"_f{i}": name for i, name in enumerate(names)}
+    if kind is _Init.ASSIGN:  # the attribute names are names the code refers to
+        code = template.replace(co_names=tuple(names_of.get(x, x) for x in template.co_names))
+    else:  # they are string constants
+        consts = tuple(names_of.get(c, c) if type(c) is str else c for c in template.co_consts)
+        code = template.replace(co_consts=consts)
+    code = code.replace(co_varnames=("self", *names), co_qualname=qualname)
+    given = tuple(defaults[name] for name in names if name in defaults)
+    init: Callable[..., None] = FunctionType(code, {"_set": object.__setattr__}, "__init__", given or None)
+    return init
+
+
 _SHARED = (__repr__, __eq__, __hash__, __setattr__, __delattr__, __getstate__, __setstate__)
+_SHARED_MUTABLE = (__repr__, __eq__, __getstate__, __setstate__)
+
+
+@overload
+def record(cls: _C, /) -> _C: ...
+
+
+@overload
+def record(*, frozen: bool = True) -> Callable[[_C], _C]: ...
 
 
 @dataclass_transform(frozen_default=True)
-def record(cls: _C) -> _C:
-    """Make `cls` a frozen, slotted record class (a new class, as `dataclass(slots=True)` makes)."""
+def record(cls: _C | None = None, /, *, frozen: bool = True) -> _C | Callable[[_C], _C]:
+    """Make `cls` a frozen, slotted record class (a new class, as `dataclass(slots=True)` makes); with
+    `frozen=False` (`@record(frozen=False)`), one whose fields may be assigned and that has no hash."""
+    if cls is None:
+        return lambda c: _make(c, frozen)
+    return _make(cls, frozen)
+
+
+def _make(cls: _C, frozen: bool) -> _C:
     inherited: tuple[str, ...] = ()
     defaults: dict[str, Any] = {}
     for base in reversed(cls.__mro__[1:]):
@@ -113,31 +182,23 @@ def record(cls: _C) -> _C:
             value = defaults[name] = namespace.pop(name)
             if type(value) in (list, dict, set):
                 raise ValueError(f"{cls.__name__}.{name}: a mutable default would be shared by every instance")
-    if namespace.get("__hash__", ...) is None and "__eq__" in namespace:
+    if frozen and namespace.get("__hash__", ...) is None and "__eq__" in namespace:
         del namespace["__hash__"]  # Python's implicit None for a class defining __eq__: frozen records hash
+    if not frozen:
+        namespace.setdefault("__hash__", None)  # mutable and compared by value: unhashable, as with dataclasses
     namespace["__slots__"] = tuple(own)
     namespace["__record_fields__"] = names
     namespace["__record_defaults__"] = dict(defaults)
     namespace["__match_args__"] = names
     namespace["_record_values"] = staticmethod(attrgetter(*names) if names else _no_values)
-    for method in _SHARED:
+    for method in _SHARED if frozen else _SHARED_MUTABLE:
         namespace.setdefault(method.__name__, method)  # what the class defines itself stays, as with dataclass
 
-    params = []
-    for name in names:
-        if name in defaults:
-            params.append(f"{name}=_d_{name}")
-        elif params and "=" in params[-1]:
+    for before, name in pairwise(names):
+        if before in defaults and name not in defaults:
             raise TypeError(f"{cls.__name__}: field {name!r} without a default follows one with a default")
-        else:
-            params.append(name)
-    sets = "".join(f"  _set(self, {name!r}, {name})\n" for name in names)
-    post = "  self.__post_init__()\n" if hasattr(cls, "__post_init__") else ""
-    scope: dict[str, Any] = {"_set": object.__setattr__}
-    scope.update({f"_d_{name}": value for name, value in defaults.items()})
-    exec(f"def __init__(self, {', '.join(params)}):\n{sets or '  pass'}\n{post}", scope)  # identifiers only
-    init = namespace["__init__"] = scope["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    kind = _Init.POST if hasattr(cls, "__post_init__") else _Init.SET
+    namespace["__init__"] = _init_function(kind, names, defaults, f"{cls.__qualname__}.__init__")
     new = type(cls)(cls.__name__, cls.__bases__, namespace)
     new.__qualname__ = cls.__qualname__
     made: _C = new
@@ -159,11 +220,8 @@ def mutable_twin(cls: type) -> type:
     if twin is None:
         names = fields(cls)
         defaults: dict[str, Any] = vars(cls)["__record_defaults__"]
-        params = ", ".join(f"{n}=_d_{n}" if n in defaults else n for n in names)
-        sets = "".join(f"  self.{n} = {n}\n" for n in names) or "  pass\n"
-        scope: dict[str, Any] = {f"_d_{n}": v for n, v in defaults.items()}
-        exec(f"def __init__(self, {params}):\n{sets}", scope)
-        twin = _TWINS[cls] = type(f"_Mutable{cls.__name__}", (), {"__slots__": names, "__init__": scope["__init__"]})
+        init = _init_function(_Init.ASSIGN, names, defaults, f"_Mutable{cls.__name__}.__init__")
+        twin = _TWINS[cls] = type(f"_Mutable{cls.__name__}", (), {"__slots__": names, "__init__": init})
     return twin
 
 

@@ -41,11 +41,15 @@ from .errors import BrokerRefused, ClientError, ConnectFailed, ConnectionLost, P
 from .settings import ClientSettings, new_connection, random_client_id, version_name
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mqtt_cli.core.packets import Publish, Subscription
 
 __all__ = ["BlockingClient", "WorkTimedOut", "supports"]
 
 _READ_SIZE = 65536
+#: Linux's TCP_QUICKACK (elsewhere None): see BlockingClient._wait_readable.
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 
 
 class WorkTimedOut(Exception):  # not an error: the caller's own bound (-W) was reached
@@ -83,14 +87,17 @@ class BlockingClient:
         self._qos0_unwritten = 0
         #: The caller's bound on its work (time.monotonic()), the commands' -W: a wait past it raises WorkTimedOut.
         self.deadline: float | None = None
+        self._while_waiting: Callable[[], object] | None = None
 
     # --- connecting ---------------------------------------------------------------------------------------
 
-    def connect(self) -> ConnectionAccepted:
+    def connect(self, while_waiting: Callable[[], object] | None = None) -> ConnectionAccepted:
         """Connects and says CONNECT, as the trio client does (auto: 5.0, then 3.1.1 when the broker refuses
-        5.0); raises ConnectFailed or BrokerRefused."""
+        5.0); raises ConnectFailed or BrokerRefused. `while_waiting` is called once, when the first CONNECT is
+        written: work of the caller's (a one-shot command's imports) done while the broker answers."""
         s = self.settings
         versions = (s.version,) if s.version else (5, 4)
+        self._while_waiting = while_waiting
         for version in versions:
             try:
                 return self._handshake(version, s.clean_start)
@@ -115,6 +122,9 @@ class BlockingClient:
                 sock.sendall(conn.data_to_send(time.monotonic()))
             except OSError:
                 reset = True  # the read below ends it as "closed in answer to CONNECT"
+            if self._while_waiting is not None:
+                work, self._while_waiting = self._while_waiting, None
+                work()
             while True:
                 data = b""
                 try:
@@ -303,6 +313,16 @@ class BlockingClient:
             self._read(deadline)
 
     def _wait_readable(self, sock: socket.socket, deadline: float | None) -> bool:
+        if _QUICKACK is not None:
+            # About to wait: what was received is acknowledged now, not up to 40 ms later. Linux delays the ACK
+            # once we have answered the broker quickly (its "pingpong" mode), and a broker that leaves Nagle on
+            # (mosquitto) holds a small packet back until its previous one is acknowledged: the retained
+            # message after the SUBACK, rr's response after the PUBACK. Setting the option sends a pending ACK
+            # and leaves that mode until our next write.
+            try:  # noqa: SIM105 (a plain try: this runs before every read)
+                sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+            except OSError:
+                pass
         wait = None if deadline is None else max(deadline - time.monotonic(), 0)
         readable, _, _ = select.select([sock], [], [], wait)
         return bool(readable)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mqtt_cli.core.client import ClientConnection
 from mqtt_cli.core.packets import Publish, Will
 from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
+from mqtt_cli.core.records import record
 
 from .endpoints import Endpoint
 
@@ -20,9 +20,11 @@ if TYPE_CHECKING:
 __all__ = ["ClientSettings", "new_connection", "random_client_id", "version_name"]
 
 
-@dataclass
+# A mutable record rather than a dataclass: dataclasses (and the inspect module it loads) and the class's
+# generated methods cost a one-shot client several ms.
+@record(frozen=False)
 class ClientSettings:
-    endpoint: Endpoint = field(default_factory=Endpoint)
+    endpoint: Endpoint = Endpoint()  # (a frozen record: one instance can be every settings' default)
     ssl_context: ssl.SSLContext | None = None
     client_id: str = ""
     version: int | None = None  # 3, 4 or 5; None: 5, falling back to 3.1.1 when the broker refuses 5.0

@@ -4,6 +4,7 @@ and the fast path really taken (no typer, rich or trio imported) for plain forms
 
 import importlib
 import inspect
+import itertools
 import os
 import re
 import signal
@@ -17,7 +18,7 @@ import pytest
 
 from mqtt_cli.app import _build
 from mqtt_cli.commands import _options
-from mqtt_cli.commands._fast import CONNECTION_PARAMS, FAST_ENV, OPTIONS, Kind, Opt, parse
+from mqtt_cli.commands._fast import CONNECTION_PARAMS, FAST_ENV, OPTIONS, Kind, Opt, parse, plain_float, plain_int
 
 from ..brokers import Broker
 from ..conftest import REPO_ROOT, cli_env
@@ -203,6 +204,18 @@ def test_an_unparsable_environment_value_goes_to_typer() -> None:
     assert parse(["pub", "-t", "a", "-m", "x"], {"MQTT_PORT": "http"}) is None
 
 
+def test_plain_numbers_are_what_the_patterns_say() -> None:
+    # The fast parser's string tests against the regular expressions they stand for, on every string of up to 4
+    # characters from an alphabet of the edge cases (non-ASCII digits, signs, dots, letters), and long ones.
+    integer, decimal = re.compile(r"-?(?:0|[1-9][0-9]{0,17})"), re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?")
+    alphabet = ["-", "0", "1", "9", ".", "e", "+", " ", "_", "\u00b2", "\u0663"]
+    values = ["".join(t) for n in range(5) for t in itertools.product(alphabet, repeat=n)]
+    values += ["1" * 18, "1" * 19, "-" + "9" * 18, "9" * 15 + "." + "9" * 15, "9" * 16 + ".5", "1." + "2" * 16]
+    for value in values:
+        assert plain_int(value) == bool(integer.fullmatch(value)), value
+        assert plain_float(value) == bool(decimal.fullmatch(value)), value
+
+
 # --- end to end --------------------------------------------------------------------------------------------------
 
 
@@ -230,6 +243,8 @@ def _said(stderr: bytes) -> str:
 
 
 HEAVY = {"typer", "rich", "trio", "click"}
+#: Standard modules the plain forms do without (each costs a one-shot client ms; docs/PERFORMANCE.md).
+AVOIDED = {"inspect", "dataclasses", "pathlib", "json", "datetime", "ssl"}
 
 
 @pytest.fixture
@@ -252,6 +267,7 @@ def test_plain_forms_take_the_fast_path(mosquitto: Broker, env: dict[str, str], 
         loaded = _imported(done.stderr)
         assert "mqtt_cli.commands._fast" in loaded, args
         assert not loaded & HEAVY, (args, loaded & HEAVY)
+        assert not loaded & AVOIDED, (args, loaded & AVOIDED)
         assert not {m for m in loaded if m.startswith(("typer.", "trio.", "rich."))}, args
         assert done.returncode == (27 if args[0] == "rr" else 0), _said(done.stderr)
     assert _run(["sub", *at, "-t", topic, "-C", "1"], True, env).stdout == b"kept\n"

@@ -140,3 +140,61 @@ def test_dataclass_rules_for_defaults_and_hash() -> None:
             return isinstance(other, WithEq) and self.x == other.x
 
     assert hash(WithEq(1)) == hash(WithEq(1))
+
+
+@record(frozen=False)
+class Settings:
+    name: str = ""
+    where: Point = Point(0)  # a frozen record: one shared default is safe
+    tries: int = 3
+
+
+def test_mutable_record_is_assignable_unhashable_and_compares_by_value() -> None:
+    s = Settings("a")
+    assert s == Settings("a", Point(0), 3) and s != Settings("b")
+    assert repr(s) == "Settings(name='a', where=Point(x=0, y=0), tries=3)"
+    s.tries = 5
+    assert s.tries == 5 and s != Settings("a")
+    with pytest.raises(TypeError):
+        hash(s)
+    with pytest.raises(AttributeError):
+        s.other = 1  # type: ignore[attr-defined]
+    assert pickle.loads(pickle.dumps(s)) == s
+    assert replace(s, name="b") == Settings("b", Point(0), 5)
+    with pytest.raises(ValueError, match="mutable default"):
+
+        @record(frozen=False)
+        class Shared:
+            items: list[int] = []  # noqa: RUF012
+
+
+@record
+class Pair:
+    left: int
+    right: str = "r"
+
+
+@record
+class Other:
+    first: int
+    second: str = "s"
+
+
+@record
+class Empty:
+    pass
+
+
+def test_records_of_one_shape_keep_their_own_names() -> None:
+    # Their __init__ share compiled code (records.py): each must take and set its own fields.
+    assert Pair(1) == Pair(left=1, right="r") and Pair(right="x", left=2).right == "x"
+    assert Other(second="t", first=3) == Other(3, "t") and Other(3).second == "s"
+    with pytest.raises(TypeError, match="right"):
+        Other(1, right="x")  # type: ignore[call-arg]
+    assert Pair.__init__.__qualname__ == "Pair.__init__" and Other.__init__.__code__.co_varnames == (
+        "self", "first", "second")  # fmt: skip
+    assert Empty() == Empty() and fields(Empty) == ()
+    with pytest.raises(TypeError):
+        Empty(1)  # type: ignore[call-arg]
+    twin = fast_constructor(Pair)(5, "m")
+    assert type(twin) is Pair and twin == Pair(5, "m")
