@@ -22,6 +22,14 @@ from .bridge import LinkStats
 from .codec import encode
 from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
 from .flows import FlowState
+from .lifecycle import (
+    DEFAULT_RECEIVE_MAXIMUM,
+    LifecycleEvent,
+    next_topic_alias,
+    over_maximum_packet_size,
+    receive_maximum_exceeded,
+    resolve_topic_alias,
+)
 from .load import LoadAverages
 from .packed import PackedQueue, PackedRetained
 from .packets import (
@@ -371,7 +379,8 @@ class BrokerCore:
         conn.sink = sink
         conn.version = 5
         conn.client_id = client_id
-        conn.connected = True
+        conn.advance(LifecycleEvent.CONNECT)
+        conn.advance(LifecycleEvent.CONNACK_ACCEPTED)
         session = old if old is not None else Session(client_id, 5)
         session.version = 5
         session.expiry_interval = expiry
@@ -418,7 +427,7 @@ class BrokerCore:
         ends with its subscriptions and queue."""
         if conn.closed:
             return
-        conn.closed = True
+        conn.advance(LifecycleEvent.DISCONNECT_RECEIVED)  # the in-process client's own going
         session = conn.session
         if session is None or session.connection is not conn:
             return
@@ -597,7 +606,7 @@ class BrokerCore:
     def connection_lost(self, conn: ServerConnection, now: float) -> None:
         """The socket closed or failed. Not a normal DISCONNECT unless one was received first."""
         if not conn.closed:
-            self._close(conn, now, reason=None, detail="connection lost")
+            self._close(conn, now, reason=None, detail="connection lost", event=LifecycleEvent.TRANSPORT_CLOSED)
         self.connections.discard(conn)
         self.dirty.discard(conn)
 
@@ -745,7 +754,9 @@ class BrokerCore:
     # --- CONNECT ------------------------------------------------------------------------------------------
 
     def _on_connect(self, conn: ServerConnection, p: Connect, now: float) -> None:
-        if conn.connected:
+        try:
+            conn.advance(LifecycleEvent.CONNECT)
+        except RemoteProtocolError:
             self._close(conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail="second CONNECT")
             return
         c = self.config
@@ -860,7 +871,7 @@ class BrokerCore:
         conn.session = session
         receive_maximum = props.receive_maximum if version == 5 else None
         # No limit still means 65,535: past that every packet identifier is in flight (2.2.1).
-        session.outgoing.receive_maximum = receive_maximum or c.max_inflight or 65535
+        session.outgoing.receive_maximum = receive_maximum or c.max_inflight or DEFAULT_RECEIVE_MAXIMUM
         # What the CONNACK announces holds for this connection, whatever a reload changes later.
         conn.receive_maximum_announced = c.max_inflight if 0 < c.max_inflight < 65535 else 0
         conn.retain_available = c.retain_available
@@ -871,7 +882,7 @@ class BrokerCore:
                 conn.aliases_out = {}
                 conn.alias_out_maximum = props.topic_alias_maximum
             conn.reader.version = 5
-        conn.connected = True
+        conn.advance(LifecycleEvent.CONNACK_ACCEPTED)
         ack_props = EMPTY_PROPERTIES
         if version == 5:
             # In mosquitto's order, for those who compare packets byte by byte.
@@ -1022,7 +1033,9 @@ class BrokerCore:
     def _refuse(self, conn: ServerConnection, reason_v5: int, detail: str, now: float) -> None:
         code = reason_v5 if conn.version == 5 else v3_connack_code(reason_v5)
         self._send(conn, ConnAck(False, code))
-        self._close(conn, now, reason=None, detail=detail, refused=refusal_name(reason_v5))
+        self._close(
+            conn, now, reason=None, detail=detail, refused=refusal_name(reason_v5), event=LifecycleEvent.CONNACK_REFUSED
+        )
 
     # --- PUBLISH and its flows --------------------------------------------------------------------------------
 
@@ -1035,21 +1048,11 @@ class BrokerCore:
         if props.items:  # 5.0 only: the codec refuses properties before
             alias = props.topic_alias
             if alias is not None:
-                if alias > conn.topic_alias_maximum:
-                    self._close(
-                        conn, now, reason=ReasonCode.TOPIC_ALIAS_INVALID, detail=f"topic alias {alias} over the maximum"
-                    )
+                try:
+                    topic = resolve_topic_alias(conn.aliases_in, conn.topic_alias_maximum, alias, topic)
+                except RemoteProtocolError as err:
+                    self._close(conn, now, reason=err.reason_code, detail=str(err))
                     return
-                if topic:
-                    conn.aliases_in[alias] = topic
-                else:
-                    known = conn.aliases_in.get(alias)
-                    if known is None:
-                        self._close(
-                            conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail=f"topic alias {alias} was never set"
-                        )
-                        return
-                    topic = known
                 props = props.replace(topic_alias=None)
             if props.subscription_identifier is not None:
                 self._close(
@@ -1099,8 +1102,7 @@ class BrokerCore:
                 self._acknowledge(conn, encode(PubRec(p.packet_id), conn.version))
                 return
             limit = conn.receive_maximum_announced
-            if limit and len(session.incoming) > limit and conn.version == 5:
-                # [MQTT-3.3.4-7]: more QoS 2 unreleased than the Receive Maximum we announced.
+            if receive_maximum_exceeded(len(session.incoming), limit) and conn.version == 5:
                 self._close(
                     conn, now, reason=ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, detail=f"receive maximum {limit} exceeded"
                 )
@@ -1369,14 +1371,14 @@ class BrokerCore:
         else:
             # The client takes topic aliases: a topic sent before goes as its alias and an empty topic name.
             alias = aliases.get(message.topic, 0)
-            if not alias and len(aliases) < conn.alias_out_maximum:
-                alias = new_alias = len(aliases) + 1
+            if not alias and len(aliases) < conn.alias_out_maximum:  # (the call only when one is left)
+                alias = new_alias = next_topic_alias(aliases.values(), conn.alias_out_maximum)
             if alias:
                 data = message.wire_aliased(qos, retain, pid, props, alias, new_alias != 0)
             else:  # all aliases taken: the topic in full
                 data = message.wire(version, qos, retain, pid, props)
         limit = conn.client_max_packet_size
-        if limit is not None and len(data) > limit:
+        if limit is not None and over_maximum_packet_size(len(data), limit):  # (the call only when there is one)
             # 3.1.2.11.4: a packet over the client's maximum is not sent, as if it had been delivered.
             if pid is not None:
                 session.outgoing.discard(pid)
@@ -1537,11 +1539,14 @@ class BrokerCore:
                 session.expiry_interval = expiry
         if p.reason_code == 0x04:
             # "Disconnect with Will Message": closed as if abnormally, for the will's sake.
-            self._close(conn, now, reason=None, detail="DISCONNECT with will message")
+            self._close(
+                conn, now, reason=None, detail="DISCONNECT with will message", event=LifecycleEvent.DISCONNECT_RECEIVED
+            )
             return
         session.will = None  # a normal disconnection discards the will [MQTT-3.1.2-10]
-        conn.normal_disconnect = True
-        self._close(conn, now, reason=None, detail=f"DISCONNECT 0x{p.reason_code:02X}")
+        self._close(
+            conn, now, reason=None, detail=f"DISCONNECT 0x{p.reason_code:02X}", event=LifecycleEvent.DISCONNECT_RECEIVED
+        )
 
     def _on_auth(self, conn: ServerConnection, p: Auth, now: float) -> None:
         self._close(
@@ -1551,10 +1556,18 @@ class BrokerCore:
     # --- closing, wills, session ends -------------------------------------------------------------------------
 
     def _close(
-        self, conn: ServerConnection, now: float, *, reason: int | None, detail: str, refused: str | None = None
+        self,
+        conn: ServerConnection,
+        now: float,
+        *,
+        reason: int | None,
+        detail: str,
+        refused: str | None = None,
+        event: LifecycleEvent = LifecycleEvent.DISCONNECT_SENT,
     ) -> None:
         """Ends a connection: 5.0 DISCONNECT with `reason` when there is one, then the session is detached.
-        `refused`: a CONNECT refused, why (counted by that name)."""
+        `refused`: a CONNECT refused, why (counted by that name). `event`: what ends it, for the state table (the
+        broker's own decision unless said otherwise)."""
         if conn.closed:
             return
         if refused is not None:
@@ -1562,8 +1575,7 @@ class BrokerCore:
         if reason is not None and conn.connected and conn.version == 5 and reason in REASONS_BY_PACKET[14]:
             why = Properties(reason_string=detail[:200]) if detail and self.config.reason_strings else EMPTY_PROPERTIES
             self._send(conn, Disconnect(reason, why))
-        conn.closed = True
-        conn.close_requested = True
+        conn.advance(event)
         self.dirty.add(conn)
         kind = NoticeKind.REFUSED if refused else NoticeKind.DISCONNECTED if reason is None else NoticeKind.ERROR
         self.notices.append(Notice(kind, conn.client_id, conn.peer, detail, reason))
@@ -1626,7 +1638,7 @@ class BrokerCore:
     def _send(self, conn: ServerConnection, packet: Any) -> None:
         data = encode(packet, conn.version)
         limit = conn.client_max_packet_size
-        if limit is not None and len(data) > limit:
+        if limit is not None and over_maximum_packet_size(len(data), limit):
             smaller = self._within(conn, packet, limit)
             if smaller is None:
                 return
