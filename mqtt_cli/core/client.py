@@ -108,7 +108,8 @@ class ClientConnection:
     mosquitto's bridge flag in a 3.x CONNECT (protocol level | 0x80: the broker does not echo our own messages).
 
     `on_message` and `on_acknowledged` are a relay's hot path (the bridge): an event object per message and the
-    owner's loop over the events cost about a third of what forwarding a message costs. With `manual_ack`, a
+    owner's loop over the events cost a good part of what forwarding a message costs (docs/ARCHITECTURE.md, "The
+    bridge", says how much and why these stay callbacks). With `manual_ack`, a
     QoS 1/2 message received while no event of the same read is waiting goes to `on_message(publish)` instead
     of a MessageReceived event (so the order of what the owner sees is the order received); a plain PUBACK (reason
     0, no properties) goes to `on_acknowledged(context)` instead of a PublishAcknowledged event. Both are called
