@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any
+from typing import Any, Final
 
 from .acl import AclView
 from .auth import AuthPolicy, CertificateIdentity, authenticate
@@ -24,6 +24,7 @@ from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVer
 from .flows import FlowState
 from .lifecycle import (
     DEFAULT_RECEIVE_MAXIMUM,
+    ConnectionState,
     LifecycleEvent,
     next_topic_alias,
     over_maximum_packet_size,
@@ -82,6 +83,9 @@ _PINGRESP = encode(PingResp())
 _V3_SUBACK_FAILURE = 0x80  # 3.1.1 SUBACK return code: refused
 # Packet types only a server sends: from a client, a protocol error (0x82) whatever their contents hold.
 _SERVER_TO_CLIENT_ONLY = frozenset({2, 9, 11, 13})  # CONNACK, SUBACK, UNSUBACK, PINGRESP
+# The per-packet and per-delivery checks read the state itself: `conn.closed` is a property (a call in pure Python).
+_CONNECTED: Final = ConnectionState.CONNECTED
+_CLOSED: Final = ConnectionState.CLOSED
 
 
 @dataclass(slots=True)
@@ -334,7 +338,7 @@ class BrokerCore:
         """The commit holding what these acknowledgements promise is done: they go out (to open connections; an
         in-process client's `taken` is told, with the token its publish_internal gave)."""
         for conn, data in held:
-            if not conn.closed:
+            if conn.state is not _CLOSED:
                 if conn.sink is not None:
                     conn.sink.taken(data)
                 else:
@@ -535,7 +539,7 @@ class BrokerCore:
         """An in-process client has dealt with a QoS 1/2 delivery (a bridge: the remote broker acknowledged it):
         its flow ends, QoS 2 at once (no PUBREL round within the process), and queued deliveries move up."""
         session = conn.session
-        if session is None or conn.closed:
+        if session is None or conn.state is _CLOSED:
             return
         self._clock = now
         entry = session.outgoing.get(packet_id)
@@ -570,12 +574,12 @@ class BrokerCore:
 
     def receive(self, conn: ServerConnection, received: bytes | bytearray | memoryview, now: float) -> None:
         """Handles bytes read from `conn`."""
-        if conn.closed:
+        if conn.closed:  # (the view, once a read: `conn.state` itself would stay narrowed below, where it moves)
             return
         data = received if type(received) is bytes else bytes(received)  # a WebSocket's may be a bytearray
         conn.last_received = self._clock = now
         self.stats.bytes_received += len(data)
-        if not conn.connected and data and data[0] != 0x10 and not conn.reader.buffered:
+        if conn.state is not _CONNECTED and data and data[0] != 0x10 and not conn.reader.buffered:
             # [MQTT-3.1.0-1]: the first packet is CONNECT. Anything else (an HTTP request, TLS to a plain port) is
             # not waited for: its "remaining length" could keep the connection open until the timeout.
             what = "a TLS handshake" if data[0] == 0x16 else f"first byte 0x{data[0]:02X}"
@@ -587,10 +591,10 @@ class BrokerCore:
             except RemoteProtocolError as err:
                 for packet in err.packets:
                     self._handle(conn, packet, now)
-                    if conn.closed:
+                    if conn.state is _CLOSED:
                         return
                 self._protocol_error(conn, err, now)
-                if conn.closed or not conn.reader.buffered:
+                if conn.state is _CLOSED or not conn.reader.buffered:
                     return
                 # Every protocol error closes the connection today; should one ever be answered and the connection
                 # go on, what came after that packet in the same read waits in the reader: read on (the fuzzer found
@@ -599,7 +603,7 @@ class BrokerCore:
                 continue
             for packet in packets:
                 self._handle(conn, packet, now)
-                if conn.closed:
+                if conn.state is _CLOSED:
                     return
             return
 
@@ -639,7 +643,7 @@ class BrokerCore:
 
     def drained(self, conn: ServerConnection, now: float) -> None:
         """The writer emptied `out`: deliveries held back for this connection can go on."""
-        if conn.wants_drain and not conn.closed and conn.session is not None:
+        if conn.wants_drain and conn.state is not _CLOSED and conn.session is not None:
             conn.wants_drain = False
             self._pump(conn.session, now)
 
@@ -689,13 +693,13 @@ class BrokerCore:
         self.stats.messages_received += 1
         kind = type(packet)
         if kind is Publish:
-            if conn.connected:
+            if conn.state is _CONNECTED:
                 self._on_publish(conn, packet, now)
                 return
         elif kind is Connect:
             self._on_connect(conn, packet, now)
             return
-        if not conn.connected:
+        if conn.state is not _CONNECTED:
             self._close(conn, now, reason=None, detail=f"{kind.__name__.upper()} before CONNECT")
             return
         handler = _HANDLERS.get(kind)
@@ -1313,7 +1317,7 @@ class BrokerCore:
             self._row = row = self._row + 1
             self.changes.append(DeliveryAdded(session.client_id, row, message, qos, retain, sids))
         conn = session.connection
-        if conn is None or conn.closed:
+        if conn is None or conn.state is _CLOSED:
             if qos:
                 self._enqueue(session, Delivery(message, qos, retain, sids, row))
             return
@@ -1408,7 +1412,7 @@ class BrokerCore:
     def _pump(self, session: Session, now: float) -> None:
         """Sends queued deliveries while the client's window and our buffer allow."""
         conn = session.connection
-        if conn is None or conn.closed:
+        if conn is None or conn.state is _CLOSED:
             return
         queue = session.queue
         outgoing = session.outgoing
