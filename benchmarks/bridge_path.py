@@ -30,7 +30,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mqtt_cli.core.bridge import parse_rule
-from mqtt_cli.core.codec import encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packets import Publish
 from mqtt_cli.net.bridge import LOCAL, REMOTE, Bridge, BridgeConfig, SideConfig
 from mqtt_cli.net.client import Client

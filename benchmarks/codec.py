@@ -27,9 +27,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mqtt_cli import buildmode
-from mqtt_cli.core.codec import PacketReader, encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packets import Publish
 from mqtt_cli.core.properties import Properties
+from mqtt_cli.core.reader import PacketReader
 
 TARGET = 500_000
 

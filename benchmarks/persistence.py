@@ -10,9 +10,11 @@ turn (the order rotating each rep, as ../shared/bench/matrix.sh does): ours with
 - `clean`: the C generator ../shared/bench/mqttload (clean sessions). Nothing is stored (no persistent session,
   no retained message): this measures the acknowledgements held back until a commit, for every QoS 1/2 message.
 - `persistent`: `mqtt bench pubsub --no-clean -V 311` (new sessions each run): the subscriber's session is
-  persistent, so every message is written to the file as it is queued for it (DeliveryAdded) and again when it
-  is acknowledged (DeliveryDone), before the publisher's PUBACK/PUBREC goes out. mosquitto writes nothing per
-  message (a snapshot every autosave_interval), so this compares our stronger promise with its weaker one.
+  persistent. QoS 1: a message the (online) subscriber acknowledges within net/server.py's COMMIT_LINGER is never
+  written (the publisher's PUBACK waits for that acknowledgement instead of a commit); one acknowledged later is
+  written (INSERT) and deleted again. QoS 2: every message is written before its PUBLISH and PUBREC go out, its
+  release before PUBREL/PUBCOMP, and deleted once complete. mosquitto writes nothing per message (a snapshot
+  every autosave_interval), so this compares our stronger promise with its weaker one.
 Goals (issue 18): persistence on >= 0.5x of ours with it off, and >= 1.0x mosquitto with persistence true.
 
 restart: a file holding --queued QoS 1 messages for --sessions offline persistent sessions (3.1.1, each

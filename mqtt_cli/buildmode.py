@@ -1,7 +1,7 @@
 """Which build of the hot modules runs: compiled with mypyc (`make install` with a C compiler) or pure Python.
 
 scripts/build_compiled.py compiles the modules in COMPILED from their `.py` files (which stay the only sources)
-into extension modules beside them (mqtt_cli/core/codec.cpython-311-x86_64-linux-gnu.so next to codec.py), and
+into extension modules beside them (mqtt_cli/core/reader.cpython-311-x86_64-linux-gnu.so next to reader.py), and
 writes STAMP: the interpreter it built for and each source's size, mtime and SHA-256. Python imports an extension
 module rather than a source file of the same name; `select()` turns that around, for every compiled module
 together (compiled modules call each other directly, so a mix would run old code), when
@@ -29,7 +29,9 @@ __all__ = ["BUILD", "COMPILED", "ENV_PURE", "STAMP", "WHY_PURE", "select"]
 
 #: The modules compiled (the hot paths: decoding and encoding, topic matching, the broker's per-message work).
 COMPILED = (
-    "mqtt_cli.core.codec",
+    "mqtt_cli.core.encoder",
+    "mqtt_cli.core.decoder",
+    "mqtt_cli.core.reader",
     "mqtt_cli.core.topics",
     "mqtt_cli.core.broker",
     "mqtt_cli.core.session",
@@ -63,6 +65,8 @@ def _stale(lines: Sequence[str]) -> str:
     for line in lines[1:]:
         module, size, mtime_ns, digest = line.split()
         listed.add(module)
+        if module not in COMPILED:  # a build of an older layout (a module since split or renamed)
+            return "the build compiled other modules than this version names"
         source = source_path(module)
         if not os.path.exists(source[:-3] + suffix):
             return f"{module}: no compiled module"

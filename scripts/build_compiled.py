@@ -4,7 +4,7 @@
     .venv/bin/python scripts/build_compiled.py --clean  # remove the build: pure Python again
 
 The `.py` files stay the only sources: mypyc turns them into C, the machine's C compiler into one shared library
-(mqtt_cli/core__mypyc.*.so) and a small extension per module (mqtt_cli/core/codec.*.so next to codec.py), which
+(mqtt_cli/core__mypyc.*.so) and a small extension per module (mqtt_cli/core/reader.*.so next to reader.py), which
 Python imports instead of the `.py` file. Last, it writes mqtt_cli/compiled.stamp, by which mqtt_cli.buildmode
 tells a build that matches the sources from one left behind by an edit (then everything runs as pure Python).
 Exit status: 0 built (or cleaned), 1 the build failed (no C compiler, a compile error): the old build is removed
@@ -35,8 +35,9 @@ GROUP = "mqtt_cli.core"  # the shared library: mqtt_cli/core__mypyc.<suffix>
 def clean() -> None:
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     Path(STAMP).unlink(missing_ok=True)
-    for module in COMPILED:
-        Path(source_path(module)[:-3] + suffix).unlink(missing_ok=True)
+    # Every extension in the package, not only those of COMPILED: one of a module since split or renamed too.
+    for ext in glob.glob(str(ROOT / "mqtt_cli" / "**" / f"*{suffix}"), recursive=True):
+        os.unlink(ext)
     for lib in glob.glob(str(ROOT / "mqtt_cli" / "core__mypyc.*")):
         os.unlink(lib)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from mqtt_cli.core.codec import encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packets import Publish
 
 

@@ -95,7 +95,7 @@ def read_payload(
 ) -> bytes:
     """The one message of -m, -f or -s (in `form`); exits 2, before connecting, for one that no PUBLISH can
     carry, without reading more of it than a PUBLISH can carry."""
-    from mqtt_cli.core.codec import max_publish_payload
+    from mqtt_cli.core.encoder import max_publish_payload
 
     limit = max_publish_payload(topic or "t", qos, props, version)
     # hex takes two characters a byte, base64 four for three: read that much of the text form

@@ -4,7 +4,7 @@ Everything that speaks MQTT in this project (broker, clients, bridge, ``mqtt dum
 through the one codec and topic engine here.
 """
 
-from .codec import PacketReader, decode, encode
+from .encoder import encode
 from .errors import (
     LocalProtocolError,
     MalformedPacket,
@@ -37,6 +37,7 @@ from .packets import (
     Will,
 )
 from .properties import EMPTY_PROPERTIES, Properties, PropertyId
+from .reader import PacketReader, decode
 from .reasons import ConnackReturnCode, ReasonCode, reason_name
 from .topics import TopicTrie, matches, parse_shared, topic_filter_error, topic_name_error
 

@@ -19,7 +19,7 @@ from typing import Any, Final
 from .acl import AclView
 from .auth import AuthPolicy, CertificateIdentity, authenticate
 from .bridge import LinkStats
-from .codec import encode
+from .encoder import encode
 from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
 from .flows import FlowState
 from .lifecycle import (

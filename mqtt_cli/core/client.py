@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from .codec import PacketReader, encode, encode_publish, encode_topic_name, frame_publish
+from .encoder import encode, encode_publish, encode_topic_name, frame_publish
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .events import (
     ConnectionAccepted,
@@ -65,6 +65,7 @@ from .packets import (
     Will,
 )
 from .properties import EMPTY_PROPERTIES, Properties
+from .reader import PacketReader
 from .reasons import REASONS_BY_PACKET, ReasonCode, reason_name
 from .records import fast_constructor
 from .topics import topic_filter_error, topic_name_error

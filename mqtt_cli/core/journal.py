@@ -25,8 +25,9 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .codec import PacketReader, encode
+from .encoder import encode
 from .packets import Publish
+from .reader import PacketReader
 
 __all__ = [
     "HEADER",

@@ -13,7 +13,9 @@ from .properties import EMPTY_PROPERTIES, Properties
 from .records import record
 
 __all__ = [
+    "PACKET_NAMES",
     "PROTOCOL_NAMES",
+    "REQUIRED_FLAGS",
     "Auth",
     "ConnAck",
     "Connect",
@@ -53,6 +55,13 @@ class PacketType(IntEnum):
     PINGRESP = 13
     DISCONNECT = 14
     AUTH = 15
+
+
+# Packet type -> its name, for messages (a tuple: the encoder and decoder index it on their paths).
+PACKET_NAMES = tuple(t.name for t in PacketType)
+
+# Fixed-header flags every packet but PUBLISH (-1) must carry (2.1.3), by packet type.
+REQUIRED_FLAGS = (0, 0, 0, -1, 0, 0, 2, 0, 2, 0, 2, 0, 0, 0, 0, 0)
 
 
 # Protocol level -> the protocol name that goes with it (3.1 is "MQIsdp").

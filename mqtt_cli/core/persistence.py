@@ -12,8 +12,11 @@ the store turns them into wall-clock times and back.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
+from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from .packed import PackedQueue
 from .packets import Will
@@ -29,12 +32,14 @@ __all__ = [
     "DeliverySent",
     "IncomingAdded",
     "IncomingReleased",
+    "Pending",
     "RetainedCleared",
     "RetainedSet",
     "SessionRemoved",
     "SessionSaved",
     "StoredDelivery",
     "StoredSession",
+    "coalesce",
 ]
 
 
@@ -68,7 +73,12 @@ class SessionRemoved:
     client_id: str
 
 
-@dataclass(frozen=True, slots=True)
+# The records made per message (below, to IncomingReleased) are not frozen: a frozen dataclass's __init__ sets each
+# field through object.__setattr__, several times slower, and the broker makes two or three of them per message.
+# Nothing changes them once made.
+
+
+@dataclass(slots=True)
 class DeliveryAdded:
     """A QoS 1/2 message for a persistent session, queued or in flight until its client acknowledges it.
     `row` orders a session's deliveries and names this one in DeliveryDone."""
@@ -81,7 +91,7 @@ class DeliveryAdded:
     subscription_ids: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeliveryDone:
     """Acknowledged by its client (or dropped: expired, over a limit): nothing more to keep."""
 
@@ -89,7 +99,7 @@ class DeliveryDone:
     row: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeliverySent:
     """The packet identifier a delivery went out with (re-sent with it, DUP set, after a restart)."""
 
@@ -98,7 +108,7 @@ class DeliverySent:
     packet_id: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeliveryReleased:
     """PUBREC came for a QoS 2 delivery: what is left of its flow is the PUBREL (re-sent after a restart)."""
 
@@ -106,7 +116,7 @@ class DeliveryReleased:
     row: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class IncomingAdded:
     """A QoS 2 PUBLISH received from a persistent session's client and not yet released (PUBREL): its re-send after
     a restart is acknowledged, not delivered again."""
@@ -115,7 +125,7 @@ class IncomingAdded:
     packet_id: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class IncomingReleased:
     client_id: str
     packet_id: int
@@ -188,3 +198,211 @@ class CommitLatency:
     @property
     def count(self) -> int:
         return sum(self.counts)
+
+
+_DELIVERY_STEPS = (DeliveryAdded, DeliverySent, DeliveryReleased, DeliveryDone)
+_UPDATES = (DeliverySent, DeliveryReleased)
+
+
+def coalesce(changes: list[Change]) -> list[Change]:
+    """`changes` without what leaves the file as it was: a delivery both added and done within them (a message its
+    subscriber acknowledged before the commit: nothing of it is written), and the updates of a row deleted later
+    in them (a QoS 2 delivery released and completed between two commits). Rows are never reused."""
+    done = {c.row for c in changes if type(c) is DeliveryDone}
+    if not done:
+        return changes
+    gone = {c.row for c in changes if type(c) is DeliveryAdded and c.row in done}
+    return [
+        c
+        for c in changes
+        if not (type(c) in _DELIVERY_STEPS and c.row in gone)  # type: ignore[union-attr]
+        and not (type(c) in _UPDATES and c.row in done)  # type: ignore[union-attr]
+    ]
+
+
+@dataclass(slots=True)
+class _Batch:
+    """What the core changed and held in one batch (the network layer collects after each batch of input), and
+    how many of its QoS 1 deliveries their subscribers have not acknowledged yet."""
+
+    changes: list[Change]
+    held: list[tuple[Any, Any]]
+    waiting: int
+    at: float  # collected (core clock)
+    seq: int  # collected in this order
+    hard: bool = False  # holds a change its acknowledgements (and those after them) wait for until it is written
+    pure: bool = False  # its changes are its QoS 1 deliveries, added and sent: dropped once they are all done
+    taken: bool = False  # its changes are in a commit (being written, or written)
+    written: bool = False
+
+
+class Pending:
+    """What the next commits write, and the acknowledgements held until then, or until they no longer need to be.
+
+    An acknowledgement may go out once everything the core changed before it is on file *or no longer needs to
+    be*. A QoS 1 delivery to a persistent session, sent to its online client, which acknowledges it before a commit
+    took it leaves the file as it was (the pair is dropped). So a batch's acknowledgements go out when its QoS 1
+    deliveries are done or written, whichever comes first, and those of every batch before it have gone. Anything
+    else (a QoS 2 delivery, whose PUBLISH waits for its row; a queued delivery; a retained message; a session; an
+    incoming QoS 2 identifier; an update of a row on file) makes its batch "hard": its acknowledgements, and so
+    those after them (they keep their order), wait for the commit that writes it, which is due at once.
+
+    `due` says when to commit: at once for a hard batch or a full group, `linger` after the oldest batch still
+    waiting for its subscribers. A commit takes the batches that are due (`take`): younger ones stay, so a message
+    is written only when its subscriber took longer than `linger`."""
+
+    __slots__ = ("_batches", "_elided", "_hard", "_live", "_segments", "_seq", "committing", "count")
+
+    #: Changes kept at most before a commit is due (what a busy, always-acknowledging subscriber accumulates).
+    MAX_CHANGES = 16384
+
+    def __init__(self) -> None:
+        self.count = 0  # changes in `_batches`
+        self.committing = False  # a group taken, not yet written
+        self._batches: deque[_Batch] = deque()  # not taken yet, in order
+        self._segments: deque[_Batch] = deque()  # those whose acknowledgements have not gone, in order
+        self._live: dict[int, _Batch] = {}  # row -> its batch: QoS 1 deliveries added, not done, not yet written
+        self._elided: set[int] = set()  # rows added and done before a commit took them
+        self._hard: _Batch | None = None  # the first hard batch not taken yet
+        self._seq = 0
+
+    def add(self, changes: list[Change], held: list[tuple[Any, Any]], now: float) -> list[tuple[Any, Any]]:
+        """One batch: the core's new changes and the acknowledgements it held meanwhile (both kept: the caller
+        gives the core new lists). Returns the acknowledgements that may go out now, in order."""
+        self._seq += 1
+        batch = _Batch(changes, held, 0, now, self._seq)
+        hard = False
+        live = self._live
+        added = sent = 0  # QoS 1 deliveries added in this batch, and sent in it (the core sends one as it adds it)
+        elided = 0  # DeliveryDone of rows added in batches not taken: not kept (nor, later, their DeliveryAdded)
+        for c in changes:
+            kind = type(c)
+            if kind is DeliveryAdded:
+                if c.qos == 1:  # type: ignore[union-attr]
+                    live[c.row] = batch  # type: ignore[union-attr]
+                    batch.waiting += 1
+                    added += 1
+                else:
+                    hard = True
+            elif kind is DeliveryDone:
+                of = live.pop(c.row, None)  # type: ignore[union-attr]
+                if of is not None:
+                    of.waiting -= 1
+                    if not of.taken:
+                        elided += 1
+                        self._elided.add(c.row)  # type: ignore[union-attr]
+                        if not of.waiting and of.pure:
+                            # Nothing of it is left to write: its records go now, not at the next commit (fewer
+                            # objects kept alive, less for the garbage collector to go through).
+                            self.count -= len(of.changes)
+                            of.changes = []
+            elif kind is DeliverySent and live.get(c.row) is batch:  # type: ignore[union-attr]
+                sent += 1  # (its identifier goes with its INSERT, if it is written)
+            else:
+                hard = True
+        if sent < added:
+            # Queued, not sent (an offline subscriber, a full window): no acknowledgement is coming soon. Written
+            # at once, as everything else, rather than after the linger.
+            hard = True
+        if elided:
+            changes = [c for c in changes if not (type(c) is DeliveryDone and c.row in self._elided)]
+            batch.changes = changes
+        if changes:
+            batch.pure = not hard and len(changes) == added + sent
+            if batch.pure and not batch.waiting:  # done within the batch itself
+                changes = batch.changes = []
+        batches = self._batches
+        if changes:
+            batches.append(batch)
+            self.count += len(changes)
+        while batches and not batches[0].changes:  # (its acknowledgements, if any, are in `_segments`)
+            batches.popleft()
+        if hard:
+            batch.hard = True
+            if self._hard is None:
+                self._hard = batch
+        if held or batch.waiting or hard:
+            self._segments.append(batch)
+        return self._releasable()
+
+    def _releasable(self) -> list[tuple[Any, Any]]:
+        segments = self._segments
+        out: list[tuple[Any, Any]] = []
+        while segments:
+            first = segments[0]
+            if not first.written and (first.waiting or first.hard):
+                break
+            segments.popleft()
+            out += first.held
+        return out
+
+    def withheld(self) -> int:
+        """Acknowledgements held now."""
+        return sum(len(s.held) for s in self._segments)
+
+    def due(self, linger: float, idle: float) -> float | None:
+        """When to commit (core clock; None: nothing to, or a commit is being written): at once (-inf) for a hard
+        batch or a full group, `linger` after the oldest batch waiting for its subscribers, `idle` after the oldest
+        change otherwise (what only tidies the file: rows deleted)."""
+        if self.committing or not self._batches:
+            return None
+        if self._hard is not None or self.count >= self.MAX_CHANGES:
+            return -math.inf
+        for s in self._segments:
+            if not s.taken:  # the first not written is waiting (else it would have gone)
+                return s.at + linger
+        return self._batches[0].at + idle
+
+    def take(self, now: float, linger: float) -> list[Change]:
+        """For a commit: the changes of the batches that are due (all, with a hard one; else up to the first batch
+        waiting for its subscribers for less than `linger`), without the pairs that write nothing. Their
+        acknowledgements go when it is written (`committed`) or, for those that wait for no hard change, when their
+        deliveries are done, if that comes first; `failed` if it cannot be written."""
+        stop = math.inf  # the first batch kept (its seq)
+        if self._hard is None and self.count < self.MAX_CHANGES:
+            for s in self._segments:
+                if s.at + linger > now:
+                    stop = s.seq
+                    break
+        elided = self._elided
+        changes: list[Change] = []
+        batches = self._batches
+        while batches and batches[0].seq < stop:
+            b = batches.popleft()
+            b.taken = True
+            changes += b.changes
+        for s in self._segments:
+            if s.seq >= stop:
+                break
+            s.taken = True
+        self._hard = None
+        if elided:
+            # A pair taken apart by the cut (added before it, done after) is dropped from the batches kept too.
+            changes = [c for c in changes if not (type(c) in _DELIVERY_STEPS and c.row in elided)]  # type: ignore[union-attr]
+            for b in batches:
+                b.changes = [c for c in b.changes if not (type(c) in _DELIVERY_STEPS and c.row in elided)]  # type: ignore[union-attr]
+            self._elided = set()
+        self.count = sum(len(b.changes) for b in batches)
+        self.committing = True
+        return changes
+
+    def committed(self) -> list[tuple[Any, Any]]:
+        """The taken group is on file: the acknowledgements that may go now."""
+        self.committing = False
+        for s in self._segments:
+            if not s.taken:
+                break
+            s.written = True
+        # Its rows are on file: a DeliveryDone of one is written as it comes (a DELETE).
+        self._live = {row: b for row, b in self._live.items() if not b.taken}
+        return self._releasable()
+
+    def failed(self, changes: list[Change], now: float) -> None:
+        """The taken group could not be written: it goes back in front of what came since, to be tried again; its
+        acknowledgements wait for it."""
+        self.committing = False
+        front = _Batch(changes, [], 0, now, 0, hard=True, taken=True)  # (taken: a DeliveryDone of its rows is kept)
+        self._batches.appendleft(front)
+        self._segments.appendleft(front)
+        self.count += len(changes)
+        self._hard = front

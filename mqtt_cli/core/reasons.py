@@ -7,6 +7,7 @@ from enum import IntEnum
 __all__ = [
     "REASONS_BY_PACKET",
     "SERVER_ONLY_DISCONNECT_REASONS",
+    "V3_SUBACK_CODES",
     "ConnackReturnCode",
     "ReasonCode",
     "reason_name",
@@ -128,6 +129,8 @@ _V3_CONNACK_NAMES = {
 }
 
 _V3_SUBACK_NAMES = {0: "Granted QoS 0", 1: "Granted QoS 1", 2: "Granted QoS 2", 0x80: "Failure"}
+# The SUBACK return codes MQTT 3.x allows.
+V3_SUBACK_CODES = frozenset(_V3_SUBACK_NAMES)
 
 # Which reason codes each packet type may carry in 5.0 (the tables in 3.2.2.2, 3.4.2.1, ... 3.15.2.1),
 # keyed by packet type number.

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from .codec import PacketReader
 from .lifecycle import ConnectionState, LifecycleEvent, Role, keepalive_deadline, transition
+from .reader import PacketReader
 
 if TYPE_CHECKING:
     from .acl import AclView

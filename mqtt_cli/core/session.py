@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .codec import encode, encode_topic_name, frame_publish
+from .encoder import encode, encode_topic_name, frame_publish
 from .flows import IncomingFlows, OutgoingFlows
 from .packets import Publish, Will
 from .properties import EMPTY_PROPERTIES, Properties, encode_properties, properties_from_items

@@ -31,7 +31,7 @@ from typing import Any
 import trio
 
 from ..core.benchstats import HEADER, HEADER_SIZE, PAD_BYTE, ErrorKind, Figures, Tracker, expand_topic
-from ..core.codec import encode
+from ..core.encoder import encode
 from ..core.packets import Connect, Disconnect, Subscribe, Subscription
 from .errors import ClientError, TLSFailed
 from .transports import Endpoint, open_transport

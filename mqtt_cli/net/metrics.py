@@ -153,7 +153,7 @@ async def _serve_one(stream: trio.SocketStream, source: MetricsSource) -> None:
         if source.ready():
             await _answer(stream, conn, 200, "ready\n", head=head)
         else:
-            await _answer(stream, conn, 503, "not ready: listeners not bound yet\n", head=head)
+            await _answer(stream, conn, 503, "not ready: starting or shutting down\n", head=head)
     else:
         openmetrics = wants_openmetrics(headers.get("accept", ""))
         core = source.core()

@@ -43,7 +43,7 @@ from mqtt_cli.core.config import (
     parse_listener_url,
 )
 from mqtt_cli.core.metrics import ConnectedClients
-from mqtt_cli.core.persistence import Change
+from mqtt_cli.core.persistence import Pending
 from mqtt_cli.core.server import ServerConnection
 from mqtt_cli.net.embedded import EmbeddedBridge, EmbeddedConfig
 from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
@@ -67,6 +67,11 @@ __all__ = [
 READ_SIZE = 65536
 CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send its CONNECT
 RETRY_COMMIT = 1.0  # seconds between tries of a persistence commit that failed (a full disk, say)
+# Persistence (core/persistence.py Pending): how long acknowledgements wait for the subscribers of their QoS 1
+# messages (acknowledged before a commit, a message is never written) before the commit that writes them; and
+# how long changes that only tidy the file (rows deleted) wait for company.
+COMMIT_LINGER = 0.005
+COMMIT_IDLE = 0.1
 DRAIN_ON_SHUTDOWN = 2.0  # seconds writers get to send the last DISCONNECTs and wills
 WRITER_LINGER = 1.0  # seconds a writer waits for more output before it ends
 SWEEP_INTERVAL = 0.5  # seconds between keep-alive checks (a late close by half a second is within the spec)
@@ -275,10 +280,9 @@ class BrokerServer:
         self.metrics_bound: MetricsAddress | None = None
         # Persistence (net/store.py), when on: changes and held acknowledgements waiting for the next commit.
         self._store: Store | None = None
-        self._to_commit: list[Change] = []
-        self._to_release: list[tuple[ServerConnection, bytes]] = []
+        self._pending = Pending()
         self._commit_wake = trio.Event()
-        self._committing = False  # the committer has a group in hand (being written, or waiting to retry)
+        self._commit_at = math.inf  # when the committer will commit unless woken (-inf: it is committing)
         # Embedded bridges by name: each its task's bridge and an event set when that task has ended.
         self.bridges: dict[str, tuple[EmbeddedBridge, trio.Event]] = {}
         self._bridges_to_send: list[EmbeddedBridge] = []  # those with messages for their remote since _flush
@@ -358,69 +362,72 @@ class BrokerServer:
     # --- persistence ------------------------------------------------------------------------------------------
 
     def _collect(self) -> None:
-        """Takes what the core wants stored and the acknowledgements waiting for it, for the next commit."""
+        """Takes what the core wants stored and the acknowledgements waiting for it (persistence.Pending): those
+        that wait for nothing (their messages' subscribers acknowledged them, nothing else to write) go out now,
+        without a commit; the committer is woken when the next commit falls due sooner than it planned."""
         core = self.core
         assert core.changes is not None
-        if not core.changes and not self._committing and not self._to_commit and not self._to_release:
-            # Nothing to store and nothing being stored: these acknowledgements promise nothing that is not on
-            # file already (clean sessions, no retained message), so they go out now, without a trip through
-            # the committer task.
-            held = core.held
-            core.held = []
-            core.release(held)
-            return
-        self._to_commit += core.changes
-        core.changes.clear()
-        self._to_release += core.held
-        core.held.clear()
-        self._commit_wake.set()
+        pending = self._pending
+        ready = pending.add(core.changes, core.held, trio.current_time())
+        core.changes = []
+        core.held = []
+        if ready:
+            core.release(ready)
+        due = pending.due(COMMIT_LINGER, COMMIT_IDLE)
+        if due is not None and due < self._commit_at:
+            self._commit_wake.set()
 
     async def _committer(self) -> None:
-        """Commits in groups: whatever accumulated while the previous commit ran goes in one transaction; the
-        acknowledgements it held go out when it is done (never before: acknowledged means stored)."""
+        """Commits in groups when persistence.Pending says one is due: whatever accumulated while the previous
+        commit ran goes in one transaction; the acknowledgements it held go out when it is done (never before:
+        acknowledged means stored, or no longer in need of it)."""
         store = self._store
         assert store is not None
+        pending = self._pending
         failing_since: float | None = None  # while commits fail: since when (one log line per episode)
         while True:
-            await self._commit_wake.wait()
-            self._commit_wake = trio.Event()
-            self._committing = True
-            while self._to_commit or self._to_release:
-                changes, held = self._to_commit, self._to_release
-                self._to_commit, self._to_release = [], []
-                if changes:
-                    started = trio.current_time()
-                    try:
-                        await trio.to_thread.run_sync(store.commit, changes)
-                    except StoreError as exc:
-                        # Not stored, so not acknowledged. Kept, in order, ahead of what comes next and tried
-                        # again: a later group must not be stored without this one (a session's row before its
-                        # deliveries), and once the disk has room again the withheld acknowledgements go out.
-                        # Meanwhile 5.0 publishers are told 0x97 (core.store_failing). Logged once per episode.
-                        if failing_since is None:
-                            failing_since = trio.current_time()
-                            self.core.store_failing = True
-                            self.core.stats.store_failures += 1
-                            why = (
-                                f"{exc}; {len(held)} acknowledgements withheld, QoS 1/2 from MQTT 5.0 publishers "
-                                f"refused (0x97) until it can be written, tried again every {RETRY_COMMIT:g} s"
-                            )
-                            self._report(Notice(NoticeKind.ERROR, None, "-", why))
-                        self._to_commit[:0] = changes
-                        self._to_release[:0] = held
-                        await trio.sleep(RETRY_COMMIT)
-                        continue
-                    self.core.stats.commit_latency.observe(trio.current_time() - started)
-                    if failing_since is not None:
-                        took = trio.current_time() - failing_since
-                        failing_since = None
-                        self.core.store_failing = False
-                        why = f"{store.path} written again after {took:.0f} s; {len(held)} withheld acknowledgements"
-                        why += " sent"
-                        self._report(Notice(NoticeKind.PERSISTENCE, None, "-", why))
-                self.core.release(held)
-                self._flush()
-            self._committing = False
+            due = pending.due(COMMIT_LINGER, COMMIT_IDLE)
+            if due is None or due > trio.current_time():
+                self._commit_at = math.inf if due is None else due
+                wake = self._commit_wake
+                with trio.move_on_at(self._commit_at):
+                    await wake.wait()
+                if wake.is_set():
+                    self._commit_wake = trio.Event()
+                continue
+            self._commit_at = -math.inf
+            changes = pending.take(trio.current_time(), COMMIT_LINGER)
+            if changes:
+                started = trio.current_time()
+                try:
+                    await trio.to_thread.run_sync(store.commit, changes)
+                except StoreError as exc:
+                    # Not stored, so not acknowledged. Kept, in order, ahead of what comes next and tried
+                    # again: a later group must not be stored without this one (a session's row before its
+                    # deliveries), and once the disk has room again the withheld acknowledgements go out.
+                    # Meanwhile 5.0 publishers are told 0x97 (core.store_failing). Logged once per episode.
+                    pending.failed(changes, trio.current_time())
+                    if failing_since is None:
+                        failing_since = trio.current_time()
+                        self.core.store_failing = True
+                        self.core.stats.store_failures += 1
+                        why = (
+                            f"{exc}; {pending.withheld()} acknowledgements withheld, QoS 1/2 from MQTT 5.0 "
+                            f"publishers refused (0x97) until it can be written, tried again every {RETRY_COMMIT:g} s"
+                        )
+                        self._report(Notice(NoticeKind.ERROR, None, "-", why))
+                    await trio.sleep(RETRY_COMMIT)
+                    continue
+                self.core.stats.commit_latency.observe(trio.current_time() - started)
+                if failing_since is not None:
+                    took = trio.current_time() - failing_since
+                    failing_since = None
+                    self.core.store_failing = False
+                    withheld = pending.withheld()
+                    why = f"{store.path} written again after {took:.0f} s; {withheld} withheld acknowledgements sent"
+                    self._report(Notice(NoticeKind.PERSISTENCE, None, "-", why))
+            self.core.release(pending.committed())
+            self._flush()
 
     def _commit_now(self) -> None:
         """The last changes, at shutdown (in this thread: nothing else runs any more)."""
@@ -429,7 +436,7 @@ class BrokerServer:
             return
         if self.core.changes or self.core.held:
             self._collect()
-        changes, self._to_commit, self._to_release = self._to_commit, [], []
+        changes = self._pending.take(math.inf, 0.0)
         if changes:
             try:
                 store.commit(changes)
@@ -466,10 +473,8 @@ class BrokerServer:
             self._report(Notice(NoticeKind.BRIDGE, None, "-", f"bridge {session.bridge}: its stored local session "
                                 f"{session.client_id!r} is removed (no configured bridge uses it)"))  # fmt: skip
         if core.changes:  # expiry and will delays that start now, wills published: written at once
-            self._to_commit += core.changes
-            core.changes.clear()
-            await trio.to_thread.run_sync(store.commit, self._to_commit)
-            self._to_commit = []
+            changes, core.changes = core.changes, []
+            await trio.to_thread.run_sync(store.commit, changes)
 
     async def _writer(self, conn: ServerConnection, net: _Conn, delay: float = 0.0) -> None:
         core = self.core
@@ -886,6 +891,7 @@ class BrokerServer:
                     self._start_bridge(config)
                 task_status.started(self)
                 await stop.wait()
+                self.ready = False  # /readyz 503 from here: a load balancer stops sending new clients
                 for name in list(self.bridges):  # first: their goodbyes go out while the broker still serves
                     await self._stop_bridge(name, forget=False)
                 for listener in self.listeners:  # no new connections while the others end

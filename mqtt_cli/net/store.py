@@ -46,6 +46,7 @@ from mqtt_cli.core.persistence import (
     SessionSaved,
     StoredDelivery,
     StoredSession,
+    coalesce,
 )
 from mqtt_cli.core.properties import WILL, Properties, decode_properties, encode_properties
 from mqtt_cli.core.session import Message, SubscriptionOptions
@@ -253,13 +254,14 @@ class Store:
         return Message(topic, bytes(payload), qos, retain, properties, origin, received - self._offset)
 
     def commit(self, changes: list[Change]) -> None:
-        """Writes `changes` in one transaction (in order). Raises StoreError when the file cannot be written."""
+        """Writes `changes` in one transaction (in order; without what persistence.coalesce drops). Raises
+        StoreError when the file cannot be written."""
         db = self._db
         off = self._offset
         batch = _Batch()
         try:
             with db:
-                for c in _coalesced(changes):
+                for c in coalesce(changes):
                     kind = type(c)
                     # The per-message records go to the batch, written with one executemany per statement.
                     if kind is DeliveryAdded:
@@ -358,22 +360,6 @@ class _Batch:
             db.executemany("DELETE FROM incoming WHERE client_id = ? AND packet_id = ?", self.incoming_released)
             self.incoming_released.clear()
             self.incoming_released_keys.clear()
-
-
-_DELIVERY_STEPS = (DeliveryAdded, DeliverySent, DeliveryReleased, DeliveryDone)
-
-
-def _coalesced(changes: list[Change]) -> list[Change]:
-    """`changes` without the deliveries both added and done within them: a message its subscriber acknowledged
-    before the commit leaves the file as it was, so nothing of it is written (a busy online persistent session,
-    the common case, then costs no row at all). Rows are never reused, so a row added here was not on file."""
-    done = {c.row for c in changes if type(c) is DeliveryDone}
-    if not done:
-        return changes
-    gone = {c.row for c in changes if type(c) is DeliveryAdded and c.row in done}
-    if not gone:
-        return changes
-    return [c for c in changes if not (type(c) in _DELIVERY_STEPS and c.row in gone)]  # type: ignore[union-attr]
 
 
 class _Unreadable(Exception):

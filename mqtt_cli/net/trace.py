@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from mqtt_cli.core.codec import PacketReader
 from mqtt_cli.core.errors import RemoteProtocolError
 from mqtt_cli.core.packets import (
     ConnAck,
@@ -28,6 +27,7 @@ from mqtt_cli.core.packets import (
     UnsubAck,
     Unsubscribe,
 )
+from mqtt_cli.core.reader import PacketReader
 
 if TYPE_CHECKING:
     from mqtt_cli.core.client import ClientConnection

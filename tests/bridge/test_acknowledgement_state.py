@@ -4,8 +4,9 @@ if read from their sockets, no brokers): orderings that real brokers produce onl
 from __future__ import annotations
 
 from mqtt_cli.core.bridge import parse_rule
-from mqtt_cli.core.codec import PacketReader, encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packets import ConnAck, PubAck, Publish
+from mqtt_cli.core.reader import PacketReader
 from mqtt_cli.net.bridge import LOCAL, REMOTE, Bridge, BridgeConfig, SideConfig
 from mqtt_cli.net.client import Client
 from mqtt_cli.net.transports import Endpoint

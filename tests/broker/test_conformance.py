@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mqtt_cli.core.codec import PacketReader, encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packets import (
     ConnAck,
     Connect,
@@ -29,6 +29,7 @@ from mqtt_cli.core.packets import (
     Will,
 )
 from mqtt_cli.core.properties import Properties
+from mqtt_cli.core.reader import PacketReader
 from mqtt_cli.core.wire import encode_vbi
 from tests.brokers import Broker
 

@@ -383,7 +383,7 @@ def _stuck_subscriber(broker: Broker) -> Any:
     time.sleep(0.3)
     publisher = socket.create_connection((broker.host, broker.port))
     publisher.sendall(bytes.fromhex("10 0d 00 04 4d 51 54 54 04 02 00 00 00 01 70"))  # CONNECT "p"
-    from mqtt_cli.core.codec import encode
+    from mqtt_cli.core.encoder import encode
     from mqtt_cli.core.packets import Publish
 
     packet = encode(Publish("big", b"x" * 60000), 4)

@@ -156,6 +156,36 @@ def test_retained_and_queued_messages_survive_sigkill(ours: Callable[..., Ours])
     assert collect(broker.port, "keeper") == [b"after"]
 
 
+def test_sigkill_during_a_flood_to_an_online_subscriber_loses_nothing_acknowledged(ours: Callable[..., Ours]) -> None:
+    """Messages the online persistent subscriber acknowledges quickly are never written (persistence.Pending): the
+    publisher's PUBACK then goes out without a commit. Whatever was acknowledged to the publisher reached the
+    subscriber, before the kill or, from the file, after the restart."""
+    broker = ours()
+    got: list[bytes] = []
+    sub = client("online", clean=False)
+    sub.on_message = lambda c, u, m: got.append(m.payload)
+    subscribed = threading.Event()
+    sub.on_subscribe = lambda *a: subscribed.set()
+    connect(sub, broker.port)
+    sub.subscribe("o/#", 1)
+    assert subscribed.wait(DEADLINE)
+    acked: set[int] = set()
+    pub = client("flood")
+    pub.on_publish = lambda c, u, mid, rc, props: acked.add(mid)
+    connect(pub, broker.port)
+    sent = {pub.publish("o/x", b"m%d" % i, qos=1).mid: b"m%d" % i for i in range(3000)}
+    time.sleep(random.uniform(0.1, 0.4))
+    broker.kill()
+    time.sleep(0.2)
+    for c in (pub, sub):
+        c.loop_stop()
+    acknowledged = {sent[mid] for mid in acked}
+    broker.start()
+    after = collect(broker.port, "online")
+    assert len(acknowledged) > 10
+    assert not acknowledged - set(got) - set(after), sorted(acknowledged - set(got) - set(after))[:5]
+
+
 def test_expired_session_is_removed_from_the_file(ours: Callable[..., Ours]) -> None:
     broker = ours()
     c = client("brief", version=paho.MQTTv5)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from mqtt_cli.core.codec import PacketReader, encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packets import (
     ConnAck,
     Connect,
@@ -34,6 +34,7 @@ from mqtt_cli.core.packets import (
     Will,
 )
 from mqtt_cli.core.properties import Properties
+from mqtt_cli.core.reader import PacketReader
 from mqtt_cli.net.store import SCHEMA_VERSION
 from tests.broker import test_persistence
 from tests.broker.test_persistence import (

@@ -11,7 +11,7 @@ import trio.testing
 
 from mqtt_cli.core import broker as broker_module
 from mqtt_cli.core.broker import BrokerConfig
-from mqtt_cli.core.codec import PacketReader, encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packets import (
     ConnAck,
     Connect,
@@ -25,6 +25,7 @@ from mqtt_cli.core.packets import (
     Will,
 )
 from mqtt_cli.core.properties import Properties
+from mqtt_cli.core.reader import PacketReader
 from mqtt_cli.net.server import CONNECT_TIMEOUT, BrokerServer, ServeOptions
 
 

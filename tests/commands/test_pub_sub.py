@@ -500,7 +500,7 @@ def test_sub_format_output_and_stats(mqtt: Mqtt, mosquitto: Broker, topic: str, 
 def test_one_json_naming_of_properties_in_dump_sub_and_pub(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
     """`dump --json` and `sub --json` name the 5.0 properties alike (the attributes of Properties), and `pub
     --json-lines` takes either's line back (and the `[[name, value], ...]` list dump wrote until 0.1.0)."""
-    from mqtt_cli.core.codec import encode
+    from mqtt_cli.core.encoder import encode
     from mqtt_cli.core.packets import Publish
     from mqtt_cli.core.properties import Properties
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
-from mqtt_cli.core.codec import PacketReader, encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packets import (
     ConnAck,
     Connect,
@@ -27,6 +27,7 @@ from mqtt_cli.core.packets import (
     Will,
 )
 from mqtt_cli.core.properties import Properties
+from mqtt_cli.core.reader import PacketReader
 
 
 class Client:

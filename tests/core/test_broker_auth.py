@@ -9,7 +9,7 @@ from typing import Any
 from mqtt_cli.core.acl import parse_acl_file
 from mqtt_cli.core.auth import AuthPolicy
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
-from mqtt_cli.core.codec import PacketReader, encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packets import (
     ConnAck,
     Connect,
@@ -25,6 +25,7 @@ from mqtt_cli.core.packets import (
 )
 from mqtt_cli.core.passwords import hash_password
 from mqtt_cli.core.properties import Properties
+from mqtt_cli.core.reader import PacketReader
 
 SALT = bytes(12)
 ACL = "user alice\ntopic readwrite a/#\ntopic read b/#\n\nuser bob\ntopic readwrite #\n"

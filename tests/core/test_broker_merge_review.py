@@ -6,10 +6,11 @@ from __future__ import annotations
 from mqtt_cli.core.acl import parse_acl_file
 from mqtt_cli.core.auth import AuthPolicy
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
-from mqtt_cli.core.codec import PacketReader, encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packets import ConnAck, Connect, Disconnect, PubAck, Publish, PubRec, Subscribe, Subscription
 from mqtt_cli.core.persistence import SessionRemoved, SessionSaved, StoredSession
 from mqtt_cli.core.properties import Properties
+from mqtt_cli.core.reader import PacketReader
 from mqtt_cli.core.server import ServerConnection
 
 ACL = "user alice\ntopic read a/#\ntopic deny a/secret\nuser bob\ntopic write a/#\nuser eve\ntopic read eve/#\n"

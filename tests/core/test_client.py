@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mqtt_cli.core.client import ClientConnection
-from mqtt_cli.core.codec import PacketReader, encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.errors import LocalProtocolError
 from mqtt_cli.core.events import (
     ConnectionAccepted,
@@ -38,6 +38,7 @@ from mqtt_cli.core.packets import (
     Unsubscribe,
 )
 from mqtt_cli.core.properties import Properties
+from mqtt_cli.core.reader import PacketReader
 
 
 class Broker:

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from mqtt_cli.core.codec import PacketReader, decode, encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.errors import LocalProtocolError, MalformedPacket, PacketTooLarge, RemoteProtocolError
 from mqtt_cli.core.packets import (
     PACKET_CLASSES,
@@ -25,6 +25,7 @@ from mqtt_cli.core.packets import (
     Will,
 )
 from mqtt_cli.core.properties import PROPERTY_TABLE, Properties
+from mqtt_cli.core.reader import PacketReader, decode
 from mqtt_cli.core.wire import encode_vbi, read_vbi
 
 from .fixtures import ERROR_FIXTURES, FIXTURES, ErrorFixture, Fixture, h
@@ -393,13 +394,13 @@ def test_tolerant_properties_show_unknown_identifiers() -> None:
 @pytest.mark.parametrize("pid", [0, 1, 0x1234, 0xFFFF])
 def test_acknowledgement_fast_path_agrees_with_the_general_decoder(version: int, first: int, pid: int) -> None:
     """PacketReader.feed decodes a bare PUBACK/PUBREC/PUBREL/PUBCOMP without the general decoder: same packet,
-    or the same error (flags, identifier 0) as `_decode_body` gives."""
-    from mqtt_cli.core import codec
+    or the same error (flags, identifier 0) as `decode_body` gives."""
+    from mqtt_cli.core.decoder import decode_body
 
     data = bytes([first, 2, pid >> 8, pid & 0xFF])
     (fast,) = PacketReader(version, strict=False).feed(data)
     try:
-        general = codec._decode_body(first, data, 2, 4, version)
+        general = decode_body(first, data, 2, 4, version)
     except RemoteProtocolError as err:
         assert type(fast) is type(err) and fast.message == err.message
         assert type(fast.packet) is type(err.packet) and fast.packet == err.packet

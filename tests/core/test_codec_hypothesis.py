@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from mqtt_cli.core.codec import PacketReader, decode, encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.errors import LocalProtocolError, PacketTooLarge, RemoteProtocolError
 from mqtt_cli.core.packets import (
     PACKET_CLASSES,
@@ -34,6 +34,7 @@ from mqtt_cli.core.packets import (
     Will,
 )
 from mqtt_cli.core.properties import PROPERTY_TABLE, Properties, properties_from_items
+from mqtt_cli.core.reader import PacketReader, decode
 from mqtt_cli.core.wire import encode_vbi
 
 from . import strategies as S

@@ -1,59 +1,443 @@
-"""Fast paths against the general paths they shortcut: Message.wire for messages without properties (framed by
-hand, not by encode()), and PacketReader.feed for short acknowledgements (not decoded by the general decoder)."""
+"""Every fast path of the codec and the connections against the general path it shortcuts, case by case.
+
+As MQTT.js's mqtt-packet tests do: one table of cases (PUBLISH_CASES; BAD_CASES for what breaks a rule), each case
+run through both paths, which must give identical bytes, packets, errors and events:
+
+    fast path                                              general path
+    encoder.encode_publish, frame_publish (ClientConnection)  encoder.encode
+    session.Message.wire / wire_aliased (BrokerCore's delivery)  encoder.encode
+    reader.PacketReader: the inlined PUBLISH decode           decoder.decode_body (its PUBLISH decoder)
+    reader.PacketReader: bare PUBACK/PUBREC/PUBREL/PUBCOMP    decoder.decode_body
+    ClientConnection.receive_data: leading plain PUBACKs      its reader and general handler
+    BrokerCore: PUBACK / PUBREC bytes written by hand         encoder.encode
+    records.fast_constructor(cls)                             cls(...)
+
+The reader takes its fast path only for a PUBLISH whose property block it has seen before (5.0): each case is fed
+three times to one reader, so the first copy may take the general path and the others take the fast one.
+The one-shot command path (commands/_fast.py against typer) has its own tests (tests/commands).
+"""
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
-from mqtt_cli.core.codec import PacketReader, encode
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mqtt_cli.core.broker import BrokerConfig, BrokerCore
+from mqtt_cli.core.client import ClientConnection
+from mqtt_cli.core.decoder import decode_body
+from mqtt_cli.core.encoder import encode, encode_publish, encode_topic_name, frame_publish
 from mqtt_cli.core.errors import RemoteProtocolError
-from mqtt_cli.core.packets import PubAck, PubComp, Publish, PubRec, PubRel
-from mqtt_cli.core.properties import EMPTY_PROPERTIES
+from mqtt_cli.core.events import PongReceived, PublishAcknowledged
+from mqtt_cli.core.packets import (
+    ConnAck,
+    Connect,
+    PingResp,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    Subscribe,
+    Subscription,
+)
+from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
+from mqtt_cli.core.reader import PacketReader
+from mqtt_cli.core.records import FrozenInstanceError, fast_constructor, fields, replace
 from mqtt_cli.core.session import Message
 
-TOPICS = ["a", "bench/0", "säure/€/x", "t" * 300]
-PAYLOADS = [b"", b"x" * 64, b"y" * 200, b"z" * 20_000, b"w" * 2_100_000]  # 1, 2, 3 and 4 bytes of length
+from . import strategies as S
+
+ACKS = (PubAck, PubRec, PubRel, PubComp)
+
+
+class Case(NamedTuple):
+    id: str
+    version: int
+    packet: Publish
+
+
+def _publish_cases() -> Iterator[Case]:
+    # Payload sizes that put the remaining length on both sides of its 1/2, 2/3 and 3/4-byte boundaries for the
+    # shorter topics (the exact byte depends on the topic, the packet identifier and the property block).
+    sizes = [0, 1, 64, 120, 121, 122, 123, 124, 125, 126, 127, 16_375, 16_378, 16_381, 2_097_140, 2_097_148]
+    topics = ["a", "säure/€/x", "t" * 65_535]  # the last: the longest topic name
+    v5_props = [
+        EMPTY_PROPERTIES,
+        Properties(content_type="text/plain", user_property=("k", "v")),
+        Properties(message_expiry_interval=60, payload_format_indicator=1),
+        Properties(topic_alias=3),
+    ]
+    for version in (3, 4, 5):
+        for qos in (0, 1, 2):
+            for retain in (False, True):
+                for dup in (False, True) if qos else (False,):
+                    for topic in topics:
+                        for size in sizes if topic == "a" else (0, 125, 16_378) if len(topic) < 100 else (0, 64):
+                            if size > 100_000 and (retain or dup):
+                                continue  # the 3- and 4-byte lengths: once per version, QoS and property block
+                            for props in v5_props if version == 5 else (EMPTY_PROPERTIES,):
+                                pid = 0xFFFF if size % 2 else 1 + size % 300
+                                p = Publish(topic, b"p" * size, qos, retain, dup, pid if qos else None, props)
+                                name = f"v{version}-q{qos}{'-r' if retain else ''}{'-d' if dup else ''}-t{len(topic)}"
+                                yield Case(f"{name}-{size}B-{len(props.items)}props", version, p)
+                                if props.topic_alias is not None and len(topic) < 100 and size < 200:
+                                    # 5.0: the topic name left out, the alias standing for it
+                                    p = Publish("", b"p" * size, qos, retain, dup, pid if qos else None, props)
+                                    yield Case(f"{name}-{size}B-alias-only", version, p)
+
+
+PUBLISH_CASES = list(_publish_cases())
+
+
+def _header_length(raw: bytes) -> int:
+    n = 2
+    while raw[n - 1] & 0x80:
+        n += 1
+    return n
+
+
+def _general(raw: bytes, version: int, *, strict: bool = True) -> Any:
+    """The general decoder's answer for one whole packet: the packet, or the error it raises. Tolerant (as a
+    tolerant reader does with any packet it cannot read): a second, lenient try that may read the packet."""
+    start = _header_length(raw)
+    try:
+        return decode_body(raw[0], raw, start, len(raw), version)
+    except RemoteProtocolError as err:
+        if strict or err.packet is not None:
+            return err
+        try:
+            decode_body(raw[0], raw, start, len(raw), version, lenient=True)
+        except RemoteProtocolError as again:
+            if again.packet is not None:
+                return again
+        return err
+
+
+def _same(fast: Any, general: Any) -> None:
+    assert type(fast) is type(general)
+    if isinstance(general, RemoteProtocolError):
+        assert (str(fast), fast.reason_code, fast.packet_type) == (
+            str(general),
+            general.reason_code,
+            general.packet_type,
+        )
+        assert type(fast.packet) is type(general.packet) and fast.packet == general.packet
+    else:
+        assert fast == general and hash(fast) == hash(general)
+        if not isinstance(general, Publish) or len(general.payload) < 1000:
+            assert repr(fast) == repr(general)
+        if isinstance(general, Publish):  # a frozen record like the general decoder's, not its mutable twin
+            with pytest.raises(FrozenInstanceError):
+                fast.topic = "x"  # type: ignore[misc]
+
+
+def _cuts(raw: bytes) -> Iterator[int]:
+    """Where to cut `raw` in two: every byte of a short packet; of a long one, the header and the ends."""
+    if len(raw) <= 300:
+        yield from range(1, len(raw))
+    else:
+        yield from (*range(1, 8), len(raw) // 2, len(raw) - 1)
+
+
+def _feed_cut(raw: bytes, version: int, cut: int, *, strict: bool = True) -> list[Any]:
+    reader = PacketReader(version, strict=strict)
+    out = reader.feed(raw[:cut])
+    out += reader.feed(raw[cut:])
+    assert not reader.buffered
+    return out
+
+
+# --- encoding -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", PUBLISH_CASES, ids=lambda c: c.id)
+def test_publish_encoders_agree(case: Case) -> None:
+    p, version = case.packet, case.version
+    raw = encode(p, version)
+    assert encode_publish(p, version) == raw
+    # frame_publish from the parts, as ClientConnection.publish/relay put them together
+    first = 0x30 | p.qos << 1 | (8 if p.dup else 0) | (1 if p.retain else 0)
+    pid = p.packet_id.to_bytes(2, "big") if p.packet_id else b""
+    props = b"" if version < 5 else encode(Publish("a", b"", 0, properties=p.properties), 5)[5:]
+    topic = encode_topic_name(p.topic) if p.topic else b"\x00\x00"
+    assert frame_publish(first, topic, pid, props, p.payload) == raw
+    if p.dup:
+        return  # the broker's deliveries are first sends
+    # BrokerCore's deliveries: the message's properties without a topic alias, which wire_aliased adds per connection
+    alias = p.properties.topic_alias
+    kept = Properties(item for item in p.properties.items if item[0] != 0x23) if alias is not None else p.properties
+    message = Message(p.topic or "x/y", p.payload, 2, False, kept, "publisher", 0.0)
+    if alias is None and p.topic:
+        plain = Publish(
+            p.topic, p.payload, p.qos, p.retain, False, p.packet_id, kept if version == 5 else EMPTY_PROPERTIES
+        )
+        assert message.wire(version, p.qos, p.retain, p.packet_id, None) == encode(plain, version)
+        if p.qos:  # again from its cache, another packet identifier spliced in
+            other = encode(replace(plain, packet_id=7), version)
+            assert message.wire(version, p.qos, p.retain, 7, None) == other
+    elif alias is not None and version == 5:
+        new = bool(p.topic)
+        wired = message.wire_aliased(p.qos, p.retain, p.packet_id, None, alias, new)
+        assert wired == encode(replace(p, topic=message.topic if new else ""), 5)
 
 
 @pytest.mark.parametrize("version", [3, 4, 5])
 @pytest.mark.parametrize("qos", [0, 1, 2])
-@pytest.mark.parametrize("retain", [False, True])
-def test_fast_path_equals_general_encoder(version: int, qos: int, retain: bool) -> None:
-    for topic in TOPICS:
-        for payload in PAYLOADS:
-            message = Message(topic, payload, 1, False, EMPTY_PROPERTIES, "publisher", 0.0)
-            pid = 513 if qos else None
-            expected = encode(Publish(topic, payload, qos, retain, False, pid, EMPTY_PROPERTIES), version)
-            assert message.wire(version, qos, retain, pid, None) == expected
-            # Again from the cache, with another packet identifier spliced in.
-            if qos:
-                other = encode(Publish(topic, payload, qos, retain, False, 65535, EMPTY_PROPERTIES), version)
-                assert message.wire(version, qos, retain, 65535, None) == other
+@pytest.mark.parametrize("props", [EMPTY_PROPERTIES, Properties(content_type="a/b")], ids=["plain", "props"])
+def test_client_publish_bytes_are_the_encoders(version: int, qos: int, props: Properties) -> None:
+    if props.items and version < 5:
+        return
+    client, _ = _connected_client(version)
+    for retain in (False, True):
+        for topic, payload in (("a", b""), ("säure/€", b"x" * 200), ("a", b"y" * 20_000)):
+            pid = client.publish(topic, payload, qos, retain, props)
+            expected = encode(Publish(topic, payload, qos, retain, False, pid, props), version)
+            assert client.data_to_send(0.0) == expected
+            if qos and not props.items:  # the bridge's relay(): the topic known, framed from parts
+                pid = client.relay(topic, payload, qos, retain)
+                assert pid and client.data_to_send(0.0) == encode(
+                    Publish(topic, payload, qos, retain, False, pid), version
+                )
 
 
-def test_fast_path_decodes_back() -> None:
-    message = Message("x/y", b"hello", 1, False, EMPTY_PROPERTIES, None, 0.0)
-    reader = PacketReader(version=5)
-    [packet] = reader.feed(message.wire(5, 1, True, 7, None))
-    assert (packet.topic, packet.payload, packet.qos, packet.retain, packet.packet_id) == ("x/y", b"hello", 1, True, 7)
+# --- decoding -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", PUBLISH_CASES, ids=lambda c: c.id)
+def test_publish_reader_agrees_with_the_general_decoder(case: Case) -> None:
+    raw = encode(case.packet, case.version)
+    general = _general(raw, case.version)
+    assert general == case.packet
+    for strict in (True, False):
+        packets = PacketReader(case.version, strict=strict).feed(raw * 3)
+        assert len(packets) == 3
+        for packet in packets:
+            _same(packet, general)
+    for cut in _cuts(raw):
+        (packet,) = _feed_cut(raw, case.version, cut)
+        _same(packet, general)
+
+
+def _packet(first: int, body: bytes) -> bytes:
+    return bytes((first, len(body))) + body
+
+
+def _bad_cases() -> Iterator[tuple[str, int, bytes]]:
+    """(name, version, one whole packet) that break a rule: the reader must say what the general decoder says."""
+    for version in (3, 4, 5):
+        v5 = b"\x00" if version == 5 else b""  # the empty property block
+        yield "publish-qos3", version, _packet(0x36, b"\x00\x01a\x00\x01" + v5 + b"x")
+        yield "publish-qos0-dup", version, _packet(0x38, b"\x00\x01a" + v5 + b"x")
+        yield "publish-pid0", version, _packet(0x32, b"\x00\x01a\x00\x00" + v5 + b"x")
+        yield "publish-empty-topic", version, _packet(0x30, b"\x00\x00" + v5 + b"x")
+        yield "publish-plus", version, _packet(0x30, b"\x00\x03a/+" + v5 + b"x")
+        yield "publish-hash", version, _packet(0x30, b"\x00\x01#" + v5 + b"x")
+        yield "publish-bad-utf8", version, _packet(0x30, b"\x00\x01\xff" + v5 + b"x")
+        yield "publish-nul", version, _packet(0x30, b"\x00\x03a\x00b" + v5 + b"x")
+        yield "publish-topic-past-end", version, _packet(0x30, b"\x00\x09a" + v5)
+        yield "publish-pid-past-end", version, _packet(0x32, b"\x00\x01a\x00")
+        for cls in ACKS:
+            first = cls.type << 4 | (2 if cls is PubRel else 0)
+            name = cls.__name__
+            yield f"{name}-pid0", version, _packet(first, b"\x00\x00")
+            yield f"{name}-flags", version, _packet(first ^ 2 if cls is PubRel else first | 1, b"\x00\x05")
+            yield f"{name}-short", version, _packet(first, b"\x00")
+            yield f"{name}-trailing", version, _packet(first, b"\x00\x05\x00\x00" + v5)
+            if version == 5:
+                yield f"{name}-code", version, _packet(first, b"\x00\x05" + (b"\x10" if cls is PubComp else b"\x93"))
+    yield "publish-v5-unknown-property", 5, _packet(0x30, b"\x00\x01a\x02\xff\x00x")
+    yield "publish-v5-alias-0", 5, _packet(0x30, b"\x00\x01a\x03\x23\x00\x00x")
+    yield "publish-v5-empty-topic-no-alias", 5, _packet(0x30, b"\x00\x00\x02\x01\x00x")
+    yield "publish-v5-props-past-end", 5, _packet(0x30, b"\x00\x01a\x09\x01")
+
+
+BAD_CASES = list(_bad_cases())
+
+
+@pytest.mark.parametrize(("name", "version", "raw"), BAD_CASES, ids=[f"v{c[1]}-{c[0]}" for c in BAD_CASES])
+def test_rule_breaks_the_reader_reports_as_the_general_decoder(name: str, version: int, raw: bytes) -> None:
+    general = _general(raw, version)
+    assert isinstance(general, RemoteProtocolError)
+    lenient = _general(raw, version, strict=False)
+    (tolerant,) = PacketReader(version, strict=False).feed(raw)
+    _same(tolerant, lenient)
+    good = encode(PubAck(9), version)
+    try:
+        packets = PacketReader(version).feed(good + raw)
+    except RemoteProtocolError as err:
+        _same(err, general)
+        assert err.packets == [PubAck(9)]
+    else:
+        assert packets[0] == PubAck(9)
+        _same(packets[1], general)
+    for cut in _cuts(raw):
+        (tolerant,) = _feed_cut(raw, version, cut, strict=False)
+        _same(tolerant, lenient)
 
 
 @pytest.mark.parametrize("version", [3, 4, 5])
-def test_short_acknowledgements_equal_general_decoder(version: int) -> None:
-    for kind in (PubAck, PubRec, PubRel, PubComp):
-        for pid in (1, 255, 256, 65535):
-            raw = encode(kind(pid), version)
-            assert len(raw) == 4
-            fast = PacketReader(version=version).feed(raw * 3)
-            assert fast == [kind(pid)] * 3
-            assert all(type(p) is kind for p in fast)
-            if version == 5:  # the same acknowledgement with its reason code written out takes the general decoder
-                general = PacketReader(version=5).feed(bytes((raw[0], 3)) + raw[2:] + b"\x00")
-                assert general == fast[:1]
+@pytest.mark.parametrize("cls", ACKS)
+def test_bare_acknowledgements_take_the_general_decoders_answer(version: int, cls: type) -> None:
+    for pid in (1, 255, 256, 0x1234, 65535):
+        raw = encode(cls(pid), version)
+        assert len(raw) == 4
+        general = _general(raw, version)
+        assert general == cls(pid)
+        for packet in PacketReader(version).feed(raw * 3):
+            _same(packet, general)
+        for cut in _cuts(raw * 2):
+            for packet in _feed_cut(raw * 2, version, cut):
+                _same(packet, general)
+        if version == 5:  # reason code 0 written out: the general decoder, the same packet
+            _same(PacketReader(5).feed(bytes((raw[0], 3)) + raw[2:] + b"\x00")[0], general)
 
 
-@pytest.mark.parametrize("raw", [b"\x40\x02\x00\x00", b"\x60\x02\x00\x01", b"\x72\x02\x00\x01"])
-def test_short_acknowledgements_the_fast_path_refuses(raw: bytes) -> None:
-    # Identifier 0, PUBREL without its flags, PUBCOMP with flags: the general decoder's errors, as before.
-    with pytest.raises(RemoteProtocolError):
-        PacketReader(version=4).feed(raw)
+@pytest.mark.parametrize("version", [3, 4, 5])
+@pytest.mark.parametrize("first", [0x30, 0x32, 0x40, 0x50, 0x62, 0x70])
+def test_a_remaining_length_longer_than_needed(version: int, first: int) -> None:
+    # 0x82 0x00 for 2: the fast paths take one-byte lengths only; 5.0 refuses the long form (1.5.5), 3.x reads it.
+    if first >> 4 == 3:  # PUBLISH: topic, packet identifier (QoS 1), property block (5.0)
+        body = b"\x00\x01a" + (b"\x00\x05" if first & 6 else b"") + (b"\x00" if version == 5 else b"")
+    else:
+        body = b"\x00\x05"
+    raw = bytes((first, 0x80 | len(body), 0)) + body
+    general = _general(raw, version)
+    assert not isinstance(general, RemoteProtocolError)
+    if version < 5:
+        assert PacketReader(version).feed(raw) == [general]
+        return
+    with pytest.raises(RemoteProtocolError, match="remaining length is not minimally encoded") as err:
+        PacketReader(version).feed(raw)
+    assert err.value.packet == general
+
+
+# --- the connections' shortcuts -------------------------------------------------------------------------------
+
+
+def _connected_client(version: int) -> tuple[ClientConnection, PacketReader]:
+    client = ClientConnection("c1", version=version)
+    client.connect()
+    reader = PacketReader()
+    (connect,) = reader.feed(client.data_to_send(0.0))
+    assert isinstance(connect, Connect)
+    client.receive_data(encode(ConnAck(), version), 0.0)
+    client.events()
+    return client, reader
+
+
+@pytest.mark.parametrize("version", [3, 4, 5])
+def test_client_leading_pubacks_give_the_general_paths_events(version: int) -> None:
+    """ClientConnection.receive_data takes plain PUBACKs at the start of a read itself; a read that starts with
+    anything else (here a PINGRESP) goes through the reader and the general handler."""
+    acks = [PubAck(2), PubAck(1), PubAck(3)]
+    tails: list[list[Any]] = [[], [PubRel(9)], [Publish("t", b"m", 1, packet_id=4)], [PubAck(3)]]  # the last: unknown
+    for tail in tails:
+        data = b"".join(encode(p, version) for p in acks + tail)
+        fast, _ = _connected_client(version)
+        general, _ = _connected_client(version)
+        for c in (fast, general):
+            for n in range(3):
+                c.publish(f"t/{n}", b"x", 1)
+            c.data_to_send(0.0)
+        fast.receive_data(data, 1.0)
+        general.receive_data(encode(PingResp(), version) + data, 1.0)
+        fast_events, general_events = fast.events(), general.events()
+        assert general_events[0] == PongReceived()
+        assert fast_events == general_events[1:]
+        assert [e for e in fast_events if isinstance(e, PublishAcknowledged)][:3] == [
+            PublishAcknowledged(pid, 0) for pid in (2, 1, 3)
+        ]
+        assert (fast.state, fast.data_to_send(1.0)) == (general.state, general.data_to_send(1.0))
+        for cut in range(1, len(data)):  # split reads: the cut ack, and all after it, take the general path
+            split, _ = _connected_client(version)
+            for n in range(3):
+                split.publish(f"t/{n}", b"x", 1)
+            split.data_to_send(0.0)
+            split.receive_data(data[:cut], 1.0)
+            split.receive_data(data[cut:], 1.0)
+            assert split.events() == fast_events
+            assert split.state == fast.state
+
+
+@pytest.mark.parametrize("version", [3, 4, 5])
+@pytest.mark.parametrize("qos", [1, 2])
+@pytest.mark.parametrize("subscribed", [False, True])
+@pytest.mark.parametrize("size_limited", [False, True])
+def test_broker_acknowledgements_are_the_encoders(version: int, qos: int, subscribed: bool, size_limited: bool) -> None:
+    """BrokerCore writes PUBACK / PUBREC bytes by hand (taken, no subscribers in 5.0, dropped as too big)."""
+    broker = BrokerCore(BrokerConfig(sys_interval=0, message_size_limit=10 if size_limited else 0))
+    if subscribed:
+        sub = broker.open("127.0.0.1:2", 0.0)
+        broker.receive(sub, encode(Connect("sub", protocol_version=version)), 0.0)
+        broker.receive(sub, encode(Subscribe(1, (Subscription("x/#", 0),)), version), 0.0)
+    conn = broker.open("127.0.0.1:1", 0.0)
+    broker.receive(conn, encode(Connect("pub", protocol_version=version)), 0.0)
+    conn.out.clear()
+    for pid in (1, 300, 65535):
+        broker.receive(conn, encode(Publish("x/y", b"p" * 20, qos, False, False, pid), version), 0.0)
+        out = bytes(conn.out)
+        conn.out.clear()
+        if size_limited:
+            code = 0x97 if version == 5 else 0
+        else:
+            code = 0x10 if version == 5 and not subscribed and qos == 1 else 0
+        expected = encode((PubAck if qos == 1 else PubRec)(pid, code), version)
+        assert out == expected
+        if qos == 2:
+            broker.receive(conn, encode(PubRel(pid), version), 0.0)
+            conn.out.clear()
+
+
+# --- fast construction ----------------------------------------------------------------------------------------
+
+RECORDS: list[tuple[type, tuple[Any, ...]]] = [
+    (Publish, ("a/b", b"x", 1, True, True, 7, Properties(content_type="c"))),
+    (Publish, ("a/b", b"", 0, False, False, None, EMPTY_PROPERTIES)),
+    (Connect, ("id", True, 60, "u", b"p", None, EMPTY_PROPERTIES, 5, "MQTT", False)),
+    *((cls, (5, 0x10, Properties(reason_string="r"))) for cls in ACKS),
+    *((cls, (65535, 0, EMPTY_PROPERTIES)) for cls in ACKS),
+    (PublishAcknowledged, (3, 0, object(), EMPTY_PROPERTIES)),
+]
+
+
+@pytest.mark.parametrize(("cls", "args"), RECORDS, ids=[f"{c.__name__}-{i}" for i, (c, _) in enumerate(RECORDS)])
+def test_fast_constructor_builds_what_the_constructor_builds(cls: type, args: tuple[Any, ...]) -> None:
+    fast, ordinary = fast_constructor(cls)(*args), cls(*args)
+    assert type(fast) is cls and fast == ordinary and hash(fast) == hash(ordinary) and repr(fast) == repr(ordinary)
+    assert [getattr(fast, f) for f in fields(cls)] == list(args)
+    with pytest.raises(FrozenInstanceError):
+        setattr(fast, fields(cls)[0], args[0])
+
+
+# --- the same, property-based ---------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([3, 4, 5]).flatmap(lambda v: st.tuples(st.just(v), S.publishes(v))), st.integers(1, 10_000))
+def test_any_publish_takes_both_paths_alike(case: tuple[int, Publish], cut: int) -> None:
+    version, p = case
+    raw = encode(p, version)
+    assert encode_publish(p, version) == raw
+    general = _general(raw, version)
+    assert general == p
+    for packet in PacketReader(version).feed(raw * 3):
+        _same(packet, general)
+    (packet,) = _feed_cut(raw, version, min(cut, len(raw) - 1))
+    _same(packet, general)
+    if not p.dup and p.topic and p.properties.topic_alias is None:
+        message = Message(p.topic, p.payload, 2, False, p.properties, None, 0.0)
+        assert message.wire(version, p.qos, p.retain, p.packet_id, None) == raw
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([3, 4, 5]), st.binary(min_size=2, max_size=40))
+def test_any_bytes_after_a_publish_or_ack_header_get_the_general_answer(version: int, tail: bytes) -> None:
+    # First bytes the fast paths look at (PUBLISH of each QoS and flag, the four acknowledgements), any body.
+    for first in (0x30, 0x31, 0x32, 0x33, 0x34, 0x38, 0x3A, 0x3C, 0x36, 0x40, 0x50, 0x62, 0x70):
+        raw = bytes((first, len(tail))) + tail
+        (fast,) = PacketReader(version, strict=False).feed(raw)
+        _same(fast, _general(raw, version, strict=False))

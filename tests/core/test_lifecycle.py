@@ -9,7 +9,7 @@ import pytest
 
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
 from mqtt_cli.core.client import ClientConnection
-from mqtt_cli.core.codec import PacketReader, encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.errors import LocalProtocolError, RemoteProtocolError
 from mqtt_cli.core.events import ConnectionAccepted, ConnectionRefused, Disconnected
 from mqtt_cli.core.lifecycle import (
@@ -26,6 +26,7 @@ from mqtt_cli.core.lifecycle import (
 )
 from mqtt_cli.core.packets import ConnAck, Connect, Disconnect, PingReq, Publish
 from mqtt_cli.core.properties import Properties
+from mqtt_cli.core.reader import PacketReader
 
 S = ConnectionState
 E = LifecycleEvent

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
-from mqtt_cli.core.codec import encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packed import PackedQueue, PackedRetained, Shape
 from mqtt_cli.core.packets import PubAck, Publish, Subscribe, Subscription
 from mqtt_cli.core.persistence import DeliveryAdded, DeliveryDone, StoredSession

@@ -36,7 +36,7 @@ from paho.mqtt.properties import Properties as PahoProperties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from mqtt_cli.core.codec import PacketReader, decode, encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packets import (
     Auth,
     ConnAck,
@@ -56,6 +56,7 @@ from mqtt_cli.core.packets import (
     Will,
 )
 from mqtt_cli.core.properties import PROPERTY_TABLE, WILL, Properties, PropertyId, encode_properties
+from mqtt_cli.core.reader import PacketReader, decode
 from mqtt_cli.core.reasons import REASONS_BY_PACKET
 from mqtt_cli.core.records import fields, replace
 

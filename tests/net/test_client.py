@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import trio
 
-from mqtt_cli.core.codec import encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packets import Publish, Subscription
 from mqtt_cli.core.properties import Properties
 from mqtt_cli.net.client import Client, ClientSettings, open_client

@@ -29,7 +29,7 @@ from wsproto.events import (
 )
 
 from mqtt_cli.core.broker import BrokerConfig
-from mqtt_cli.core.codec import PacketReader, encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packets import (
     ConnAck,
     Connect,
@@ -42,6 +42,7 @@ from mqtt_cli.core.packets import (
     Subscription,
     Will,
 )
+from mqtt_cli.core.reader import PacketReader
 from mqtt_cli.net.client import ClientSettings, open_client
 from mqtt_cli.net.errors import BrokerRefused, ConnectFailed, ConnectionLost
 from mqtt_cli.net.server import (

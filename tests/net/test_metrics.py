@@ -160,3 +160,38 @@ async def test_reload_keeps_the_endpoint() -> None:
             assert "metrics.listen changed: takes effect at the next start" in changes
             assert (await http(where, get("/readyz")))[0] == 200
             stop.set()
+
+
+async def test_not_ready_while_shutting_down() -> None:
+    """From the moment a shutdown starts (SIGTERM), /readyz answers 503, while the endpoint still serves: here a
+    subscriber that reads nothing keeps the shutdown in its drain (DRAIN_ON_SHUTDOWN) with output still pending."""
+    options = ServeOptions(listeners=[parse_listen_url("mqtt://127.0.0.1:0")])
+    options.metrics = MetricsAddress("127.0.0.1", 0)
+    server = BrokerServer(options)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            stop = trio.Event()
+            await nursery.start(server.run, stop)
+            where = server.metrics_bound
+            assert where is not None
+            mqtt = server.bound[0]
+            # A 3.1.1 subscriber to "big" with a small receive buffer that never reads.
+            stuck = trio.socket.socket()
+            stuck.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, 4096)
+            await stuck.connect((mqtt.host, mqtt.port))
+            await stuck.send(b"\x10\x0e\x00\x04MQTT\x04\x02\x00\x3c\x00\x02st")
+            await stuck.send(b"\x82\x08\x00\x01\x00\x03big\x00")
+            with trio.fail_after(5):
+                got = b""
+                while len(got) < 9:  # CONNACK and SUBACK
+                    got += await stuck.recv(64)
+            endpoint = Endpoint("mqtt", mqtt.host, mqtt.port)
+            async with open_client(ClientSettings(endpoint=endpoint, client_id="pub", version=4)) as pub:
+                for _ in range(16):  # 4 MiB the stuck subscriber cannot take: the broker holds it as output
+                    await pub.publish("big", b"x" * 262144, qos=1)
+            assert (await http(where, get("/readyz")))[0] == 200
+            stop.set()
+            await trio.sleep(0.2)  # inside the shutdown's drain, which lasts until DRAIN_ON_SHUTDOWN
+            status, _, body = await http(where, get("/readyz"))
+            assert (status, body) == (503, b"not ready: starting or shutting down\n")
+            stuck.close()

@@ -8,9 +8,10 @@ import trio
 
 from mqtt_cli.core.acl import parse_acl_file
 from mqtt_cli.core.auth import AuthPolicy
-from mqtt_cli.core.codec import PacketReader, encode
+from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packets import ConnAck, Connect, Disconnect, SubAck, Subscribe, Subscription
 from mqtt_cli.core.passwords import hash_password
+from mqtt_cli.core.reader import PacketReader
 from mqtt_cli.net.server import LOGIN_FAILURE_DELAY, BrokerServer, Listener, ServeOptions, ServerError
 
 SALT = bytes(range(12))

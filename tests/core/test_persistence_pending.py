@@ -1,0 +1,124 @@
+"""persistence.Pending: which held acknowledgements may go out without a commit (their messages' QoS 1 deliveries
+acknowledged by their subscribers, nothing else to write before them), which wait for one, and when one is due.
+With the broker core on real sockets: tests/broker/test_persistence.py."""
+
+from __future__ import annotations
+
+import math
+
+from mqtt_cli.core.persistence import (
+    DeliveryAdded,
+    DeliveryDone,
+    DeliveryReleased,
+    DeliverySent,
+    IncomingAdded,
+    Pending,
+    RetainedSet,
+    coalesce,
+)
+from mqtt_cli.core.properties import EMPTY_PROPERTIES
+from mqtt_cli.core.session import Message
+
+LINGER, IDLE = 0.002, 0.1
+
+
+def _added(row: int, qos: int = 1) -> DeliveryAdded:
+    return DeliveryAdded("sub", row, Message("t", b"p", qos, False, EMPTY_PROPERTIES, "pub", 0.0), qos, False, ())
+
+
+def _sent(row: int, qos: int = 1) -> list[DeliveryAdded | DeliverySent]:
+    return [_added(row, qos), DeliverySent("sub", row, row)]
+
+
+def _rows(changes: list[object]) -> list[int]:
+    return [c.row for c in changes if isinstance(c, DeliveryAdded)]
+
+
+def test_acknowledgements_go_once_their_qos1_deliveries_are_done_and_nothing_is_written() -> None:
+    pending = Pending()
+    assert pending.add(_sent(1), [("pub", b"ack1")], 0.0) == []
+    assert pending.add(_sent(2), [("pub", b"ack2")], 0.0) == []
+    assert pending.due(LINGER, IDLE) == LINGER  # the subscribers have until then
+    # The second delivery is done first: its acknowledgement still waits for the first (order).
+    assert pending.add([DeliveryDone("sub", 2)], [], 0.001) == []
+    assert pending.add([DeliveryDone("sub", 1)], [], 0.001) == [("pub", b"ack1"), ("pub", b"ack2")]
+    assert pending.due(LINGER, IDLE) is None  # the pairs write nothing: no commit at all
+
+
+def test_a_delivery_not_done_in_time_is_written_and_its_acknowledgement_goes_at_the_first_of_commit_or_done() -> None:
+    pending = Pending()
+    pending.add(_sent(1), [("pub", b"ack1")], 0.0)
+    pending.add(_sent(2), [("pub", b"ack2")], 0.0005)
+    pending.add([DeliveryDone("sub", 2)], [], 0.001)
+    assert pending.due(LINGER, IDLE) == LINGER
+    changes = pending.take(1.0, LINGER)
+    assert _rows(changes) == [1]  # 2 elided
+    assert pending.due(LINGER, IDLE) is None  # being written
+    # Done while it is written: nothing waits for the commit any more (its DELETE goes in the next one).
+    assert pending.add([DeliveryDone("sub", 1)], [("pub", b"ack3")], 0.002) == [
+        ("pub", b"ack1"), ("pub", b"ack2"), ("pub", b"ack3")
+    ]  # fmt: skip
+    assert pending.committed() == []
+    assert pending.take(1.0, LINGER) == [DeliveryDone("sub", 1)]
+
+
+def test_a_change_that_must_be_written_holds_everything_after_it_until_the_commit() -> None:
+    pending = Pending()
+    retained = RetainedSet(Message("r", b"x", 1, True, EMPTY_PROPERTIES, "pub", 0.0))
+    assert pending.add(_sent(1), [("a", 1)], 0.0) == []
+    assert pending.add([retained], [("a", 2)], 0.0) == []
+    assert pending.due(LINGER, IDLE) == -math.inf
+    assert pending.add([DeliveryDone("sub", 1)], [("a", 3)], 0.0) == [("a", 1)]  # before the retained one: free
+    assert pending.take(0.0, LINGER) == [retained]
+    assert pending.add([], [("a", 4)], 0.0) == []  # after it: waits for it
+    assert pending.committed() == [("a", 2), ("a", 3), ("a", 4)]
+
+
+def test_qos2_deliveries_incoming_identifiers_and_queued_deliveries_are_written_at_once() -> None:
+    for changes in (
+        _sent(1, qos=2),
+        [IncomingAdded("pub", 7)],
+        [DeliverySent("sub", 9, 3)],
+        [DeliveryReleased("sub", 9)],
+        [_added(1), *_sent(2)],  # 1 queued: its subscriber is away
+    ):
+        pending = Pending()
+        assert pending.add(changes, [("pub", b"rec")], 0.0) == []
+        assert pending.due(LINGER, IDLE) == -math.inf
+        assert pending.add(_sent(5), [("pub", b"next")], 0.0) == []
+        assert pending.add([DeliveryDone("sub", 5)], [], 0.0) == []  # behind the hard one
+        pending.take(0.0, LINGER)
+        assert pending.committed() == [("pub", b"rec"), ("pub", b"next")]
+
+
+def test_a_failed_commit_goes_back_in_front() -> None:
+    pending = Pending()
+    pending.add(_sent(1), [("a", 1)], 0.0)
+    retained = RetainedSet(Message("r", b"x", 1, True, EMPTY_PROPERTIES, "pub", 0.0))
+    pending.add([retained], [("a", 2)], 0.0)
+    changes = pending.take(0.01, LINGER)
+    pending.failed(changes, 0.01)
+    assert pending.add([DeliveryDone("sub", 1)], [("a", 3)], 0.01) == []  # the failed group holds all
+    assert pending.due(LINGER, IDLE) == -math.inf
+    changes = pending.take(0.02, LINGER)
+    assert coalesce(changes) == [retained]  # the pair met again: the store writes only the retained message
+    assert pending.committed() == [("a", 1), ("a", 2), ("a", 3)]
+
+
+def test_a_commit_takes_the_batches_due_and_keeps_the_young_ones_for_their_subscribers() -> None:
+    pending = Pending()
+    pending.add(_sent(1), [("a", 1)], 0.0)
+    pending.add(_sent(2), [("a", 2)], 0.0015)
+    assert pending.due(LINGER, IDLE) == LINGER
+    assert _rows(pending.take(LINGER, LINGER)) == [1]
+    assert pending.add([DeliveryDone("sub", 2)], [], 0.0025) == []  # 1 first: on file or done
+    assert pending.committed() == [("a", 1), ("a", 2)]
+    pending.add([DeliveryDone("sub", 1)], [], 0.003)  # its row is on file: deleted by the next commit
+    assert pending.due(LINGER, IDLE) == 0.003 + IDLE
+    assert pending.take(1.0, LINGER) == [DeliveryDone("sub", 1)]
+
+
+def test_coalesce_drops_pairs_and_the_updates_of_rows_deleted_later() -> None:
+    changes = [_added(1), DeliverySent("sub", 1, 4), DeliveryReleased("sub", 2), DeliverySent("sub", 3, 5),
+               DeliveryDone("sub", 2), DeliveryDone("sub", 1)]  # fmt: skip
+    assert coalesce(changes) == [DeliverySent("sub", 3, 5), DeliveryDone("sub", 2)]
