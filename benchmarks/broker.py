@@ -1,12 +1,22 @@
 """Our broker against Debian's mosquitto, in the same run, with the neutral C load generator of ../shared/bench.
 
     .venv/bin/python benchmarks/broker.py [--reps 3] [--count 200000] [--conns 10000] [--only fanin,fanout,lat,conns]
+    .venv/bin/python benchmarks/broker.py --builds [same options]
     .venv/bin/python benchmarks/broker.py --acl [--reps 3] [--count 100000]
     .venv/bin/python benchmarks/broker.py --metrics [--reps 5] [--count 200000]
-    .venv/bin/python benchmarks/broker.py --builds [--qos 0,1] [--reps 3] [--count 200000]
 
---builds: fan-in, 64 B, mosquitto against our broker twice, pure Python (MQTT_CLI_PURE=1) and the compiled build
-(`make install`'s mypyc build must be there), runs interleaved; prints compiled/pure and both against mosquitto.
+From a git worktree, set MQTT_BENCH_DIR=/path/to/shared/bench (the default is ../shared/bench beside the tree).
+
+Both brokers run pinned to CPU 0 (mosquitto with ../shared/bench/mosquitto.conf, our `mqtt serve` with the same
+limits: --max-queued-messages 0 --max-inflight 0), the generator on CPU 1; `matrix.sh` interleaves the runs so
+every broker sees the same machine. Prints, for each test of --only (fan-in and fan-out at QoS 0/1/2, 64 B and
+1 KiB; p99 latency at 1,000 msg/s; kB per idle connection), the medians and our figure as a ratio of mosquitto's
+with issue #20's goal (marked * when met), the most messages any run lost (the goal is 0), and each broker's CPU
+time per delivered message (the steadier figure on a loaded machine: the rate follows how much of CPU 0 each
+broker gets); writes the raw JSON lines to benchmarks/results/broker-DATE.jsonl.
+
+--builds: the same matrix for mosquitto and our broker twice, pure Python (MQTT_CLI_PURE=1) and the compiled
+build (`make install`'s mypyc build must be there), interleaved; prints both builds' ratios to mosquitto.
 
 --metrics: fan-in QoS 0, 64 B, our broker with the metrics endpoint on and scraped every second (GET /metrics
 with Prometheus's Accept header, from this process) against the same broker with it off, runs interleaved; the
@@ -16,18 +26,13 @@ issue's target is a ratio of at least 0.98.
 each broker with an ACL of 1,000 `pattern` lines (999 that match nothing the load generator publishes, and
 `pattern readwrite bench/#` last, so every check goes through them all in mosquitto's list) and the same broker
 without one: four brokers, runs interleaved, mqttload driven directly (not matrix.sh, which runs every QoS).
-
-Both brokers run pinned to CPU 0 (mosquitto with ../shared/bench/mosquitto.conf, our `mqtt serve` with the same
-limits: --max-queued-messages 0 --max-inflight 0), the generator on CPU 1; `matrix.sh` interleaves the runs so
-both see the same machine. Prints, for each test, the medians and our figure as a ratio of mosquitto's, with the
-issue's target, and the broker's CPU time per delivered message (the steadier figure on a loaded machine: the
-rate follows how much of CPU 0 each broker gets); writes the raw JSON lines to benchmarks/results/broker-DATE.jsonl.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -42,15 +47,16 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = Path(os.environ.get("MQTT_BENCH_DIR", ROOT.parent / "shared" / "bench"))  # set it from a git worktree
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 
-# (test key) -> (figure, target ratio ours/mosquitto, higher is better)
+# Issue #20's goals: (test key) -> (unit, goal ratio ours/mosquitto, higher is better). Every fan-in and fan-out
+# row at least mosquitto's rate (fan-out QoS 0 1.5x), p99 latency at 1,000 msg/s QoS 1 at most 1.5x; idle
+# connections at most CONNS_KB each (absolute); nothing lost.
 TARGETS = {
-    ("fanin", 0, 64): ("delivered_per_s", 0.5, True),
-    ("fanin", 1, 64): ("delivered_per_s", 0.75, True),
-    ("fanin", 2, 64): ("delivered_per_s", 0.75, True),
-    ("fanout", 0, 64): ("delivered_per_s", 0.5, True),
-    ("fanout", 1, 64): ("delivered_per_s", 0.5, True),
-    ("lat", 1, 64): ("p99_us", 2.0, False),
+    **{("fanin", qos, size): ("rate", 1.0, True) for qos in (0, 1, 2) for size in (64, 1024)},
+    ("fanout", 0, 64): ("rate", 1.5, True),
+    ("fanout", 1, 64): ("rate", 1.0, True),
+    ("lat", 1, 64): ("p99", 1.5, False),
 }
+CONNS_KB = 5.0
 
 
 def key(row: dict[str, object]) -> tuple[object, ...]:
@@ -70,7 +76,7 @@ def cpu_per_message(rows: list[dict[str, object]]) -> float:
     """Median of the broker's CPU time (user + system, as mqttload reads it) per delivered message, in µs."""
     values = []
     for r in rows:
-        cpu, delivered = r.get("broker_cpu_s"), r.get("delivered")
+        cpu, delivered = r.get("broker_cpu_s"), r.get("delivered", r.get("received"))  # thru, lat
         if isinstance(cpu, int | float) and isinstance(delivered, int) and delivered:
             values.append(1e6 * cpu / delivered)
     return statistics.median(values) if values else float("nan")
@@ -278,62 +284,110 @@ def metrics_mode(args: argparse.Namespace, work: Path) -> int:
 
 
 def builds_mode(args: argparse.Namespace, work: Path) -> int:
-    """Fan-in, 64 B, at each QoS of --qos: mosquitto, our broker as pure Python (MQTT_CLI_PURE=1) and compiled
-    (make install's mypyc build), runs interleaved; prints medians, compiled/pure and each against mosquitto."""
-
+    """The whole matrix (--only) for mosquitto and our broker twice, pure Python (MQTT_CLI_PURE=1) and compiled
+    (make install's mypyc build), interleaved by matrix.sh; prints each build against mosquitto."""
     sys.path.insert(0, str(ROOT))
     from mqtt_cli import buildmode
 
     if not Path(buildmode.STAMP).exists():
         print("benchmarks/broker.py --builds: no compiled build (make install with a C compiler)", file=sys.stderr)
         return 2
-    serve = [
-        "taskset", "-c", "0", sys.executable, "-m", "mqtt_cli", "serve", "--max-queued-messages", "0",
-        "--max-inflight", "0", "--sys-interval", "0",
-    ]  # fmt: skip
-    conf = work / "mosquitto.conf"
-    conf.write_text((BENCH / "mosquitto.conf").read_text().replace("listener 1883", "listener 18877"))
-    pure_env = {**os.environ, buildmode.ENV_PURE: "1"}
-    compiled_env = {k: v for k, v in os.environ.items() if k != buildmode.ENV_PURE}
+    # `env` picks the build: the compiled one only runs when MQTT_CLI_PURE is not set at all.
     targets = {
-        "mosquitto": (18877, ["taskset", "-c", "0", MOSQUITTO, "-c", str(conf)], None),
-        "pure": (18878, [*serve, "--port", "18878"], pure_env),
-        "compiled": (18879, [*serve, "--port", "18879"], compiled_env),
+        "mosquitto": (18877, mosquitto_command(work, 18877)),
+        "pure": (18878, f"env {buildmode.ENV_PURE}=1 {serve_command(18878)}"),
+        "compiled": (18879, f"env -u {buildmode.ENV_PURE} {serve_command(18879)}"),
     }
-    qos_levels = [int(q) for q in args.qos.split(",")]
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    rows: list[dict[str, object]] = []
-    try:
-        for label, (port, cmd, env) in targets.items():
-            procs[label] = start_broker(label, port, cmd, env)
-        labels = list(targets)
-        for rep_no in range(args.reps):
-            for qos in qos_levels:
-                for k in range(len(labels)):
-                    label = labels[(k + rep_no) % len(labels)]  # the order rotates each rep
-                    port = targets[label][0]
-                    cmd = ["taskset", "-c", "1", str(work / "bench" / "mqttload"), "thru", "--fanin", "--pubs", "1",
-                           "--subs", "1", "--qos", str(qos), "--size", "64", "--count", str(args.count),
-                           "--timeout", "300", "--port", str(port), "--broker-pid", str(procs[label].pid)]  # fmt: skip
-                    out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
-                    row = json.loads(out.splitlines()[-1]) if out else {"error": "no output"}
-                    row.update(label=label, rep=rep_no + 1, test=f"fanin-qos{qos}-builds")
-                    rows.append(row)
-                    print(json.dumps(row), file=sys.stderr)
-    finally:
-        stop_brokers(procs)
-    out_path = save_rows("broker-builds", rows)
-    print(f"{'fan-in 64 B':<14}{'mosquitto':>12}{'pure':>12}{'compiled':>12}{'compiled/pure':>15}"
-          f"{'pure/mosq':>11}{'compiled/mosq':>15}")  # fmt: skip
-    for qos in qos_levels:
-        test = f"fanin-qos{qos}-builds"
-        ran = [r for r in rows if r["test"] == test]
-        med = {lb: median([r for r in ran if r["label"] == lb], "delivered_per_s") for lb in targets}
-        m, p, c = med["mosquitto"], med["pure"], med["compiled"]
-        print(f"{'QoS ' + str(qos):<14}{m:>12,.0f}{p:>12,.0f}{c:>12,.0f}{c / p:>15.2f}{p / m:>11.2f}{c / m:>15.2f}")
-    lost = [r for r in rows if r.get("lost") or r.get("error")]
-    print(f"runs with losses or errors: {len(lost)}; raw results: {out_path}")
+    return matrix_mode(args, work, targets, "broker-builds")
+
+
+def mosquitto_command(work: Path, port: int) -> str:
+    conf = work / f"mosquitto-{port}.conf"
+    conf.write_text((BENCH / "mosquitto.conf").read_text().replace("listener 1883", f"listener {port}"))
+    return f"taskset -c 0 {MOSQUITTO} -c {conf}"
+
+
+def serve_command(port: int) -> str:
+    """Our broker with mosquitto.conf's limits, the tree this script is in first on the path (a worktree's)."""
+    return (
+        f"env PYTHONPATH={ROOT} taskset -c 0 {sys.executable} -m mqtt_cli serve --port {port} "
+        "--max-queued-messages 0 --max-inflight 0 --sys-interval 0"
+    )
+
+
+def matrix_mode(args: argparse.Namespace, work: Path, targets: dict[str, tuple[int, str]], name: str) -> int:
+    """Runs matrix.sh on `targets` (label -> port, command; mosquitto first) and prints the table of goals."""
+    raw = work / "results.jsonl"
+    cmd = ["bash", str(work / "bench" / "matrix.sh")]
+    for label, (port, command) in targets.items():
+        cmd += ["--target", f"{label}:{port}:{command}"]
+    cmd += ["--reps", str(args.reps), "--only", args.only, "--count", str(args.count), "--conns", str(args.conns),
+            "--out", str(raw)]  # fmt: skip
+    subprocess.run(cmd, check=False, cwd=ROOT, stdout=subprocess.DEVNULL)
+    rows = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()] if raw.exists() else []
+    out_path = save_rows(name, rows)
+    print_goals(rows, list(targets))
+    print(f"load average {os.getloadavg()[0]:.2f} at the end; raw results: {out_path}")
     return 0
+
+
+def test_label(k: tuple[object, ...]) -> str:
+    if k[0] == "conns":
+        return f"idle conns {k[1]} kB each"
+    if k[0] == "lat":
+        return f"lat 1000/s QoS{k[1]} p99 us"
+    return f"{k[0]} QoS{k[1]} {k[2]} B /s"
+
+
+def print_goals(rows: list[dict[str, object]], labels: list[str]) -> None:
+    """One line per test: the medians of every target, each of ours as a ratio of mosquitto's (the first label)
+    with the issue's goal and whether it is met, the most lost in any run, and the broker CPU per message."""
+    base, ours = labels[0], labels[1:]
+    groups: dict[tuple[object, ...], dict[str, list[dict[str, object]]]] = {}
+    for row in rows:
+        groups.setdefault(key(row), {}).setdefault(str(row["label"]), []).append(row)
+    head = f"{'test':<26}" + "".join(f"{lb:>12}" for lb in labels)
+    head += "".join(f"{lb + '/' + base[:4]:>15}" for lb in ours) + f"{'goal':>8}  lost  CPU us/msg " + " ".join(labels)
+    print(head)
+    met = total = 0
+    for k in sorted(groups, key=_order):
+        by = groups[k]
+        if k[0] == "conns":
+            values = [kb_per_conn(by.get(lb, [])) for lb in labels]
+            goal: tuple[str, float, bool] | None = ("kB", CONNS_KB, False)
+        else:
+            field = "p99_us" if k[0] == "lat" else "delivered_per_s"
+            values = [median(by.get(lb, []), field) for lb in labels]
+            goal = TARGETS.get(k)
+        line = f"{test_label(k):<26}" + "".join(f"{v:>12,.{2 if k[0] == 'conns' else 0}f}" for v in values)
+        marks = []
+        for v in values[1:]:
+            if k[0] == "conns":  # an absolute goal: kB per connection
+                ok = goal is not None and v <= goal[1]
+                line += f"{v / values[0] if values[0] else math.nan:>14.2f}" + ("*" if ok else " ")
+            else:
+                ratio = v / values[0] if values[0] else math.nan
+                ok = goal is not None and (ratio >= goal[1] if goal[2] else ratio <= goal[1])
+                line += f"{ratio:>14.2f}" + ("*" if ok and goal is not None else " ")
+            marks.append(ok)
+        if goal is None:
+            line += f"{'':>8}"
+        else:
+            total += len(marks)
+            met += sum(marks)
+            unit = " kB" if goal[0] == "kB" else ""
+            line += f"{('>=' if goal[2] else '<=') + format(goal[1], 'g') + unit:>8}"
+        lost = max([int(r.get("lost", 0) or 0) for lb in ours for r in by.get(lb, [])] or [0])  # type: ignore[call-overload]
+        line += f"  {lost:<5}"
+        if k[0] != "conns":  # the broker's CPU time per delivery: steadier than a rate on a loaded machine
+            line += " ".join(f"{cpu_per_message(by.get(lb, [])):.2f}" for lb in labels)
+        print(line)
+    print(f"goals met (*): {met} of {total} (ours/mosquitto ratios; kB per idle connection absolute; lost must be 0)")
+
+
+def _order(k: tuple[object, ...]) -> tuple[int, int, int]:
+    kind = {"fanin": 0, "fanout": 1, "lat": 2, "conns": 3}.get(str(k[0]), 4)
+    return (kind, int(k[2] or 0) if kind < 3 else 0, int(k[1] or 0))  # type: ignore[call-overload]
 
 
 def main() -> int:
@@ -344,9 +398,11 @@ def main() -> int:
     parser.add_argument("--only", default="fanin,fanout,lat,conns")
     parser.add_argument("--acl", action="store_true", help="QoS 1 fan-in/fan-out with 1,000 ACL patterns vs none")
     parser.add_argument("--metrics", action="store_true", help="fan-in QoS 0 with the metrics endpoint scraped vs off")
-    parser.add_argument("--builds", action="store_true", help="fan-in: mosquitto, our pure and our compiled build")
-    parser.add_argument("--qos", default="0", help="--builds: the QoS levels to run (comma-separated)")
+    parser.add_argument("--builds", action="store_true", help="the matrix for mosquitto, our pure and compiled builds")
     args = parser.parse_args()
+    unknown = set(args.only.split(",")) - {"fanin", "fanout", "lat", "conns"}
+    if unknown:
+        parser.error(f"--only: unknown test {sorted(unknown)[0]!r} (fanin, fanout, lat, conns)")
     if not (BENCH / "matrix.sh").exists():
         print(f"benchmarks/broker.py: {BENCH} is missing (the shared load generator)", file=sys.stderr)
         return 2
@@ -359,51 +415,8 @@ def main() -> int:
         return metrics_mode(args, work)
     if args.builds:
         return builds_mode(args, work)
-    conf = work / "mosquitto.conf"
-    conf.write_text((BENCH / "mosquitto.conf").read_text().replace("listener 1883", "listener 18860"))
-    ours = (
-        f"taskset -c 0 {sys.executable} -m mqtt_cli serve --port 18861 "
-        "--max-queued-messages 0 --max-inflight 0 --sys-interval 0"
-    )
-    out = ROOT / "benchmarks" / "results" / f"broker-{time.strftime('%Y-%m-%d')}.jsonl"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    raw = work / "results.jsonl"
-    cmd = [
-        "bash", str(work / "bench" / "matrix.sh"),
-        "--target", f"mosquitto:18860:taskset -c 0 {MOSQUITTO} -c {conf}",
-        "--target", f"ours:18861:{ours}",
-        "--reps", str(args.reps), "--only", args.only, "--count", str(args.count), "--conns", str(args.conns),
-        "--out", str(raw),
-    ]  # fmt: skip
-    subprocess.run(cmd, check=False, cwd=ROOT, stdout=subprocess.DEVNULL)
-    rows = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()]
-    with out.open("a") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-    groups: dict[tuple[object, ...], dict[str, list[dict[str, object]]]] = {}
-    for row in rows:
-        groups.setdefault(key(row), {}).setdefault(str(row["label"]), []).append(row)
-    print(f"{'test':<24}{'mosquitto':>14}{'ours':>14}{'ratio':>8}{'target':>9}  lost"
-          f"{'CPU us/msg mosq':>17}{'ours':>7}{'ratio':>7}")  # fmt: skip
-    for k, by in groups.items():
-        m, o = by.get("mosquitto", []), by.get("ours", [])
-        if k[0] == "conns":
-            mk, ok = kb_per_conn(m), kb_per_conn(o)
-            print(f"{'conns ' + str(k[1]):<24}{mk:>11.2f} kB{ok:>11.2f} kB{ok / mk:>8.2f}{'<=10 kB':>9}")
-            continue
-        field, target, higher = TARGETS.get(k, ("delivered_per_s" if k[0] != "lat" else "p99_us", None, k[0] != "lat"))
-        mv, ov = median(m, field), median(o, field)
-        ratio = ov / mv if mv else float("nan")
-        lost = max([int(r.get("lost", 0)) for r in o] or [0])  # type: ignore[call-overload]
-        goal = "" if target is None else (f">={target}" if higher else f"<={target}")
-        label = f"{k[0]} QoS{k[1]} {k[2]}B" + (" p99" if k[0] == "lat" else "")
-        cpu = ""
-        if k[0] != "lat":  # the broker's CPU time per delivery: steadier than the rate on a loaded machine
-            mc, oc = cpu_per_message(m), cpu_per_message(o)
-            cpu = f"{mc:>17.2f}{oc:>7.2f}{mc / oc if oc else float('nan'):>7.2f}"
-        print(f"{label:<24}{mv:>14,.0f}{ov:>14,.0f}{ratio:>8.2f}{goal:>9}  {lost:<4}{cpu}")
-    print(f"raw results: {out}")
-    return 0
+    targets = {"mosquitto": (18860, mosquitto_command(work, 18860)), "ours": (18861, serve_command(18861))}
+    return matrix_mode(args, work, targets, "broker")
 
 
 if __name__ == "__main__":

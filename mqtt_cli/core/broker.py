@@ -19,7 +19,7 @@ from typing import Any, Final
 from .acl import AclView
 from .auth import AuthPolicy, CertificateIdentity, authenticate
 from .bridge import LinkStats
-from .encoder import encode
+from .encoder import encode, encode_topic_name, frame_publish
 from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
 from .flows import FlowState
 from .lifecycle import (
@@ -72,7 +72,7 @@ from .records import replace
 from .retained import RetainedStore
 from .server import ServerConnection
 from .session import Delivery, Message, QueueLimits, Session, SubscriptionOptions
-from .topics import TopicTrie, parse_shared, topic_filter_error
+from .topics import TopicTrie, TrieEntry, parse_shared, topic_filter_error
 from .wire import control_character
 
 __all__ = ["NEVER_EXPIRES", "BrokerConfig", "BrokerCore", "BrokerStats", "Notice", "NoticeKind"]
@@ -221,7 +221,9 @@ class BrokerCore:
         self.connections: set[ServerConnection] = set()
         self.connected = 0  # sessions with a connection
         self.timers_changed = False  # set when the earliest timer moved earlier; the caller resets it
-        self.dirty: set[ServerConnection] = set()
+        # Connections with output to send, in the order they got it: a publisher's subscribers come before its
+        # own acknowledgement, so the network layer writes the deliveries first (the latency path).
+        self.dirty: dict[ServerConnection, None] = {}
         self.notices: deque[Notice] = deque(maxlen=10_000)
         self.limits = QueueLimits(c.max_queued_messages, c.max_queued_bytes, c.queue_drop_oldest)
         self._timers: list[_Timer] = []
@@ -612,7 +614,7 @@ class BrokerCore:
         if not conn.closed:
             self._close(conn, now, reason=None, detail="connection lost", event=LifecycleEvent.TRANSPORT_CLOSED)
         self.connections.discard(conn)
-        self.dirty.discard(conn)
+        self.dirty.pop(conn, None)
 
     def reconfigure(self, config: BrokerConfig, now: float) -> None:
         """A reload's new limits. Queue limits and $SYS apply at once to every session; the keep alive, topic
@@ -682,9 +684,10 @@ class BrokerCore:
             if not conn.closed:
                 self._close(conn, now, reason=ReasonCode.SERVER_SHUTTING_DOWN, detail="server shutting down")
 
-    def take_dirty(self) -> set[ServerConnection]:
+    def take_dirty(self) -> dict[ServerConnection, None]:
+        """The connections with output, in the order they got it (iterate over it), and none from now on."""
         dirty = self.dirty
-        self.dirty = set()
+        self.dirty = {}
         return dirty
 
     # --- dispatch ---------------------------------------------------------------------------------------------
@@ -1120,6 +1123,19 @@ class BrokerCore:
             elif session.expiry_interval:
                 # Its re-send after a restart must find the identifier: acknowledged, not delivered again.
                 self.changes.append(IncomingAdded(session.client_id, p.packet_id))
+        if not qos and not p.retain and not props.items:
+            # A plain QoS 0 message (fan-in, fan-out): when nothing about its subscriptions and their clients
+            # needs more than the bytes, they are written without building the broker's Message.
+            entries = self.subscriptions.match(topic)
+            if not entries:
+                stats.dropped_no_subscriber += 1
+                return
+            if self._forward(entries, topic, p.payload, conn.client_id):
+                return
+            message = Message(topic, p.payload, qos, False, props, conn.client_id, now)
+            if not self._route_to(entries, message, now):
+                stats.dropped_no_subscriber += 1
+            return
         message = Message(topic, p.payload, qos, p.retain, props, conn.client_id, now)
         matched = self._route(message, now)
         if not matched and not qos:
@@ -1246,9 +1262,65 @@ class BrokerCore:
                 self.retained.discard(topic)
             if self.changes is not None and message.origin is not None:  # $SYS figures (origin None) are not kept
                 self.changes.append(RetainedSet(message) if message.payload else RetainedCleared(topic))
-        entries = self.subscriptions.match(topic)
+        return self._route_to(self.subscriptions.match(topic), message, now)
+
+    def _forward(
+        self, entries: list[TrieEntry[str, SubscriptionOptions]], topic: str, payload: bytes, origin: str | None
+    ) -> bool:
+        """_route_to for a plain QoS 0 message (no properties, not retained), written as bytes to each subscriber
+        (one encoding per protocol family). False, with nothing done, when any subscription needs the general
+        path: shared, under an ACL, several of one client (merged), a 5.0 subscription identifier; or when any
+        receiver does: topic aliases, an in-process client, a full buffer, a packet over its maximum, offline."""
+        if self._views:
+            return False
+        if len(entries) > 1 and len({entry[1] for entry in entries}) < len(entries):
+            return False
+        sessions = self.sessions
+        buffered = self.config.max_buffered_bytes
+        v3 = v5 = b""
+        receivers: list[tuple[ServerConnection, bytes]] = []
+        for entry in entries:
+            client_id = entry[1]
+            opts = entry[2]
+            if entry[0][:7] == "$share/":
+                return False
+            session = sessions.get(client_id)
+            if session is None or (opts.no_local and client_id == origin):
+                continue  # nothing to send (as _route_to)
+            conn = session.connection
+            if (
+                conn is None
+                or conn.state is _CLOSED
+                or conn.wants_drain
+                or conn.sink is not None
+                or conn.aliases_out is not None
+            ):
+                return False
+            if len(conn.out) >= buffered:
+                return False
+            # What Message.wire frames for this variant (QoS 0, no retain flag, no properties).
+            if conn.version == 5:
+                if opts.subscription_identifier:
+                    return False
+                data = v5 = v5 or frame_publish(0x30, encode_topic_name(topic), b"", b"\x00", payload)
+            else:
+                data = v3 = v3 or frame_publish(0x30, encode_topic_name(topic), b"", b"", payload)
+            limit = conn.client_max_packet_size
+            if limit is not None and len(data) > limit:
+                return False
+            receivers.append((conn, data))
+        stats = self.stats
+        for conn, data in receivers:
+            stats.publish_sent_qos[0] += 1
+            stats.publish_sent_bytes_qos[0] += len(payload)
+            self._write(conn, data)
+        return True
+
+    def _route_to(self, entries: list[TrieEntry[str, SubscriptionOptions]], message: Message, now: float) -> bool:
+        """Delivers `message` to the matched subscriptions `entries`; True when there are any."""
         if not entries:
             return False
+        topic = message.topic
         origin = message.origin
         views = self._views  # empty unless an ACL is in force: then every delivery is checked for read access
         if len(entries) == 1 and entries[0][0][:7] != "$share/":
@@ -1580,7 +1652,7 @@ class BrokerCore:
             why = Properties(reason_string=detail[:200]) if detail and self.config.reason_strings else EMPTY_PROPERTIES
             self._send(conn, Disconnect(reason, why))
         conn.advance(event)
-        self.dirty.add(conn)
+        self.dirty[conn] = None
         kind = NoticeKind.REFUSED if refused else NoticeKind.DISCONNECTED if reason is None else NoticeKind.ERROR
         self.notices.append(Notice(kind, conn.client_id, conn.peer, detail, reason))
         session = conn.session
@@ -1683,7 +1755,7 @@ class BrokerCore:
         conn.out += data
         self.stats.messages_sent += 1
         self.stats.bytes_sent += len(data)
-        self.dirty.add(conn)
+        self.dirty[conn] = None
 
     # --- $SYS ---------------------------------------------------------------------------------------------------
 

@@ -615,7 +615,7 @@ class BrokerServer:
             elif now >= conn.opened_at + CONNECT_TIMEOUT:  # from the start: a trickle of bytes does not extend it
                 core.connection_lost(conn, now)
                 conn.close_requested = True
-                core.dirty.add(conn)
+                core.dirty[conn] = None
 
     async def _ticker(self) -> None:
         core = self.core

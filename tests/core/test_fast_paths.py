@@ -11,6 +11,7 @@ run through both paths, which must give identical bytes, packets, errors and eve
     ClientConnection.receive_data: leading plain PUBACKs      its reader and general handler
     BrokerCore: PUBACK / PUBREC bytes written by hand         encoder.encode
     records.fast_constructor(cls)                             cls(...)
+    BrokerCore: a plain QoS 0 message forwarded as bytes      its general delivery (a Message per match)
 
 The reader takes its fast path only for a PUBLISH whose property block it has seen before (5.0): each case is fed
 three times to one reader, so the first copy may take the general path and the others take the fast one.
@@ -19,6 +20,8 @@ The one-shot command path (commands/_fast.py against typer) has its own tests (t
 
 from __future__ import annotations
 
+import copy
+import inspect
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -26,6 +29,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mqtt_cli.core import broker as broker_module
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
 from mqtt_cli.core.client import ClientConnection
 from mqtt_cli.core.decoder import decode_body
@@ -47,6 +51,7 @@ from mqtt_cli.core.packets import (
 from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
 from mqtt_cli.core.reader import PacketReader
 from mqtt_cli.core.records import FrozenInstanceError, fast_constructor, fields, replace
+from mqtt_cli.core.server import ServerConnection
 from mqtt_cli.core.session import Message
 
 from . import strategies as S
@@ -441,3 +446,99 @@ def test_any_bytes_after_a_publish_or_ack_header_get_the_general_answer(version:
         raw = bytes((first, len(tail))) + tail
         (fast,) = PacketReader(version, strict=False).feed(raw)
         _same(fast, _general(raw, version, strict=False))
+
+
+FORWARD_PAYLOADS = [b"", b"x" * 64, b"y" * 200, b"z" * 20_000]  # 1, 2, 3 bytes of remaining length
+
+
+# --- the broker's direct forwarding of a plain QoS 0 message (BrokerCore._forward) -------------------------------
+
+
+def _subscriber(broker: BrokerCore, client_id: str, version: int, *filters: str, sid: int = 0) -> ServerConnection:
+    conn = broker.open(f"127.0.0.1:{len(broker.connections) + 1}", 0.0)
+    broker.receive(conn, encode(Connect(client_id, protocol_version=version), version), 0.0)
+    props = Properties(subscription_identifier=sid) if sid else EMPTY_PROPERTIES
+    subs = tuple(Subscription(f, 1, no_local=f.endswith("/own")) for f in filters)
+    if subs:
+        broker.receive(conn, encode(Subscribe(1, subs, props), version), 0.0)
+    conn.out.clear()
+    return conn
+
+
+@pytest.mark.parametrize("sub_version", [3, 4, 5])
+@pytest.mark.parametrize("pub_version", [4, 5])
+def test_forwarded_bytes_equal_the_general_path(
+    sub_version: int, pub_version: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topics = ("a/b", "säure/€/x", "t" * 300)
+    # Two brokers: one where each message matches one subscription (forwarded), one where it matches two of the
+    # same client (merged by the general path, which builds a Message).
+    fast, slow = BrokerCore(BrokerConfig(sys_interval=0)), BrokerCore(BrokerConfig(sys_interval=0))
+    direct = _subscriber(fast, "sub", sub_version, *topics)
+    general = _subscriber(slow, "sub", sub_version, *topics, "#")
+    publishers = {fast: _subscriber(fast, "pub", pub_version), slow: _subscriber(slow, "pub", pub_version)}
+    if inspect.isfunction(BrokerCore.receive):  # pure Python: check that the fast broker really builds no Message
+        built: list[str] = []
+        monkeypatch.setattr(broker_module, "Message", lambda *args: built.append("Message") or Message(*args))
+    counted = ("messages_sent", "bytes_sent", "publish_sent_qos", "publish_sent_bytes_qos", "messages_received")
+
+    def figures(broker: BrokerCore) -> list[object]:
+        return [copy.copy(getattr(broker.stats, name)) for name in counted]
+
+    before = {fast: figures(fast), slow: figures(slow)}  # (their SUBACKs differ)
+    for topic in topics:
+        for payload in FORWARD_PAYLOADS:
+            for broker in (fast, slow):
+                broker.receive(publishers[broker], encode(Publish(topic, payload), pub_version), 1.0)
+            assert bytes(direct.out) == bytes(general.out) == encode(Publish(topic, payload), sub_version)
+            direct.out.clear()
+            general.out.clear()
+    for name, a0, a1, b0, b1 in zip(counted, before[fast], figures(fast), before[slow], figures(slow), strict=True):
+        if isinstance(a0, list):
+            assert [y - x for x, y in zip(a0, a1, strict=True)] == [y - x for x, y in zip(b0, b1, strict=True)], name  # type: ignore[arg-type]
+        else:
+            assert a1 - a0 == b1 - b0, name  # type: ignore[operator]
+    if inspect.isfunction(BrokerCore.receive):
+        assert built == ["Message"] * len(topics) * 4  # the slow broker's, none of the fast one's
+
+
+@pytest.mark.parametrize("case", ["subscription identifier", "no local", "packet size", "retained", "offline"])
+def test_messages_the_forwarding_leaves_to_the_general_path(case: str) -> None:
+    broker = BrokerCore(BrokerConfig(sys_interval=0))
+    sid = 7 if case == "subscription identifier" else 0
+    sub = _subscriber(broker, "sub", 5, "x/own" if case == "no local" else "x/y", sid=sid)
+    if case == "packet size":
+        sub.client_max_packet_size = 20
+    pub = sub if case == "no local" else _subscriber(broker, "pub", 5)
+    topic = "x/own" if case == "no local" else "x/y"
+    if case == "offline":
+        broker.connection_lost(sub, 1.0)
+    broker.receive(pub, encode(Publish(topic, b"p" * 30, retain=case == "retained"), 5), 1.0)
+    got = PacketReader(5).feed(bytes(sub.out))
+    if case == "subscription identifier":
+        assert [p.properties.subscription_identifiers for p in got] == [(7,)]
+    elif case in ("no local", "offline"):
+        assert got == []
+    elif case == "packet size":
+        assert got == [] and broker.stats.dropped_too_large == 1
+    else:
+        assert [(p.payload, p.retain) for p in got] == [(b"p" * 30, False)]
+
+
+def test_forwarded_fan_out_equals_the_general_path() -> None:
+    # Three subscribers of each protocol level; in the slow broker one of them has a second, overlapping
+    # subscription, which sends the whole message through the general path.
+    fast, slow = BrokerCore(BrokerConfig(sys_interval=0)), BrokerCore(BrokerConfig(sys_interval=0))
+    subs = {
+        broker: [
+            _subscriber(broker, f"s{v}{i}", v, "f/x", *(["f/#"] if broker is slow and i == 0 else []))
+            for v in (3, 4, 5)
+            for i in range(3)
+        ]
+        for broker in (fast, slow)
+    }
+    for broker in (fast, slow):
+        broker.receive(_subscriber(broker, "pub", 4), encode(Publish("f/x", b"m" * 100), 4), 1.0)
+    for a, b in zip(subs[fast], subs[slow], strict=True):
+        assert bytes(a.out) == bytes(b.out) == encode(Publish("f/x", b"m" * 100), a.version)
+    assert fast.stats.publish_sent_qos == slow.stats.publish_sent_qos
