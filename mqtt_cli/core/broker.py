@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any
+from typing import Any, Final
 
 from .acl import AclView
 from .auth import AuthPolicy, CertificateIdentity, authenticate
@@ -22,6 +22,15 @@ from .bridge import LinkStats
 from .encoder import encode, encode_topic_name, frame_publish
 from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
 from .flows import FlowState
+from .lifecycle import (
+    DEFAULT_RECEIVE_MAXIMUM,
+    ConnectionState,
+    LifecycleEvent,
+    next_topic_alias,
+    over_maximum_packet_size,
+    receive_maximum_exceeded,
+    resolve_topic_alias,
+)
 from .load import LoadAverages
 from .packed import PackedQueue, PackedRetained
 from .packets import (
@@ -74,6 +83,9 @@ _PINGRESP = encode(PingResp())
 _V3_SUBACK_FAILURE = 0x80  # 3.1.1 SUBACK return code: refused
 # Packet types only a server sends: from a client, a protocol error (0x82) whatever their contents hold.
 _SERVER_TO_CLIENT_ONLY = frozenset({2, 9, 11, 13})  # CONNACK, SUBACK, UNSUBACK, PINGRESP
+# The per-packet and per-delivery checks read the state itself: `conn.closed` is a property (a call in pure Python).
+_CONNECTED: Final = ConnectionState.CONNECTED
+_CLOSED: Final = ConnectionState.CLOSED
 
 
 @dataclass(slots=True)
@@ -328,7 +340,7 @@ class BrokerCore:
         """The commit holding what these acknowledgements promise is done: they go out (to open connections; an
         in-process client's `taken` is told, with the token its publish_internal gave)."""
         for conn, data in held:
-            if not conn.closed:
+            if conn.state is not _CLOSED:
                 if conn.sink is not None:
                     conn.sink.taken(data)
                 else:
@@ -373,7 +385,8 @@ class BrokerCore:
         conn.sink = sink
         conn.version = 5
         conn.client_id = client_id
-        conn.connected = True
+        conn.advance(LifecycleEvent.CONNECT)
+        conn.advance(LifecycleEvent.CONNACK_ACCEPTED)
         session = old if old is not None else Session(client_id, 5)
         session.version = 5
         session.expiry_interval = expiry
@@ -420,7 +433,7 @@ class BrokerCore:
         ends with its subscriptions and queue."""
         if conn.closed:
             return
-        conn.closed = True
+        conn.advance(LifecycleEvent.DISCONNECT_RECEIVED)  # the in-process client's own going
         session = conn.session
         if session is None or session.connection is not conn:
             return
@@ -528,7 +541,7 @@ class BrokerCore:
         """An in-process client has dealt with a QoS 1/2 delivery (a bridge: the remote broker acknowledged it):
         its flow ends, QoS 2 at once (no PUBREL round within the process), and queued deliveries move up."""
         session = conn.session
-        if session is None or conn.closed:
+        if session is None or conn.state is _CLOSED:
             return
         self._clock = now
         entry = session.outgoing.get(packet_id)
@@ -563,12 +576,12 @@ class BrokerCore:
 
     def receive(self, conn: ServerConnection, received: bytes | bytearray | memoryview, now: float) -> None:
         """Handles bytes read from `conn`."""
-        if conn.closed:
+        if conn.closed:  # (the view, once a read: `conn.state` itself would stay narrowed below, where it moves)
             return
         data = received if type(received) is bytes else bytes(received)  # a WebSocket's may be a bytearray
         conn.last_received = self._clock = now
         self.stats.bytes_received += len(data)
-        if not conn.connected and data and data[0] != 0x10 and not conn.reader.buffered:
+        if conn.state is not _CONNECTED and data and data[0] != 0x10 and not conn.reader.buffered:
             # [MQTT-3.1.0-1]: the first packet is CONNECT. Anything else (an HTTP request, TLS to a plain port) is
             # not waited for: its "remaining length" could keep the connection open until the timeout.
             what = "a TLS handshake" if data[0] == 0x16 else f"first byte 0x{data[0]:02X}"
@@ -580,10 +593,10 @@ class BrokerCore:
             except RemoteProtocolError as err:
                 for packet in err.packets:
                     self._handle(conn, packet, now)
-                    if conn.closed:
+                    if conn.state is _CLOSED:
                         return
                 self._protocol_error(conn, err, now)
-                if conn.closed or not conn.reader.buffered:
+                if conn.state is _CLOSED or not conn.reader.buffered:
                     return
                 # Every protocol error closes the connection today; should one ever be answered and the connection
                 # go on, what came after that packet in the same read waits in the reader: read on (the fuzzer found
@@ -592,14 +605,14 @@ class BrokerCore:
                 continue
             for packet in packets:
                 self._handle(conn, packet, now)
-                if conn.closed:
+                if conn.state is _CLOSED:
                     return
             return
 
     def connection_lost(self, conn: ServerConnection, now: float) -> None:
         """The socket closed or failed. Not a normal DISCONNECT unless one was received first."""
         if not conn.closed:
-            self._close(conn, now, reason=None, detail="connection lost")
+            self._close(conn, now, reason=None, detail="connection lost", event=LifecycleEvent.TRANSPORT_CLOSED)
         self.connections.discard(conn)
         self.dirty.pop(conn, None)
 
@@ -632,7 +645,7 @@ class BrokerCore:
 
     def drained(self, conn: ServerConnection, now: float) -> None:
         """The writer emptied `out`: deliveries held back for this connection can go on."""
-        if conn.wants_drain and not conn.closed and conn.session is not None:
+        if conn.wants_drain and conn.state is not _CLOSED and conn.session is not None:
             conn.wants_drain = False
             self._pump(conn.session, now)
 
@@ -683,13 +696,13 @@ class BrokerCore:
         self.stats.messages_received += 1
         kind = type(packet)
         if kind is Publish:
-            if conn.connected:
+            if conn.state is _CONNECTED:
                 self._on_publish(conn, packet, now)
                 return
         elif kind is Connect:
             self._on_connect(conn, packet, now)
             return
-        if not conn.connected:
+        if conn.state is not _CONNECTED:
             self._close(conn, now, reason=None, detail=f"{kind.__name__.upper()} before CONNECT")
             return
         handler = _HANDLERS.get(kind)
@@ -748,7 +761,9 @@ class BrokerCore:
     # --- CONNECT ------------------------------------------------------------------------------------------
 
     def _on_connect(self, conn: ServerConnection, p: Connect, now: float) -> None:
-        if conn.connected:
+        try:
+            conn.advance(LifecycleEvent.CONNECT)
+        except RemoteProtocolError:
             self._close(conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail="second CONNECT")
             return
         c = self.config
@@ -863,7 +878,7 @@ class BrokerCore:
         conn.session = session
         receive_maximum = props.receive_maximum if version == 5 else None
         # No limit still means 65,535: past that every packet identifier is in flight (2.2.1).
-        session.outgoing.receive_maximum = receive_maximum or c.max_inflight or 65535
+        session.outgoing.receive_maximum = receive_maximum or c.max_inflight or DEFAULT_RECEIVE_MAXIMUM
         # What the CONNACK announces holds for this connection, whatever a reload changes later.
         conn.receive_maximum_announced = c.max_inflight if 0 < c.max_inflight < 65535 else 0
         conn.retain_available = c.retain_available
@@ -874,7 +889,7 @@ class BrokerCore:
                 conn.aliases_out = {}
                 conn.alias_out_maximum = props.topic_alias_maximum
             conn.reader.version = 5
-        conn.connected = True
+        conn.advance(LifecycleEvent.CONNACK_ACCEPTED)
         ack_props = EMPTY_PROPERTIES
         if version == 5:
             # In mosquitto's order, for those who compare packets byte by byte.
@@ -1025,7 +1040,9 @@ class BrokerCore:
     def _refuse(self, conn: ServerConnection, reason_v5: int, detail: str, now: float) -> None:
         code = reason_v5 if conn.version == 5 else v3_connack_code(reason_v5)
         self._send(conn, ConnAck(False, code))
-        self._close(conn, now, reason=None, detail=detail, refused=refusal_name(reason_v5))
+        self._close(
+            conn, now, reason=None, detail=detail, refused=refusal_name(reason_v5), event=LifecycleEvent.CONNACK_REFUSED
+        )
 
     # --- PUBLISH and its flows --------------------------------------------------------------------------------
 
@@ -1038,24 +1055,14 @@ class BrokerCore:
         if props.items:  # 5.0 only: the codec refuses properties before
             alias = props.topic_alias
             if alias is not None:
-                if alias > conn.topic_alias_maximum:
-                    self._close(
-                        conn, now, reason=ReasonCode.TOPIC_ALIAS_INVALID, detail=f"topic alias {alias} over the maximum"
-                    )
-                    return
                 aliases = conn.aliases_in
-                if topic:
-                    if aliases is None:
-                        aliases = conn.aliases_in = {}
-                    aliases[alias] = topic
-                else:
-                    known = aliases.get(alias) if aliases is not None else None
-                    if known is None:
-                        self._close(
-                            conn, now, reason=ReasonCode.PROTOCOL_ERROR, detail=f"topic alias {alias} was never set"
-                        )
-                        return
-                    topic = known
+                if aliases is None:  # made at the first alias: most connections never use one
+                    aliases = conn.aliases_in = {}
+                try:
+                    topic = resolve_topic_alias(aliases, conn.topic_alias_maximum, alias, topic)
+                except RemoteProtocolError as err:
+                    self._close(conn, now, reason=err.reason_code, detail=str(err))
+                    return
                 props = props.replace(topic_alias=None)
             if props.subscription_identifier is not None:
                 self._close(
@@ -1105,8 +1112,7 @@ class BrokerCore:
                 self._acknowledge(conn, encode(PubRec(p.packet_id), conn.version))
                 return
             limit = conn.receive_maximum_announced
-            if limit and len(session.incoming) > limit and conn.version == 5:
-                # [MQTT-3.3.4-7]: more QoS 2 unreleased than the Receive Maximum we announced.
+            if receive_maximum_exceeded(len(session.incoming), limit) and conn.version == 5:
                 self._close(
                     conn, now, reason=ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, detail=f"receive maximum {limit} exceeded"
                 )
@@ -1285,7 +1291,13 @@ class BrokerCore:
             if session is None or (opts.no_local and client_id == origin):
                 continue  # nothing to send (as _route_to)
             conn = session.connection
-            if conn is None or conn.closed or conn.wants_drain or conn.sink is not None or conn.aliases_out is not None:
+            if (
+                conn is None
+                or conn.state is _CLOSED
+                or conn.wants_drain
+                or conn.sink is not None
+                or conn.aliases_out is not None
+            ):
                 return False
             if len(conn.out) >= buffered:
                 return False
@@ -1380,7 +1392,7 @@ class BrokerCore:
             self._row = row = self._row + 1
             self.changes.append(DeliveryAdded(session.client_id, row, message, qos, retain, sids))
         conn = session.connection
-        if conn is None or conn.closed:
+        if conn is None or conn.state is _CLOSED:
             if qos:
                 self._enqueue(session, Delivery(message, qos, retain, sids, row))
             return
@@ -1438,14 +1450,14 @@ class BrokerCore:
         else:
             # The client takes topic aliases: a topic sent before goes as its alias and an empty topic name.
             alias = aliases.get(message.topic, 0)
-            if not alias and len(aliases) < conn.alias_out_maximum:
-                alias = new_alias = len(aliases) + 1
+            if not alias and len(aliases) < conn.alias_out_maximum:  # (the call only when one is left)
+                alias = new_alias = next_topic_alias(aliases.values(), conn.alias_out_maximum)
             if alias:
                 data = message.wire_aliased(qos, retain, pid, props, alias, new_alias != 0)
             else:  # all aliases taken: the topic in full
                 data = message.wire(version, qos, retain, pid, props)
         limit = conn.client_max_packet_size
-        if limit is not None and len(data) > limit:
+        if limit is not None and over_maximum_packet_size(len(data), limit):  # (the call only when there is one)
             # 3.1.2.11.4: a packet over the client's maximum is not sent, as if it had been delivered.
             if pid is not None:
                 session.outgoing.discard(pid)
@@ -1475,7 +1487,7 @@ class BrokerCore:
     def _pump(self, session: Session, now: float) -> None:
         """Sends queued deliveries while the client's window and our buffer allow."""
         conn = session.connection
-        if conn is None or conn.closed:
+        if conn is None or conn.state is _CLOSED:
             return
         queue = session.queue
         outgoing = session.outgoing
@@ -1606,11 +1618,14 @@ class BrokerCore:
                 session.expiry_interval = expiry
         if p.reason_code == 0x04:
             # "Disconnect with Will Message": closed as if abnormally, for the will's sake.
-            self._close(conn, now, reason=None, detail="DISCONNECT with will message")
+            self._close(
+                conn, now, reason=None, detail="DISCONNECT with will message", event=LifecycleEvent.DISCONNECT_RECEIVED
+            )
             return
         session.will = None  # a normal disconnection discards the will [MQTT-3.1.2-10]
-        conn.normal_disconnect = True
-        self._close(conn, now, reason=None, detail=f"DISCONNECT 0x{p.reason_code:02X}")
+        self._close(
+            conn, now, reason=None, detail=f"DISCONNECT 0x{p.reason_code:02X}", event=LifecycleEvent.DISCONNECT_RECEIVED
+        )
 
     def _on_auth(self, conn: ServerConnection, p: Auth, now: float) -> None:
         self._close(
@@ -1620,10 +1635,18 @@ class BrokerCore:
     # --- closing, wills, session ends -------------------------------------------------------------------------
 
     def _close(
-        self, conn: ServerConnection, now: float, *, reason: int | None, detail: str, refused: str | None = None
+        self,
+        conn: ServerConnection,
+        now: float,
+        *,
+        reason: int | None,
+        detail: str,
+        refused: str | None = None,
+        event: LifecycleEvent = LifecycleEvent.DISCONNECT_SENT,
     ) -> None:
         """Ends a connection: 5.0 DISCONNECT with `reason` when there is one, then the session is detached.
-        `refused`: a CONNECT refused, why (counted by that name)."""
+        `refused`: a CONNECT refused, why (counted by that name). `event`: what ends it, for the state table (the
+        broker's own decision unless said otherwise)."""
         if conn.closed:
             return
         if refused is not None:
@@ -1631,8 +1654,7 @@ class BrokerCore:
         if reason is not None and conn.connected and conn.version == 5 and reason in REASONS_BY_PACKET[14]:
             why = Properties(reason_string=detail[:200]) if detail and self.config.reason_strings else EMPTY_PROPERTIES
             self._send(conn, Disconnect(reason, why))
-        conn.closed = True
-        conn.close_requested = True
+        conn.advance(event)
         self.dirty[conn] = None
         kind = NoticeKind.REFUSED if refused else NoticeKind.DISCONNECTED if reason is None else NoticeKind.ERROR
         self.notices.append(Notice(kind, conn.client_id, conn.peer, detail, reason))
@@ -1695,7 +1717,7 @@ class BrokerCore:
     def _send(self, conn: ServerConnection, packet: Any) -> None:
         data = encode(packet, conn.version)
         limit = conn.client_max_packet_size
-        if limit is not None and len(data) > limit:
+        if limit is not None and over_maximum_packet_size(len(data), limit):
             smaller = self._within(conn, packet, limit)
             if smaller is None:
                 return

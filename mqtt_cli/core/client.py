@@ -16,8 +16,7 @@ broker still has the session, or handed back in `ConnectionAccepted.unacknowledg
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from enum import Enum
-from typing import Any
+from typing import Any, Final
 
 from .encoder import encode, encode_publish, encode_topic_name, frame_publish
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
@@ -35,6 +34,18 @@ from .events import (
     UnsubscribeAcknowledged,
 )
 from .flows import FlowState, IncomingFlows, OutgoingFlows
+from .lifecycle import (
+    DEFAULT_RECEIVE_MAXIMUM,
+    ConnectionState,
+    LifecycleEvent,
+    Role,
+    keepalive_deadline,
+    next_topic_alias,
+    over_maximum_packet_size,
+    receive_maximum_exceeded,
+    resolve_topic_alias,
+    transition,
+)
 from .packets import (
     Auth,
     ConnAck,
@@ -59,7 +70,7 @@ from .reasons import REASONS_BY_PACKET, ReasonCode, reason_name
 from .records import fast_constructor
 from .topics import topic_filter_error, topic_name_error
 
-__all__ = ["ClientConnection", "ClientState"]
+__all__ = ["ClientConnection"]
 
 # 3.x CONNACK return code -> the 5.0 reason code that means the same.
 _V3_TO_V5_CONNACK = {
@@ -77,14 +88,11 @@ _new_puback = fast_constructor(PubAck)
 _new_acknowledged = fast_constructor(PublishAcknowledged)
 
 
-class ClientState(Enum):
-    IDLE = "idle"  # before connect(), or after a connection ended: connect() may be called
-    CONNECTING = "connecting"  # CONNECT sent, waiting for CONNACK
-    CONNECTED = "connected"
-    CLOSED = "closed"  # the connection ended; connect() starts a new one on the same session
-
-
-_CONNECTED = ClientState.CONNECTED
+_IDLE: Final = ConnectionState.IDLE
+_CONNECTING: Final = ConnectionState.CONNECTING
+_CONNECTED: Final = ConnectionState.CONNECTED
+_CLOSED: Final = ConnectionState.CLOSED
+_E = LifecycleEvent
 
 
 class ClientConnection:
@@ -101,7 +109,8 @@ class ClientConnection:
     mosquitto's bridge flag in a 3.x CONNECT (protocol level | 0x80: the broker does not echo our own messages).
 
     `on_message` and `on_acknowledged` are a relay's hot path (the bridge): an event object per message and the
-    owner's loop over the events cost about a third of what forwarding a message costs. With `manual_ack`, a
+    owner's loop over the events cost a good part of what forwarding a message costs (docs/ARCHITECTURE.md, "The
+    bridge", says how much and why these stay callbacks). With `manual_ack`, a
     QoS 1/2 message received while no event of the same read is waiting goes to `on_message(publish)` instead
     of a MessageReceived event (so the order of what the owner sees is the order received); a plain PUBACK (reason
     0, no properties) goes to `on_acknowledged(context)` instead of a PublishAcknowledged event. Both are called
@@ -155,7 +164,7 @@ class ClientConnection:
         self.on_message = on_message if manual_ack else None
         self.on_acknowledged = on_acknowledged
 
-        self.state = ClientState.IDLE
+        self.state = _IDLE  # moved by _advance only, along the table shared with the server (lifecycle.py)
         self.session_present = False
         self.connack: ConnAck | None = None
         # The broker's limits, from CONNACK.
@@ -201,7 +210,10 @@ class ClientConnection:
 
     @property
     def connected(self) -> bool:
-        return self.state is ClientState.CONNECTED
+        return self.state is _CONNECTED
+
+    def _advance(self, event: LifecycleEvent) -> None:
+        self.state = transition(Role.CLIENT, self.state, event)
 
     @property
     def inflight(self) -> int:
@@ -226,8 +238,7 @@ class ClientConnection:
 
     def connect(self, *, clean_start: bool | None = None, version: int | None = None) -> None:
         """Queues CONNECT for a new connection (the first, or one after `Disconnected`)."""
-        if self.state in (ClientState.CONNECTING, ClientState.CONNECTED):
-            raise LocalProtocolError(f"connect() while {self.state.value}")
+        connecting = transition(Role.CLIENT, self.state, _E.CONNECT)  # raises (while connecting or connected)
         if version is not None:
             if version not in (3, 4, 5):
                 raise ValueError(f"version must be 3, 4 or 5, not {version!r}")
@@ -278,7 +289,7 @@ class ClientConnection:
         self._last_received = None
         self.keepalive = self.requested_keepalive
         self.connack = None
-        self.state = ClientState.CONNECTING
+        self.state = connecting
         self._out.append(data)
 
     def publish(
@@ -298,7 +309,7 @@ class ClientConnection:
         `window_open` first for QoS 1/2). A topic alias in `properties` is used as MQTT 5.0 says: the topic
         goes on the wire only when the alias is new or points elsewhere.
         """
-        if self.state is not ClientState.CONNECTED:
+        if self.state is not _CONNECTED:
             raise LocalProtocolError(f"publish() while {self.state.value}")
         if qos > self.server_maximum_qos:
             raise LocalProtocolError(f"the broker accepts QoS {self.server_maximum_qos} at most, not QoS {qos}")
@@ -472,12 +483,12 @@ class ClientConnection:
 
     def disconnect(self, reason_code: int = 0, properties: Properties = EMPTY_PROPERTIES) -> None:
         """Queues DISCONNECT and ends the connection (reason code and properties: 5.0 only)."""
-        if self.state is not ClientState.CONNECTED:
-            self.state = ClientState.CLOSED
+        if self.state is not _CONNECTED:
+            self._advance(_E.DISCONNECT_SENT)  # nothing to send: the connection is dropped (or was never made)
             return
         packet = Disconnect(reason_code, properties) if self.version == 5 else Disconnect()
         self._out.append(encode(packet, self.version))
-        self._close(reason_code, "disconnected by the client", by_peer=False)
+        self._close(reason_code, "disconnected by the client", _E.DISCONNECT_SENT)
 
     # --- I/O and time -------------------------------------------------------------------------------------
 
@@ -495,41 +506,41 @@ class ClientConnection:
     def receive_data(self, data: bytes, now: float) -> None:
         """Feeds bytes from the broker (b"" when it closed the connection); events() tells what happened."""
         state = self.state  # a local: the handlers below change self.state, which mypy must not take as narrowed
-        if state is ClientState.IDLE or state is ClientState.CLOSED:
+        if state is _IDLE or state is _CLOSED:
             return
         if not data:
-            self._close(ReasonCode.UNSPECIFIED_ERROR, "the broker closed the connection", by_peer=True)
+            self._close(ReasonCode.UNSPECIFIED_ERROR, "the broker closed the connection", _E.TRANSPORT_CLOSED)
             return
         self._last_received = now
-        if self.state is ClientState.CONNECTING and self.version == 5 and data[:2] == b"\x20\x02":
+        if self.state is _CONNECTING and self.version == 5 and data[:2] == b"\x20\x02":
             # A 3.x CONNACK (two bytes, no property block) in answer to a 5.0 CONNECT: a 3.1.1 broker saying
             # "unacceptable protocol version" the only way it knows (3.1.1 section 3.1.2.2).
             code = data[3] if len(data) >= 4 else 1
             unsupported = ReasonCode.UNSUPPORTED_PROTOCOL_VERSION
             self._refuse(_V3_TO_V5_CONNACK.get(code, unsupported) if code else unsupported, code)
             return
-        if self.state is ClientState.CONNECTED and data[0] == 0x40 and not self._reader.buffered:
+        if self.state is _CONNECTED and data[0] == 0x40 and not self._reader.buffered:
             data = self._leading_pubacks(data)
-            if not data or self.state is not ClientState.CONNECTED:
+            if not data or self.state is not _CONNECTED:
                 return
         try:
             packets = self._reader.feed(data)
             self.packets_received += len(packets)
         except RemoteProtocolError as err:
             for packet in err.packets:
-                if self.state is not ClientState.CLOSED:
+                if self.state is not _CLOSED:
                     self._handle(packet, now)
-            if self.state is not ClientState.CLOSED:
+            if self.state is not _CLOSED:
                 self._protocol_error(err.reason_code, f"the broker sent a bad packet: {err}")
             return
         handle = self._handle
         on_publish = self._on_publish
-        connected = ClientState.CONNECTED
+        connected = _CONNECTED
         for packet in packets:
             state = self.state
             if state is connected and type(packet) is Publish:
                 on_publish(packet)  # most of what a subscriber or a bridge reads
-            elif state is ClientState.CLOSED:
+            elif state is _CLOSED:
                 break
             else:
                 handle(packet, now)
@@ -562,8 +573,8 @@ class ClientConnection:
     def connection_lost(self, reason: str) -> None:
         """The transport ended without the broker's close reaching receive_data() (a write failed first, say):
         the connection is over; a Disconnected event says why. Nothing happens when it was over already."""
-        if self.state in (ClientState.CONNECTING, ClientState.CONNECTED):
-            self._close(ReasonCode.UNSPECIFIED_ERROR, reason, by_peer=True)
+        if self.state in (_CONNECTING, _CONNECTED):
+            self._close(ReasonCode.UNSPECIFIED_ERROR, reason, _E.TRANSPORT_CLOSED)
 
     def events(self) -> list[Event]:
         """The events since the last call, in order."""
@@ -574,9 +585,9 @@ class ClientConnection:
     def next_deadline(self) -> float | None:
         """When handle_timeout() must be called next (None: no timer is running)."""
         ka = self.keepalive
-        if self.state is not ClientState.CONNECTED or not ka or self._last_received is None:
+        if self.state is not _CONNECTED or not ka or self._last_received is None:
             return None
-        dead = self._last_received + 1.5 * ka
+        dead = keepalive_deadline(self._last_received, ka)
         if self._ping_sent is not None:
             return dead
         last = self._last_received if self._last_sent is None else min(self._last_sent, self._last_received)
@@ -589,11 +600,11 @@ class ClientConnection:
         if deadline is None or now < deadline:
             return
         assert self._last_received is not None
-        if now >= self._last_received + 1.5 * self.keepalive:
+        if now >= keepalive_deadline(self._last_received, self.keepalive):
             self._close(
                 ReasonCode.KEEP_ALIVE_TIMEOUT,
                 f"no answer from the broker for {1.5 * self.keepalive:g} s (keepalive)",
-                by_peer=False,
+                _E.DISCONNECT_SENT,
             )
             return
         self._out.append(_PINGREQ_BYTES)
@@ -603,7 +614,7 @@ class ClientConnection:
     # --- internals ----------------------------------------------------------------------------------------
 
     def _require_connected(self, what: str) -> None:
-        if self.state is not ClientState.CONNECTED:
+        if self.state is not _CONNECTED:
             raise LocalProtocolError(f"{what} while {self.state.value}")
 
     def _allocate_request_id(self) -> int:
@@ -614,7 +625,7 @@ class ClientConnection:
 
     def _check_size(self, data: bytes) -> None:
         limit = self.server_maximum_packet_size
-        if limit is not None and len(data) > limit:
+        if over_maximum_packet_size(len(data), limit):
             raise LocalProtocolError(
                 f"a packet of {len(data)} bytes exceeds the broker's maximum packet size ({limit} bytes)"
             )
@@ -630,9 +641,9 @@ class ClientConnection:
                 return p
             alias = self._auto_alias.get(p.topic)
             if alias is None:
-                if len(self._aliases_out) >= self.server_topic_alias_maximum:
+                alias = next_topic_alias(self._aliases_out, self.server_topic_alias_maximum)
+                if not alias:
                     return p  # every alias is taken: the topic goes in full
-                alias = next(a for a in range(1, self.server_topic_alias_maximum + 1) if a not in self._aliases_out)
                 self._auto_alias[p.topic] = alias
                 self._aliases_out[alias] = p.topic
                 return _new_publish(
@@ -665,30 +676,31 @@ class ClientConnection:
         return found
 
     def _close(
-        self, reason_code: int, reason: str, *, by_peer: bool, properties: Properties = EMPTY_PROPERTIES
+        self, reason_code: int, reason: str, event: LifecycleEvent, properties: Properties = EMPTY_PROPERTIES
     ) -> None:
-        self.state = ClientState.CLOSED
+        self._advance(event)
         self._ping_sent = None
+        by_peer = event is _E.DISCONNECT_RECEIVED or event is _E.TRANSPORT_CLOSED
         self._events.append(Disconnected(reason_code, reason, by_peer, properties))
 
     def _protocol_error(self, reason_code: int, reason: str) -> None:
         """The broker broke the protocol: say why (5.0 DISCONNECT) and end the connection."""
-        if self.version == 5 and self.state is ClientState.CONNECTED:
+        if self.version == 5 and self.state is _CONNECTED:
             # Some reasons (0x92 for a PUBCOMP) have no DISCONNECT code of their own: Protocol Error says it.
             wire_code = reason_code if reason_code in REASONS_BY_PACKET[14] else ReasonCode.PROTOCOL_ERROR
             self._out.append(encode(Disconnect(wire_code), 5))
-        self._close(reason_code, reason, by_peer=False)
+        self._close(reason_code, reason, _E.PROTOCOL_ERROR)
 
     def _refuse(self, reason_code: int, return_code: int, properties: Properties = EMPTY_PROPERTIES) -> None:
         reason = reason_name(reason_code, 2, 5)
         if properties.reason_string:
             reason = f"{reason}: {properties.reason_string}"
-        self.state = ClientState.CLOSED
+        self._advance(_E.CONNACK_REFUSED)
         self._events.append(ConnectionRefused(reason_code, reason, return_code, properties))
 
     def _handle(self, packet: Any, now: float) -> None:
         t = type(packet)
-        if self.state is ClientState.CONNECTING:
+        if self.state is _CONNECTING:
             if t is ConnAck:
                 self._on_connack(packet)
             else:
@@ -741,8 +753,13 @@ class ClientConnection:
             if packet.properties.reason_string:
                 reason = f"{reason}: {packet.properties.reason_string}"
             self._close(
-                packet.reason_code, f"the broker disconnected: {reason}", by_peer=True, properties=packet.properties
+                packet.reason_code, f"the broker disconnected: {reason}", _E.DISCONNECT_RECEIVED, packet.properties
             )
+        elif t is ConnAck:
+            try:
+                self._advance(_E.CONNACK_ACCEPTED if not packet.reason_code else _E.CONNACK_REFUSED)
+            except RemoteProtocolError as err:  # (it always raises: only CONNECTING takes a CONNACK)
+                self._protocol_error(err.reason_code, f"the broker sent {err}")
         elif t is Auth:
             self._protocol_error(
                 ReasonCode.PROTOCOL_ERROR, "the broker sent AUTH, but no authentication method was asked for"
@@ -761,11 +778,11 @@ class ClientConnection:
                 self._refuse(_V3_TO_V5_CONNACK.get(p.reason_code, ReasonCode.UNSPECIFIED_ERROR), p.reason_code)
             return
         props = p.properties
-        self.state = ClientState.CONNECTED
+        self._advance(_E.CONNACK_ACCEPTED)
         # 3.1 has no session present flag: a broker keeps a session we asked it to keep.
         present = p.session_present if self.version != 3 else not self.clean_start
         self.session_present = present
-        receive_max = props.receive_maximum or 65535
+        receive_max = props.receive_maximum or DEFAULT_RECEIVE_MAXIMUM
         self.server_receive_maximum = receive_max
         cap = self.max_inflight
         self._flows.receive_maximum = min(receive_max, cap) if cap else receive_max
@@ -813,23 +830,11 @@ class ClientConnection:
         if p.properties.items and self.version == 5:
             alias = p.properties.topic_alias
             if alias is not None:
-                if alias > self.topic_alias_maximum:
-                    self._protocol_error(
-                        ReasonCode.TOPIC_ALIAS_INVALID,
-                        f"the broker used topic alias {alias}; ours go up to {self.topic_alias_maximum}",
-                    )
+                try:
+                    topic = resolve_topic_alias(self._aliases_in, self.topic_alias_maximum, alias, p.topic)
+                except RemoteProtocolError as err:
+                    self._protocol_error(err.reason_code, f"the broker sent PUBLISH: {err}")
                     return
-                if p.topic:
-                    self._aliases_in[alias] = p.topic
-                    topic = p.topic
-                else:
-                    known = self._aliases_in.get(alias)
-                    if known is None:
-                        self._protocol_error(
-                            ReasonCode.PROTOCOL_ERROR, f"the broker used topic alias {alias} before setting it"
-                        )
-                        return
-                    topic = known
                 p = Publish(
                     topic, p.payload, p.qos, p.retain, p.dup, p.packet_id, p.properties.replace(topic_alias=None)
                 )
@@ -849,7 +854,7 @@ class ClientConnection:
             self._events.append(MessageReceived(p))
         else:
             new = self._incoming.publish_received(p)
-            if len(self._incoming) > self.receive_maximum:
+            if receive_maximum_exceeded(len(self._incoming), self.receive_maximum):
                 self._protocol_error(
                     ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
                     f"the broker sent more than {self.receive_maximum} unacknowledged messages",

@@ -2,13 +2,15 @@
 
 `BrokerCore` (broker.py) drives it; the network layer only moves bytes: it feeds what it reads to
 `BrokerCore.receive`, writes out what accumulates in `out`, and closes the socket once `close_requested` is set
-and `out` is empty.
+and `out` is empty. Where it stands (`state`) follows the table shared with the client (lifecycle.py); `connected`,
+`closed` and `close_requested` are views of it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
+from .lifecycle import ConnectionState, LifecycleEvent, Role, keepalive_deadline, transition
 from .reader import PacketReader
 
 if TYPE_CHECKING:
@@ -17,6 +19,10 @@ if TYPE_CHECKING:
     from .session import Session
 
 __all__ = ["ServerConnection"]
+
+_CONNECTED: Final = ConnectionState.CONNECTED
+_CLOSED: Final = ConnectionState.CLOSED
+_SERVER: Final = Role.SERVER
 
 
 class ServerConnection:
@@ -29,14 +35,10 @@ class ServerConnection:
         "certificate",
         "client_id",
         "client_max_packet_size",
-        "close_requested",
-        "closed",
-        "connected",
         "context",
         "keepalive",
         "last_received",
         "login_failed",
-        "normal_disconnect",
         "opened_at",
         "out",
         "peer",
@@ -46,6 +48,7 @@ class ServerConnection:
         "retain_available",
         "session",
         "sink",
+        "state",
         "topic_alias_maximum",
         "username",
         "version",
@@ -76,10 +79,7 @@ class ServerConnection:
         self.client_id: str | None = None
         self.bridge = False  # mosquitto's bridge flag in a 3.x CONNECT: no echo, retain as published
         self.session: Session | None = None
-        self.connected = False  # CONNECT accepted
-        self.closed = False  # no more input is processed
-        self.close_requested = False  # the network layer closes once `out` is written
-        self.normal_disconnect = False
+        self.state = ConnectionState.IDLE  # moved by `advance` only
         self.keepalive = 0  # seconds, as granted
         self.last_received = now
         self.opened_at = now  # a CONNECT is due within the network layer's timeout from here
@@ -97,11 +97,37 @@ class ServerConnection:
         # `deliver`, held acknowledgements to its `taken`, and no bytes are written. None for a network connection.
         self.sink: Any = None
 
+    def advance(self, event: LifecycleEvent) -> None:
+        """Moves `state` by the shared table; raises (state unchanged) where `event` does not fit it."""
+        self.state = transition(_SERVER, self.state, event)
+
+    @property
+    def connected(self) -> bool:
+        """CONNECT accepted, not closed since."""
+        return self.state is _CONNECTED
+
+    @property
+    def closed(self) -> bool:
+        """No more input is processed."""
+        return self.state is _CLOSED
+
+    @property
+    def close_requested(self) -> bool:
+        """The network layer closes the socket once `out` is written (whenever the connection is closed)."""
+        return self.state is _CLOSED
+
+    @close_requested.setter
+    def close_requested(self, value: bool) -> None:
+        # The network layer ending a connection the core has not (a CONNECT that never came): closed here too.
+        if not value:
+            raise ValueError("a closed connection cannot be reopened")
+        self.state = transition(_SERVER, self.state, LifecycleEvent.DISCONNECT_SENT)
+
     def keepalive_deadline(self) -> float | None:
         """When the connection is to be closed for silence (1.5 times the keep alive, 3.1.2.10)."""
-        if not self.keepalive or self.closed:
+        if not self.keepalive or self.state is _CLOSED:
             return None
-        return self.last_received + 1.5 * self.keepalive
+        return keepalive_deadline(self.last_received, self.keepalive)
 
     def __repr__(self) -> str:
         return f"<ServerConnection {self.client_id!r} from {self.peer}>"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mqtt_cli.core.client import ClientConnection, ClientState
+from mqtt_cli.core.client import ClientConnection
 from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.errors import LocalProtocolError
 from mqtt_cli.core.events import (
@@ -19,6 +19,7 @@ from mqtt_cli.core.events import (
     SubscribeAcknowledged,
     UnsubscribeAcknowledged,
 )
+from mqtt_cli.core.lifecycle import ConnectionState
 from mqtt_cli.core.packets import (
     ConnAck,
     Connect,
@@ -74,7 +75,7 @@ def test_connect_and_accept(version: int) -> None:
     broker = Broker(client)
     (connect,) = broker.received()
     assert (connect.client_id, connect.keepalive, connect.username, connect.password) == ("c1", 30, "u", b"p")
-    assert client.state is ClientState.CONNECTING
+    assert client.state is ConnectionState.CONNECTING
     (event,) = broker.send(ConnAck(session_present=version == 3 and False))
     assert isinstance(event, ConnectionAccepted) and client.connected
 
@@ -100,7 +101,7 @@ def test_refused(version: int, code: int, expected: int) -> None:
     (event,) = broker.send(ConnAck(False, code, props))
     assert isinstance(event, ConnectionRefused)
     assert (event.reason_code, event.return_code) == (expected, code)
-    assert client.state is ClientState.CLOSED
+    assert client.state is ConnectionState.CLOSED
     if version == 5:
         assert event.reason.endswith(": go away")
 
@@ -390,7 +391,7 @@ def test_protocol_errors_close_with_a_reason(packet: Any, code: int) -> None:
     (event,) = broker.send(packet)
     assert isinstance(event, Disconnected) and event.reason_code == code and not event.by_peer
     assert broker.received() == [Disconnect(0x82)]  # 0x92 is no DISCONNECT reason code
-    assert client.state is ClientState.CLOSED
+    assert client.state is ConnectionState.CLOSED
 
 
 def test_packets_before_connack_are_a_protocol_error() -> None:
