@@ -45,6 +45,17 @@ def sample(text: str, name: str, labels: str = "") -> float:
     return float(found.group(1))
 
 
+async def serve_with_metrics(nursery: trio.Nursery) -> tuple[BrokerServer, MetricsAddress, trio.Event]:
+    """A broker on 127.0.0.1 port 0 with its metrics endpoint, run in `nursery` until the event is set."""
+    options = ServeOptions(listeners=[parse_listen_url("mqtt://127.0.0.1:0")])
+    options.metrics = MetricsAddress("127.0.0.1", 0)
+    server = BrokerServer(options)
+    stop = trio.Event()
+    await nursery.start(server.run, stop)
+    assert server.metrics_bound is not None
+    return server, server.metrics_bound, stop
+
+
 async def test_answers_and_readiness() -> None:
     core = BrokerCore()
     ready = False
@@ -83,15 +94,9 @@ async def test_answers_and_readiness() -> None:
 
 
 async def test_figures_follow_the_traffic() -> None:
-    options = ServeOptions(listeners=[parse_listen_url("mqtt://127.0.0.1:0")])
-    options.metrics = MetricsAddress("127.0.0.1", 0)
-    server = BrokerServer(options)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
-            stop = trio.Event()
-            await nursery.start(server.run, stop)
-            where = server.metrics_bound
-            assert where is not None
+            server, where, stop = await serve_with_metrics(nursery)
             mqtt = server.bound[0]
             endpoint = Endpoint("mqtt", mqtt.host, mqtt.port)
             async with open_client(ClientSettings(endpoint=endpoint, client_id="sub", version=5)) as sub:
@@ -165,15 +170,9 @@ async def test_reload_keeps_the_endpoint() -> None:
 async def test_not_ready_while_shutting_down() -> None:
     """From the moment a shutdown starts (SIGTERM), /readyz answers 503, while the endpoint still serves: here a
     subscriber that reads nothing keeps the shutdown in its drain (DRAIN_ON_SHUTDOWN) with output still pending."""
-    options = ServeOptions(listeners=[parse_listen_url("mqtt://127.0.0.1:0")])
-    options.metrics = MetricsAddress("127.0.0.1", 0)
-    server = BrokerServer(options)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
-            stop = trio.Event()
-            await nursery.start(server.run, stop)
-            where = server.metrics_bound
-            assert where is not None
+            server, where, stop = await serve_with_metrics(nursery)
             mqtt = server.bound[0]
             # A 3.1.1 subscriber to "big" with a small receive buffer that never reads.
             stuck = trio.socket.socket()
