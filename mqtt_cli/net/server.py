@@ -652,7 +652,8 @@ class BrokerServer:
             if conn.closed:
                 continue
             if conn.connected:
-                if conn.keepalive and now >= conn.last_received + 1.5 * conn.keepalive:
+                deadline = conn.keepalive_deadline()  # the rule both roles apply (core/lifecycle.py)
+                if deadline is not None and now >= deadline:
                     core.keepalive_expired(conn, now)
             elif now >= conn.opened_at + CONNECT_TIMEOUT:  # from the start: a trickle of bytes does not extend it
                 core.connection_lost(conn, now)
