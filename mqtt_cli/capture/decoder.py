@@ -24,7 +24,8 @@ from typing import Any
 
 from mqtt_cli.core import PacketReader, RemoteProtocolError
 
-from .framing import NAMES, NO, WAIT, YES, HeaderWalker, chain_verdict
+from ..core.packets import PACKET_NAMES as NAMES
+from .framing import NO, WAIT, YES, HeaderWalker, chain_verdict
 
 __all__ = ["DirectionDecoder", "Item", "StreamNote", "align"]
 

@@ -13,15 +13,10 @@ end at packet ends). It never guesses inside a segment.
 
 from __future__ import annotations
 
-__all__ = ["NAMES", "REQUIRED_FLAGS", "HeaderWalker", "chain_verdict"]
+from ..core.packets import REQUIRED_FLAGS
 
-NAMES = (
-    "RESERVED", "CONNECT", "CONNACK", "PUBLISH", "PUBACK", "PUBREC", "PUBREL", "PUBCOMP", "SUBSCRIBE",
-    "SUBACK", "UNSUBSCRIBE", "UNSUBACK", "PINGREQ", "PINGRESP", "DISCONNECT", "AUTH",
-)  # fmt: skip
+__all__ = ["HeaderWalker", "chain_verdict"]
 
-# Fixed-header flags each packet type must carry (2.1.3); -1 for PUBLISH, whose flags are DUP, QoS, RETAIN.
-REQUIRED_FLAGS = (0, 0, 0, -1, 0, 0, 2, 0, 2, 0, 2, 0, 0, 0, 0, 0)
 
 # The smallest Remaining Length each type can have (0 for RESERVED, which is never plausible anyway).
 _MIN_LENGTH = (0, 10, 2, 2, 2, 2, 2, 2, 5, 3, 4, 2, 0, 0, 0, 0)

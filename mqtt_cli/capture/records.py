@@ -38,8 +38,8 @@ from mqtt_cli.core import (
     Unsubscribe,
 )
 
+from ..core.packets import PACKET_NAMES as NAMES
 from .decoder import Item, StreamNote
-from .framing import NAMES
 
 __all__ = [
     "NO_CONTEXT",
