@@ -215,8 +215,8 @@ def coalesce(changes: list[Change]) -> list[Change]:
     return [
         c
         for c in changes
-        if not (type(c) in _DELIVERY_STEPS and c.row in gone)  # type: ignore[union-attr]
-        and not (type(c) in _UPDATES and c.row in done)  # type: ignore[union-attr]
+        if not (isinstance(c, _DELIVERY_STEPS) and c.row in gone)
+        and not (isinstance(c, _UPDATES) and c.row in done)
     ]
 
 
@@ -276,27 +276,26 @@ class Pending:
         added = sent = 0  # QoS 1 deliveries added in this batch, and sent in it (the core sends one as it adds it)
         elided = 0  # DeliveryDone of rows added in batches not taken: not kept (nor, later, their DeliveryAdded)
         for c in changes:
-            kind = type(c)
-            if kind is DeliveryAdded:
-                if c.qos == 1:  # type: ignore[union-attr]
-                    live[c.row] = batch  # type: ignore[union-attr]
+            if type(c) is DeliveryAdded:
+                if c.qos == 1:
+                    live[c.row] = batch
                     batch.waiting += 1
                     added += 1
                 else:
                     hard = True
-            elif kind is DeliveryDone:
-                of = live.pop(c.row, None)  # type: ignore[union-attr]
+            elif type(c) is DeliveryDone:
+                of = live.pop(c.row, None)
                 if of is not None:
                     of.waiting -= 1
                     if not of.taken:
                         elided += 1
-                        self._elided.add(c.row)  # type: ignore[union-attr]
+                        self._elided.add(c.row)
                         if not of.waiting and of.pure:
                             # Nothing of it is left to write: its records go now, not at the next commit (fewer
                             # objects kept alive, less for the garbage collector to go through).
                             self.count -= len(of.changes)
                             of.changes = []
-            elif kind is DeliverySent and live.get(c.row) is batch:  # type: ignore[union-attr]
+            elif type(c) is DeliverySent and live.get(c.row) is batch:
                 sent += 1  # (its identifier goes with its INSERT, if it is written)
             else:
                 hard = True
@@ -378,9 +377,9 @@ class Pending:
         self._hard = None
         if elided:
             # A pair taken apart by the cut (added before it, done after) is dropped from the batches kept too.
-            changes = [c for c in changes if not (type(c) in _DELIVERY_STEPS and c.row in elided)]  # type: ignore[union-attr]
+            changes = [c for c in changes if not (isinstance(c, _DELIVERY_STEPS) and c.row in elided)]
             for b in batches:
-                b.changes = [c for c in b.changes if not (type(c) in _DELIVERY_STEPS and c.row in elided)]  # type: ignore[union-attr]
+                b.changes = [c for c in b.changes if not (isinstance(c, _DELIVERY_STEPS) and c.row in elided)]
             self._elided = set()
         self.count = sum(len(b.changes) for b in batches)
         self.committing = True
