@@ -37,8 +37,9 @@ __all__ = [
 
 
 def tcp_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
-    """The TCP socket under `stream`, for send_direct and receive_direct (None for any other stream: TLS,
-    WebSocket, Unix). A broker keeps this instead of a closure per connection: idle connections are many."""
+    """The socket under a plain `trio.SocketStream` (TCP or a Unix socket), for send_direct and receive_direct;
+    None for any other stream (TLS, WebSocket). A broker keeps this instead of a closure per connection: idle
+    connections are many."""
     return stream.socket if type(stream) is trio.SocketStream else None
 
 
