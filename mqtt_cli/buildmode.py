@@ -38,6 +38,7 @@ COMPILED = (
     "mqtt_cli.core.flows",
     "mqtt_cli.core.server",
     "mqtt_cli.core.lifecycle",
+    "mqtt_cli.core.persistence",
 )
 ENV_PURE = "MQTT_CLI_PURE"
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -74,11 +74,13 @@ class SessionRemoved:
 
 
 # The records made per message (below, to IncomingReleased) are not frozen: a frozen dataclass's __init__ sets each
-# field through object.__setattr__, several times slower, and the broker makes two or three of them per message.
-# Nothing changes them once made.
+# field through object.__setattr__, several times slower, and the broker makes up to six of them per message.
+# Nothing changes them once made. Each spells its __init__ (init=False): this module is compiled, and mypyc builds
+# a class whose __init__ the class body defines with a direct C call, where the one dataclasses generates stays
+# interpreted (about ten times the cost).
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DeliveryAdded:
     """A QoS 1/2 message for a persistent session, queued or in flight until its client acknowledges it.
     `row` orders a session's deliveries and names this one in DeliveryDone."""
@@ -90,16 +92,30 @@ class DeliveryAdded:
     retain: bool
     subscription_ids: tuple[int, ...]
 
+    def __init__(
+        self, client_id: str, row: int, message: Message, qos: int, retain: bool, subscription_ids: tuple[int, ...]
+    ) -> None:
+        self.client_id = client_id
+        self.row = row
+        self.message = message
+        self.qos = qos
+        self.retain = retain
+        self.subscription_ids = subscription_ids
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class DeliveryDone:
     """Acknowledged by its client (or dropped: expired, over a limit): nothing more to keep."""
 
     client_id: str
     row: int
 
+    def __init__(self, client_id: str, row: int) -> None:
+        self.client_id = client_id
+        self.row = row
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class DeliverySent:
     """The packet identifier a delivery went out with (re-sent with it, DUP set, after a restart)."""
 
@@ -107,16 +123,25 @@ class DeliverySent:
     row: int
     packet_id: int
 
+    def __init__(self, client_id: str, row: int, packet_id: int) -> None:
+        self.client_id = client_id
+        self.row = row
+        self.packet_id = packet_id
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class DeliveryReleased:
     """PUBREC came for a QoS 2 delivery: what is left of its flow is the PUBREL (re-sent after a restart)."""
 
     client_id: str
     row: int
 
+    def __init__(self, client_id: str, row: int) -> None:
+        self.client_id = client_id
+        self.row = row
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class IncomingAdded:
     """A QoS 2 PUBLISH received from a persistent session's client and not yet released (PUBREL): its re-send after
     a restart is acknowledged, not delivered again."""
@@ -124,11 +149,19 @@ class IncomingAdded:
     client_id: str
     packet_id: int
 
+    def __init__(self, client_id: str, packet_id: int) -> None:
+        self.client_id = client_id
+        self.packet_id = packet_id
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class IncomingReleased:
     client_id: str
     packet_id: int
+
+    def __init__(self, client_id: str, packet_id: int) -> None:
+        self.client_id = client_id
+        self.packet_id = packet_id
 
 
 Change = (
@@ -220,20 +253,31 @@ def coalesce(changes: list[Change]) -> list[Change]:
     ]
 
 
-@dataclass(slots=True)
 class _Batch:
     """What the core changed and held in one batch (the network layer collects after each batch of input), and
-    how many of its QoS 1 deliveries their subscribers have not acknowledged yet."""
+    how many of its QoS 1 deliveries their subscribers have not acknowledged yet. (A plain class: built per batch,
+    natively when compiled.)"""
 
-    changes: list[Change]
-    held: list[tuple[Any, Any]]
-    waiting: int
-    at: float  # collected (core clock)
-    seq: int  # collected in this order
-    hard: bool = False  # holds a change its acknowledgements (and those after them) wait for until it is written
-    pure: bool = False  # its changes are its QoS 1 deliveries, added and sent: dropped once they are all done
-    taken: bool = False  # its changes are in a commit (being written, or written)
-    written: bool = False
+    __slots__ = ("at", "changes", "hard", "held", "pure", "seq", "taken", "waiting", "written")
+
+    def __init__(
+        self,
+        changes: list[Change],
+        held: list[tuple[Any, Any]],
+        at: float,
+        seq: int,
+        hard: bool = False,
+        taken: bool = False,
+    ) -> None:
+        self.changes = changes
+        self.held = held
+        self.waiting = 0
+        self.at = at  # collected (core clock)
+        self.seq = seq  # collected in this order
+        self.hard = hard  # holds a change its acknowledgements (and those after them) wait for until it is written
+        self.pure = False  # its changes are its QoS 1 deliveries, added and sent: dropped once they are all done
+        self.taken = taken  # its changes are in a commit (being written, or written)
+        self.written = False
 
 
 class Pending:
@@ -270,7 +314,7 @@ class Pending:
         """One batch: the core's new changes and the acknowledgements it held meanwhile (both kept: the caller
         gives the core new lists). Returns the acknowledgements that may go out now, in order."""
         self._seq += 1
-        batch = _Batch(changes, held, 0, now, self._seq)
+        batch = _Batch(changes, held, now, self._seq)
         hard = False
         live = self._live
         added = sent = 0  # QoS 1 deliveries added in this batch, and sent in it (the core sends one as it adds it)
@@ -316,6 +360,10 @@ class Pending:
             self.count += len(changes)
         while batches and not batches[0].changes:  # (its acknowledgements, if any, are in `_segments`)
             batches.popleft()
+        if not batches and self._elided:
+            # No record is left that names them (take filters by them): forgotten now, not at the next commit,
+            # which never comes while every delivery is acknowledged in time (the set grew without bound).
+            self._elided = set()
         if hard:
             batch.hard = True
             if self._hard is None:
@@ -357,11 +405,11 @@ class Pending:
         waiting for its subscribers for less than `linger`), without the pairs that write nothing. Their
         acknowledgements go when it is written (`committed`) or, for those that wait for no hard change, when their
         deliveries are done, if that comes first; `failed` if it cannot be written."""
-        stop = math.inf  # the first batch kept (its seq)
+        stop: float = math.inf  # the first batch kept (its seq)
         if self._hard is None and self.count < self.MAX_CHANGES:
             for s in self._segments:
                 if s.at + linger > now:
-                    stop = s.seq
+                    stop = float(s.seq)
                     break
         elided = self._elided
         changes: list[Change] = []
@@ -400,7 +448,7 @@ class Pending:
         """The taken group could not be written: it goes back in front of what came since, to be tried again; its
         acknowledgements wait for it."""
         self.committing = False
-        front = _Batch(changes, [], 0, now, 0, hard=True, taken=True)  # (taken: a DeliveryDone of its rows is kept)
+        front = _Batch(changes, [], now, 0, hard=True, taken=True)  # (taken: a DeliveryDone of its rows is kept)
         self._batches.appendleft(front)
         self._segments.appendleft(front)
         self.count += len(changes)

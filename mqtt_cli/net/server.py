@@ -44,8 +44,9 @@ from mqtt_cli.core.config import (
     parse_listener_url,
 )
 from mqtt_cli.core.metrics import ConnectedClients
-from mqtt_cli.core.persistence import Pending
+from mqtt_cli.core.persistence import Change, Pending
 from mqtt_cli.core.server import ServerConnection
+from mqtt_cli.net.committer import CommitThread
 from mqtt_cli.net.embedded import EmbeddedBridge, EmbeddedConfig
 from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
 from mqtt_cli.net.store import Store, StoreError
@@ -286,8 +287,10 @@ class BrokerServer:
         # Persistence (net/store.py), when on: changes and held acknowledgements waiting for the next commit.
         self._store: Store | None = None
         self._pending = Pending()
-        self._commit_wake = trio.Event()
-        self._commit_at = math.inf  # when the committer will commit unless woken (-inf: it is committing)
+        self._commits: CommitThread | None = None  # the thread writing them, while the committer task runs
+        self._commit_scope: trio.CancelScope | None = None  # the committer's wait for the next commit due, if any
+        self._commit_changes: list[Change] = []  # the group being written
+        self._commit_started = 0.0
         # Embedded bridges by name: each its task's bridge and an event set when that task has ended.
         self.bridges: dict[str, tuple[EmbeddedBridge, trio.Event]] = {}
         self._bridges_to_send: list[EmbeddedBridge] = []  # those with messages for their remote since _flush
@@ -369,76 +372,123 @@ class BrokerServer:
     def _collect(self) -> None:
         """Takes what the core wants stored and the acknowledgements waiting for it (persistence.Pending): those
         that wait for nothing (their messages' subscribers acknowledged them, nothing else to write) go out now,
-        without a commit; the committer is woken when the next commit falls due sooner than it planned."""
+        without a commit. A commit due now is handed to the commit thread here, without waking the committer task
+        (which waits for its end); one due later moves the committer's deadline forward."""
         core = self.core
         assert core.changes is not None
         pending = self._pending
-        ready = pending.add(core.changes, core.held, trio.current_time())
+        now = trio.current_time()
+        ready = pending.add(core.changes, core.held, now)
         core.changes = []
         core.held = []
         if ready:
             core.release(ready)
+        commits = self._commits
+        if commits is None or commits.busy or core.store_failing:  # (the committer retries a failed group)
+            return
         due = pending.due(COMMIT_LINGER, COMMIT_IDLE)
-        if due is not None and due < self._commit_at:
-            self._commit_wake.set()
+        if due is None:
+            return
+        if due <= now:
+            self._start_commit(now)
+        else:
+            scope = self._commit_scope
+            if scope is not None and due < scope.deadline:
+                scope.deadline = due
+
+    def _start_commit(self, now: float) -> None:
+        """Hands the changes due to the commit thread; with nothing to write after all (pairs that cancel out),
+        what they held is released at once."""
+        commits = self._commits
+        assert commits is not None
+        pending = self._pending
+        changes = pending.take(now, COMMIT_LINGER)
+        if changes:
+            self._commit_changes = changes
+            self._commit_started = now
+            commits.start(changes)
+        else:
+            self.core.release(pending.committed())
 
     async def _committer(self) -> None:
         """Commits in groups when persistence.Pending says one is due: whatever accumulated while the previous
         commit ran goes in one transaction; the acknowledgements it held go out when it is done (never before:
-        acknowledged means stored, or no longer in need of it)."""
+        acknowledged means stored, or no longer in need of it). The commits run in a thread of their own
+        (net/committer.py); `_collect` starts those due at once, this task those due after a delay and waits for
+        each to end."""
         store = self._store
         assert store is not None
+        self._commits = commits = CommitThread(store.commit)
         pending = self._pending
         failing_since: float | None = None  # while commits fail: since when (one log line per episode)
         while True:
-            due = pending.due(COMMIT_LINGER, COMMIT_IDLE)
-            if due is None or due > trio.current_time():
-                self._commit_at = math.inf if due is None else due
-                wake = self._commit_wake
-                with trio.move_on_at(self._commit_at):
-                    await wake.wait()
-                if wake.is_set():
-                    self._commit_wake = trio.Event()
+            if commits.busy:  # started by _collect
+                await commits.wait()
+            else:
+                due = pending.due(COMMIT_LINGER, COMMIT_IDLE)
+                now = trio.current_time()
+                if due is not None and due <= now:
+                    self._start_commit(now)
+                    if not commits.busy:  # nothing to write: what it held was released
+                        self._flush()
+                        continue
+                    await commits.wait()
+                else:
+                    # Until it is due, or `_collect` moves the deadline forward or starts a commit (the socket
+                    # the commit thread signals on becomes readable when that one is done).
+                    with trio.CancelScope(deadline=math.inf if due is None else due) as scope:
+                        self._commit_scope = scope
+                        await commits.wait()
+                    self._commit_scope = None
+                    if scope.cancelled_caught or not commits.busy:
+                        continue
+            try:
+                commits.outcome()
+            except StoreError as exc:
+                # Not stored, so not acknowledged. Kept, in order, ahead of what comes next and tried
+                # again: a later group must not be stored without this one (a session's row before its
+                # deliveries), and once the disk has room again the withheld acknowledgements go out.
+                # Meanwhile 5.0 publishers are told 0x97 (core.store_failing). Logged once per episode.
+                pending.failed(self._commit_changes, trio.current_time())
+                self._commit_changes = []
+                if failing_since is None:
+                    failing_since = trio.current_time()
+                    self.core.store_failing = True
+                    self.core.stats.store_failures += 1
+                    why = (
+                        f"{exc}; {pending.withheld()} acknowledgements withheld, QoS 1/2 from MQTT 5.0 "
+                        f"publishers refused (0x97) until it can be written, tried again every {RETRY_COMMIT:g} s"
+                    )
+                    self._report(Notice(NoticeKind.ERROR, None, "-", why))
+                await trio.sleep(RETRY_COMMIT)
                 continue
-            self._commit_at = -math.inf
-            changes = pending.take(trio.current_time(), COMMIT_LINGER)
-            if changes:
-                started = trio.current_time()
-                try:
-                    await trio.to_thread.run_sync(store.commit, changes)
-                except StoreError as exc:
-                    # Not stored, so not acknowledged. Kept, in order, ahead of what comes next and tried
-                    # again: a later group must not be stored without this one (a session's row before its
-                    # deliveries), and once the disk has room again the withheld acknowledgements go out.
-                    # Meanwhile 5.0 publishers are told 0x97 (core.store_failing). Logged once per episode.
-                    pending.failed(changes, trio.current_time())
-                    if failing_since is None:
-                        failing_since = trio.current_time()
-                        self.core.store_failing = True
-                        self.core.stats.store_failures += 1
-                        why = (
-                            f"{exc}; {pending.withheld()} acknowledgements withheld, QoS 1/2 from MQTT 5.0 "
-                            f"publishers refused (0x97) until it can be written, tried again every {RETRY_COMMIT:g} s"
-                        )
-                        self._report(Notice(NoticeKind.ERROR, None, "-", why))
-                    await trio.sleep(RETRY_COMMIT)
-                    continue
-                self.core.stats.commit_latency.observe(trio.current_time() - started)
-                if failing_since is not None:
-                    took = trio.current_time() - failing_since
-                    failing_since = None
-                    self.core.store_failing = False
-                    withheld = pending.withheld()
-                    why = f"{store.path} written again after {took:.0f} s; {withheld} withheld acknowledgements sent"
-                    self._report(Notice(NoticeKind.PERSISTENCE, None, "-", why))
+            self._commit_changes = []
+            self.core.stats.commit_latency.observe(trio.current_time() - self._commit_started)
+            if failing_since is not None:
+                took = trio.current_time() - failing_since
+                failing_since = None
+                self.core.store_failing = False
+                withheld = pending.withheld()
+                why = f"{store.path} written again after {took:.0f} s; {withheld} withheld acknowledgements sent"
+                self._report(Notice(NoticeKind.PERSISTENCE, None, "-", why))
             self.core.release(pending.committed())
             self._flush()
 
     def _commit_now(self) -> None:
-        """The last changes, at shutdown (in this thread: nothing else runs any more)."""
+        """The last changes, at shutdown (in this thread: nothing else runs any more, once the commit thread has
+        written the group it had, if any)."""
         store = self._store
         if store is None:
             return
+        commits, self._commits = self._commits, None
+        if commits is not None:
+            busy = commits.busy
+            commits.close()
+            if busy:
+                try:
+                    commits.outcome()
+                except StoreError:
+                    self._pending.failed(self._commit_changes, trio.current_time())  # tried once more below
         if self.core.changes or self.core.held:
             self._collect()
         changes = self._pending.take(math.inf, 0.0)
