@@ -64,8 +64,13 @@ class CommitThread:
             raise error
 
     def close(self) -> None:
-        """Ends the thread once the group being written (if any) is done; the trio thread may then use the store."""
+        """Ends the thread once the group being written (if any) is done, then the trio thread may use the store.
+        Raises what that group's commit raised, as `outcome` would."""
         self._jobs.put(None)
         self._thread.join()
-        self._done.close()
-        self._signal.close()
+        try:
+            if self.busy:
+                self.outcome()
+        finally:
+            self._done.close()
+            self._signal.close()

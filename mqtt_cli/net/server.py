@@ -482,13 +482,10 @@ class BrokerServer:
             return
         commits, self._commits = self._commits, None
         if commits is not None:
-            busy = commits.busy
-            commits.close()
-            if busy:
-                try:
-                    commits.outcome()
-                except StoreError:
-                    self._pending.failed(self._commit_changes, trio.current_time())  # tried once more below
+            try:
+                commits.close()
+            except StoreError:  # the group it was writing: tried once more below
+                self._pending.failed(self._commit_changes, trio.current_time())
         if self.core.changes or self.core.held:
             self._collect()
         changes = self._pending.take(math.inf, 0.0)

@@ -5,8 +5,10 @@ With the broker core on real sockets: tests/broker/test_persistence.py."""
 from __future__ import annotations
 
 import math
+import tracemalloc
 
 from mqtt_cli.core.persistence import (
+    Change,
     DeliveryAdded,
     DeliveryDone,
     DeliveryReleased,
@@ -122,3 +124,30 @@ def test_coalesce_drops_pairs_and_the_updates_of_rows_deleted_later() -> None:
     changes = [_added(1), DeliverySent("sub", 1, 4), DeliveryReleased("sub", 2), DeliverySent("sub", 3, 5),
                DeliveryDone("sub", 2), DeliveryDone("sub", 1)]  # fmt: skip
     assert coalesce(changes) == [DeliverySent("sub", 3, 5), DeliveryDone("sub", 2)]
+
+
+def test_deliveries_acknowledged_in_time_leave_nothing_behind_however_many() -> None:
+    # No commit comes while every delivery is acknowledged before the linger: what Pending keeps of them must not
+    # grow with their number (it once remembered every such row until a commit).
+    pending = Pending()
+    message = Message("t", b"p", 1, False, EMPTY_PROPERTIES, "pub", 0.0)
+
+    def flow(first: int, n: int) -> None:
+        for row in range(first, first + n):
+            changes: list[Change] = [
+                DeliveryAdded("sub", row, message, 1, False, ()), DeliverySent("sub", row, row % 65535 + 1)
+            ]  # fmt: skip
+            assert pending.add(changes, [("pub", row)], 0.0) == []
+            assert pending.add([DeliveryDone("sub", row)], [], 0.0) == [("pub", row)]
+
+    tracemalloc.start()
+    try:
+        flow(1_000_000, 5_000)
+        before = tracemalloc.get_traced_memory()[0]
+        flow(2_000_000, 50_000)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 50_000  # bytes; remembering each row costs over 1 MB here
+    assert pending.due(LINGER, IDLE) is None
+    assert pending.take(1.0, LINGER) == []
