@@ -319,6 +319,7 @@ class Pending:
         live = self._live
         added = sent = 0  # QoS 1 deliveries added in this batch, and sent in it (the core sends one as it adds it)
         elided = 0  # DeliveryDone of rows added in batches not taken: not kept (nor, later, their DeliveryAdded)
+        dropped: list[int] = []  # their rows
         for c in changes:
             if type(c) is DeliveryAdded:
                 if c.qos == 1:
@@ -333,12 +334,14 @@ class Pending:
                     of.waiting -= 1
                     if not of.taken:
                         elided += 1
-                        self._elided.add(c.row)
+                        dropped.append(c.row)
                         if not of.waiting and of.pure:
                             # Nothing of it is left to write: its records go now, not at the next commit (fewer
                             # objects kept alive, less for the garbage collector to go through).
                             self.count -= len(of.changes)
                             of.changes = []
+                        else:
+                            self._elided.add(c.row)  # its records, where they still are, are left out by take
             elif type(c) is DeliverySent and live.get(c.row) is batch:
                 sent += 1  # (its identifier goes with its INSERT, if it is written)
             else:
@@ -347,8 +350,11 @@ class Pending:
             # Queued, not sent (an offline subscriber, a full window): no acknowledgement is coming soon. Written
             # at once, as everything else, rather than after the linger.
             hard = True
-        if elided:
-            changes = [c for c in changes if not (type(c) is DeliveryDone and c.row in self._elided)]
+        if elided == len(changes):  # (the common batch: a subscriber's acknowledgements)
+            changes = batch.changes = []
+        elif elided:
+            gone = set(dropped)
+            changes = [c for c in changes if not (type(c) is DeliveryDone and c.row in gone)]
             batch.changes = changes
         if changes:
             batch.pure = not hard and len(changes) == added + sent

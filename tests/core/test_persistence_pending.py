@@ -5,7 +5,11 @@ With the broker core on real sockets: tests/broker/test_persistence.py."""
 from __future__ import annotations
 
 import math
+import random
 import tracemalloc
+from typing import Any
+
+import pytest
 
 from mqtt_cli.core.persistence import (
     Change,
@@ -151,3 +155,78 @@ def test_deliveries_acknowledged_in_time_leave_nothing_behind_however_many() -> 
     assert grown < 50_000  # bytes; remembering each row costs over 1 MB here
     assert pending.due(LINGER, IDLE) is None
     assert pending.take(1.0, LINGER) == []
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_flows_against_a_model_of_the_file(seed: int) -> None:
+    # QoS 1 and QoS 2 deliveries added, acknowledged by their subscriber and committed in random order, with random
+    # cuts (linger): every acknowledgement released has what came before it on file or done, every record written
+    # applies to a row that is there, and at the end the file holds exactly the rows not done.
+    rnd = random.Random(seed)
+    message = Message("t", b"p", 1, False, EMPTY_PROPERTIES, "pub", 0.0)
+    pending = Pending()
+    file: set[int] = set()
+    qos_of: dict[int, int] = {}
+    added_before: dict[int, list[int]] = {}  # acknowledgement -> the rows added up to its batch
+    live: list[int] = []  # rows added, not done
+    done: set[int] = set()
+    taken: list[Change] | None = None
+    row = ack = 0
+    now = 0.0
+
+    def released(acks: list[tuple[Any, Any]]) -> None:
+        for _, n in acks:
+            for r in added_before.pop(n):
+                assert r in file or r in done, (n, r)  # (a QoS 2 row is done only once on file)
+
+    def write(changes: list[Change]) -> None:
+        for c in coalesce(changes):
+            if type(c) is DeliveryAdded:
+                assert c.row not in file
+                file.add(c.row)
+            elif type(c) is DeliveryDone:
+                assert c.row in file, c
+                file.discard(c.row)
+            else:
+                assert getattr(c, "row", None) in file, c
+
+    for _ in range(400):
+        now += rnd.choice((0.0, 0.0005, 0.001))
+        step = rnd.random()
+        if step < 0.45:
+            changes: list[Change] = []
+            for _ in range(rnd.randint(1, 3)):
+                row += 1
+                qos_of[row] = rnd.choice((1, 1, 2))
+                changes += [DeliveryAdded("sub", row, message, qos_of[row], False, ()), DeliverySent("sub", row, row)]
+                live.append(row)
+            ack += 1
+            added_before[ack] = list(qos_of)
+            released(pending.add(changes, [("pub", ack)], now))
+        elif step < 0.8 and live:
+            r = live[rnd.randrange(len(live))]
+            if qos_of[r] == 2 and r not in file:  # its PUBLISH waits for the commit: no PUBCOMP yet
+                continue
+            live.remove(r)
+            done.add(r)
+            released(pending.add([DeliveryDone("sub", r)], [], now))
+        elif taken is None:
+            due = pending.due(LINGER, IDLE)
+            if due is not None and due <= now:
+                taken = pending.take(now, LINGER)
+        else:
+            write(taken)
+            taken = None
+            released(pending.committed())
+    if taken is not None:
+        write(taken)
+        released(pending.committed())
+    write(pending.take(math.inf, 0.0))
+    released(pending.committed())
+    assert file == set(live)  # what is not done, and only that
+    for r in live:
+        released(pending.add([DeliveryDone("sub", r)], [], now))
+    write(pending.take(math.inf, 0.0))
+    released(pending.committed())
+    assert file == set()
+    assert not added_before  # every acknowledgement went
