@@ -13,7 +13,7 @@ import trio
 
 from mqtt_cli.core.broker import BrokerConfig
 from mqtt_cli.core.encoder import encode
-from mqtt_cli.core.packets import ConnAck, Connect, PubAck, Publish, SubAck, Subscribe, Subscription
+from mqtt_cli.core.packets import ConnAck, Connect, Packet, PubAck, Publish, SubAck, Subscribe, Subscription
 from mqtt_cli.core.reader import PacketReader
 from mqtt_cli.net.server import BrokerServer, Listener, Scheme
 
@@ -48,8 +48,8 @@ class RawClient:
         assert isinstance(await client.next(), ConnAck)
         return client
 
-    async def send(self, packet: object) -> None:
-        data = memoryview(encode(packet, 4))  # type: ignore[arg-type]
+    async def send(self, packet: Packet) -> None:
+        data = memoryview(encode(packet, 4))
         while data:
             sent = await self.sock.send(data)
             data = data[sent:]
@@ -69,7 +69,9 @@ class RawClient:
 def writer_tasks() -> int:
     """How many of the broker's writer tasks run now (every task of this trio run, walked from the root)."""
     count = 0
-    tasks = [trio.lowlevel.current_root_task()]
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    tasks = [root]
     while tasks:
         task = tasks.pop()
         count += task.name.endswith("._writer")
