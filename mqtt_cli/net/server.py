@@ -379,7 +379,7 @@ class BrokerServer:
         core = self.core
         assert core.changes is not None
         pending = self._pending
-        now = trio.current_time()
+        now = self._clock.current_time()
         ready = pending.add(core.changes, core.held, now)
         core.changes = []
         core.held = []
