@@ -12,10 +12,23 @@ taken when the store is opened, so that expiry intervals go on counting across a
 A file that cannot be read (not a database, corrupt, truncated, a newer schema) is moved aside with a time
 stamp and the broker starts empty: `Store.open` says so in its `warning`.
 
+The log (schema 4): most per-message records live a few commits (a QoS 2 message is added, released, done; an
+incoming QoS 2 identifier added, released), so a commit writes them as one row of the `log` table (core/changelog.py
+encodes them) instead of a statement each, and the store keeps their net effect on the tables in memory (`_Fold`):
+what is added and done since the last fold cancels out and never reaches the tables. The tables are brought up to
+date (folded: the net effect applied and the log emptied, one transaction) when the log passes LOG_MAX_BYTES, before
+a change that needs them whole (SessionRemoved deletes a session's deliveries), and at close; at open, after a kill,
+the log's rows are replayed into a `_Fold` and folded before anything is read. A delivery queued but not sent in
+its commit (its client offline, its window full) goes straight to its table: it is likely to stay, and the log
+would only write its payload twice. So is everything else (sessions, retained messages): no log record touches
+their tables. A file is its tables plus its log, read in that order: what `sqlite3` shows of deliveries and
+incoming identifiers while the broker runs may be behind by the log.
+
 Schema versions: 1 held retained messages, sessions, subscriptions and deliveries; 2 added a session's will, a
-delivery's packet identifier and QoS 2 state, and the incoming QoS 2 identifiers not yet released. A file of an
-older version is migrated when it is opened (one transaction: the `_MIGRATIONS` after its version); a new file is
-made by the same steps, so a migrated file and a new one have the same tables, column for column.
+delivery's packet identifier and QoS 2 state, and the incoming QoS 2 identifiers not yet released; 3 a session's
+bridge; 4 the log. A file of an older version is migrated when it is opened (one transaction: the `_MIGRATIONS`
+after its version); a new file is made by the same steps, so a migrated file and a new one have the same tables,
+column for column.
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mqtt_cli.core.changelog import Logged, LogUnreadable, decode, encode
 from mqtt_cli.core.config import SyncMode
 from mqtt_cli.core.errors import RemoteProtocolError
 from mqtt_cli.core.packed import PackedQueue, PackedRetained, Shape
@@ -54,7 +68,7 @@ from mqtt_cli.core.session import Message, SubscriptionOptions
 __all__ = ["SCHEMA_VERSION", "Restored", "Store", "StoreError"]
 
 #: Bumped by any change of the tables below; an older file is migrated on open, a newer one moved aside.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _PUBLISH = 3  # packet type whose properties a message keeps
 
 # Version 1, as first released: every file starts from it, then takes the migrations in turn.
@@ -100,6 +114,9 @@ CREATE TABLE incoming (
     3: """
 ALTER TABLE sessions ADD COLUMN bridge TEXT;
 """,
+    4: """
+CREATE TABLE log (seq INTEGER PRIMARY KEY, data BLOB NOT NULL);
+""",
 }
 
 
@@ -117,21 +134,29 @@ class Restored:
 class Store:
     """One SQLite file. Not thread-safe: one call at a time (the server runs one commit at a time)."""
 
+    #: Log bytes written since the last fold before the next commit folds: bounds what a start replays (a few MB
+    #: decode in well under a second) and what the store keeps in memory (`_Fold`: an entry or less per record),
+    #: while a QoS 2 message's records (added, released, done within a few commits) almost always cancel before.
+    LOG_MAX_BYTES = 4 << 20
+
     def __init__(self, path: Path, db: sqlite3.Connection, now: float, warning: str | None) -> None:
         self.path = path
         self._db = db
         self._offset = time.time() - now  # core clock -> wall clock
         self.warning = warning  # the one line to log when the file was moved aside
+        self._fold: _Fold | None = _Fold()  # what the log holds; None: unknown (a commit failed), read again
+        self._sids: dict[tuple[int, ...], str] = {}  # subscription identifiers -> their JSON text
 
     @classmethod
     def open(cls, path: Path, synchronous: SyncMode, now: float) -> tuple[Store, Restored]:
-        """Opens (or creates) the file and reads what it holds; a file that cannot be read is moved aside and a
-        new one started (`warning` says so). StoreError when no file can be opened at all."""
+        """Opens (or creates) the file and reads what it holds (its log folded first); a file that cannot be read
+        is moved aside and a new one started (`warning` says so). StoreError when no file can be opened at all."""
         db = None
         try:
             db = _connect(path, synchronous)
             _check(db)
             store = cls(path, db, now, None)
+            store._replay()
             return store, store.load(now)
         except (sqlite3.DatabaseError, _Unreadable) as exc:
             if db is not None:
@@ -149,6 +174,26 @@ class Store:
         warning = f"{path} cannot be read ({why}); moved to {aside}, starting with nothing restored"
         store = cls(path, db, now, warning)
         return store, store.load(now)
+
+    def _replay(self) -> None:
+        """The log's rows (what a killed broker had not folded) into the tables, before they are read."""
+        fold = self._read_log()
+        if fold.size:
+            with self._db:
+                fold.write(self._db, self._offset, self._sids)
+        self._fold = fold
+
+    def _read_log(self) -> _Fold:
+        fold = _Fold()
+        for (data,) in self._db.execute("SELECT data FROM log ORDER BY seq"):
+            try:
+                records = decode(data, self._offset)
+            except LogUnreadable as exc:
+                raise _Unreadable(str(exc)) from None
+            for c in records:
+                fold.apply(c)
+            fold.size += len(data) or 1  # (an empty row is a row to delete: it counts)
+        return fold
 
     def load(self, now: float) -> Restored:
         """What the file holds, in core times; expired sessions and retained messages are removed from it. A
@@ -254,112 +299,189 @@ class Store:
         return Message(topic, bytes(payload), qos, retain, properties, origin, received - self._offset)
 
     def commit(self, changes: list[Change]) -> None:
-        """Writes `changes` in one transaction (in order; without what persistence.coalesce drops). Raises
-        StoreError when the file cannot be written."""
+        """Writes `changes` in one transaction (in order; without what persistence.coalesce drops): the records of
+        a delivery sent and of an incoming identifier as one log row, the others to their tables. Raises StoreError
+        when the file cannot be written."""
         db = self._db
         off = self._offset
-        batch = _Batch()
         try:
+            fold = self._fold
+            if fold is None:  # the last commit failed: what the log holds, as it was before it
+                fold = self._fold = self._read_log()
+            changes = coalesce(changes)
+            # Deliveries added and sent in this group go to the log (their subscriber is online: their end is
+            # likely near); those only queued, straight to their table.
+            sent = {c.row for c in changes if type(c) is DeliverySent}
+            logged: list[Logged] = []
+            queued: list[tuple[object, ...]] = []
+            apply = fold.apply
             with db:
-                for c in coalesce(changes):
+                for c in changes:
                     kind = type(c)
-                    # The per-message records go to the batch, written with one executemany per statement.
                     if kind is DeliveryAdded:
-                        a: DeliveryAdded = c  # type: ignore[assignment]
-                        m = a.message
-                        sids = json.dumps(a.subscription_ids) if a.subscription_ids else "[]"
-                        batch.added_at[a.row] = len(batch.added)
-                        batch.added.append(
-                            (a.row, a.client_id, m.topic, m.payload, m.qos, m.retain,
-                             encode_properties(m.properties, _PUBLISH), m.origin, m.received_at + off, a.qos, a.retain,
-                             sids, None)
+                        if c.row in sent:  # type: ignore[union-attr]
+                            logged.append(c)  # type: ignore[arg-type]
+                            apply(c)  # type: ignore[arg-type]
+                        else:
+                            queued.append(_as_row(c, None, False, off, self._sids))  # type: ignore[arg-type]
+                    elif kind is DeliverySent or kind is DeliveryReleased or kind is DeliveryDone \
+                            or kind is IncomingAdded or kind is IncomingReleased:  # fmt: skip
+                        logged.append(c)  # type: ignore[arg-type]
+                        apply(c)  # type: ignore[arg-type]
+                    elif kind is RetainedSet:
+                        m = c.message  # type: ignore[union-attr]
+                        db.execute(
+                            "INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?, ?, ?)",
+                            (m.topic, m.payload, m.qos, encode_properties(m.properties, _PUBLISH), m.origin,
+                             m.received_at + off),
                         )  # fmt: skip
-                    elif kind is DeliveryDone:
-                        batch.done.append((c.row,))  # type: ignore[union-attr]
-                    elif kind is DeliverySent:
-                        s: DeliverySent = c  # type: ignore[assignment]
-                        at = batch.added_at.get(s.row)
-                        if at is None:
-                            batch.sent.append((s.packet_id, s.row))
-                        else:  # sent in the group that adds it (a subscriber online): one INSERT, no UPDATE
-                            batch.added[at] = (*batch.added[at][:12], s.packet_id)
-                    elif kind is DeliveryReleased:
-                        batch.released.append((c.row,))  # type: ignore[union-attr]
-                    elif kind is IncomingAdded:
-                        key = (c.client_id, c.packet_id)  # type: ignore[union-attr]
-                        if key in batch.incoming_released_keys:  # an identifier used again: its release first
-                            batch.write(db)
-                        batch.incoming_added.append(key)
-                    elif kind is IncomingReleased:
-                        key = (c.client_id, c.packet_id)  # type: ignore[union-attr]
-                        batch.incoming_released.append(key)
-                        batch.incoming_released_keys.add(key)
-                    else:
-                        batch.write(db)  # what came before, first: sessions and deliveries keep their order
-                        if kind is RetainedSet:
-                            m = c.message  # type: ignore[union-attr]
-                            db.execute(
-                                "INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?, ?, ?)",
-                                (m.topic, m.payload, m.qos, encode_properties(m.properties, _PUBLISH), m.origin,
-                                 m.received_at + off),
-                            )  # fmt: skip
-                        elif kind is RetainedCleared:
-                            db.execute("DELETE FROM retained WHERE topic = ?", (c.topic,))  # type: ignore[union-attr]
-                        elif kind is SessionSaved:
-                            _save_session(db, c, off)  # type: ignore[arg-type]
-                        elif kind is SessionRemoved:
-                            _remove_session(db, c.client_id)  # type: ignore[union-attr]
-                batch.write(db)
+                    elif kind is RetainedCleared:
+                        db.execute("DELETE FROM retained WHERE topic = ?", (c.topic,))  # type: ignore[union-attr]
+                    elif kind is SessionSaved:
+                        _save_session(db, c, off)  # type: ignore[arg-type]
+                    elif kind is SessionRemoved:
+                        # Its deletes apply to what came before it, the log's records too: the tables first.
+                        _insert(db, queued)
+                        fold.write(db, off, self._sids)
+                        logged.clear()  # (folded: no log row needed for them)
+                        _remove_session(db, c.client_id)  # type: ignore[union-attr]
+                _insert(db, queued)
+                if logged:
+                    data = encode(logged, off)
+                    db.execute("INSERT INTO log (data) VALUES (?)", (data,))
+                    fold.size += len(data)
+                if fold.size > self.LOG_MAX_BYTES:
+                    fold.write(db, off, self._sids)
         except sqlite3.Error as exc:
+            self._fold = None  # rolled back: the log is as it was, and so will the fold be, read from it
+            raise StoreError(f"persistence: {self.path}: {exc}") from None
+
+    def fold(self) -> None:
+        """The log into the tables now (StoreError if it cannot be written)."""
+        try:
+            fold = self._fold
+            if fold is None:
+                fold = self._fold = self._read_log()
+            if fold.size:
+                with self._db:
+                    fold.write(self._db, self._offset, self._sids)
+        except sqlite3.Error as exc:
+            self._fold = None
             raise StoreError(f"persistence: {self.path}: {exc}") from None
 
     def close(self) -> None:
+        """Folds the log (a clean stop leaves none to replay) and closes the file."""
+        with contextlib.suppress(StoreError):
+            self.fold()
         with contextlib.suppress(sqlite3.Error):
             self._db.close()
 
 
-class _Batch:
-    """Per-message records of one commit, by statement. Written in the order of a delivery's life (added, sent,
-    released, done) and of an incoming identifier's (added, released), which is each record's own order: rows are
-    never reused, and an incoming identifier used again ends the batch before it (`commit`)."""
+class _Row:
+    """A delivery the log added, not on its table yet, with what the log says of it since."""
 
-    __slots__ = (
-        "added", "added_at", "done", "incoming_added", "incoming_released", "incoming_released_keys", "released", "sent"
-    )  # fmt: skip
+    __slots__ = ("added", "packet_id", "released")
+
+    def __init__(self, added: DeliveryAdded) -> None:
+        self.added = added
+        self.packet_id: int | None = None
+        self.released = False
+
+
+class _Fold:
+    """The net effect on the tables of the log's records since the last fold. Rows are never reused, so a row is
+    either the log's own (`added`: on no table yet) or one the tables hold (its updates kept by row); an incoming
+    identifier is added only when its client does not hold it (core/broker.py), so an add then a release cancel."""
+
+    __slots__ = ("added", "done", "incoming", "packet_ids", "released", "size")
 
     def __init__(self) -> None:
-        self.added: list[tuple[object, ...]] = []
-        self.added_at: dict[int, int] = {}  # row -> its index in `added`, while not yet written
-        self.sent: list[tuple[int, int]] = []
-        self.released: list[tuple[int]] = []
-        self.done: list[tuple[int]] = []
-        self.incoming_added: list[tuple[str, int]] = []
-        self.incoming_released: list[tuple[str, int]] = []
-        self.incoming_released_keys: set[tuple[str, int]] = set()
+        self.clear()
 
-    def write(self, db: sqlite3.Connection) -> None:
+    def clear(self) -> None:
+        self.added: dict[int, _Row] = {}
+        self.packet_ids: dict[int, int] = {}  # table row -> its packet identifier now
+        self.released: set[int] = set()  # table rows whose PUBREC came
+        self.done: set[int] = set()  # table rows to delete
+        self.incoming: dict[tuple[str, int], bool] = {}  # True: to insert, False: to delete
+        self.size = 0  # log bytes since the last fold (0: nothing to fold)
+
+    def apply(self, c: Logged) -> None:
+        kind = type(c)
+        if kind is DeliveryAdded:
+            self.added[c.row] = _Row(c)  # type: ignore[arg-type,union-attr]
+        elif kind is DeliverySent:
+            r = self.added.get(c.row)  # type: ignore[union-attr]
+            if r is None:
+                self.packet_ids[c.row] = c.packet_id  # type: ignore[union-attr]
+            else:
+                r.packet_id = c.packet_id  # type: ignore[union-attr]
+        elif kind is DeliveryReleased:
+            r = self.added.get(c.row)  # type: ignore[union-attr]
+            if r is None:
+                self.released.add(c.row)  # type: ignore[union-attr]
+            else:
+                r.released = True
+        elif kind is DeliveryDone:
+            if self.added.pop(c.row, None) is None:  # type: ignore[union-attr]
+                self.packet_ids.pop(c.row, None)  # type: ignore[union-attr]
+                self.released.discard(c.row)  # type: ignore[union-attr]
+                self.done.add(c.row)  # type: ignore[union-attr]
+        else:
+            key = (c.client_id, c.packet_id)  # type: ignore[union-attr]
+            if kind is IncomingAdded:
+                self.incoming[key] = True
+            elif self.incoming.get(key):
+                del self.incoming[key]  # added since the last fold: on no table
+            else:
+                self.incoming[key] = False
+
+    def write(self, db: sqlite3.Connection, off: float, sids: dict[tuple[int, ...], str]) -> None:
+        """Applies it to the tables and empties the log, in the caller's transaction; then starts again empty."""
         if self.added:
+            _insert(db, [_as_row(r.added, r.packet_id, r.released, off, sids) for _, r in sorted(self.added.items())])
+        if self.packet_ids:
             db.executemany(
-                "INSERT OR REPLACE INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)", self.added
+                "UPDATE deliveries SET packet_id = ? WHERE row = ?", [(p, r) for r, p in self.packet_ids.items()]
             )
-            self.added.clear()
-            self.added_at.clear()
-        if self.sent:
-            db.executemany("UPDATE deliveries SET packet_id = ? WHERE row = ?", self.sent)
-            self.sent.clear()
         if self.released:
-            db.executemany("UPDATE deliveries SET released = 1 WHERE row = ?", self.released)
-            self.released.clear()
+            db.executemany("UPDATE deliveries SET released = 1 WHERE row = ?", [(r,) for r in self.released])
         if self.done:
-            db.executemany("DELETE FROM deliveries WHERE row = ?", self.done)
-            self.done.clear()
-        if self.incoming_added:
-            db.executemany("INSERT OR IGNORE INTO incoming VALUES (?, ?)", self.incoming_added)
-            self.incoming_added.clear()
-        if self.incoming_released:
-            db.executemany("DELETE FROM incoming WHERE client_id = ? AND packet_id = ?", self.incoming_released)
-            self.incoming_released.clear()
-            self.incoming_released_keys.clear()
+            db.executemany("DELETE FROM deliveries WHERE row = ?", [(r,) for r in self.done])
+        if self.incoming:
+            db.executemany("INSERT OR IGNORE INTO incoming VALUES (?, ?)", [k for k, v in self.incoming.items() if v])
+            db.executemany(
+                "DELETE FROM incoming WHERE client_id = ? AND packet_id = ?",
+                [k for k, v in self.incoming.items() if not v],
+            )
+        if self.size:
+            db.execute("DELETE FROM log")
+        self.clear()
+
+
+def _as_row(
+    a: DeliveryAdded, packet_id: int | None, released: bool, off: float, sids: dict[tuple[int, ...], str]
+) -> tuple[object, ...]:
+    """A delivery as a row of its table (`sids`: JSON texts made so far, most sessions using one or none)."""
+    m = a.message
+    ids = a.subscription_ids
+    if ids:
+        text = sids.get(ids)
+        if text is None:
+            if len(sids) >= 1024:
+                sids.clear()
+            text = sids[ids] = json.dumps(ids)
+    else:
+        text = "[]"
+    props = encode_properties(m.properties, _PUBLISH) if m.properties.items else b"\x00"
+    return (a.row, a.client_id, m.topic, m.payload, m.qos, m.retain, props, m.origin, m.received_at + off, a.qos,
+            a.retain, text, packet_id, released)  # fmt: skip
+
+
+def _insert(db: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
+    if rows:
+        db.executemany("INSERT OR REPLACE INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        rows.clear()
 
 
 class _Unreadable(Exception):
