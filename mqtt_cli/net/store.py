@@ -39,6 +39,7 @@ import os
 import sqlite3
 import time
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 from mqtt_cli.core.changelog import Logged, LogUnreadable, decode, encode
@@ -377,6 +378,14 @@ class Store:
             self._db.close()
 
 
+class _Incoming(Enum):
+    """What the log did to an incoming identifier since the last fold."""
+
+    NEW = 1  # added: on no table
+    GONE = 2  # released (it was on the table, or added, released, added, released...)
+    BACK = 3  # released, then added again: on the table, to stay
+
+
 class _Row:
     """A delivery the log added, not on its table yet, with what the log says of it since."""
 
@@ -390,8 +399,9 @@ class _Row:
 
 class _Fold:
     """The net effect on the tables of the log's records since the last fold. Rows are never reused, so a row is
-    either the log's own (`added`: on no table yet) or one the tables hold (its updates kept by row); an incoming
-    identifier is added only when its client does not hold it (core/broker.py), so an add then a release cancel."""
+    either the log's own (`added`: on no table yet) or one the tables hold (its updates kept by row). An incoming
+    identifier is added only when its client does not hold it (core/broker.py): an add then a release cancel,
+    unless the identifier was on the table before (released, then used again)."""
 
     __slots__ = ("added", "done", "incoming", "packet_ids", "released", "size")
 
@@ -403,7 +413,7 @@ class _Fold:
         self.packet_ids: dict[int, int] = {}  # table row -> its packet identifier now
         self.released: set[int] = set()  # table rows whose PUBREC came
         self.done: set[int] = set()  # table rows to delete
-        self.incoming: dict[tuple[str, int], bool] = {}  # True: to insert, False: to delete
+        self.incoming: dict[tuple[str, int], _Incoming] = {}
         self.size = 0  # log bytes since the last fold (0: nothing to fold)
 
     def apply(self, c: Logged) -> None:
@@ -429,12 +439,13 @@ class _Fold:
                 self.done.add(c.row)  # type: ignore[union-attr]
         else:
             key = (c.client_id, c.packet_id)  # type: ignore[union-attr]
+            was = self.incoming.get(key)
             if kind is IncomingAdded:
-                self.incoming[key] = True
-            elif self.incoming.get(key):
-                del self.incoming[key]  # added since the last fold: on no table
+                self.incoming[key] = _Incoming.NEW if was is None else _Incoming.BACK
+            elif was is _Incoming.NEW:
+                del self.incoming[key]  # on no table: nothing to do
             else:
-                self.incoming[key] = False
+                self.incoming[key] = _Incoming.GONE
 
     def write(self, db: sqlite3.Connection, off: float, sids: dict[tuple[int, ...], str]) -> None:
         """Applies it to the tables and empties the log, in the caller's transaction; then starts again empty."""
@@ -449,10 +460,13 @@ class _Fold:
         if self.done:
             db.executemany("DELETE FROM deliveries WHERE row = ?", [(r,) for r in self.done])
         if self.incoming:
-            db.executemany("INSERT OR IGNORE INTO incoming VALUES (?, ?)", [k for k, v in self.incoming.items() if v])
+            gone = _Incoming.GONE
+            db.executemany(
+                "INSERT OR IGNORE INTO incoming VALUES (?, ?)", [k for k, v in self.incoming.items() if v is not gone]
+            )
             db.executemany(
                 "DELETE FROM incoming WHERE client_id = ? AND packet_id = ?",
-                [k for k, v in self.incoming.items() if not v],
+                [k for k, v in self.incoming.items() if v is gone],
             )
         if self.size:
             db.execute("DELETE FROM log")
