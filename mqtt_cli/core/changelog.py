@@ -6,6 +6,9 @@ identifier's) as one row of its `log` table instead of a statement each, and fol
 encoding, sans-IO: `encode` and `decode` are inverse, up to the clock offset the store gives them (the file holds
 wall-clock times, the core its own clock's).
 
+`LogState` is the log's net effect on the tables since they were last brought up to date (folded): what the store
+writes when it folds. `LogState.log` encodes a group's records and applies them in one pass.
+
 Each record is a tag byte and fixed little-endian fields, then its strings (UTF-8) and bytes, lengths given in
 the fixed fields. Nothing else is framed: a log row is whole or, once it does not decode, unreadable.
 """
@@ -13,20 +16,36 @@ the fixed fields. Nothing else is framed: a log row is whole or, once it does no
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
+from enum import Enum
 
 from .errors import RemoteProtocolError
 from .persistence import (
+    Change,
     DeliveryAdded,
     DeliveryDone,
     DeliveryReleased,
     DeliverySent,
     IncomingAdded,
     IncomingReleased,
+    RetainedCleared,
+    RetainedSet,
+    SessionRemoved,
+    SessionSaved,
 )
 from .properties import EMPTY_PROPERTIES, decode_properties, encode_properties
 from .session import Message
 
-__all__ = ["LOGGED", "LogUnreadable", "Logged", "decode", "encode"]
+__all__ = [
+    "LOGGED",
+    "IncomingFate",
+    "LogState",
+    "LogUnreadable",
+    "Logged",
+    "Segment",
+    "decode",
+    "encode",
+]
 
 _PUBLISH = 3  # packet type whose properties a message keeps
 
@@ -59,47 +78,52 @@ class LogUnreadable(ValueError):
 def encode(changes: list[Logged], offset: float) -> bytes:
     """`changes`, in order, as one bytes object; times plus `offset` (core clock -> wall clock)."""
     parts: list[bytes] = []
-    put = parts.append
-    names: dict[str, bytes] = {}  # a group's records name few clients, topics and publishers, many times each
+    names: dict[str, bytes] = {}
     for c in changes:
-        kind = type(c)
-        cid = names.get(c.client_id)
-        if cid is None:
-            cid = names[c.client_id] = c.client_id.encode()
-        if kind is DeliveryAdded:
-            a: DeliveryAdded = c  # type: ignore[assignment]
-            m = a.message
-            topic = names.get(m.topic)
-            if topic is None:
-                topic = names[m.topic] = m.topic.encode()
-            flags = (_MESSAGE_RETAIN if m.retain else 0) | (_RETAIN if a.retain else 0)
-            origin = b""
-            if m.origin is not None:
-                flags |= _ORIGIN
-                known = names.get(m.origin)
-                origin = names[m.origin] = m.origin.encode() if known is None else known
-            props = encode_properties(m.properties, _PUBLISH) if m.properties.items else b""
-            sids = a.subscription_ids
-            put(_A.pack(_ADDED, a.row, m.received_at + offset, m.qos, flags, a.qos, len(cid), len(topic), len(origin),
-                        len(props), len(m.payload), len(sids)))  # fmt: skip
-            put(cid)
-            put(topic)
-            put(origin)
-            put(props)
-            put(m.payload)
-            if sids:
-                put(struct.pack(f"<{len(sids)}I", *sids))
-        elif kind is DeliverySent:
-            put(_S.pack(_SENT, c.row, c.packet_id, len(cid)))  # type: ignore[union-attr]
-            put(cid)
-        elif kind is DeliveryReleased or kind is DeliveryDone:
-            put(_R.pack(_RELEASED if kind is DeliveryReleased else _DONE, c.row, len(cid)))  # type: ignore[union-attr]
-            put(cid)
-        else:
-            tag = _INCOMING_ADDED if kind is IncomingAdded else _INCOMING_RELEASED
-            put(_I.pack(tag, c.packet_id, len(cid)))  # type: ignore[union-attr]
-            put(cid)
+        _put(parts, c, names, offset)
     return b"".join(parts)
+
+
+def _put(parts: list[bytes], c: Logged, names: dict[str, bytes], offset: float) -> None:
+    """One record onto `parts`. `names`: the UTF-8 of the strings seen so far (a group's records name few
+    clients, topics and publishers, many times each)."""
+    cid = names.get(c.client_id)
+    if cid is None:
+        cid = names[c.client_id] = c.client_id.encode()
+    if type(c) is DeliveryAdded:
+        m = c.message
+        topic = names.get(m.topic)
+        if topic is None:
+            topic = names[m.topic] = m.topic.encode()
+        flags = (_MESSAGE_RETAIN if m.retain else 0) | (_RETAIN if c.retain else 0)
+        origin = b""
+        if m.origin is not None:
+            flags |= _ORIGIN
+            known = names.get(m.origin)
+            origin = names[m.origin] = m.origin.encode() if known is None else known
+        props = encode_properties(m.properties, _PUBLISH) if m.properties.items else b""
+        sids = c.subscription_ids
+        parts.append(_A.pack(_ADDED, c.row, m.received_at + offset, m.qos, flags, c.qos, len(cid), len(topic),
+                             len(origin), len(props), len(m.payload), len(sids)))  # fmt: skip
+        parts.append(cid)
+        parts.append(topic)
+        parts.append(origin)
+        parts.append(props)
+        parts.append(m.payload)
+        if sids:
+            parts.append(struct.pack(f"<{len(sids)}I", *sids))
+        return
+    if type(c) is DeliverySent:
+        parts.append(_S.pack(_SENT, c.row, c.packet_id, len(cid)))
+    elif type(c) is DeliveryReleased:
+        parts.append(_R.pack(_RELEASED, c.row, len(cid)))
+    elif type(c) is DeliveryDone:
+        parts.append(_R.pack(_DONE, c.row, len(cid)))
+    elif type(c) is IncomingAdded:
+        parts.append(_I.pack(_INCOMING_ADDED, c.packet_id, len(cid)))
+    elif type(c) is IncomingReleased:
+        parts.append(_I.pack(_INCOMING_RELEASED, c.packet_id, len(cid)))
+    parts.append(cid)
 
 
 def decode(data: bytes, offset: float) -> list[Logged]:
@@ -117,16 +141,6 @@ def _decode(data: bytes, offset: float) -> list[Logged]:
     names: dict[bytes, str] = {}
     end = len(data)
     pos = 0
-
-    def text(n: int) -> str:
-        nonlocal pos
-        raw = _take(view, pos, n, end)
-        pos += n
-        s = names.get(raw)
-        if s is None:
-            s = names[raw] = raw.decode()
-        return s
-
     while pos < end:
         tag = data[pos]
         if tag == _ADDED:
@@ -134,9 +148,12 @@ def _decode(data: bytes, offset: float) -> list[Logged]:
                 data, pos
             )
             pos += _A.size
-            cid = text(ncid)
-            topic = text(ntopic)
-            origin = text(norigin) if flags & _ORIGIN else None
+            cid = _text(view, pos, ncid, end, names)
+            pos += ncid
+            topic = _text(view, pos, ntopic, end, names)
+            pos += ntopic
+            origin = _text(view, pos, norigin, end, names) if flags & _ORIGIN else None
+            pos += norigin
             raw_props = _take(view, pos, nprops, end)
             pos += nprops
             payload = _take(view, pos, npayload, end)
@@ -158,15 +175,20 @@ def _decode(data: bytes, offset: float) -> list[Logged]:
         elif tag == _SENT:
             _, row, pid, ncid = _S.unpack_from(data, pos)
             pos += _S.size
-            out.append(DeliverySent(text(ncid), row, pid))
+            out.append(DeliverySent(_text(view, pos, ncid, end, names), row, pid))
+            pos += ncid
         elif tag in (_RELEASED, _DONE):
             _, row, ncid = _R.unpack_from(data, pos)
             pos += _R.size
-            out.append((DeliveryReleased if tag == _RELEASED else DeliveryDone)(text(ncid), row))
+            cid = _text(view, pos, ncid, end, names)
+            pos += ncid
+            out.append(DeliveryReleased(cid, row) if tag == _RELEASED else DeliveryDone(cid, row))
         elif tag in (_INCOMING_ADDED, _INCOMING_RELEASED):
             _, pid, ncid = _I.unpack_from(data, pos)
             pos += _I.size
-            out.append((IncomingAdded if tag == _INCOMING_ADDED else IncomingReleased)(text(ncid), pid))
+            cid = _text(view, pos, ncid, end, names)
+            pos += ncid
+            out.append(IncomingAdded(cid, pid) if tag == _INCOMING_ADDED else IncomingReleased(cid, pid))
         else:
             raise LogUnreadable(f"log row: unknown record tag {tag} at byte {pos}")
     if pos != end:
@@ -174,7 +196,114 @@ def _decode(data: bytes, offset: float) -> list[Logged]:
     return out
 
 
+def _text(view: memoryview, pos: int, n: int, end: int, names: dict[bytes, str]) -> str:
+    raw = _take(view, pos, n, end)
+    s = names.get(raw)
+    if s is None:
+        s = names[raw] = raw.decode()
+    return s
+
+
 def _take(view: memoryview, pos: int, n: int, end: int) -> bytes:
     if pos + n > end:
         raise LogUnreadable(f"log row: {pos + n - end} bytes missing at its end")
     return bytes(view[pos : pos + n])
+
+
+# --- the log's net effect on the tables -------------------------------------------------------------------------
+
+
+class IncomingFate(Enum):
+    """What the log did to an incoming identifier since the last fold."""
+
+    NEW = 1  # added: on no table
+    GONE = 2  # released (it was on the table, or added, released, added, released...)
+    BACK = 3  # released, then added again: on the table, to stay
+
+
+@dataclass(slots=True)
+class Segment:
+    """What `LogState.log` made of a group's changes from `start` to `end` (a SessionRemoved there, or the end)."""
+
+    end: int
+    data: bytes  # the log records of the changes in it (already applied to the LogState)
+    queued: list[DeliveryAdded]  # added and not sent in the group: straight to their table
+    direct: list[Change]  # retained messages and sessions saved: to their tables (no log record touches them)
+
+
+class LogState:
+    """The net effect on the tables of the log's records since the last fold. Rows are never reused, so a row is
+    either the log's own (`added`: on no table yet) or one the tables hold; `packet_ids` and `released` hold what
+    came since for both, `done` the table rows to delete (a row of the log's own that is done is simply dropped).
+    An incoming identifier is added only when its client does not hold it (core/broker.py): an add then a release
+    cancel, unless the identifier was on the table before (released, then used again)."""
+
+    __slots__ = ("added", "done", "incoming", "packet_ids", "released", "size")
+
+    def __init__(self) -> None:
+        self.added: dict[int, DeliveryAdded] = {}
+        self.packet_ids: dict[int, int] = {}  # row -> its packet identifier now
+        self.released: set[int] = set()  # rows whose PUBREC came
+        self.done: set[int] = set()  # table rows to delete
+        self.incoming: dict[tuple[str, int], IncomingFate] = {}
+        self.size = 0  # log bytes written since the last fold (the caller counts them; 0: nothing to fold)
+
+    def clear(self) -> None:
+        """Folded: the tables hold it all."""
+        self.added = {}
+        self.packet_ids = {}
+        self.released = set()
+        self.done = set()
+        self.incoming = {}
+        self.size = 0
+
+    def apply(self, c: Logged) -> None:
+        if type(c) is DeliveryAdded:
+            self.added[c.row] = c
+        elif type(c) is DeliverySent:
+            self.packet_ids[c.row] = c.packet_id
+        elif type(c) is DeliveryReleased:
+            self.released.add(c.row)
+        elif type(c) is DeliveryDone:
+            row = c.row
+            if self.added.pop(row, None) is None:
+                self.done.add(row)
+            self.packet_ids.pop(row, None)
+            self.released.discard(row)
+        elif type(c) is IncomingAdded:
+            key = (c.client_id, c.packet_id)
+            self.incoming[key] = IncomingFate.NEW if key not in self.incoming else IncomingFate.BACK
+        elif type(c) is IncomingReleased:
+            key = (c.client_id, c.packet_id)
+            if self.incoming.get(key) is IncomingFate.NEW:
+                del self.incoming[key]  # on no table: nothing to do
+            else:
+                self.incoming[key] = IncomingFate.GONE
+
+    def log(self, changes: list[Change], start: int, offset: float, sent: set[int]) -> Segment:
+        """Takes `changes` from `start` up to the first SessionRemoved (whose deletes need the tables folded
+        first) or their end: the per-message records are applied and encoded, except deliveries added and not
+        sent in the group (`sent`: the rows DeliverySent names), likely to stay, which go to their table, as do
+        the changes no log record touches. A delivery queued and done within the segment goes nowhere."""
+        parts: list[bytes] = []
+        names: dict[str, bytes] = {}
+        queued: dict[int, DeliveryAdded] = {}
+        direct: list[Change] = []
+        n = len(changes)
+        i = start
+        while i < n:
+            c = changes[i]
+            if type(c) is SessionRemoved:
+                break
+            i += 1
+            if type(c) is RetainedSet or type(c) is RetainedCleared or type(c) is SessionSaved:
+                direct.append(c)
+                continue
+            if type(c) is DeliveryAdded and c.row not in sent:
+                queued[c.row] = c
+                continue
+            if type(c) is DeliveryDone and queued.pop(c.row, None) is not None:
+                continue
+            _put(parts, c, names, offset)  # type: ignore[arg-type]
+            self.apply(c)  # type: ignore[arg-type]
+        return Segment(i, b"".join(parts), list(queued.values()), direct)

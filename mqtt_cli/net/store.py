@@ -39,10 +39,9 @@ import os
 import sqlite3
 import time
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 
-from mqtt_cli.core.changelog import Logged, LogUnreadable, decode, encode
+from mqtt_cli.core.changelog import IncomingFate, LogState, LogUnreadable, decode
 from mqtt_cli.core.config import SyncMode
 from mqtt_cli.core.errors import RemoteProtocolError
 from mqtt_cli.core.packed import PackedQueue, PackedRetained, Shape
@@ -50,18 +49,11 @@ from mqtt_cli.core.packets import Will
 from mqtt_cli.core.persistence import (
     Change,
     DeliveryAdded,
-    DeliveryDone,
-    DeliveryReleased,
     DeliverySent,
-    IncomingAdded,
-    IncomingReleased,
-    RetainedCleared,
     RetainedSet,
-    SessionRemoved,
     SessionSaved,
     StoredDelivery,
     StoredSession,
-    coalesce,
 )
 from mqtt_cli.core.properties import WILL, Properties, decode_properties, encode_properties
 from mqtt_cli.core.session import Message, SubscriptionOptions
@@ -145,7 +137,7 @@ class Store:
         self._db = db
         self._offset = time.time() - now  # core clock -> wall clock
         self.warning = warning  # the one line to log when the file was moved aside
-        self._fold: _Fold | None = _Fold()  # what the log holds; None: unknown (a commit failed), read again
+        self._state: LogState | None = LogState()  # what the log holds; None: unknown (a commit failed), read again
         self._sids: dict[tuple[int, ...], str] = {}  # subscription identifiers -> their JSON text
 
     @classmethod
@@ -178,23 +170,23 @@ class Store:
 
     def _replay(self) -> None:
         """The log's rows (what a killed broker had not folded) into the tables, before they are read."""
-        fold = self._read_log()
-        if fold.size:
+        state = self._read_log()
+        if state.size:
             with self._db:
-                fold.write(self._db, self._offset, self._sids)
-        self._fold = fold
+                _fold(self._db, state, self._offset, self._sids)
+        self._state = state
 
-    def _read_log(self) -> _Fold:
-        fold = _Fold()
+    def _read_log(self) -> LogState:
+        state = LogState()
         for (data,) in self._db.execute("SELECT data FROM log ORDER BY seq"):
             try:
                 records = decode(data, self._offset)
             except LogUnreadable as exc:
                 raise _Unreadable(str(exc)) from None
             for c in records:
-                fold.apply(c)
-            fold.size += len(data) or 1  # (an empty row is a row to delete: it counts)
-        return fold
+                state.apply(c)
+            state.size += len(data) or 1  # (an empty row is a row to delete: it counts)
+        return state
 
     def load(self, now: float) -> Restored:
         """What the file holds, in core times; expired sessions and retained messages are removed from it. A
@@ -300,74 +292,63 @@ class Store:
         return Message(topic, bytes(payload), qos, retain, properties, origin, received - self._offset)
 
     def commit(self, changes: list[Change]) -> None:
-        """Writes `changes` in one transaction (in order; without what persistence.coalesce drops): the records of
-        a delivery sent and of an incoming identifier as one log row, the others to their tables. Raises StoreError
+        """Writes `changes` in one transaction, in order: the records of a delivery sent and of an incoming
+        identifier as one log row (core/changelog.py LogState.log), the others to their tables. Raises StoreError
         when the file cannot be written."""
         db = self._db
         off = self._offset
         try:
-            fold = self._fold
-            if fold is None:  # the last commit failed: what the log holds, as it was before it
-                fold = self._fold = self._read_log()
-            changes = coalesce(changes)
+            state = self._state
+            if state is None:  # the last commit failed: what the log holds, as it was before it
+                state = self._state = self._read_log()
             # Deliveries added and sent in this group go to the log (their subscriber is online: their end is
             # likely near); those only queued, straight to their table.
             sent = {c.row for c in changes if type(c) is DeliverySent}
-            logged: list[Logged] = []
-            queued: list[tuple[object, ...]] = []
-            apply = fold.apply
+            n = len(changes)
             with db:
-                for c in changes:
-                    kind = type(c)
-                    if kind is DeliveryAdded:
-                        if c.row in sent:  # type: ignore[union-attr]
-                            logged.append(c)  # type: ignore[arg-type]
-                            apply(c)  # type: ignore[arg-type]
+                segment = state.log(changes, 0, off, sent)
+                while True:
+                    for c in segment.direct:
+                        if type(c) is SessionSaved:
+                            _save_session(db, c, off)
+                        elif type(c) is RetainedSet:
+                            m = c.message
+                            db.execute(
+                                "INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?, ?, ?)",
+                                (m.topic, m.payload, m.qos, encode_properties(m.properties, _PUBLISH), m.origin,
+                                 m.received_at + off),
+                            )  # fmt: skip
                         else:
-                            queued.append(_as_row(c, None, False, off, self._sids))  # type: ignore[arg-type]
-                    elif kind is DeliverySent or kind is DeliveryReleased or kind is DeliveryDone \
-                            or kind is IncomingAdded or kind is IncomingReleased:  # fmt: skip
-                        logged.append(c)  # type: ignore[arg-type]
-                        apply(c)  # type: ignore[arg-type]
-                    elif kind is RetainedSet:
-                        m = c.message  # type: ignore[union-attr]
-                        db.execute(
-                            "INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?, ?, ?)",
-                            (m.topic, m.payload, m.qos, encode_properties(m.properties, _PUBLISH), m.origin,
-                             m.received_at + off),
-                        )  # fmt: skip
-                    elif kind is RetainedCleared:
-                        db.execute("DELETE FROM retained WHERE topic = ?", (c.topic,))  # type: ignore[union-attr]
-                    elif kind is SessionSaved:
-                        _save_session(db, c, off)  # type: ignore[arg-type]
-                    elif kind is SessionRemoved:
-                        # Its deletes apply to what came before it, the log's records too: the tables first.
-                        _insert(db, queued)
-                        fold.write(db, off, self._sids)
-                        logged.clear()  # (folded: no log row needed for them)
-                        _remove_session(db, c.client_id)  # type: ignore[union-attr]
-                _insert(db, queued)
-                if logged:
-                    data = encode(logged, off)
-                    db.execute("INSERT INTO log (data) VALUES (?)", (data,))
-                    fold.size += len(data)
-                if fold.size > self.LOG_MAX_BYTES:
-                    fold.write(db, off, self._sids)
+                            db.execute("DELETE FROM retained WHERE topic = ?", (c.topic,))  # type: ignore[union-attr]
+                    if segment.queued:
+                        _insert(db, [_as_row(a, None, False, off, self._sids) for a in segment.queued])
+                    if segment.end == n:
+                        break
+                    # A SessionRemoved: its deletes apply to what came before it, the log's records too (folded
+                    # first; those of this group need no log row then).
+                    _fold(db, state, off, self._sids)
+                    _remove_session(db, changes[segment.end].client_id)  # type: ignore[union-attr]
+                    segment = state.log(changes, segment.end + 1, off, sent)
+                if segment.data:
+                    db.execute("INSERT INTO log (data) VALUES (?)", (segment.data,))
+                    state.size += len(segment.data)
+                if state.size > self.LOG_MAX_BYTES:
+                    _fold(db, state, off, self._sids)
         except sqlite3.Error as exc:
-            self._fold = None  # rolled back: the log is as it was, and so will the fold be, read from it
+            self._state = None  # rolled back: the log is as it was, and so will the state be, read from it
             raise StoreError(f"persistence: {self.path}: {exc}") from None
 
     def fold(self) -> None:
         """The log into the tables now (StoreError if it cannot be written)."""
         try:
-            fold = self._fold
-            if fold is None:
-                fold = self._fold = self._read_log()
-            if fold.size:
+            state = self._state
+            if state is None:
+                state = self._state = self._read_log()
+            if state.size:
                 with self._db:
-                    fold.write(self._db, self._offset, self._sids)
+                    _fold(self._db, state, self._offset, self._sids)
         except sqlite3.Error as exc:
-            self._fold = None
+            self._state = None
             raise StoreError(f"persistence: {self.path}: {exc}") from None
 
     def close(self) -> None:
@@ -378,99 +359,31 @@ class Store:
             self._db.close()
 
 
-class _Incoming(Enum):
-    """What the log did to an incoming identifier since the last fold."""
-
-    NEW = 1  # added: on no table
-    GONE = 2  # released (it was on the table, or added, released, added, released...)
-    BACK = 3  # released, then added again: on the table, to stay
-
-
-class _Row:
-    """A delivery the log added, not on its table yet, with what the log says of it since."""
-
-    __slots__ = ("added", "packet_id", "released")
-
-    def __init__(self, added: DeliveryAdded) -> None:
-        self.added = added
-        self.packet_id: int | None = None
-        self.released = False
-
-
-class _Fold:
-    """The net effect on the tables of the log's records since the last fold. Rows are never reused, so a row is
-    either the log's own (`added`: on no table yet) or one the tables hold (its updates kept by row). An incoming
-    identifier is added only when its client does not hold it (core/broker.py): an add then a release cancel,
-    unless the identifier was on the table before (released, then used again)."""
-
-    __slots__ = ("added", "done", "incoming", "packet_ids", "released", "size")
-
-    def __init__(self) -> None:
-        self.clear()
-
-    def clear(self) -> None:
-        self.added: dict[int, _Row] = {}
-        self.packet_ids: dict[int, int] = {}  # table row -> its packet identifier now
-        self.released: set[int] = set()  # table rows whose PUBREC came
-        self.done: set[int] = set()  # table rows to delete
-        self.incoming: dict[tuple[str, int], _Incoming] = {}
-        self.size = 0  # log bytes since the last fold (0: nothing to fold)
-
-    def apply(self, c: Logged) -> None:
-        kind = type(c)
-        if kind is DeliveryAdded:
-            self.added[c.row] = _Row(c)  # type: ignore[arg-type,union-attr]
-        elif kind is DeliverySent:
-            r = self.added.get(c.row)  # type: ignore[union-attr]
-            if r is None:
-                self.packet_ids[c.row] = c.packet_id  # type: ignore[union-attr]
-            else:
-                r.packet_id = c.packet_id  # type: ignore[union-attr]
-        elif kind is DeliveryReleased:
-            r = self.added.get(c.row)  # type: ignore[union-attr]
-            if r is None:
-                self.released.add(c.row)  # type: ignore[union-attr]
-            else:
-                r.released = True
-        elif kind is DeliveryDone:
-            if self.added.pop(c.row, None) is None:  # type: ignore[union-attr]
-                self.packet_ids.pop(c.row, None)  # type: ignore[union-attr]
-                self.released.discard(c.row)  # type: ignore[union-attr]
-                self.done.add(c.row)  # type: ignore[union-attr]
-        else:
-            key = (c.client_id, c.packet_id)  # type: ignore[union-attr]
-            was = self.incoming.get(key)
-            if kind is IncomingAdded:
-                self.incoming[key] = _Incoming.NEW if was is None else _Incoming.BACK
-            elif was is _Incoming.NEW:
-                del self.incoming[key]  # on no table: nothing to do
-            else:
-                self.incoming[key] = _Incoming.GONE
-
-    def write(self, db: sqlite3.Connection, off: float, sids: dict[tuple[int, ...], str]) -> None:
-        """Applies it to the tables and empties the log, in the caller's transaction; then starts again empty."""
-        if self.added:
-            _insert(db, [_as_row(r.added, r.packet_id, r.released, off, sids) for _, r in sorted(self.added.items())])
-        if self.packet_ids:
-            db.executemany(
-                "UPDATE deliveries SET packet_id = ? WHERE row = ?", [(p, r) for r, p in self.packet_ids.items()]
-            )
-        if self.released:
-            db.executemany("UPDATE deliveries SET released = 1 WHERE row = ?", [(r,) for r in self.released])
-        if self.done:
-            db.executemany("DELETE FROM deliveries WHERE row = ?", [(r,) for r in self.done])
-        if self.incoming:
-            gone = _Incoming.GONE
-            db.executemany(
-                "INSERT OR IGNORE INTO incoming VALUES (?, ?)", [k for k, v in self.incoming.items() if v is not gone]
-            )
-            db.executemany(
-                "DELETE FROM incoming WHERE client_id = ? AND packet_id = ?",
-                [k for k, v in self.incoming.items() if v is gone],
-            )
-        if self.size:
-            db.execute("DELETE FROM log")
-        self.clear()
+def _fold(db: sqlite3.Connection, state: LogState, off: float, sids: dict[tuple[int, ...], str]) -> None:
+    """Applies the log's net effect to the tables and empties the log, in the caller's transaction."""
+    added, pids, released = state.added, state.packet_ids, state.released
+    if added:
+        _insert(db, [_as_row(a, pids.get(row), row in released, off, sids) for row, a in sorted(added.items())])
+    updates = [(p, r) for r, p in pids.items() if r not in added]
+    if updates:
+        db.executemany("UPDATE deliveries SET packet_id = ? WHERE row = ?", updates)
+    updates = [(r,) for r in released if r not in added]
+    if updates:
+        db.executemany("UPDATE deliveries SET released = 1 WHERE row = ?", updates)
+    if state.done:
+        db.executemany("DELETE FROM deliveries WHERE row = ?", [(r,) for r in state.done])
+    if state.incoming:
+        gone = IncomingFate.GONE
+        db.executemany(
+            "INSERT OR IGNORE INTO incoming VALUES (?, ?)", [k for k, v in state.incoming.items() if v is not gone]
+        )
+        db.executemany(
+            "DELETE FROM incoming WHERE client_id = ? AND packet_id = ?",
+            [k for k, v in state.incoming.items() if v is gone],
+        )
+    if state.size:
+        db.execute("DELETE FROM log")
+    state.clear()
 
 
 def _as_row(
