@@ -14,11 +14,11 @@ stamp and the broker starts empty: `Store.open` says so in its `warning`.
 
 The log (schema 4): most per-message records live a few commits (a QoS 2 message is added, released, done; an
 incoming QoS 2 identifier added, released), so a commit writes them as one row of the `log` table (core/changelog.py
-encodes them) instead of a statement each, and the store keeps their net effect on the tables in memory (`_Fold`):
+encodes them) instead of a statement each, and the store keeps their net effect on the tables in memory (LogState):
 what is added and done since the last fold cancels out and never reaches the tables. The tables are brought up to
 date (folded: the net effect applied and the log emptied, one transaction) when the log passes LOG_MAX_BYTES, before
 a change that needs them whole (SessionRemoved deletes a session's deliveries), and at close; at open, after a kill,
-the log's rows are replayed into a `_Fold` and folded before anything is read. A delivery queued but not sent in
+the log's rows are replayed into a LogState and folded before anything is read. A delivery queued but not sent in
 its commit (its client offline, its window full) goes straight to its table: it is likely to stay, and the log
 would only write its payload twice. So is everything else (sessions, retained messages): no log record touches
 their tables. A file is its tables plus its log, read in that order: what `sqlite3` shows of deliveries and
@@ -128,7 +128,7 @@ class Store:
     """One SQLite file. Not thread-safe: one call at a time (the server runs one commit at a time)."""
 
     #: Log bytes written since the last fold before the next commit folds: bounds what a start replays (a few MB
-    #: decode in well under a second) and what the store keeps in memory (`_Fold`: an entry or less per record),
+    #: decode in well under a second) and what the store keeps in memory (LogState: an entry or less a record),
     #: while a QoS 2 message's records (added, released, done within a few commits) almost always cancel before.
     LOG_MAX_BYTES = 4 << 20
 
