@@ -37,7 +37,6 @@ from .properties import EMPTY_PROPERTIES, decode_properties, encode_properties
 from .session import Message
 
 __all__ = [
-    "LOGGED",
     "IncomingFate",
     "LogState",
     "LogUnreadable",
@@ -49,9 +48,8 @@ __all__ = [
 
 _PUBLISH = 3  # packet type whose properties a message keeps
 
-Logged = DeliveryAdded | DeliverySent | DeliveryReleased | DeliveryDone | IncomingAdded | IncomingReleased
 #: The change records the log holds; the others (sessions, retained messages) go straight to their tables.
-LOGGED = (DeliveryAdded, DeliverySent, DeliveryReleased, DeliveryDone, IncomingAdded, IncomingReleased)
+Logged = DeliveryAdded | DeliverySent | DeliveryReleased | DeliveryDone | IncomingAdded | IncomingReleased
 
 # Tags, and what follows each (then the strings in this order).
 _ADDED = 1  # row, received_at, message qos, flags, qos, len client, topic, origin, properties, payload, ids

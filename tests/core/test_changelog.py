@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from mqtt_cli.core.changelog import Logged, LogUnreadable, decode, encode
+from mqtt_cli.core.changelog import IncomingFate, Logged, LogState, LogUnreadable, decode, encode
 from mqtt_cli.core.persistence import (
+    Change,
     DeliveryAdded,
     DeliveryDone,
     DeliveryReleased,
     DeliverySent,
     IncomingAdded,
     IncomingReleased,
+    RetainedSet,
+    SessionRemoved,
 )
 from mqtt_cli.core.session import Message
 from tests.core.test_packed import PROPERTY_KINDS
@@ -70,3 +73,47 @@ def test_garbage_is_unreadable() -> None:
         decode(b"\x63garbage", 0.0)
     with pytest.raises(LogUnreadable):
         decode(encode([IncomingAdded("c", 1)], 0.0) + b"\x02", 0.0)
+
+
+def _added(row: int) -> DeliveryAdded:
+    return DeliveryAdded("c", row, Message("t", b"p", 2, False, PROPERTY_KINDS["none"], "pub", 0.0), 2, False, ())
+
+
+def test_log_takes_a_segment_up_to_a_session_removed_and_cancels_what_ends_in_it() -> None:
+    state = LogState()
+    retained = RetainedSet(Message("r", b"x", 1, True, PROPERTY_KINDS["none"], "pub", 0.0))
+    changes: list[Change] = [
+        _added(1), DeliverySent("c", 1, 7),  # sent: logged
+        _added(2),  # not sent in the group: queued, straight to its table
+        _added(3), DeliveryDone("c", 3),  # queued and done within: nowhere
+        retained,
+        IncomingAdded("c", 4),
+        SessionRemoved("c"),
+        DeliveryReleased("c", 1),
+    ]  # fmt: skip
+    sent = {1}
+    first = state.log(changes, 0, 0.0, sent)
+    assert (first.end, first.queued, first.direct) == (7, [changes[2]], [retained])
+    assert [type(c) for c in decode(first.data, 0.0)] == [DeliveryAdded, DeliverySent, IncomingAdded]
+    assert set(state.added) == {1} and state.packet_ids == {1: 7}
+    assert state.incoming == {("c", 4): IncomingFate.NEW}
+    state.clear()  # (the store folds here, then removes the session)
+    second = state.log(changes, 8, 0.0, sent)
+    assert second.end == len(changes) and state.released == {1} and not state.added
+
+
+def test_the_state_cancels_a_row_added_and_done_and_keeps_an_identifier_used_again() -> None:
+    state = LogState()
+    for c in [_added(1), DeliverySent("c", 1, 1), DeliveryReleased("c", 1), DeliveryDone("c", 1)]:
+        state.apply(c)
+    assert not (state.added or state.packet_ids or state.released or state.done)
+    state.apply(DeliveryDone("c", 9))  # a row on the table
+    assert state.done == {9}
+    state.apply(IncomingAdded("c", 5))
+    state.apply(IncomingReleased("c", 5))
+    assert state.incoming == {}  # added and released: on no table
+    state.apply(IncomingReleased("c", 6))  # on the table: to delete
+    state.apply(IncomingAdded("c", 6))  # used again: stays
+    assert state.incoming == {("c", 6): IncomingFate.BACK}
+    state.apply(IncomingReleased("c", 6))
+    assert state.incoming == {("c", 6): IncomingFate.GONE}
