@@ -1,0 +1,138 @@
+"""The broker's write path over real sockets: output leaves with a non-blocking send from the task that produced
+it while the socket takes it (no writer task), and goes through a writer task, in order and without loss, when a
+subscriber stops reading and its socket fills (net/server.py `_flush`). Clients are bare sockets speaking our
+codec, so a test decides exactly when a subscriber reads."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import trio
+
+from mqtt_cli.core.broker import BrokerConfig
+from mqtt_cli.core.encoder import encode
+from mqtt_cli.core.packets import ConnAck, Connect, Packet, PubAck, Publish, SubAck, Subscribe, Subscription
+from mqtt_cli.core.reader import PacketReader
+from mqtt_cli.net.server import BrokerServer, Listener, Scheme
+
+from .test_listeners import running
+
+# A broker that keeps every QoS 1 message for a subscriber that stops reading (mosquitto.conf's benchmark limits).
+UNLIMITED = BrokerConfig(sys_interval=0, max_inflight=0, max_queued_messages=0)
+
+
+class RawClient:
+    """An MQTT 3.1.1 client on a bare trio socket: it sends and reads only when told to."""
+
+    def __init__(self, sock: trio.socket.SocketType) -> None:
+        self.sock = sock
+        self.reader = PacketReader(4)
+        self.pending: list[object] = []
+
+    @classmethod
+    async def connect(cls, server: BrokerServer, client_id: str, receive_buffer: int = 0) -> RawClient:
+        bound = server.bound[0]
+        if bound.scheme is Scheme.UNIX:
+            sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            address: object = bound.path
+        else:
+            sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            address = (bound.host, bound.port)
+        if receive_buffer:  # before connecting: the window the broker sees is set at the handshake
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        await sock.connect(address)
+        client = cls(sock)
+        await client.send(Connect(protocol_version=4, client_id=client_id))
+        assert isinstance(await client.next(), ConnAck)
+        return client
+
+    async def send(self, packet: Packet) -> None:
+        data = memoryview(encode(packet, 4))
+        while data:
+            sent = await self.sock.send(data)
+            data = data[sent:]
+
+    async def next(self) -> object:
+        while not self.pending:
+            data = await self.sock.recv(1 << 16)
+            assert data, "the broker closed the connection"
+            self.pending.extend(self.reader.feed(data))
+        return self.pending.pop(0)
+
+    async def subscribe(self, topic: str, qos: int) -> None:
+        await self.send(Subscribe(1, (Subscription(topic, qos),)))
+        assert isinstance(await self.next(), SubAck)
+
+
+def writer_tasks() -> int:
+    """How many of the broker's writer tasks run now (every task of this trio run, walked from the root)."""
+    count = 0
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    tasks = [root]
+    while tasks:
+        task = tasks.pop()
+        count += task.name.endswith("._writer")
+        tasks.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
+    return count
+
+
+def listener(scheme: Scheme, tmp_path: Path) -> Listener:
+    if scheme is Scheme.UNIX:
+        return Listener(Scheme.UNIX, "", 0, str(tmp_path / "broker.sock"))
+    return Listener(Scheme.MQTT, "127.0.0.1", 0)
+
+
+@pytest.mark.parametrize("scheme", [Scheme.MQTT, Scheme.UNIX])
+async def test_a_subscriber_that_keeps_up_is_written_without_a_writer_task(scheme: Scheme, tmp_path: Path) -> None:
+    with trio.fail_after(20):
+        async with running(listener(scheme, tmp_path), broker=UNLIMITED) as server:
+            sub = await RawClient.connect(server, "sub")
+            await sub.subscribe("t", 1)
+            pub = await RawClient.connect(server, "pub")
+            for n in range(1, 51):
+                await pub.send(Publish("t", n.to_bytes(4, "big"), qos=1, packet_id=n))
+                got = await sub.next()
+                assert isinstance(got, Publish) and got.payload == n.to_bytes(4, "big")
+                assert got.packet_id is not None
+                await sub.send(PubAck(got.packet_id))
+                assert await pub.next() == PubAck(n)
+                # A writer lingers a second after its last send: none now means none was started for these.
+                assert writer_tasks() == 0
+
+
+@pytest.mark.parametrize("scheme", [Scheme.MQTT, Scheme.UNIX])
+async def test_a_stalled_subscriber_gets_everything_in_order_through_a_writer(scheme: Scheme, tmp_path: Path) -> None:
+    count, size = 160, 64 * 1024  # 10 MiB: more than the socket buffers on both sides and the broker's 1 MiB
+    with trio.fail_after(60):
+        async with running(listener(scheme, tmp_path), broker=UNLIMITED) as server:
+            sub = await RawClient.connect(server, "slow", receive_buffer=4096)
+            await sub.subscribe("t", 1)
+            pub = await RawClient.connect(server, "pub")
+            filler = b"x" * (size - 4)
+
+            async def publish() -> None:
+                for n in range(count):
+                    await pub.send(Publish("t", n.to_bytes(4, "big") + filler, qos=1, packet_id=n + 1))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(publish)
+                # The publisher is acknowledged while the subscriber reads nothing: its socket full, the rest
+                # waits with a writer task (and, past max_buffered_bytes, in the session's queue).
+                for n in range(count):
+                    assert await pub.next() == PubAck(n + 1)
+            assert writer_tasks() == 1
+            # Then the subscriber reads: every message once, in the order published (a partial direct send's rest
+            # went first, the writer's bytes before any later direct send).
+            for n in range(count):
+                got = await sub.next()
+                assert isinstance(got, Publish) and got.packet_id is not None
+                assert got.payload[:4] == n.to_bytes(4, "big") and len(got.payload) == size
+                await sub.send(PubAck(got.packet_id))
+            # Once drained, small messages flow as before, after everything else.
+            await pub.send(Publish("t", b"last", qos=1, packet_id=count + 1))
+            assert await pub.next() == PubAck(count + 1)
+            got = await sub.next()
+            assert isinstance(got, Publish) and got.payload == b"last"
