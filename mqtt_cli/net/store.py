@@ -12,10 +12,23 @@ taken when the store is opened, so that expiry intervals go on counting across a
 A file that cannot be read (not a database, corrupt, truncated, a newer schema) is moved aside with a time
 stamp and the broker starts empty: `Store.open` says so in its `warning`.
 
+The log (schema 4): most per-message records live a few commits (a QoS 2 message is added, released, done; an
+incoming QoS 2 identifier added, released), so a commit writes them as one row of the `log` table (core/changelog.py
+encodes them) instead of a statement each, and the store keeps their net effect on the tables in memory (LogState):
+what is added and done since the last fold cancels out and never reaches the tables. The tables are brought up to
+date (folded: the net effect applied and the log emptied, one transaction) when the log passes LOG_MAX_BYTES, before
+a change that needs them whole (SessionRemoved deletes a session's deliveries), and at close; at open, after a kill,
+the log's rows are replayed into a LogState and folded before anything is read. A delivery queued but not sent in
+its commit (its client offline, its window full) goes straight to its table: it is likely to stay, and the log
+would only write its payload twice. So is everything else (sessions, retained messages): no log record touches
+their tables. A file is its tables plus its log, read in that order: what `sqlite3` shows of deliveries and
+incoming identifiers while the broker runs may be behind by the log.
+
 Schema versions: 1 held retained messages, sessions, subscriptions and deliveries; 2 added a session's will, a
-delivery's packet identifier and QoS 2 state, and the incoming QoS 2 identifiers not yet released. A file of an
-older version is migrated when it is opened (one transaction: the `_MIGRATIONS` after its version); a new file is
-made by the same steps, so a migrated file and a new one have the same tables, column for column.
+delivery's packet identifier and QoS 2 state, and the incoming QoS 2 identifiers not yet released; 3 a session's
+bridge; 4 the log. A file of an older version is migrated when it is opened (one transaction: the `_MIGRATIONS`
+after its version); a new file is made by the same steps, so a migrated file and a new one have the same tables,
+column for column.
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mqtt_cli.core.changelog import IncomingFate, LogState, LogUnreadable, decode
 from mqtt_cli.core.config import SyncMode
 from mqtt_cli.core.errors import RemoteProtocolError
 from mqtt_cli.core.packed import PackedQueue, PackedRetained, Shape
@@ -35,18 +49,11 @@ from mqtt_cli.core.packets import Will
 from mqtt_cli.core.persistence import (
     Change,
     DeliveryAdded,
-    DeliveryDone,
-    DeliveryReleased,
     DeliverySent,
-    IncomingAdded,
-    IncomingReleased,
-    RetainedCleared,
     RetainedSet,
-    SessionRemoved,
     SessionSaved,
     StoredDelivery,
     StoredSession,
-    coalesce,
 )
 from mqtt_cli.core.properties import WILL, Properties, decode_properties, encode_properties
 from mqtt_cli.core.session import Message, SubscriptionOptions
@@ -54,7 +61,7 @@ from mqtt_cli.core.session import Message, SubscriptionOptions
 __all__ = ["SCHEMA_VERSION", "Restored", "Store", "StoreError"]
 
 #: Bumped by any change of the tables below; an older file is migrated on open, a newer one moved aside.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _PUBLISH = 3  # packet type whose properties a message keeps
 
 # Version 1, as first released: every file starts from it, then takes the migrations in turn.
@@ -100,6 +107,9 @@ CREATE TABLE incoming (
     3: """
 ALTER TABLE sessions ADD COLUMN bridge TEXT;
 """,
+    4: """
+CREATE TABLE log (seq INTEGER PRIMARY KEY, data BLOB NOT NULL);
+""",
 }
 
 
@@ -117,21 +127,29 @@ class Restored:
 class Store:
     """One SQLite file. Not thread-safe: one call at a time (the server runs one commit at a time)."""
 
+    #: Log bytes written since the last fold before the next commit folds: bounds what a start replays (a few MB
+    #: decode in well under a second) and what the store keeps in memory (LogState: an entry or less a record),
+    #: while a QoS 2 message's records (added, released, done within a few commits) almost always cancel before.
+    LOG_MAX_BYTES = 4 << 20
+
     def __init__(self, path: Path, db: sqlite3.Connection, now: float, warning: str | None) -> None:
         self.path = path
         self._db = db
         self._offset = time.time() - now  # core clock -> wall clock
         self.warning = warning  # the one line to log when the file was moved aside
+        self._state: LogState | None = LogState()  # what the log holds; None: unknown (a commit failed), read again
+        self._sids: dict[tuple[int, ...], str] = {}  # subscription identifiers -> their JSON text
 
     @classmethod
     def open(cls, path: Path, synchronous: SyncMode, now: float) -> tuple[Store, Restored]:
-        """Opens (or creates) the file and reads what it holds; a file that cannot be read is moved aside and a
-        new one started (`warning` says so). StoreError when no file can be opened at all."""
+        """Opens (or creates) the file and reads what it holds (its log folded first); a file that cannot be read
+        is moved aside and a new one started (`warning` says so). StoreError when no file can be opened at all."""
         db = None
         try:
             db = _connect(path, synchronous)
             _check(db)
             store = cls(path, db, now, None)
+            store._replay()
             return store, store.load(now)
         except (sqlite3.DatabaseError, _Unreadable) as exc:
             if db is not None:
@@ -149,6 +167,26 @@ class Store:
         warning = f"{path} cannot be read ({why}); moved to {aside}, starting with nothing restored"
         store = cls(path, db, now, warning)
         return store, store.load(now)
+
+    def _replay(self) -> None:
+        """The log's rows (what a killed broker had not folded) into the tables, before they are read."""
+        state = self._read_log()
+        if state.size:
+            with self._db:
+                _fold(self._db, state, self._offset, self._sids)
+        self._state = state
+
+    def _read_log(self) -> LogState:
+        state = LogState()
+        for (data,) in self._db.execute("SELECT data FROM log ORDER BY seq"):
+            try:
+                records = decode(data, self._offset)
+            except LogUnreadable as exc:
+                raise _Unreadable(str(exc)) from None
+            for c in records:
+                state.apply(c)
+            state.size += len(data) or 1  # (an empty row is a row to delete: it counts)
+        return state
 
     def load(self, now: float) -> Restored:
         """What the file holds, in core times; expired sessions and retained messages are removed from it. A
@@ -254,112 +292,123 @@ class Store:
         return Message(topic, bytes(payload), qos, retain, properties, origin, received - self._offset)
 
     def commit(self, changes: list[Change]) -> None:
-        """Writes `changes` in one transaction (in order; without what persistence.coalesce drops). Raises
-        StoreError when the file cannot be written."""
+        """Writes `changes` in one transaction, in order: the records of a delivery sent and of an incoming
+        identifier as one log row (core/changelog.py LogState.log), the others to their tables. Raises StoreError
+        when the file cannot be written."""
         db = self._db
         off = self._offset
-        batch = _Batch()
         try:
+            state = self._state
+            if state is None:  # the last commit failed: what the log holds, as it was before it
+                state = self._state = self._read_log()
+            # Deliveries added and sent in this group go to the log (their subscriber is online: their end is
+            # likely near); those only queued, straight to their table.
+            sent = {c.row for c in changes if type(c) is DeliverySent}
+            n = len(changes)
             with db:
-                for c in coalesce(changes):
-                    kind = type(c)
-                    # The per-message records go to the batch, written with one executemany per statement.
-                    if kind is DeliveryAdded:
-                        a: DeliveryAdded = c  # type: ignore[assignment]
-                        m = a.message
-                        sids = json.dumps(a.subscription_ids) if a.subscription_ids else "[]"
-                        batch.added_at[a.row] = len(batch.added)
-                        batch.added.append(
-                            (a.row, a.client_id, m.topic, m.payload, m.qos, m.retain,
-                             encode_properties(m.properties, _PUBLISH), m.origin, m.received_at + off, a.qos, a.retain,
-                             sids, None)
-                        )  # fmt: skip
-                    elif kind is DeliveryDone:
-                        batch.done.append((c.row,))  # type: ignore[union-attr]
-                    elif kind is DeliverySent:
-                        s: DeliverySent = c  # type: ignore[assignment]
-                        at = batch.added_at.get(s.row)
-                        if at is None:
-                            batch.sent.append((s.packet_id, s.row))
-                        else:  # sent in the group that adds it (a subscriber online): one INSERT, no UPDATE
-                            batch.added[at] = (*batch.added[at][:12], s.packet_id)
-                    elif kind is DeliveryReleased:
-                        batch.released.append((c.row,))  # type: ignore[union-attr]
-                    elif kind is IncomingAdded:
-                        key = (c.client_id, c.packet_id)  # type: ignore[union-attr]
-                        if key in batch.incoming_released_keys:  # an identifier used again: its release first
-                            batch.write(db)
-                        batch.incoming_added.append(key)
-                    elif kind is IncomingReleased:
-                        key = (c.client_id, c.packet_id)  # type: ignore[union-attr]
-                        batch.incoming_released.append(key)
-                        batch.incoming_released_keys.add(key)
-                    else:
-                        batch.write(db)  # what came before, first: sessions and deliveries keep their order
-                        if kind is RetainedSet:
-                            m = c.message  # type: ignore[union-attr]
+                segment = state.log(changes, 0, off, sent)
+                while True:
+                    for c in segment.direct:
+                        if type(c) is SessionSaved:
+                            _save_session(db, c, off)
+                        elif type(c) is RetainedSet:
+                            m = c.message
                             db.execute(
                                 "INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?, ?, ?)",
                                 (m.topic, m.payload, m.qos, encode_properties(m.properties, _PUBLISH), m.origin,
                                  m.received_at + off),
                             )  # fmt: skip
-                        elif kind is RetainedCleared:
+                        else:
                             db.execute("DELETE FROM retained WHERE topic = ?", (c.topic,))  # type: ignore[union-attr]
-                        elif kind is SessionSaved:
-                            _save_session(db, c, off)  # type: ignore[arg-type]
-                        elif kind is SessionRemoved:
-                            _remove_session(db, c.client_id)  # type: ignore[union-attr]
-                batch.write(db)
+                    if segment.queued:
+                        _insert(db, [_as_row(a, None, False, off, self._sids) for a in segment.queued])
+                    if segment.end == n:
+                        break
+                    # A SessionRemoved: its deletes apply to what came before it, the log's records too (folded
+                    # first; those of this group need no log row then).
+                    _fold(db, state, off, self._sids)
+                    _remove_session(db, changes[segment.end].client_id)  # type: ignore[union-attr]
+                    segment = state.log(changes, segment.end + 1, off, sent)
+                if segment.data:
+                    db.execute("INSERT INTO log (data) VALUES (?)", (segment.data,))
+                    state.size += len(segment.data)
+                if state.size > self.LOG_MAX_BYTES:
+                    _fold(db, state, off, self._sids)
         except sqlite3.Error as exc:
+            self._state = None  # rolled back: the log is as it was, and so will the state be, read from it
+            raise StoreError(f"persistence: {self.path}: {exc}") from None
+
+    def fold(self) -> None:
+        """The log into the tables now (StoreError if it cannot be written)."""
+        try:
+            state = self._state
+            if state is None:
+                state = self._state = self._read_log()
+            if state.size:
+                with self._db:
+                    _fold(self._db, state, self._offset, self._sids)
+        except sqlite3.Error as exc:
+            self._state = None
             raise StoreError(f"persistence: {self.path}: {exc}") from None
 
     def close(self) -> None:
+        """Folds the log (a clean stop leaves none to replay) and closes the file."""
+        with contextlib.suppress(StoreError):
+            self.fold()
         with contextlib.suppress(sqlite3.Error):
             self._db.close()
 
 
-class _Batch:
-    """Per-message records of one commit, by statement. Written in the order of a delivery's life (added, sent,
-    released, done) and of an incoming identifier's (added, released), which is each record's own order: rows are
-    never reused, and an incoming identifier used again ends the batch before it (`commit`)."""
+def _fold(db: sqlite3.Connection, state: LogState, off: float, sids: dict[tuple[int, ...], str]) -> None:
+    """Applies the log's net effect to the tables and empties the log, in the caller's transaction."""
+    added, pids, released = state.added, state.packet_ids, state.released
+    if added:
+        _insert(db, [_as_row(a, pids.get(row), row in released, off, sids) for row, a in sorted(added.items())])
+    updates = [(p, r) for r, p in pids.items() if r not in added]
+    if updates:
+        db.executemany("UPDATE deliveries SET packet_id = ? WHERE row = ?", updates)
+    updates = [(r,) for r in released if r not in added]
+    if updates:
+        db.executemany("UPDATE deliveries SET released = 1 WHERE row = ?", updates)
+    if state.done:
+        db.executemany("DELETE FROM deliveries WHERE row = ?", [(r,) for r in state.done])
+    if state.incoming:
+        gone = IncomingFate.GONE
+        db.executemany(
+            "INSERT OR IGNORE INTO incoming VALUES (?, ?)", [k for k, v in state.incoming.items() if v is not gone]
+        )
+        db.executemany(
+            "DELETE FROM incoming WHERE client_id = ? AND packet_id = ?",
+            [k for k, v in state.incoming.items() if v is gone],
+        )
+    if state.size:
+        db.execute("DELETE FROM log")
+    state.clear()
 
-    __slots__ = (
-        "added", "added_at", "done", "incoming_added", "incoming_released", "incoming_released_keys", "released", "sent"
-    )  # fmt: skip
 
-    def __init__(self) -> None:
-        self.added: list[tuple[object, ...]] = []
-        self.added_at: dict[int, int] = {}  # row -> its index in `added`, while not yet written
-        self.sent: list[tuple[int, int]] = []
-        self.released: list[tuple[int]] = []
-        self.done: list[tuple[int]] = []
-        self.incoming_added: list[tuple[str, int]] = []
-        self.incoming_released: list[tuple[str, int]] = []
-        self.incoming_released_keys: set[tuple[str, int]] = set()
+def _as_row(
+    a: DeliveryAdded, packet_id: int | None, released: bool, off: float, sids: dict[tuple[int, ...], str]
+) -> tuple[object, ...]:
+    """A delivery as a row of its table (`sids`: JSON texts made so far, most sessions using one or none)."""
+    m = a.message
+    ids = a.subscription_ids
+    if ids:
+        text = sids.get(ids)
+        if text is None:
+            if len(sids) >= 1024:
+                sids.clear()
+            text = sids[ids] = json.dumps(ids)
+    else:
+        text = "[]"
+    props = encode_properties(m.properties, _PUBLISH) if m.properties.items else b"\x00"
+    return (a.row, a.client_id, m.topic, m.payload, m.qos, m.retain, props, m.origin, m.received_at + off, a.qos,
+            a.retain, text, packet_id, released)  # fmt: skip
 
-    def write(self, db: sqlite3.Connection) -> None:
-        if self.added:
-            db.executemany(
-                "INSERT OR REPLACE INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)", self.added
-            )
-            self.added.clear()
-            self.added_at.clear()
-        if self.sent:
-            db.executemany("UPDATE deliveries SET packet_id = ? WHERE row = ?", self.sent)
-            self.sent.clear()
-        if self.released:
-            db.executemany("UPDATE deliveries SET released = 1 WHERE row = ?", self.released)
-            self.released.clear()
-        if self.done:
-            db.executemany("DELETE FROM deliveries WHERE row = ?", self.done)
-            self.done.clear()
-        if self.incoming_added:
-            db.executemany("INSERT OR IGNORE INTO incoming VALUES (?, ?)", self.incoming_added)
-            self.incoming_added.clear()
-        if self.incoming_released:
-            db.executemany("DELETE FROM incoming WHERE client_id = ? AND packet_id = ?", self.incoming_released)
-            self.incoming_released.clear()
-            self.incoming_released_keys.clear()
+
+def _insert(db: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
+    if rows:
+        db.executemany("INSERT OR REPLACE INTO deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        rows.clear()
 
 
 class _Unreadable(Exception):

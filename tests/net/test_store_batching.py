@@ -1,4 +1,5 @@
-"""Store.commit's grouping: what a commit leaves on file is what its changes, written one by one, would leave."""
+"""Store.commit's grouping: what a commit leaves on file (once its log is folded into the tables) is what its
+changes, written one by one, would leave."""
 
 from __future__ import annotations
 
@@ -47,18 +48,20 @@ def test_a_group_leaves_the_file_as_its_changes_in_order_would(tmp_path: Path) -
         IncomingAdded("c", 6), IncomingReleased("c", 6),
         SessionRemoved("d"), SessionSaved("d", 4, 0xFFFFFFFF, None, ()), _added("d", 4),  # after the barrier
     ])  # fmt: skip
+    store.fold()
     assert _rows(path, "SELECT row, client_id, packet_id, released FROM deliveries ORDER BY row") == [
         (1, "c", 7, 1), (3, "c", 10, 0), (4, "d", None, 0),
     ]  # fmt: skip
     assert _rows(path, "SELECT client_id, packet_id FROM incoming") == [("c", 5)]
     store.commit([DeliveryDone("c", 1), SessionRemoved("d"), _added("d", 5)])
+    store.fold()
     # The removal applies to what came before it, not to the delivery after it.
     assert _rows(path, "SELECT row, client_id FROM deliveries ORDER BY row") == [(3, "c"), (5, "d")]
     store.close()
 
 
 def test_a_delivery_sent_in_the_group_that_adds_it_is_written_once_with_its_identifier(tmp_path: Path) -> None:
-    """The identifier folds into the INSERT while the row is unwritten; after a barrier wrote it, an UPDATE."""
+    """The identifier goes with the row while it is unwritten; after a barrier wrote it, as an update."""
     path = tmp_path / "p.db"
     store, _ = Store.open(path, SyncMode.normal, 0.0)
     store.commit([
@@ -68,5 +71,6 @@ def test_a_delivery_sent_in_the_group_that_adds_it_is_written_once_with_its_iden
         _added("c", 3),  # not sent yet
     ])  # fmt: skip
     store.commit([DeliverySent("c", 3, 9)])
+    store.fold()
     assert _rows(path, "SELECT row, packet_id FROM deliveries ORDER BY row") == [(1, 7), (2, 8), (3, 9)]
     store.close()

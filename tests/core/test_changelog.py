@@ -1,0 +1,119 @@
+"""core/changelog.py: a commit's per-message records as one log row, decoded back to what was encoded."""
+
+from __future__ import annotations
+
+import pytest
+
+from mqtt_cli.core.changelog import IncomingFate, Logged, LogState, LogUnreadable, decode, encode
+from mqtt_cli.core.persistence import (
+    Change,
+    DeliveryAdded,
+    DeliveryDone,
+    DeliveryReleased,
+    DeliverySent,
+    IncomingAdded,
+    IncomingReleased,
+    RetainedSet,
+    SessionRemoved,
+)
+from mqtt_cli.core.session import Message
+from tests.core.test_packed import PROPERTY_KINDS
+
+_FIELDS = ("topic", "payload", "qos", "retain", "properties", "origin", "received_at", "expires_at")
+
+
+def _records() -> list[Logged]:
+    out: list[Logged] = []
+    for i, props in enumerate(PROPERTY_KINDS.values()):
+        origin = (None, "pub", "")[i % 3]  # the broker itself, a client, an empty client id
+        message = Message(f"t/ü/{i}", b"\x00p\xff" * i, i % 3, bool(i % 2), props, origin, 10.5 + i)
+        out.append(DeliveryAdded(f"client-é{i % 2}", 1000 + i, message, 2 - i % 3, not i % 2, tuple(range(i))))
+    out += [
+        DeliverySent("client-é0", 1000, 65535),
+        DeliveryReleased("client-é0", 1000),
+        DeliveryDone("client-é1", 1 << 40),
+        IncomingAdded("pub", 1),
+        IncomingReleased("pub", 65535),
+        DeliveryAdded("c", 7, Message("x", b"y" * 70_000, 1, False, PROPERTY_KINDS["none"], "p", -3.0), 1, False, ()),
+    ]
+    return out
+
+
+def _comparable(c: Logged) -> tuple[object, ...]:
+    if type(c) is DeliveryAdded:
+        m = c.message
+        return (c.client_id, c.row, c.qos, c.retain, c.subscription_ids, *(getattr(m, f) for f in _FIELDS))
+    return (type(c), c)
+
+
+def test_decode_gives_back_what_was_encoded_through_the_wall_clock() -> None:
+    records = _records()
+    data = encode(records, 1000.0)
+    back = decode(data, 1000.0)
+    assert [type(c) for c in back] == [type(c) for c in records]
+    assert [_comparable(c) for c in back] == [_comparable(c) for c in records]
+    moved = decode(data, 990.0)[0]  # read by a broker whose clock started 10 s later
+    assert type(moved) is DeliveryAdded and moved.message.received_at == records[0].message.received_at + 10  # type: ignore[union-attr]
+
+
+def test_an_empty_group_is_an_empty_row() -> None:
+    assert encode([], 0.0) == b""
+    assert decode(b"", 0.0) == []
+
+
+@pytest.mark.parametrize("cut", [1, 5, 20, -1])
+def test_a_truncated_row_is_unreadable(cut: int) -> None:
+    data = encode(_records(), 0.0)
+    with pytest.raises(LogUnreadable):
+        decode(data[:cut], 0.0)
+
+
+def test_garbage_is_unreadable() -> None:
+    with pytest.raises(LogUnreadable, match="unknown record tag 99"):
+        decode(b"\x63garbage", 0.0)
+    with pytest.raises(LogUnreadable):
+        decode(encode([IncomingAdded("c", 1)], 0.0) + b"\x02", 0.0)
+
+
+def _added(row: int) -> DeliveryAdded:
+    return DeliveryAdded("c", row, Message("t", b"p", 2, False, PROPERTY_KINDS["none"], "pub", 0.0), 2, False, ())
+
+
+def test_log_takes_a_segment_up_to_a_session_removed_and_cancels_what_ends_in_it() -> None:
+    state = LogState()
+    retained = RetainedSet(Message("r", b"x", 1, True, PROPERTY_KINDS["none"], "pub", 0.0))
+    changes: list[Change] = [
+        _added(1), DeliverySent("c", 1, 7),  # sent: logged
+        _added(2),  # not sent in the group: queued, straight to its table
+        _added(3), DeliveryDone("c", 3),  # queued and done within: nowhere
+        retained,
+        IncomingAdded("c", 4),
+        SessionRemoved("c"),
+        DeliveryReleased("c", 1),
+    ]  # fmt: skip
+    sent = {1}
+    first = state.log(changes, 0, 0.0, sent)
+    assert (first.end, first.queued, first.direct) == (7, [changes[2]], [retained])
+    assert [type(c) for c in decode(first.data, 0.0)] == [DeliveryAdded, DeliverySent, IncomingAdded]
+    assert set(state.added) == {1} and state.packet_ids == {1: 7}
+    assert state.incoming == {("c", 4): IncomingFate.NEW}
+    state.clear()  # (the store folds here, then removes the session)
+    second = state.log(changes, 8, 0.0, sent)
+    assert second.end == len(changes) and state.released == {1} and not state.added
+
+
+def test_the_state_cancels_a_row_added_and_done_and_keeps_an_identifier_used_again() -> None:
+    state = LogState()
+    for c in [_added(1), DeliverySent("c", 1, 1), DeliveryReleased("c", 1), DeliveryDone("c", 1)]:
+        state.apply(c)
+    assert not (state.added or state.packet_ids or state.released or state.done)
+    state.apply(DeliveryDone("c", 9))  # a row on the table
+    assert state.done == {9}
+    state.apply(IncomingAdded("c", 5))
+    state.apply(IncomingReleased("c", 5))
+    assert state.incoming == {}  # added and released: on no table
+    state.apply(IncomingReleased("c", 6))  # on the table: to delete
+    state.apply(IncomingAdded("c", 6))  # used again: stays
+    assert state.incoming == {("c", 6): IncomingFate.BACK}
+    state.apply(IncomingReleased("c", 6))
+    assert state.incoming == {("c", 6): IncomingFate.GONE}

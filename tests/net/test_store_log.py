@@ -1,0 +1,292 @@
+"""The store's log (schema 4): a commit's per-message records as one row, folded into the tables lazily. A file
+copied while its store is open is what a killed broker leaves: opened, it restores exactly what was committed."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from mqtt_cli.core.config import SyncMode
+from mqtt_cli.core.persistence import (
+    Change,
+    DeliveryAdded,
+    DeliveryDone,
+    DeliveryReleased,
+    DeliverySent,
+    IncomingAdded,
+    IncomingReleased,
+    SessionRemoved,
+    SessionSaved,
+)
+from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
+from mqtt_cli.core.session import Message
+from mqtt_cli.net.store import SCHEMA_VERSION, Store, StoreError
+
+_FOREVER = 0xFFFFFFFF
+
+
+def _added(client: str, row: int, qos: int = 2) -> DeliveryAdded:
+    props = Properties(user_properties=[("row", str(row))]) if row % 3 == 0 else EMPTY_PROPERTIES
+    message = Message(f"t/{row % 4}", b"p%d" % row, qos, False, props, "pub", 1.0)
+    return DeliveryAdded(client, row, message, qos, row % 2 == 0, (row % 3,) if row % 3 else ())
+
+
+def _rows(path: Path, sql: str) -> list[tuple[object, ...]]:
+    db = sqlite3.connect(path)
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
+
+
+def _killed(path: Path, into: Path) -> Path:
+    """The file as a SIGKILL would leave it now: the database and its WAL, the store still open."""
+    into.mkdir(exist_ok=True)
+    for suffix in ("", "-wal"):
+        source = path.with_name(path.name + suffix)
+        if source.exists():
+            shutil.copyfile(source, into / (path.name + suffix))
+    return into / path.name
+
+
+def _deliveries(path: Path) -> list[tuple[object, ...]]:
+    return _rows(path, "SELECT row, client_id, packet_id, released FROM deliveries ORDER BY row")
+
+
+def _incoming(path: Path) -> list[tuple[object, ...]]:
+    return _rows(path, "SELECT client_id, packet_id FROM incoming ORDER BY client_id, packet_id")
+
+
+def test_a_qos2_flow_over_three_commits_never_reaches_the_tables(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    store, _ = Store.open(path, SyncMode.normal, 0.0)
+    store.commit([SessionSaved("sub", 4, _FOREVER, None, ()), SessionSaved("pub", 4, _FOREVER, None, ())])
+    store.commit([_added("sub", 1), DeliverySent("sub", 1, 5), IncomingAdded("pub", 9)])
+    store.commit([DeliveryReleased("sub", 1), IncomingReleased("pub", 9)])
+    assert _rows(path, "SELECT count(*) FROM log") == [(2,)]  # one row a commit
+    store.commit([DeliveryDone("sub", 1)])
+    assert _deliveries(path) == [] and _incoming(path) == []  # nothing written to the tables so far
+    replayed, restored = Store.open(_killed(path, tmp_path / "killed"), SyncMode.normal, 0.0)
+    replayed.close()
+    assert all(not s.deliveries and not s.incoming and not s.queued for s in restored.sessions)
+    store.fold()
+    assert _rows(path, "SELECT count(*) FROM log") == [(0,)]
+    assert _deliveries(path) == [] and _incoming(path) == []
+    store.close()
+
+
+def test_the_log_is_folded_once_it_passes_its_bound(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    store, _ = Store.open(path, SyncMode.normal, 0.0)
+    store.LOG_MAX_BYTES = 200
+    store.commit([SessionSaved("sub", 4, _FOREVER, None, ())])
+    store.commit([_added("sub", 1), DeliverySent("sub", 1, 1)])
+    assert _rows(path, "SELECT count(*) FROM log") == [(1,)] and _deliveries(path) == []
+    store.commit([_added("sub", row) for row in range(2, 12)] + [DeliverySent("sub", row, row) for row in range(2, 12)])
+    assert _rows(path, "SELECT count(*) FROM log") == [(0,)]  # folded in the same transaction
+    assert _deliveries(path) == [(row, "sub", row, 0) for row in range(1, 12)]
+    store.commit([DeliveryDone("sub", 1), DeliveryReleased("sub", 2)])  # updates of rows on the tables: logged
+    assert _deliveries(path)[:2] == [(1, "sub", 1, 0), (2, "sub", 2, 0)]
+    store.close()  # folds
+    assert _deliveries(path)[:1] == [(2, "sub", 2, 1)]
+    assert _rows(path, "SELECT count(*) FROM log") == [(0,)]
+
+
+def test_a_queued_delivery_goes_straight_to_its_table(tmp_path: Path) -> None:
+    """Not sent in its commit (an offline client): likely to stay, so not through the log (its payload once)."""
+    path = tmp_path / "p.db"
+    store, _ = Store.open(path, SyncMode.normal, 0.0)
+    store.commit([SessionSaved("off", 4, _FOREVER, None, ()), _added("off", 1, qos=1), _added("off", 2)])
+    assert _deliveries(path) == [(1, "off", None, 0), (2, "off", None, 0)]
+    assert _rows(path, "SELECT count(*) FROM log") == [(0,)]
+    store.commit([DeliverySent("off", 1, 3), DeliveryDone("off", 2)])  # the client is back
+    assert _deliveries(path) == [(1, "off", None, 0), (2, "off", None, 0)]  # in the log
+    killed = _killed(path, tmp_path / "killed")
+    again, restored = Store.open(killed, SyncMode.normal, 0.0)
+    again.close()
+    (session,) = restored.sessions
+    assert [(d.row, d.packet_id) for d in session.deliveries] == [(1, 3)] and not session.queued
+    assert _deliveries(killed) == [(1, "off", 3, 0)]
+    store.close()
+
+
+def test_session_removed_applies_to_the_log_before_it_not_to_what_follows(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    store, _ = Store.open(path, SyncMode.normal, 0.0)
+    store.commit([SessionSaved("c", 4, _FOREVER, None, ()), SessionSaved("d", 4, _FOREVER, None, ())])
+    store.commit(
+        [_added("c", 1), DeliverySent("c", 1, 1), IncomingAdded("c", 4), _added("d", 2), DeliverySent("d", 2, 2)]
+    )
+    store.commit([
+        _added("c", 3), DeliverySent("c", 3, 3), IncomingAdded("c", 5),  # in this group, before the removal
+        SessionRemoved("c"),
+        SessionSaved("c", 4, _FOREVER, None, ()),
+        _added("c", 4), DeliverySent("c", 4, 1), IncomingAdded("c", 4),  # the new session's: kept
+        DeliveryReleased("d", 2),
+    ])  # fmt: skip
+    assert _deliveries(path) == [(2, "d", 2, 0)]  # folded by the removal, then deleted; what follows is logged
+    killed = _killed(path, tmp_path / "killed")
+    Store.open(killed, SyncMode.normal, 0.0)[0].close()
+    assert _deliveries(killed) == [(2, "d", 2, 1), (4, "c", 1, 0)]
+    assert _incoming(killed) == [("c", 4)]
+    store.close()
+    assert _deliveries(path) == [(2, "d", 2, 1), (4, "c", 1, 0)] and _incoming(path) == [("c", 4)]
+
+
+def test_a_log_row_that_does_not_decode_moves_the_file_aside(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    store, _ = Store.open(path, SyncMode.normal, 0.0)
+    store.commit([SessionSaved("c", 4, _FOREVER, None, ()), _added("c", 1), DeliverySent("c", 1, 1)])
+    killed = _killed(path, tmp_path / "killed")
+    store.close()
+    with sqlite3.connect(killed) as db:
+        db.execute("UPDATE log SET data = substr(data, 1, length(data) - 1)")  # a truncated row
+    again, restored = Store.open(killed, SyncMode.normal, 0.0)
+    again.close()
+    assert again.warning is not None and "log row" in again.warning and "moved to" in again.warning
+    assert restored.sessions == []
+    (aside,) = [
+        p for p in killed.parent.iterdir() if ".unreadable-" in p.name and not p.name.endswith(("-wal", "-shm"))
+    ]
+    assert _rows(aside, "SELECT count(*) FROM log") == [(1,)]  # kept as it was, for whoever looks
+
+
+def test_a_version_3_file_is_migrated_and_keeps_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    store, _ = Store.open(path, SyncMode.normal, 0.0)
+    store.commit([SessionSaved("off", 4, _FOREVER, None, ()), _added("off", 1), IncomingAdded("off", 3)])
+    store.close()
+    with sqlite3.connect(path) as db:  # version 3 is version 4 without the log
+        db.execute("DROP TABLE log")
+        db.execute("UPDATE schema_version SET version = 3")
+    again, restored = Store.open(path, SyncMode.normal, 0.0)
+    assert again.warning is None
+    (session,) = restored.sessions
+    assert session.incoming == (3,) and session.queued is not None and len(session.queued) == 1
+    again.commit([DeliverySent("off", 1, 7)])  # the log works in the migrated file
+    again.close()
+    assert _rows(path, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)] and SCHEMA_VERSION == 4
+    assert _deliveries(path) == [(1, "off", 7, 0)]
+
+
+def test_a_failed_commit_leaves_the_log_as_it_was_and_is_tried_again(tmp_path: Path) -> None:
+    """The transaction is rolled back (a full disk, say): the store's view of the log is read from the file again,
+    so the same changes committed again are not counted twice."""
+    path = tmp_path / "p.db"
+    store, _ = Store.open(path, SyncMode.normal, 0.0)
+    store.commit([SessionSaved("c", 4, _FOREVER, None, ()), _added("c", 1), DeliverySent("c", 1, 1)])
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE fail (x)")
+        db.execute("INSERT INTO fail VALUES (1)")
+        db.execute("CREATE TRIGGER no_log BEFORE INSERT ON log WHEN EXISTS (SELECT 1 FROM fail) "
+                   "BEGIN SELECT RAISE(ABORT, 'disk full, say'); END")  # fmt: skip
+    group: list[Change] = [DeliveryDone("c", 1), _added("c", 2), DeliverySent("c", 2, 2), IncomingAdded("c", 8)]
+    with pytest.raises(StoreError, match="disk full, say"):
+        store.commit(group)
+    with sqlite3.connect(path) as db:
+        db.execute("DELETE FROM fail")
+    store.commit(group)
+    store.commit([IncomingReleased("c", 8)])
+    store.close()
+    assert _deliveries(path) == [(2, "c", 2, 0)] and _incoming(path) == []
+
+
+def _random_groups(seed: int, groups: int) -> list[list[Change]]:
+    """What a broker might commit: deliveries' lives (queued or sent at once, sent, released, done), incoming QoS 2
+    identifiers, sessions removed and made again, cut into groups at random."""
+    rng = random.Random(seed)
+    clients = ["a", "b", "ü"]
+    live: dict[int, tuple[str, bool, bool]] = {}  # row -> client, sent, released
+    incoming: set[tuple[str, int]] = set()
+    row = 0
+    out: list[list[Change]] = [[SessionSaved(c, 4, _FOREVER, None, ()) for c in clients]]
+    for _ in range(groups):
+        group: list[Change] = []
+        for _ in range(rng.randrange(1, 12)):
+            step = rng.random()
+            client = rng.choice(clients)
+            if step < 0.3:
+                row += 1
+                group.append(_added(client, row, rng.choice((1, 2))))
+                sent = rng.random() < 0.6
+                if sent:
+                    group.append(DeliverySent(client, row, rng.randrange(1, 65536)))
+                live[row] = (client, sent, False)
+            elif step < 0.6 and live:
+                r = rng.choice(sorted(live))
+                owner, sent, released = live[r]
+                if not sent:
+                    group.append(DeliverySent(owner, r, rng.randrange(1, 65536)))
+                    live[r] = (owner, True, False)
+                elif not released and rng.random() < 0.5:
+                    group.append(DeliveryReleased(owner, r))
+                    live[r] = (owner, True, True)
+                else:
+                    group.append(DeliveryDone(owner, r))
+                    del live[r]
+            elif step < 0.8:
+                pid = rng.randrange(1, 6)
+                if (client, pid) in incoming:
+                    group.append(IncomingReleased(client, pid))
+                    incoming.discard((client, pid))
+                else:
+                    group.append(IncomingAdded(client, pid))
+                    incoming.add((client, pid))
+            elif step < 0.83:
+                group += [SessionRemoved(client), SessionSaved(client, 4, _FOREVER, None, ())]
+                live = {r: v for r, v in live.items() if v[0] != client}
+                incoming = {k for k in incoming if k[0] != client}
+        out.append(group)
+    return out
+
+
+def _model(groups: list[list[Change]]) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """The tables the changes, applied one by one, leave: deliveries (row, client, packet id, released), incoming."""
+    rows: dict[int, list[object]] = {}
+    incoming: set[tuple[str, int]] = set()
+    for c in (c for g in groups for c in g):
+        if type(c) is DeliveryAdded:
+            rows[c.row] = [c.row, c.client_id, None, 0]
+        elif type(c) is DeliverySent:
+            rows[c.row][2] = c.packet_id
+        elif type(c) is DeliveryReleased:
+            rows[c.row][3] = 1
+        elif type(c) is DeliveryDone:
+            del rows[c.row]
+        elif type(c) is IncomingAdded:
+            incoming.add((c.client_id, c.packet_id))
+        elif type(c) is IncomingReleased:
+            incoming.discard((c.client_id, c.packet_id))
+        elif type(c) is SessionRemoved:
+            rows = {r: v for r, v in rows.items() if v[1] != c.client_id}
+            incoming = {k for k in incoming if k[0] != c.client_id}
+    return [tuple(rows[r]) for r in sorted(rows)], sorted(incoming)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_file_killed_at_any_commit_restores_what_was_committed(tmp_path: Path, seed: int) -> None:
+    groups = _random_groups(seed, 60)
+    path = tmp_path / "p.db"
+    store, _ = Store.open(path, SyncMode.normal, 0.0)
+    store.LOG_MAX_BYTES = random.Random(seed).choice((300, 3000, 1 << 20))  # folds now and then, or never
+    for i, group in enumerate(groups, 1):
+        store.commit(group)
+        if i % 7 == 0 or i == len(groups):
+            killed = _killed(path, tmp_path / f"killed-{i}")
+            again, restored = Store.open(killed, SyncMode.normal, 0.0)
+            again.close()
+            deliveries, incoming = _model(groups[:i])
+            assert (_deliveries(killed), _incoming(killed)) == (deliveries, incoming), f"after group {i}"
+            by_client = {s.client_id: s for s in restored.sessions}
+            back = sorted(
+                (d.row, cid, d.packet_id, int(d.released)) for cid, s in by_client.items() for d in s.deliveries
+            )
+            queued = sorted((d.row, cid, None, 0) for cid, s in by_client.items() for d in (s.queued or ()))
+            assert sorted(back + queued) == deliveries
+    store.close()
+    assert (_deliveries(path), _incoming(path)) == _model(groups)
+    assert _rows(path, "SELECT count(*) FROM log") == [(0,)]
