@@ -2,9 +2,10 @@
 
 The standard library's sqlite3 in WAL mode: no new dependency, and a file users can inspect with `sqlite3`.
 `commit` writes a group of changes in one transaction (one fsync with `synchronous = full`, none with
-`normal`, whose WAL writes still survive a killed process); the server runs it in a worker thread and sends
-the acknowledgements the group held only once it returned. One commit runs at a time, so a burst of
-messages arriving during a commit goes into the next one: the busier the broker, the bigger the groups.
+`normal`, whose WAL writes still survive a killed process); the server runs it in its commit thread
+(net/committer.py) and sends the acknowledgements the group held only once it returned. One commit runs at a
+time, so a burst of messages arriving during a commit goes into the next one: the busier the broker, the bigger
+the groups.
 
 Times: the core's clock is trio's (monotonic); the file holds wall-clock times, converted with the offset
 taken when the store is opened, so that expiry intervals go on counting across a restart.
@@ -416,7 +417,8 @@ class _Unreadable(Exception):
 
 
 def _connect(path: Path, synchronous: SyncMode) -> sqlite3.Connection:
-    # check_same_thread off: trio's worker threads take turns, one commit at a time.
+    # check_same_thread off: opened in a trio worker thread, then written by the commit thread (net/committer.py)
+    # and, at shutdown, the trio thread: one at a time, never two at once.
     db = sqlite3.connect(path, check_same_thread=False)
     db.execute("PRAGMA journal_mode = WAL")
     db.execute(f"PRAGMA synchronous = {synchronous.value.upper()}")
