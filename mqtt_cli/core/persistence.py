@@ -39,7 +39,6 @@ __all__ = [
     "SessionSaved",
     "StoredDelivery",
     "StoredSession",
-    "coalesce",
 ]
 
 
@@ -234,23 +233,6 @@ class CommitLatency:
 
 
 _DELIVERY_STEPS = (DeliveryAdded, DeliverySent, DeliveryReleased, DeliveryDone)
-_UPDATES = (DeliverySent, DeliveryReleased)
-
-
-def coalesce(changes: list[Change]) -> list[Change]:
-    """`changes` without what leaves the file as it was: a delivery both added and done within them (a message its
-    subscriber acknowledged before the commit: nothing of it is written), and the updates of a row deleted later
-    in them (a QoS 2 delivery released and completed between two commits). Rows are never reused."""
-    done = {c.row for c in changes if type(c) is DeliveryDone}
-    if not done:
-        return changes
-    gone = {c.row for c in changes if type(c) is DeliveryAdded and c.row in done}
-    return [
-        c
-        for c in changes
-        if not (isinstance(c, _DELIVERY_STEPS) and c.row in gone)
-        and not (isinstance(c, _UPDATES) and c.row in done)
-    ]
 
 
 class _Batch:

@@ -20,7 +20,6 @@ from mqtt_cli.core.persistence import (
     IncomingAdded,
     Pending,
     RetainedSet,
-    coalesce,
 )
 from mqtt_cli.core.properties import EMPTY_PROPERTIES
 from mqtt_cli.core.session import Message
@@ -34,6 +33,26 @@ def _added(row: int, qos: int = 1) -> DeliveryAdded:
 
 def _sent(row: int, qos: int = 1) -> list[DeliveryAdded | DeliverySent]:
     return [_added(row, qos), DeliverySent("sub", row, row)]
+
+
+_DELIVERY_STEPS = (DeliveryAdded, DeliverySent, DeliveryReleased, DeliveryDone)
+_UPDATES = (DeliverySent, DeliveryReleased)
+
+
+def coalesce(changes: list[Change]) -> list[Change]:
+    """The model of what a commit of `changes` leaves on file (net/store.py's log cancels the same records):
+    without a delivery both added and done within them, and without the updates of a row deleted later in them.
+    Rows are never reused."""
+    done = {c.row for c in changes if type(c) is DeliveryDone}
+    if not done:
+        return changes
+    gone = {c.row for c in changes if type(c) is DeliveryAdded and c.row in done}
+    return [
+        c
+        for c in changes
+        if not (isinstance(c, _DELIVERY_STEPS) and c.row in gone)
+        and not (isinstance(c, _UPDATES) and c.row in done)
+    ]
 
 
 def _rows(changes: list[object]) -> list[int]:
