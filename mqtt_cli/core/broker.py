@@ -21,7 +21,7 @@ from .auth import AuthPolicy, CertificateIdentity, authenticate
 from .bridge import LinkStats
 from .encoder import encode, encode_topic_name, frame_publish
 from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
-from .flows import FlowState
+from .flows import OWN_IDS_FROM, FlowState
 from .lifecycle import (
     DEFAULT_RECEIVE_MAXIMUM,
     ConnectionState,
@@ -195,6 +195,20 @@ class Notice:
     reason_code: int | None = None
 
 
+class _HeldDelivery:
+    """A QoS 2 delivery to an in-process client (a bridge) waiting in `held` for the commit of its packet
+    identifier, as a network client's first QoS 2 PUBLISH does: the remote broker may hold the message under that
+    identifier only once a restart would re-send it under the same one."""
+
+    __slots__ = ("message", "packet_id", "qos", "retain")
+
+    def __init__(self, message: Message, qos: int, retain: bool, packet_id: int) -> None:
+        self.message = message
+        self.qos = qos
+        self.retain = retain
+        self.packet_id = packet_id
+
+
 class _TimerKind(Enum):
     WILL = "will"  # a will's delay ends
     EXPIRE = "expire"  # a session's expiry interval ends
@@ -342,7 +356,10 @@ class BrokerCore:
         for conn, data in held:
             if conn.state is not _CLOSED:
                 if conn.sink is not None:
-                    conn.sink.taken(data)
+                    if type(data) is _HeldDelivery:
+                        conn.sink.deliver(data.message, data.qos, data.retain, data.packet_id)
+                    else:
+                        conn.sink.taken(data)
                 else:
                     self._write(conn, data)
 
@@ -396,6 +413,10 @@ class BrokerCore:
         session.bridge = bridge
         session.connection = conn
         session.outgoing.receive_maximum = receive_maximum
+        if bridge is not None:
+            # The bridge's remote client sends these identifiers as they are (a restart re-sends each message
+            # under the one the remote broker knows it by); its own packets use those from OWN_IDS_FROM up.
+            session.outgoing.use_ids(1, OWN_IDS_FROM - 1)
         self.sessions[client_id] = session
         conn.session = session
         self._save_session(session)
@@ -1439,6 +1460,10 @@ class BrokerCore:
         if sink is not None:  # an in-process client: the message itself, no bytes
             self.stats.publish_sent_qos[qos] += 1
             self.stats.publish_sent_bytes_qos[qos] += len(message.payload)
+            if row and qos == 2:
+                assert pid is not None  # QoS 2 has one
+                self.held.append((conn, _HeldDelivery(message, qos, retain, pid)))
+                return
             sink.deliver(message, qos, retain, pid)
             return
         held = row and qos == 2  # written after the commit of its packet identifier (below)

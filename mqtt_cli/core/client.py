@@ -33,7 +33,7 @@ from .events import (
     SubscribeAcknowledged,
     UnsubscribeAcknowledged,
 )
-from .flows import FlowState, IncomingFlows, OutgoingFlows
+from .flows import OWN_IDS_FROM, FlowState, IncomingFlows, OutgoingFlows
 from .lifecycle import (
     DEFAULT_RECEIVE_MAXIMUM,
     ConnectionState,
@@ -116,6 +116,10 @@ class ClientConnection:
     0, no properties) goes to `on_acknowledged(context)` instead of a PublishAcknowledged event. Both are called
     synchronously from receive_data(); an exception from one leaves that read half applied and propagates, and
     the owner must then drop the connection (the bridge's process ends).
+
+    `owner_ids` (an embedded bridge): the owner names the packet identifier of each QoS 1/2 message it publishes,
+    below OWN_IDS_FROM (its broker session's, which a restart keeps); the connection's own packets take theirs
+    from OWN_IDS_FROM up.
     """
 
     def __init__(
@@ -138,6 +142,7 @@ class ClientConnection:
         bridge: bool = False,
         on_message: Callable[[Publish], None] | None = None,
         on_acknowledged: Callable[[Any], None] | None = None,
+        owner_ids: bool = False,
     ) -> None:
         if version not in (3, 4, 5):
             raise ValueError(f"version must be 3, 4 or 5, not {version!r}")
@@ -163,6 +168,7 @@ class ClientConnection:
         self.bridge = bridge
         self.on_message = on_message if manual_ack else None
         self.on_acknowledged = on_acknowledged
+        self.owner_ids = owner_ids
 
         self.state = _IDLE  # moved by _advance only, along the table shared with the server (lifecycle.py)
         self.session_present = False
@@ -175,6 +181,8 @@ class ClientConnection:
         self.server_retain_available = True
 
         self._flows = OutgoingFlows(max_inflight)
+        if owner_ids:  # the owner names its messages' identifiers (publish's packet_id); ours come from above them
+            self._flows.use_ids(OWN_IDS_FROM, 65535)
         self._incoming = IncomingFlows()
         # manual_ack: messages delivered and not yet acknowledged by the owner (packet id -> QoS), and those the
         # owner acknowledged while disconnected (packet id -> (QoS, reason code)), sent after the next CONNACK.
@@ -301,8 +309,10 @@ class ClientConnection:
         properties: Properties = EMPTY_PROPERTIES,
         *,
         context: Any = None,
+        packet_id: int = 0,
     ) -> int | None:
-        """Queues a PUBLISH; returns its packet identifier (None for QoS 0).
+        """Queues a PUBLISH; returns its packet identifier (None for QoS 0): `packet_id` when given (an owner that
+        keeps its own, see `owner_ids`), else a free one.
 
         Raises LocalProtocolError when the message breaks the protocol or the broker's limits (maximum QoS,
         retain available, maximum packet size, topic alias maximum) or when the window is closed (check
@@ -342,7 +352,7 @@ class ClientConnection:
             return None
         if self.server_maximum_packet_size is not None:
             self._check_size(encode(Publish(topic, payload, qos, retain, False, 1, properties), self.version))
-        sent = self._flows.send_fields(topic, payload, qos, retain, properties, context)  # raises: window closed
+        sent = self._flows.send_fields(topic, payload, qos, retain, properties, context, packet_id)  # raises: closed
         version = self.version
         if properties.items or (version == 5 and self.auto_topic_aliases):
             self._out.append(encode_publish(self._on_wire(sent) if version == 5 else sent, version))
@@ -354,7 +364,7 @@ class ClientConnection:
             self._out.append(frame_publish(first, topic_name, pid.to_bytes(2, "big"), props, payload))
         return sent.packet_id
 
-    def relay(self, topic: str, payload: bytes, qos: int, retain: bool, context: Any = None) -> int:
+    def relay(self, topic: str, payload: bytes, qos: int, retain: bool, context: Any = None, packet_id: int = 0) -> int:
         """publish() for a relay's hot path (the bridge): a QoS 1/2 message without properties, queued only when
         nothing needs checking for it: connected, the window open, a topic published before (so known valid), its
         QoS and retain flag within the broker's limits, no maximum packet size or automatic topic aliases to apply.
@@ -369,7 +379,7 @@ class ClientConnection:
             or self.auto_topic_aliases
         ):
             return 0
-        sent = self._flows.try_send(topic, payload, qos, retain, EMPTY_PROPERTIES, context)
+        sent = self._flows.try_send(topic, payload, qos, retain, EMPTY_PROPERTIES, context, packet_id)
         if sent is None:
             return 0
         pid = sent.packet_id
@@ -822,7 +832,9 @@ class ClientConnection:
                     # PUBREC said the broker owns the message (4.3.3): it was delivered, only the release is lost.
                     self._events.append(PublishAcknowledged(p0.packet_id or 0, 0, entry.context))
                 else:
-                    fresh = Publish(p0.topic, p0.payload, p0.qos, p0.retain, False, None, p0.properties)
+                    # A new message now, under the identifier the owner gave it (owner_ids) or a new one.
+                    given = p0.packet_id if self.owner_ids and (p0.packet_id or 0) < OWN_IDS_FROM else None
+                    fresh = Publish(p0.topic, p0.payload, p0.qos, p0.retain, False, given, p0.properties)
                     unacknowledged.append((fresh, entry.context))
         self._events.append(ConnectionAccepted(present, p, tuple(unacknowledged)))
 

@@ -20,7 +20,12 @@ from .packets import PubAck, PubComp, Publish, PubRec, PubRel
 from .properties import Properties
 from .records import mutable_twin
 
-__all__ = ["FlowState", "IncomingFlows", "Inflight", "OutgoingFlows"]
+__all__ = ["OWN_IDS_FROM", "FlowState", "IncomingFlows", "Inflight", "OutgoingFlows"]
+
+# An embedded bridge's remote client sends the broker session's packet identifiers (the ones the store keeps, so a
+# restart re-sends each message under the identifier the remote broker holds it by): the session gives those below
+# this, the client its own packets' (SUBSCRIBE, UNSUBSCRIBE, its notification message) from here up.
+OWN_IDS_FROM = 65280
 
 
 class FlowState(Enum):
@@ -65,12 +70,14 @@ class OutgoingFlows:
     `--max-inflight 0`). Entries keep the order they were sent in, which is the order of re-sending.
     """
 
-    __slots__ = ("_inflight", "_next_id", "_reserved", "receive_maximum")
+    __slots__ = ("_first_id", "_inflight", "_last_id", "_next_id", "_reserved", "receive_maximum")
 
     def __init__(self, receive_maximum: int | None = 65535) -> None:
         self.receive_maximum = receive_maximum or None
         self._inflight: dict[int, Inflight] = {}
         self._next_id = 1
+        self._first_id = 1  # the identifiers this side hands out itself (use_ids)
+        self._last_id = 65535
         self._reserved: set[int] | None = None  # made at the first use (`reserved`): a broker's sessions never do
 
     def __len__(self) -> int:
@@ -98,15 +105,29 @@ class OutgoingFlows:
         n = len(self._inflight)
         return (limit is None or n < limit) and n + len(self._reserved or _NO_IDS) < 65535
 
+    def use_ids(self, first: int, last: int) -> None:
+        """Hands out identifiers from `first` to `last` only (an embedded bridge's two halves share one space, see
+        OWN_IDS_FROM); identifiers given with a message (`packet_id`) may be any."""
+        self._first_id = first
+        self._last_id = last
+        if not first <= self._next_id <= last:
+            self._next_id = first
+
     def _allocate(self) -> int:
         reserved = self._reserved or _NO_IDS
         if len(self._inflight) + len(reserved) >= 65535:
             raise LocalProtocolError("all 65,535 packet identifiers are in use")
+        first = self._first_id
+        last = self._last_id
         pid = self._next_id
         inflight = self._inflight
+        left = last - first + 1
         while pid in inflight or pid in reserved:
-            pid = pid + 1 if pid < 65535 else 1
-        self._next_id = pid + 1 if pid < 65535 else 1
+            pid = pid + 1 if pid < last else first
+            left -= 1
+            if not left:
+                raise LocalProtocolError(f"all packet identifiers from {first} to {last} are in use")
+        self._next_id = pid + 1 if pid < last else first
         return pid
 
     def send(self, publish: Publish, context: Any = None) -> Publish:
@@ -119,12 +140,20 @@ class OutgoingFlows:
         return self.send_fields(p.topic, p.payload, p.qos, p.retain, p.properties, context)
 
     def send_fields(
-        self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties, context: Any = None
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        properties: Properties,
+        context: Any = None,
+        packet_id: int = 0,
     ) -> Publish:
-        """`send` for a message not yet built as a Publish (the broker's fan-out): one Publish, the one kept."""
+        """`send` for a message not yet built as a Publish (the broker's fan-out): one Publish, the one kept.
+        `packet_id`: the identifier the owner chose (0: one is handed out)."""
         if qos not in (1, 2):
             raise LocalProtocolError(f"only QoS 1 and 2 messages have flows, not QoS {qos}")
-        packet = self.try_send(topic, payload, qos, retain, properties, context)
+        packet = self.try_send(topic, payload, qos, retain, properties, context, packet_id)
         if packet is None:
             raise LocalProtocolError(
                 f"{len(self._inflight)} messages are in flight: the window is closed (receive maximum)"
@@ -132,20 +161,32 @@ class OutgoingFlows:
         return packet
 
     def try_send(
-        self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties, context: Any = None
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        properties: Properties,
+        context: Any = None,
+        packet_id: int = 0,
     ) -> Publish | None:
         """send_fields() without the checks that raise, for a caller that knows `qos` is 1 or 2: None (nothing
-        recorded) when the window is closed."""
+        recorded) when the window is closed. A `packet_id` given that is in use raises LocalProtocolError."""
         inflight = self._inflight
         limit = self.receive_maximum
         if limit is not None and len(inflight) >= limit:
             return None
-        pid = self._next_id
-        reserved = self._reserved
-        if pid in inflight or (reserved is not None and pid in reserved):
-            pid = self._allocate()
+        if packet_id:
+            if packet_id in inflight or not 0 < packet_id <= 65535:
+                raise LocalProtocolError(f"packet identifier {packet_id} is in use or out of range")
+            pid = packet_id
         else:
-            self._next_id = pid + 1 if pid < 65535 else 1
+            pid = self._next_id
+            reserved = self._reserved
+            if pid in inflight or (reserved is not None and pid in reserved):
+                pid = self._allocate()
+            else:
+                self._next_id = pid + 1 if pid < self._last_id else self._first_id
         twin = _PublishTwin(topic, payload, qos, retain, False, pid, properties)
         twin.__class__ = Publish
         packet: Publish = twin  # typed once it is one (a compiled build checks the type here)

@@ -86,7 +86,8 @@ class Client:
         self._qos0_pending = 0  # QoS 0 messages queued or being written
         self._qos0_queued = 0  # of which not yet handed to the writer
         # Messages not yet handed to the connection (window closed, reconnecting, or a lost session's).
-        self._backlog: deque[tuple[str, bytes, int, bool, Properties, Any]] = deque()
+        # (topic, payload, QoS, retain, properties, context, the packet identifier the owner gave or 0)
+        self._backlog: deque[tuple[str, bytes, int, bool, Properties, Any, int]] = deque()
         self._results: dict[int, SubscribeAcknowledged | UnsubscribeAcknowledged] = {}
         self._subscriptions: dict[int, tuple[tuple[Subscription, ...], Properties]] = {}
         self._generation = 0  # connections made so far
@@ -131,13 +132,13 @@ class Client:
             if self.failure is not None:
                 raise self.failure
             if self._can_hand_over(qos):
-                self._hand_over(topic, payload, qos, retain, properties, context)
+                self._hand_over(topic, payload, qos, retain, properties, context, 0)
                 self._wake.set()
                 return
             if len(backlog) < _BACKLOG:
                 # Queued here, handed over by the reader as acknowledgements open the window: one task switch
                 # per round trip instead of one per message.
-                backlog.append((topic, payload, qos, retain, properties, context))
+                backlog.append((topic, payload, qos, retain, properties, context, 0))
                 return
             await self._wait_changed()
 
@@ -150,9 +151,11 @@ class Client:
         properties: Properties = EMPTY_PROPERTIES,
         *,
         context: Any = None,
+        packet_id: int = 0,
     ) -> None:
         """publish() without waiting: the message is handed over now or queued (without bound: the caller
-        bounds what it queues, see `queued`). Raises PublishFailed like publish()."""
+        bounds what it queues, see `queued`). Raises PublishFailed like publish(). `packet_id`: the identifier
+        the owner gave it (ClientSettings.owner_ids), else 0."""
         if self.failure is not None:
             raise self.failure
         # _can_hand_over(), inline: this is the bridge's path for every message.
@@ -163,16 +166,16 @@ class Client:
             or not conn.connected
             or not (conn.window_open if qos else self._qos0_queued < _QOS0_BACKLOG)
         ):
-            self._backlog.append((topic, payload, qos, retain, properties, context))
+            self._backlog.append((topic, payload, qos, retain, properties, context, packet_id))
             return
-        self._hand_over(topic, payload, qos, retain, properties, context)
+        self._hand_over(topic, payload, qos, retain, properties, context, packet_id)
         self._wake.set()
 
-    def relay(self, topic: str, payload: bytes, qos: int, retain: bool, context: Any) -> bool:
+    def relay(self, topic: str, payload: bytes, qos: int, retain: bool, context: Any, packet_id: int = 0) -> bool:
         """A bridge's fast path for a message without properties: handed to the connection with no per-message
         checks when nothing is queued before it and the connection takes it (ClientConnection.relay); False
         when it declines (then publish_nowait)."""
-        if self._backlog or self._ending or not self.conn.relay(topic, payload, qos, retain, context):
+        if self._backlog or self._ending or not self.conn.relay(topic, payload, qos, retain, context, packet_id):
             return False
         self.published += 1
         return True
@@ -218,10 +221,10 @@ class Client:
             self._wake.set()
 
     def _hand_over(
-        self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties, context: Any
+        self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties, context: Any, packet_id: int
     ) -> None:
         try:
-            pid = self.conn.publish(topic, payload, qos, retain, properties, context=context)
+            pid = self.conn.publish(topic, payload, qos, retain, properties, context=context, packet_id=packet_id)
         except LocalProtocolError as err:
             raise PublishFailed(f"cannot publish to {topic!r}: {err}") from None
         self.published += 1
@@ -521,7 +524,8 @@ class Client:
             self._observer([accepted])
         if accepted.unacknowledged:
             self._backlog.extendleft(
-                (p.topic, p.payload, p.qos, p.retain, p.properties, ctx) for p, ctx in reversed(accepted.unacknowledged)
+                (p.topic, p.payload, p.qos, p.retain, p.properties, ctx, p.packet_id or 0)
+                for p, ctx in reversed(accepted.unacknowledged)
             )
         if not accepted.session_present and self._generation > 1:
             for subs, props in self._subscriptions.values():
@@ -555,12 +559,12 @@ class Client:
         backlog = self._backlog
         before = len(backlog)
         while backlog and conn.connected and not self._ending:
-            topic, payload, qos, retain, props, context = backlog[0]
+            topic, payload, qos, retain, props, context, pid = backlog[0]
             if not (conn.window_open if qos else self._qos0_queued < _QOS0_BACKLOG):
                 break
             backlog.popleft()
             try:
-                self._hand_over(topic, payload, qos, retain, props, context)
+                self._hand_over(topic, payload, qos, retain, props, context, pid)
             except PublishFailed as err:
                 backlog.clear()
                 self._fail(err)

@@ -130,6 +130,7 @@ class EmbeddedBridge:
                 on_message=self._incoming,
                 on_acknowledged=self._delivered,
                 on_retry=self._retrying,
+                owner_ids=True,
             )
         )
         now = trio.current_time()
@@ -245,10 +246,13 @@ class EmbeddedBridge:
         if not self._send_asked:
             self._send_asked = True
             self._to_send(self)
-        ctx = _Out(packet_id, self.conn)  # type: ignore[arg-type]
-        if out_qos == 1 and not props.items and client.relay(out_topic, message.payload, 1, retain, ctx):
+        assert packet_id is not None  # a QoS 1/2 delivery has one
+        ctx = _Out(packet_id, self.conn)
+        # Sent under the session's identifier: after a restart the store re-sends it under the same one, which the
+        # remote broker then takes as the re-send it is (a QoS 2 message it holds is not held twice).
+        if out_qos == 1 and not props.items and client.relay(out_topic, message.payload, 1, retain, ctx, packet_id):
             return
-        client.publish_nowait(out_topic, message.payload, out_qos, retain, props, context=ctx)
+        client.publish_nowait(out_topic, message.payload, out_qos, retain, props, context=ctx, packet_id=packet_id)
 
     def send_now(self) -> None:
         """What deliver() gave the remote client leaves (the server calls it at the end of its flush)."""

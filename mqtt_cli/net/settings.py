@@ -53,6 +53,7 @@ class ClientSettings:
     alternates: tuple[Endpoint, ...] = ()  # further addresses, tried in turn when the current one fails
     retry_first: bool = False  # with reconnect: keep trying the first connection too (open_client returns at once)
     manual_ack: bool = False  # QoS 1/2 messages received are acknowledged by Client.acknowledge()
+    owner_ids: bool = False  # the owner names its QoS 1/2 messages' packet identifiers (ClientConnection's)
     bridge_flag: bool = False  # 3.x: mosquitto's bridge flag in CONNECT
     # Called synchronously with every batch of events, before anything else sees them (no await in between, so
     # nothing is written to the network first), after every read even when it produced none; when set, messages
@@ -96,6 +97,7 @@ def new_connection(s: ClientSettings) -> ClientConnection:
         max_inflight=s.max_inflight,
         auto_topic_aliases=s.auto_topic_aliases,
         manual_ack=s.manual_ack,
+        owner_ids=s.owner_ids,
         bridge=s.bridge_flag,
         on_message=s.on_message,
         on_acknowledged=s.on_acknowledged,
