@@ -1,9 +1,9 @@
 """BrokerCore: the whole broker without I/O. Bytes and time go in; bytes for each connection come out.
 
-The network layer calls `open`, `receive`, `connection_lost`, `drained`, `tick` and `shutdown`; after each
-call, the connections in `dirty` have new bytes in their `out` buffer (or want to be closed). Nothing here
-awaits or blocks, so a slow subscriber can never hold up a publisher: deliveries go into buffers and queues
-that are bounded, and what they drop is counted.
+The network layer calls `open`, `receive` (and `receive_rest`), `connection_lost`, `drained`, `tick` and
+`shutdown`; after each call, the connections in `dirty` have new bytes in their `out` buffer (or want to be
+closed). Nothing here awaits or blocks, so a slow subscriber can never hold up a publisher: deliveries go into
+buffers and queues that are bounded, and what they drop is counted.
 """
 
 from __future__ import annotations
@@ -595,10 +595,19 @@ class BrokerCore:
         self.stats.sockets_total += 1
         return conn
 
-    def receive(self, conn: ServerConnection, received: bytes | bytearray | memoryview, now: float) -> None:
-        """Handles bytes read from `conn`."""
+    def receive(
+        self, conn: ServerConnection, received: bytes | bytearray | memoryview, now: float, batch: int = 0
+    ) -> None:
+        """Handles bytes read from `conn`. With `batch`, stops after that many packets that get an answer or free a
+        window (all but QoS 0 PUBLISH) and keeps the rest in `conn.backlog`: the network layer sends what those
+        produced, so that a client with a small window gets its acknowledgements and sends more while the rest is
+        handled, then calls `receive_rest`."""
         if conn.closed:  # (the view, once a read: `conn.state` itself would stay narrowed below, where it moves)
             return
+        if conn.backlog is not None:  # (the network layer handles it all before reading again)
+            self.receive_rest(conn, now)
+            if conn.closed:
+                return
         data = received if type(received) is bytes else bytes(received)  # a WebSocket's may be a bytearray
         conn.last_received = self._clock = now
         self.stats.bytes_received += len(data)
@@ -624,16 +633,40 @@ class BrokerCore:
                 # that hang when an invalid filter was answered SUBACK 0x8F).
                 data = b""
                 continue
-            for packet in packets:
-                self._handle(conn, packet, now)
-                if conn.state is _CLOSED:
-                    return
+            self._handle_from(conn, packets, 0, now, batch)
             return
+
+    def receive_rest(self, conn: ServerConnection, now: float, batch: int = 0) -> None:
+        """Handles what `receive` kept in `conn.backlog` (the next `batch`, as there; 0: all of it)."""
+        packets = conn.backlog
+        if packets is None:
+            return
+        conn.backlog = None
+        if conn.state is not _CLOSED:
+            self._handle_from(conn, packets, conn.backlog_at, now, batch)
+
+    def _handle_from(self, conn: ServerConnection, packets: list[Any], start: int, now: float, batch: int) -> None:
+        n = len(packets)
+        i = start
+        answered = 0
+        while i < n:
+            packet = packets[i]
+            i += 1
+            self._handle(conn, packet, now)
+            if conn.state is _CLOSED:
+                return
+            if batch and (type(packet) is not Publish or packet.qos):
+                answered += 1
+                if answered == batch and i < n:
+                    conn.backlog = packets
+                    conn.backlog_at = i
+                    return
 
     def connection_lost(self, conn: ServerConnection, now: float) -> None:
         """The socket closed or failed. Not a normal DISCONNECT unless one was received first."""
         if not conn.closed:
             self._close(conn, now, reason=None, detail="connection lost", event=LifecycleEvent.TRANSPORT_CLOSED)
+        conn.backlog = None
         self.connections.discard(conn)
         self.dirty.pop(conn, None)
 

@@ -31,6 +31,8 @@ class ServerConnection:
         "alias_out_maximum",
         "aliases_in",
         "aliases_out",
+        "backlog",
+        "backlog_at",
         "bridge",
         "certificate",
         "client_id",
@@ -73,6 +75,10 @@ class ServerConnection:
         self.acl: AclView | None = None  # what it may read and write, once connected (None: everything)
         self.login_failed = False  # refused for its credentials: the network layer delays the CONNACK
         self.reader = PacketReader(None, max_packet_size=max_packet_size)
+        # Packets of the last read not handled yet (BrokerCore.receive with a batch), from `backlog_at` on: the
+        # network layer sends what the ones before produced, then calls BrokerCore.receive_rest.
+        self.backlog: list[Any] | None = None
+        self.backlog_at = 0
         self.receive_maximum_announced = 0  # the Receive Maximum its CONNACK announced (0: none)
         self.retain_available = True  # as its CONNACK said
         self.version = 4  # until the CONNECT says otherwise

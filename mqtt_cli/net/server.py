@@ -67,6 +67,10 @@ __all__ = [
 ]
 
 READ_SIZE = 65536
+# Packets of one read that get an answer (all but QoS 0 PUBLISH) handled before what they produced is sent: a
+# client with a small window (a QoS 1/2 publisher with 100 in flight) gets its acknowledgements, and sends more,
+# while the rest of its read is handled, instead of both sides waiting for each other in turn.
+RECEIVE_BATCH = 32
 CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send its CONNECT
 RETRY_COMMIT = 1.0  # seconds between tries of a persistence commit that failed (a full disk, say)
 # Persistence (core/persistence.py Pending): how long acknowledgements wait for the subscribers of their QoS 1
@@ -304,16 +308,17 @@ class BrokerServer:
 
     # --- plumbing ------------------------------------------------------------------------------------------
 
-    def _flush(self) -> None:
+    def _flush(self, collect: bool = True) -> None:
         """Sends what the core produced: straight to the socket when it takes it, else through a writer task.
 
         Most of the time the kernel's socket buffer has room, so a delivery or an answer leaves with one
         non-blocking send() from the task that produced it, without waking any other task. Only what the socket
         does not take at once (a slow or busy subscriber) goes to a writer task, which exists while it has work;
         while it lingers with nothing to send, output is still sent directly, and it is woken only for a rest.
+        `collect` False (between the batches of one read): what waits for persistence waits for the read's end.
         """
         core = self.core
-        if core.changes or core.held:
+        if collect and (core.changes or core.held):
             self._collect()
         while core.dirty:
             nursery = self._nursery
@@ -353,7 +358,7 @@ class BrokerServer:
                     else:
                         net.writing = True
                         nursery.start_soon(self._writer, conn, net)
-        if core.changes or core.held:  # from core.drained() above
+        if collect and (core.changes or core.held):  # from core.drained() above
             self._collect()
             if core.dirty:  # acknowledgements released at once (_collect): sent now, not at the next flush
                 self._flush()
@@ -636,6 +641,7 @@ class BrokerServer:
         # system call and an exception per wake-up, the greater part of a message's cost at a low rate. After a
         # full read it reads at once (after a checkpoint). Any other stream: its receive_some.
         sock = conn.context.sock
+        batch = RECEIVE_BATCH if sock is not None else 0  # (other streams send from a writer task: no gain)
         full = False
         data: bytes | bytearray | None
         try:
@@ -657,8 +663,12 @@ class BrokerServer:
                     data = b""
                 if not data:
                     break
-                core.receive(conn, data, self._clock.current_time())
+                now = self._clock.current_time()
+                core.receive(conn, data, now, batch)
                 del data  # not held while idle (up to READ_SIZE)
+                while conn.backlog is not None:
+                    self._flush(collect=False)
+                    core.receive_rest(conn, now, batch)
                 self._flush()
                 if core.timers_changed:
                     core.timers_changed = False
