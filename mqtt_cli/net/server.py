@@ -67,9 +67,9 @@ __all__ = [
 ]
 
 READ_SIZE = 65536
-# Packets of one read that get an answer (all but QoS 0 PUBLISH) handled before what they produced is sent: a
-# client with a small window (a QoS 1/2 publisher with 100 in flight) gets its acknowledgements, and sends more,
-# while the rest of its read is handled, instead of both sides waiting for each other in turn.
+# Packets of one read that get an answer (all but QoS 0 PUBLISH) handled before the answers so far are sent to
+# the client: one with a small window (a QoS 1/2 publisher with 100 in flight) gets its acknowledgements, and
+# sends more, while the rest of its read is handled, instead of both sides waiting for each other in turn.
 RECEIVE_BATCH = 32
 CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send its CONNECT
 RETRY_COMMIT = 1.0  # seconds between tries of a persistence commit that failed (a full disk, say)
@@ -308,17 +308,16 @@ class BrokerServer:
 
     # --- plumbing ------------------------------------------------------------------------------------------
 
-    def _flush(self, collect: bool = True) -> None:
+    def _flush(self) -> None:
         """Sends what the core produced: straight to the socket when it takes it, else through a writer task.
 
         Most of the time the kernel's socket buffer has room, so a delivery or an answer leaves with one
         non-blocking send() from the task that produced it, without waking any other task. Only what the socket
         does not take at once (a slow or busy subscriber) goes to a writer task, which exists while it has work;
         while it lingers with nothing to send, output is still sent directly, and it is woken only for a rest.
-        `collect` False (between the batches of one read): what waits for persistence waits for the read's end.
         """
         core = self.core
-        if collect and (core.changes or core.held):
+        if core.changes or core.held:
             self._collect()
         while core.dirty:
             nursery = self._nursery
@@ -358,7 +357,7 @@ class BrokerServer:
                     else:
                         net.writing = True
                         nursery.start_soon(self._writer, conn, net)
-        if collect and (core.changes or core.held):  # from core.drained() above
+        if core.changes or core.held:  # from core.drained() above
             self._collect()
             if core.dirty:  # acknowledgements released at once (_collect): sent now, not at the next flush
                 self._flush()
@@ -640,7 +639,8 @@ class BrokerServer:
         # fill its buffer (the peer had nothing more to give then), a read would fail nearly always, which costs a
         # system call and an exception per wake-up, the greater part of a message's cost at a low rate. After a
         # full read it reads at once (after a checkpoint). Any other stream: its receive_some.
-        sock = conn.context.sock
+        net = conn.context
+        sock = net.sock
         batch = RECEIVE_BATCH if sock is not None else 0  # (other streams send from a writer task: no gain)
         full = False
         data: bytes | bytearray | None
@@ -667,7 +667,15 @@ class BrokerServer:
                 core.receive(conn, data, now, batch)
                 del data  # not held while idle (up to READ_SIZE)
                 while conn.backlog is not None:
-                    self._flush(collect=False)
+                    # Its answers so far, straight to its socket (what others got goes with the read's _flush). Not
+                    # while a writer has its output or it waits to drain: _flush's cases.
+                    out = conn.out
+                    if out and sock is not None and not net.writing and not conn.wants_drain:
+                        try:
+                            sent = send_direct(sock, out)
+                        except OSError:  # would block, or the peer is gone: _flush finds out which
+                            sent = 0
+                        del out[:sent]
                     core.receive_rest(conn, now, batch)
                 self._flush()
                 if core.timers_changed:
