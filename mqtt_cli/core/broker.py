@@ -1255,11 +1255,20 @@ class BrokerCore:
     def _on_puback(self, conn: ServerConnection, p: PubAck | PubRec | PubComp, now: float) -> None:
         session = conn.session
         assert session is not None
-        if type(p) is PubAck and session.outgoing.puback(p.packet_id) is not None:
-            # The common case, a QoS 1 flow ending (any reason code): what acknowledge() below would do.
+        kind = type(p)
+        outgoing = session.outgoing
+        if (kind is PubAck and outgoing.puback(p.packet_id) is not None) or (
+            kind is PubComp and outgoing.pubcomp(p.packet_id) is not None
+        ):
+            # The common case, a QoS 1 or 2 flow ending (any reason code): what acknowledge() below would do.
             if session.rows is not None:
                 self._delivery_done(session, p.packet_id)
             self._pump(session, now)
+            return
+        if kind is PubRec and session.rows is None and p.reason_code < 0x80 and outgoing.pubrec(p.packet_id):
+            # The common case of a PUBREC (nothing stored to wait for): PUBREL written directly, the short form is
+            # the same in every version.
+            self._write(conn, b"\x62\x02" + p.packet_id.to_bytes(2, "big"))
             return
         held = False
         try:
@@ -1299,6 +1308,11 @@ class BrokerCore:
     def _on_pubrel(self, conn: ServerConnection, p: PubRel, now: float) -> None:
         session = conn.session
         assert session is not None
+        if (self.changes is None or not session.expiry_interval) and session.incoming.released(p.packet_id):
+            # The common case (nothing stored to wait for): PUBCOMP written directly, the short form is the same in
+            # every version.
+            self._write(conn, b"\x70\x02" + p.packet_id.to_bytes(2, "big"))
+            return
         known = p.packet_id in session.incoming
         pubcomp = session.incoming.release(p, conn.version)
         if known and self.changes is not None and session.expiry_interval:

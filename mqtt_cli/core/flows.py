@@ -45,6 +45,7 @@ _TRANSITIONS: dict[tuple[FlowState, type], FlowState | None] = {
 _NO_IDS: frozenset[int] = frozenset()
 _AWAIT_PUBACK = FlowState.AWAIT_PUBACK
 _AWAIT_PUBREC = FlowState.AWAIT_PUBREC
+_AWAIT_PUBCOMP = FlowState.AWAIT_PUBCOMP
 # Publish without its __init__ checks (the fields come from a checked publish()): built as its plain twin, then
 # given its class, inline in try_send (a delivery's hot path) as the codec does.
 _PublishTwin = mutable_twin(Publish)
@@ -203,6 +204,25 @@ class OutgoingFlows:
         del self._inflight[packet_id]
         return entry
 
+    def pubrec(self, packet_id: int) -> Inflight | None:
+        """The common case of acknowledge() for a PUBREC with a success reason code (the caller checks): its QoS 2
+        message in flight now awaits PUBCOMP, and the caller sends PUBREL; returns the entry. None when it is
+        anything else: call acknowledge() for the answer."""
+        entry = self._inflight.get(packet_id)
+        if entry is None or entry.state is not _AWAIT_PUBREC:
+            return None
+        entry.state = _AWAIT_PUBCOMP
+        return entry
+
+    def pubcomp(self, packet_id: int) -> Inflight | None:
+        """puback() for PUBCOMP: ends a QoS 2 flow whose PUBREL was sent (any reason code); returns the entry. None
+        when it is anything else: call acknowledge() for the answer."""
+        entry = self._inflight.get(packet_id)
+        if entry is None or entry.state is not _AWAIT_PUBCOMP:
+            return None
+        del self._inflight[packet_id]
+        return entry
+
     def acknowledge(self, ack: PubAck | PubRec | PubComp) -> tuple[Inflight, PubRel | None]:
         """Applies PUBACK, PUBREC or PUBCOMP. Returns the flow's entry and the PUBREL to send (after PUBREC).
 
@@ -305,6 +325,15 @@ class IncomingFlows:
         if self._awaiting_pubrel is None:
             self._awaiting_pubrel = set()
         self._awaiting_pubrel.add(packet_id)
+
+    def released(self, packet_id: int) -> bool:
+        """release() without the PUBCOMP: True when `packet_id` was awaiting PUBREL (no longer), else False (the
+        caller answers with release(), 5.0: 0x92)."""
+        awaiting = self._awaiting_pubrel
+        if awaiting and packet_id in awaiting:
+            awaiting.discard(packet_id)
+            return True
+        return False
 
     def release(self, pubrel: PubRel, version: int = 5) -> PubComp:
         """Applies PUBREL; returns the PUBCOMP to send (5.0: 0x92 when the identifier was unknown)."""

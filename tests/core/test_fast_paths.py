@@ -9,7 +9,7 @@ run through both paths, which must give identical bytes, packets, errors and eve
     reader.PacketReader: the inlined PUBLISH decode           decoder.decode_body (its PUBLISH decoder)
     reader.PacketReader: bare PUBACK/PUBREC/PUBREL/PUBCOMP    decoder.decode_body
     ClientConnection.receive_data: leading plain PUBACKs      its reader and general handler
-    BrokerCore: PUBACK / PUBREC bytes written by hand         encoder.encode
+    BrokerCore: PUBACK / PUBREC / PUBREL / PUBCOMP written by hand  encoder.encode
     records.fast_constructor(cls)                             cls(...)
     BrokerCore: a plain QoS 0 message forwarded as bytes      its general delivery (a Message per match)
 
@@ -395,6 +395,58 @@ def test_broker_acknowledgements_are_the_encoders(version: int, qos: int, subscr
         if qos == 2:
             broker.receive(conn, encode(PubRel(pid), version), 0.0)
             conn.out.clear()
+
+
+@pytest.mark.parametrize("version", [3, 4, 5])
+def test_broker_qos2_answers_are_the_encoders(version: int) -> None:
+    """BrokerCore writes PUBREL (to a subscriber's PUBREC) and PUBCOMP (to a publisher's PUBREL) by hand, and a
+    PUBCOMP ends the flow and sends what waited for the window; an unknown identifier and a failed PUBREC still take
+    the general path (5.0: PUBCOMP 0x92; no PUBREL)."""
+    # A window of 1 towards the subscriber: 3.x the broker's max_inflight, 5.0 its own Receive Maximum (the broker's
+    # would limit the publisher's unreleased QoS 2 messages too).
+    broker = BrokerCore(BrokerConfig(sys_interval=0, max_inflight=1 if version < 5 else 0))
+    sub = broker.open("127.0.0.1:2", 0.0)
+    window = Properties(receive_maximum=1) if version == 5 else EMPTY_PROPERTIES
+    broker.receive(sub, encode(Connect("sub", properties=window, protocol_version=version)), 0.0)
+    broker.receive(sub, encode(Subscribe(1, (Subscription("x/#", 2),)), version), 0.0)
+    sub.out.clear()
+    pub = broker.open("127.0.0.1:1", 0.0)
+    broker.receive(pub, encode(Connect("pub", protocol_version=version)), 0.0)
+    pub.out.clear()
+    reader = PacketReader(version)
+    session = sub.session
+    assert session is not None
+    for pid in (1, 300, 65535):
+        both = encode(Publish("x/y", b"a", 2, False, False, pid), version)
+        both += encode(Publish("x/y", b"b", 2, False, False, pid - 1 or 2), version)
+        broker.receive(pub, both, 0.0)
+        pub.out.clear()
+        (first,) = reader.feed(bytes(sub.out))  # the second waits for the window (1)
+        sub.out.clear()
+        assert isinstance(first, Publish) and first.packet_id is not None
+        broker.receive(sub, encode(PubRec(first.packet_id), version), 0.0)
+        assert bytes(sub.out) == encode(PubRel(first.packet_id), version)
+        sub.out.clear()
+        broker.receive(sub, encode(PubComp(first.packet_id), version), 0.0)
+        (second,) = reader.feed(bytes(sub.out))  # the flow ended: the window let the queued one go
+        sub.out.clear()
+        assert isinstance(second, Publish) and second.payload == b"b" and second.packet_id is not None
+        assert first.packet_id not in session.outgoing
+        if version == 5:  # a failed PUBREC ends the flow, no PUBREL
+            broker.receive(sub, encode(PubRec(second.packet_id, 0x80), version), 0.0)
+            assert not sub.out and second.packet_id not in session.outgoing
+        else:
+            broker.receive(sub, encode(PubRec(second.packet_id), version), 0.0)
+            broker.receive(sub, encode(PubComp(second.packet_id), version), 0.0)
+            sub.out.clear()
+        for released in (pid, pid - 1 or 2):
+            broker.receive(pub, encode(PubRel(released), version), 0.0)
+            assert bytes(pub.out) == encode(PubComp(released), version)
+            pub.out.clear()
+        broker.receive(pub, encode(PubRel(pid), version), 0.0)  # released already: unknown now
+        assert bytes(pub.out) == encode(PubComp(pid, 0x92 if version == 5 else 0), version)
+        pub.out.clear()
+    assert not sub.closed and not pub.closed
 
 
 # --- fast construction ----------------------------------------------------------------------------------------
