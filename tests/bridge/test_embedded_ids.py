@@ -1,5 +1,6 @@
 """An embedded bridge re-sends, after a kill -9 of our broker, each message under the packet identifier the remote
-broker already holds it by (MQTT 4.4: a resumed session re-sends with the original identifiers).
+broker already holds it by, and a QoS 2 message whose PUBREC came as a PUBREL (MQTT 4.4: a resumed session
+re-sends with the original identifiers).
 
 Under any other identifier the remote takes the re-send for a new message, and a QoS 2 message it had PUBRECed
 stays in its session for good, awaiting a PUBREL that never comes, holding one of the receive-maximum slots: after
@@ -156,6 +157,7 @@ def test_a_restart_resends_under_the_identifiers_the_remote_holds(tmp_path: Path
         wait_for("the remote's window to fill", lambda: len(remote.published(1)) >= complete + RECEIVE_MAXIMUM)
         time.sleep(0.5)  # what the bridge's store commits for them (it commits within milliseconds)
         before = remote.published(1)
+        released_before = remote.released(1)
         open_flows = {p: pid for p, pid in before.items() if int(p[2:]) >= complete}
         assert len(open_flows) == RECEIVE_MAXIMUM, sorted(before)
         ours.kill()
@@ -176,6 +178,11 @@ def test_a_restart_resends_under_the_identifiers_the_remote_holds(tmp_path: Path
         assert moved == {}, f"re-sent under other identifiers (before, after): {moved}\n{log_of(ours)[-2000:]}"
         lost = [p for p, pid in open_flows.items() if p not in after and pid not in released]
         assert lost == [], lost
+        # The PUBREL of each went only once the store held its PUBREC, so what the remote had released is released
+        # again, never published again (a remote that had completed the flow would take it for a new message).
+        assert set(open_flows.values()) <= released_before
+        republished = sorted(p.decode() for p, pid in open_flows.items() if pid in released_before and p in after)
+        assert republished == [], republished
         # Nothing the remote holds is named by a new message: no identifier of an open flow went to another one.
         reused = {p.decode(): pid for p, pid in after.items() if p not in open_flows and pid in open_flows.values()}
         assert reused == {}, reused
