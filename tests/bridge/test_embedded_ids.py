@@ -11,114 +11,19 @@ sends PUBREC and withholds PUBCOMP, as a remote does while the bridge is killed 
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import paho.mqtt.client as paho
 import pytest
 
-from mqtt_cli.core.encoder import encode
-from mqtt_cli.core.packets import ConnAck, Connect, PingReq, PingResp, PubAck, PubComp, Publish, PubRec, PubRel
-from mqtt_cli.core.properties import Properties
-from mqtt_cli.core.reader import PacketReader
+from tests.scripted_brokers import QoS2Remote
 
 from .test_embedded import log_of, start_with_bridges, wait_log
 
 pytestmark = pytest.mark.interop
 
 RECEIVE_MAXIMUM = 20
-
-
-@dataclass
-class Seen:
-    connection: int
-    packet_id: int
-    dup: bool = False
-    payload: bytes | None = None  # None: a PUBREL
-
-
-@dataclass
-class ScriptedRemote:
-    """A 5.0 broker for one bridge: CONNACK (session present from the second connection on), PUBREC for every
-    QoS 2 PUBLISH, PUBCOMP for the first `complete` PUBRELs only. Records what it is sent."""
-
-    complete: int
-    listener: socket.socket = field(default_factory=socket.socket)
-    seen: list[Seen] = field(default_factory=list)
-    connections: int = 0
-    completed: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def start(self) -> int:
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(4)
-        self.listener.settimeout(0.2)
-        threading.Thread(target=self._accept, daemon=True).start()
-        return self.listener.getsockname()[1]
-
-    def close(self) -> None:
-        self.listener.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
-
-    def _serve(self, sock: socket.socket) -> None:
-        reader = PacketReader(None)
-        sock.settimeout(30)
-        with sock:
-            while True:
-                try:
-                    data = sock.recv(65536)
-                except OSError:
-                    return
-                if not data:
-                    return
-                out = b""
-                for packet in reader.feed(data):
-                    out += self._answer(packet)
-                if out:
-                    sock.sendall(out)
-
-    def _answer(self, packet: object) -> bytes:
-        with self.lock:
-            if isinstance(packet, Connect):
-                self.connections += 1
-                return encode(
-                    ConnAck(self.connections > 1, 0, Properties(receive_maximum=RECEIVE_MAXIMUM)), 5
-                )
-            if isinstance(packet, Publish):
-                assert packet.packet_id is not None
-                self.seen.append(Seen(self.connections, packet.packet_id, packet.dup, packet.payload))
-                if packet.qos == 1:
-                    return encode(PubAck(packet.packet_id), 5)
-                return encode(PubRec(packet.packet_id), 5)
-            if isinstance(packet, PubRel):
-                self.seen.append(Seen(self.connections, packet.packet_id))
-                if self.completed < self.complete:
-                    self.completed += 1
-                    return encode(PubComp(packet.packet_id), 5)
-                return b""
-            if isinstance(packet, PingReq):
-                return encode(PingResp(), 5)
-            return b""
-
-    def published(self, connection: int) -> dict[bytes, int]:
-        with self.lock:
-            return {s.payload: s.packet_id for s in self.seen if s.connection == connection and s.payload}
-
-    def released(self, connection: int) -> set[int]:
-        with self.lock:
-            return {s.packet_id for s in self.seen if s.connection == connection and s.payload is None}
 
 
 def publish_qos2(port: int, n: int) -> None:
@@ -143,7 +48,7 @@ def wait_for(what: str, check: object, timeout: float = 20) -> None:
 @pytest.mark.slow
 def test_a_restart_resends_under_the_identifiers_the_remote_holds(tmp_path: Path) -> None:
     complete, n = 10, 40
-    remote = ScriptedRemote(complete)
+    remote = QoS2Remote(complete, RECEIVE_MAXIMUM)
     port = remote.start()
     try:
         text = (
@@ -172,9 +77,7 @@ def test_a_restart_resends_under_the_identifiers_the_remote_holds(tmp_path: Path
         time.sleep(0.3)
         after = remote.published(2)
         released = remote.released(2)
-        moved = {
-            p.decode(): (pid, after[p]) for p, pid in open_flows.items() if p in after and after[p] != pid
-        }
+        moved = {p.decode(): (pid, after[p]) for p, pid in open_flows.items() if p in after and after[p] != pid}
         assert moved == {}, f"re-sent under other identifiers (before, after): {moved}\n{log_of(ours)[-2000:]}"
         lost = [p for p, pid in open_flows.items() if p not in after and pid not in released]
         assert lost == [], lost
