@@ -199,22 +199,34 @@ def test_sighup_adds_removes_and_changes_bridges(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ('[[bridge]]\nname = "x"\ntopics = ["a/# sideways"]\n[bridge.remote]\nurl = ["mqtt://h"]\n',
-         "bridge[0].topics[0]: topic rule 'a/# sideways': direction 'sideways' is not in, out or both"),
+        (
+            '[[bridge]]\nname = "x"\ntopics = ["a/# sideways"]\n[bridge.remote]\nurl = ["mqtt://h"]\n',
+            "bridge[0].topics[0]: topic rule 'a/# sideways': direction 'sideways' is not in, out or both",
+        ),
         ('[[bridge]]\nname = "x"\ntopics = ["a/#"]\n', "bridge[0].remote: missing"),
-        ('[[bridge]]\nname = "x"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\nkeepalive = "60"\n',
-         "bridge[0].remote.keepalive: must be an integer"),
-        ('[[bridge]]\nname = "x"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["ftp://h"]\n',
-         "bridge[0].remote.url[0]: 'ftp://h': give mqtt://HOST[:PORT]"),
-        ('[[bridge]]\nname = "x"\ntopics = ["a/#"]\nremote_url = "x"\n[bridge.remote]\nurl = ["mqtt://h"]\n',
-         "bridge[0].remote_url: unknown key"),
+        (
+            '[[bridge]]\nname = "x"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\nkeepalive = "60"\n',
+            "bridge[0].remote.keepalive: must be an integer",
+        ),
+        (
+            '[[bridge]]\nname = "x"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["ftp://h"]\n',
+            "bridge[0].remote.url[0]: 'ftp://h': give mqtt://HOST[:PORT]",
+        ),
+        (
+            '[[bridge]]\nname = "x"\ntopics = ["a/#"]\nremote_url = "x"\n[bridge.remote]\nurl = ["mqtt://h"]\n',
+            "bridge[0].remote_url: unknown key",
+        ),
         ('[[bridge]]\nname = "a/b"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\n', "bridge[0]: name 'a/b'"),
-        ('[[bridge]]\nname = "x"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\n'
-         '[[bridge]]\nname = "x"\ntopics = ["b/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\n',
-         "bridge[1].name: 'x' is the name of an earlier bridge"),
-        ('[[bridge]]\nname = "x"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\n'
-         'password_file = "/nonexistent"\n',
-         "bridge[0].remote: password file /nonexistent: No such file or directory"),
+        (
+            '[[bridge]]\nname = "x"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\n'
+            '[[bridge]]\nname = "x"\ntopics = ["b/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\n',
+            "bridge[1].name: 'x' is the name of an earlier bridge",
+        ),
+        (
+            '[[bridge]]\nname = "x"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\n'
+            'password_file = "/nonexistent"\n',
+            "bridge[0].remote: password file /nonexistent: No such file or directory",
+        ),
     ],
 )
 @pytest.mark.parametrize("mode", ["start", "--print-config"])
@@ -236,10 +248,14 @@ def test_config_errors_name_the_key(tmp_path: Path, body: str, message: str, mod
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ('[[bridge]]\nname = "x"\ntopics = ["b/#"]\n[bridge.remote]\nurl = ["mqtt://127.0.0.1:1"]\n',
-         "bridge[1].name: 'x' is the name of an earlier bridge"),
-        ('[bridge.remote]\nurl = ["mqtt://127.0.0.1:1"]\npassword_file = "/nonexistent"\n',
-         "bridge[0].remote: password file /nonexistent: No such file or directory"),
+        (
+            '[[bridge]]\nname = "x"\ntopics = ["b/#"]\n[bridge.remote]\nurl = ["mqtt://127.0.0.1:1"]\n',
+            "bridge[1].name: 'x' is the name of an earlier bridge",
+        ),
+        (
+            '[bridge.remote]\nurl = ["mqtt://127.0.0.1:1"]\npassword_file = "/nonexistent"\n',
+            "bridge[0].remote: password file /nonexistent: No such file or directory",
+        ),
     ],
 )
 def test_sighup_refuses_what_a_start_refuses(tmp_path: Path, body: str, message: str) -> None:
@@ -298,8 +314,10 @@ def test_a_bridge_removed_while_stopped_loses_its_stored_session(tmp_path: Path)
 
     db = tmp_path / "ours.db"
     down = "mqtt://127.0.0.1:1"  # nobody listens: what the bridges take stays queued in their sessions
-    one = '[[bridge]]\nname = "kept"\ntopics = ["k/# out 1"]\nrestart_timeout = [5, 5]\n' \
-          f'[bridge.remote]\nurl = ["{down}"]\n'
+    one = (
+        '[[bridge]]\nname = "kept"\ntopics = ["k/# out 1"]\nrestart_timeout = [5, 5]\n'
+        f'[bridge.remote]\nurl = ["{down}"]\n'
+    )
     two = '[[bridge]]\nname = "gone"\ntopics = ["g/# out 1"]\nrestart_timeout = [5, 5]\n' \
           f'[bridge.remote]\nurl = ["{down}"]\n'  # fmt: skip
     ours = start_with_bridges(tmp_path / "ours", one + two, "--persistence", str(db))
@@ -334,16 +352,20 @@ def test_a_bridge_removed_while_stopped_loses_its_stored_session(tmp_path: Path)
 N = 10_000
 
 
-def produce(broker: Broker, n: int, pace: float = 0.025) -> threading.Thread:
+def produce(broker: Broker, n: int, pace: float = 0.025, restarted: threading.Event | None = None) -> threading.Thread:
     """A paho publisher of n QoS 1 and n QoS 2 messages on q1/x and q2/x (a persistent session: after a broker
     restart it sends again what was not acknowledged), in the background.
 
-    It runs paho's loop itself and reconnects once the broker accepts connections again: paho's own reconnect resets
-    its QoS 2 flows at every attempt, and a second reset (the broker still starting) turns a PUBREL it owes back
-    into the PUBLISH, with DUP 0: a new message for any broker, delivered twice (paho-mqtt 2.2.0,
-    Client.reconnect and _messages_reconnect_reset_out; seen in captures of this test)."""
+    It runs paho's loop itself and reconnects once, when the broker is back (`restarted` is set): paho's reconnect
+    resets its QoS 2 flows at every attempt, and a second reset (an attempt failed while the broker was down) turns
+    a PUBREL it owes back into the PUBLISH, with DUP 0: a new message for any broker, delivered twice (paho-mqtt
+    2.2.0, Client.reconnect and _messages_reconnect_reset_out; seen in captures of this test). A probe of the port
+    is no such signal: a killed broker's socket can still take a connection for a moment."""
 
-    def listening() -> None:
+    def back() -> None:
+        if restarted is not None:
+            restarted.wait(60)
+            return
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -363,7 +385,7 @@ def produce(broker: Broker, n: int, pace: float = 0.025) -> threading.Thread:
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 if c.loop(timeout=0.01) != paho.MQTT_ERR_SUCCESS:
-                    listening()
+                    back()
                     with contextlib.suppress(OSError):
                         c.reconnect()
 
@@ -448,12 +470,14 @@ def test_our_broker_killed_with_persistence_loses_nothing_acknowledged(tmp_path:
     )  # fmt: skip
     wait_log(ours, "bridge cloud: connected to")
     n = 5000
-    producer = produce(ours, n)
+    restarted = threading.Event()
+    producer = produce(ours, n, restarted=restarted)
     time.sleep(1.0)
     ours.kill()
     time.sleep(0.3)
     assert ours.proc is not None
     ours.proc = ours.start()
+    restarted.set()
     producer.join(timeout=120)
     assert not producer.is_alive(), "the producer did not finish"
     q1, q2 = collected(remote, n)
