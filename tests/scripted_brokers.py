@@ -50,12 +50,13 @@ class Seen:
 @dataclass
 class QoS2Remote:
     """Listens on 127.0.0.1 for a 5.0 client (a bridge), one connection after another: CONNACK (session present
-    from the second connection on, `receive_maximum`), PUBACK for QoS 1, PUBREC for every QoS 2 PUBLISH, PUBCOMP
-    for the first `complete` PUBRELs only (a remote that holds flows open, as one does while the bridge is
-    killed between PUBREL and PUBCOMP). Records what it is sent."""
+    from the second connection on, `receive_maximum`), PUBACK for QoS 1 (0x97 with `refuse_qos1`), PUBREC for
+    every QoS 2 PUBLISH, PUBCOMP for the first `complete` PUBRELs only (a remote that holds flows open, as one
+    does while the bridge is killed between PUBREL and PUBCOMP). Records what it is sent."""
 
     complete: int
     receive_maximum: int
+    refuse_qos1: bool = False  # answer QoS 1 with PUBACK 0x97 (quota exceeded)
     listener: socket.socket = field(default_factory=socket.socket)
     seen: list[Seen] = field(default_factory=list)
     connections: int = 0
@@ -108,7 +109,7 @@ class QoS2Remote:
                 assert packet.packet_id is not None
                 self.seen.append(Seen(self.connections, packet.packet_id, packet.dup, packet.payload))
                 if packet.qos == 1:
-                    return encode(PubAck(packet.packet_id), 5)
+                    return encode(PubAck(packet.packet_id, 0x97 if self.refuse_qos1 else 0), 5)
                 return encode(PubRec(packet.packet_id), 5)
             if isinstance(packet, PubRel):
                 self.seen.append(Seen(self.connections, packet.packet_id))

@@ -350,8 +350,11 @@ class EmbeddedBridge:
             elif t is PublishAcknowledged:
                 ctx = event.context
                 if event.reason_code >= 0x80 and type(ctx) is _Out:
-                    self.log(f"{self.who}: the remote broker refused a message (reason 0x{event.reason_code:02X}); "
-                             "it is dropped")  # fmt: skip
+                    st = self.stats
+                    st.refused += 1
+                    if not st.refused & (st.refused - 1):  # the 1st, 2nd, 4th...: never a flood of lines
+                        self.log(f"{self.who}: the remote broker refused a message (reason 0x{event.reason_code:02X}); "
+                                 f"it is dropped ({st.refused:,} so far)")  # fmt: skip
                 self._delivered(ctx)
             elif t is PublishReceived:  # PUBREC for a QoS 2 forward: its PUBREL waits for the store (released)
                 ctx = event.context

@@ -552,6 +552,7 @@ def test_bridge_metrics_pass_promtool_and_count_what_sys_says(tmp_path: Path) ->
     assert value(text, "mqtt_bridge_forwarded_messages_total", 'bridge="cloud",direction="out"') == 20
     assert value(text, "mqtt_bridge_forwarded_messages_total", 'bridge="cloud",direction="in"') == 5
     assert value(text, "mqtt_bridge_messages_queued", 'bridge="cloud"') == 0
+    assert value(text, "mqtt_bridge_refused_messages_total", 'bridge="cloud"') == 0
     remote.stop()
     wait_log(ours, "bridge cloud: remote connection lost")
     publish(ours, [(f"m/{i}", b"x", 1, False) for i in range(7)])

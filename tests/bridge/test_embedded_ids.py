@@ -91,3 +91,31 @@ def test_a_restart_resends_under_the_identifiers_the_remote_holds(tmp_path: Path
         assert reused == {}, reused
     finally:
         remote.close()
+
+
+def test_refusals_are_counted_and_logged_sparingly(tmp_path: Path) -> None:
+    """A remote that refuses every QoS 1 message (PUBACK 0x97): each is dropped, as MQTT 5.0 leaves it (4.4: not
+    re-sent), counted for the metrics, and logged at the 1st, 2nd and 4th refusal, not at every one."""
+    remote = QoS2Remote(0, RECEIVE_MAXIMUM, refuse_qos1=True)
+    port = remote.start()
+    try:
+        text = (
+            f'[[bridge]]\nname = "cloud"\ntopics = [\'q1/# out 1 "" r/\']\nrestart_timeout = [0.1, 0.5]\n'
+            f'[bridge.remote]\nurl = ["mqtt://127.0.0.1:{port}"]\n'
+        )
+        ours = start_with_bridges(tmp_path / "ours", text)
+        wait_log(ours, "bridge cloud: connected to")
+        c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="producer")
+        c.connect("127.0.0.1", ours.port)
+        c.loop_start()
+        for info in [c.publish("q1/x", b"1:%d" % i, 1) for i in range(5)]:
+            info.wait_for_publish(timeout=20)
+        c.loop_stop()
+        c.disconnect()
+        wait_for("five refusals", lambda: len(remote.published(1)) == 5)
+        wait_log(ours, "(4 so far)")
+        log = log_of(ours)
+        assert "refused a message (reason 0x97); it is dropped (1 so far)" in log
+        assert "(2 so far)" in log and "(3 so far)" not in log and "(5 so far)" not in log
+    finally:
+        remote.close()
