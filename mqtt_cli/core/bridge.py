@@ -182,4 +182,5 @@ class LinkStats:
     forwarded: list[int] = field(default_factory=_pair)
     resent: int = 0  # messages in flight handed to the remote again after a reconnect
     dropped: list[int] = field(default_factory=_pair)  # QoS 0 while the other side was down or its queue full
+    refused: int = 0  # QoS 1/2 forwards the remote refused (PUBACK/PUBREC >= 0x80): dropped, as the spec leaves them
     reconnects: int = 0

@@ -209,6 +209,16 @@ class _HeldDelivery:
         self.packet_id = packet_id
 
 
+class _HeldRelease:
+    """The PUBREL of an in-process client's QoS 2 delivery (a bridge's, to the remote broker) waiting in `held` for
+    the commit saying its PUBREC came, as a network client's PUBREL does."""
+
+    __slots__ = ("packet_id",)
+
+    def __init__(self, packet_id: int) -> None:
+        self.packet_id = packet_id
+
+
 class _TimerKind(Enum):
     WILL = "will"  # a will's delay ends
     EXPIRE = "expire"  # a session's expiry interval ends
@@ -356,8 +366,11 @@ class BrokerCore:
         for conn, data in held:
             if conn.state is not _CLOSED:
                 if conn.sink is not None:
-                    if type(data) is _HeldDelivery:
+                    kind = type(data)
+                    if kind is _HeldDelivery:
                         conn.sink.deliver(data.message, data.qos, data.retain, data.packet_id)
+                    elif kind is _HeldRelease:
+                        conn.sink.released(data.packet_id)
                     else:
                         conn.sink.taken(data)
                 else:
@@ -436,7 +449,8 @@ class BrokerCore:
 
     def resume_internal(self, conn: ServerConnection, now: float) -> None:
         """After attach (and subscribe_internal): what the session holds goes to the sink, in flight first (with
-        the same packet identifiers), then the queue as the window allows."""
+        the same packet identifiers; a QoS 2 one whose PUBREC came to `sink.restore_released`, which owes only
+        its PUBREL), then the queue as the window allows."""
         session = conn.session
         assert session is not None and conn.sink is not None
         sink = conn.sink
@@ -446,7 +460,10 @@ class BrokerCore:
             message = entry.context if type(entry.context) is Message else Message(
                 p.topic, p.payload, p.qos, p.retain, p.properties, client_id, now
             )
-            sink.deliver(message, p.qos, p.retain, p.packet_id)
+            if entry.state is FlowState.AWAIT_PUBCOMP:
+                sink.restore_released(message, p.retain, p.packet_id)
+            else:
+                sink.deliver(message, p.qos, p.retain, p.packet_id)
         self._pump(session, now)
 
     def detach(self, conn: ServerConnection, now: float, *, forget: bool = False) -> None:
@@ -558,9 +575,31 @@ class BrokerCore:
         """The QoS 2 identifiers publish_internal kept and release_internal has not ended (restored ones too)."""
         return conn.session.incoming.ids() if conn.session is not None else []
 
+    def received_internal(self, conn: ServerConnection, packet_id: int) -> bool:
+        """The remote broker's PUBREC for an in-process client's QoS 2 delivery (a bridge's): the flow awaits
+        PUBCOMP (acknowledge_internal), and `sink.released(packet_id)` says the PUBREL may go: with persistence
+        once the commit saying PUBREC came is done (sent before it, a restart would re-send the PUBLISH, which a
+        remote that completed the flow takes for a new message), else at once. False when the session has no
+        such flow awaiting PUBREC (the caller sends the PUBREL itself); True while detached (the next attach
+        resumes the flow)."""
+        session = conn.session
+        if session is None or conn.state is _CLOSED:
+            return True
+        entry = session.outgoing.get(packet_id)
+        if entry is None or entry.state is not FlowState.AWAIT_PUBREC:
+            return False
+        session.outgoing.acknowledge(PubRec(packet_id))
+        row = session.rows.get(packet_id, 0) if session.rows else 0
+        if row and self.changes is not None:
+            self.changes.append(DeliveryReleased(session.client_id, row))
+            self.held.append((conn, _HeldRelease(packet_id)))
+            return True
+        conn.sink.released(packet_id)
+        return True
+
     def acknowledge_internal(self, conn: ServerConnection, packet_id: int, now: float) -> None:
-        """An in-process client has dealt with a QoS 1/2 delivery (a bridge: the remote broker acknowledged it):
-        its flow ends, QoS 2 at once (no PUBREL round within the process), and queued deliveries move up."""
+        """An in-process client has dealt with a QoS 1/2 delivery (a bridge: the remote broker's PUBACK, PUBCOMP,
+        or a PUBREC refusing it): its flow ends, and queued deliveries move up."""
         session = conn.session
         if session is None or conn.state is _CLOSED:
             return

@@ -118,8 +118,8 @@ class ClientConnection:
     the owner must then drop the connection (the bridge's process ends).
 
     `owner_ids` (an embedded bridge): the owner names the packet identifier of each QoS 1/2 message it publishes,
-    below OWN_IDS_FROM (its broker session's, which a restart keeps); the connection's own packets take theirs
-    from OWN_IDS_FROM up.
+    below OWN_IDS_FROM (its broker session's, which a restart keeps), and sends the PUBREL of each QoS 2 one with
+    release() once it has stored the PUBREC; the connection's own packets take identifiers from OWN_IDS_FROM up.
     """
 
     def __init__(
@@ -193,6 +193,7 @@ class ClientConnection:
         self._held_copies: dict[int, int] = {}
         self._owed_copies: list[tuple[int, int]] = []  # (packet id, reason code)
         self._pending_subscribe: dict[int, Subscribe] = {}
+        self._unreleased: set[int] = set()  # owner_ids: PUBREC came, PUBREL waits for release()
         self._pending_unsubscribe: dict[int, Unsubscribe] = {}
         self._reader = PacketReader(version, max_packet_size=maximum_packet_size)
         self._out: list[bytes] = []
@@ -449,6 +450,16 @@ class ClientConnection:
                 self._incoming.accept(packet_id)
         else:
             self._held[packet_id] = qos
+
+    def release(self, packet_id: int) -> None:
+        """owner_ids: the PUBREL of a QoS 2 message whose PUBREC came (PublishReceived) goes now that the owner
+        has stored the PUBREC (sent earlier, a restart would re-send the PUBLISH, which a broker that completed the
+        flow takes for a new message). While disconnected it goes with the re-sends after the next CONNACK."""
+        if packet_id not in self._unreleased:
+            return
+        self._unreleased.discard(packet_id)
+        if self.state is _CONNECTED:
+            self._out.append(encode(PubRel(packet_id), self.version))
 
     def restore_outgoing(self, publish: Publish, *, released: bool, context: Any = None) -> None:
         """Before connect(), from the owner's journal: one of our QoS 1/2 messages in flight in an earlier
@@ -725,7 +736,10 @@ class ClientConnection:
                 self._protocol_error(err.reason_code, f"the broker sent {err}")
                 return
             if pubrel is not None:
-                self._out.append(encode(pubrel, self.version))
+                if self.owner_ids and packet.packet_id < OWN_IDS_FROM:
+                    self._unreleased.add(packet.packet_id)  # PUBREL when the owner's store says so: release()
+                else:
+                    self._out.append(encode(pubrel, self.version))
                 if self.manual_ack:
                     self._events.append(PublishReceived(packet.packet_id, entry.context))
             else:
@@ -814,10 +828,11 @@ class ClientConnection:
             for pid, rc in self._owed_copies:
                 self._send_ack(pid, 1, rc)
             self._owed_copies.clear()
+            unreleased = self._unreleased
             for packet in self._flows.resend():
                 if type(packet) is Publish:
                     self._out.append(encode(self._on_wire(packet), self.version))
-                else:
+                elif packet.packet_id not in unreleased:
                     self._out.append(encode(packet, self.version))
         else:
             self._incoming.clear()
@@ -826,6 +841,7 @@ class ClientConnection:
             self._held_copies.clear()
             self._owed_copies.clear()
             self.session_epoch += 1
+            self._unreleased.clear()
             for entry in self._flows.clear():
                 p0 = entry.publish
                 if entry.state is FlowState.AWAIT_PUBCOMP:

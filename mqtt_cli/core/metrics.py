@@ -188,6 +188,9 @@ def broker_families(core: BrokerCore, connected: Iterable[ConnectedClients], now
               "reconnect.", tuple(Sample(x.resent, (("bridge", x.name),)) for x in links))  # fmt: skip
         f.add("mqtt_bridge_dropped_messages", c, "QoS 0 messages an embedded bridge dropped (remote down or its "
               "queue full).", tuple(Sample(sum(x.dropped), (("bridge", x.name),)) for x in links))  # fmt: skip
+        f.add("mqtt_bridge_refused_messages", c, "QoS 1/2 messages the remote broker refused (PUBACK or PUBREC with a "
+              "reason code of 0x80 or more, as 0x97 quota exceeded); the bridge drops them.",
+              tuple(Sample(x.refused, (("bridge", x.name),)) for x in links))  # fmt: skip
         f.add("mqtt_bridge_reconnects", c, "Times an embedded bridge connected to its remote broker again.",
               tuple(Sample(x.reconnects, (("bridge", x.name),)) for x in links))  # fmt: skip
         f.add("mqtt_bridge_messages_queued", g, "QoS 1/2 messages held for the remote broker (in flight or queued "

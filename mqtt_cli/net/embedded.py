@@ -6,9 +6,12 @@
 
 No connection to ourselves: the bridge attaches to `BrokerCore` as an in-process client (`BrokerCore.attach`),
 whose session holds the local filters of the rules and the messages for the remote. Local messages reach
-`deliver` as `Message` objects and go to the remote client; the core's flow for each ends
-(`acknowledge_internal`) only when the remote acknowledged it (PUBACK, or PUBREC for QoS 2), so until then the
-message stays in the bridge's session, persisted with it when persistence is on (a session that never expires).
+`deliver` as `Message` objects and go to the remote client under the session's packet identifiers; the core's
+flow for each ends (`acknowledge_internal`) only when the remote acknowledged it (PUBACK; for QoS 2 PUBREC, told
+with `received_internal`, then PUBCOMP), so until then the message stays in the bridge's session, persisted with
+it when persistence is on (a session that never expires). With persistence a QoS 2 forward leaves once its
+identifier is on file, and its PUBREL once the PUBREC is (`released`): a restart re-sends each flow as the remote
+knows it, under the same identifier, and a QoS 2 message arrives once.
 Remote messages go in with `publish_internal` and are acknowledged to the remote once the broker has taken
 them, and with persistence on once the commit that stored them is done (`taken`). Rules, routes and the remote
 client's settings are `mqtt bridge`'s (core/bridge.py, net/bridge.py).
@@ -30,6 +33,7 @@ from mqtt_cli.core.events import (
     Disconnected,
     MessageReceived,
     PublishAcknowledged,
+    PublishReceived,
     ReleaseReceived,
 )
 from mqtt_cli.core.packets import Publish, Subscription
@@ -206,20 +210,24 @@ class EmbeddedBridge:
 
     # --- local to remote: the core's sink ---------------------------------------------------------------------
 
-    def deliver(self, message: Message, qos: int, retain: bool, packet_id: int | None) -> None:
-        """A delivery to the bridge's local session (synchronously, from the core)."""
-        client = self.client
-        assert client is not None and self.conn is not None
-        topic = message.topic
+    def _route_out(self, topic: str) -> tuple[str, int, int] | None:
+        """Where a local message goes on the remote (its topic, the rule's QoS), None when no rule takes it."""
         routes = self._routes[0]
         try:
-            found = routes[topic]
+            return routes[topic]
         except KeyError:
             r = route(self.config.rules, False, topic)
             found = None if r is None else (r.topic, r.qos, 0)
             if len(routes) >= _ROUTES_MAX:
                 routes.clear()
             routes[topic] = found
+            return found
+
+    def deliver(self, message: Message, qos: int, retain: bool, packet_id: int | None) -> None:
+        """A delivery to the bridge's local session (synchronously, from the core)."""
+        client = self.client
+        assert client is not None and self.conn is not None
+        found = self._route_out(message.topic)
         core = self._core_of()
         if found is None:  # a filter kept from an earlier rule set: not ours to forward
             if packet_id is not None:
@@ -253,6 +261,25 @@ class EmbeddedBridge:
         if out_qos == 1 and not props.items and client.relay(out_topic, message.payload, 1, retain, ctx, packet_id):
             return
         client.publish_nowait(out_topic, message.payload, out_qos, retain, props, context=ctx, packet_id=packet_id)
+
+    def released(self, packet_id: int) -> None:
+        """The core says the PUBREL of a QoS 2 forward may go (received_internal: its PUBREC is stored)."""
+        client = self.client
+        if client is not None:
+            client.conn.release(packet_id)
+            if not self._send_asked:
+                self._send_asked = True
+                self._to_send(self)
+
+    def restore_released(self, message: Message, retain: bool, packet_id: int) -> None:
+        """A QoS 2 forward whose PUBREC came before a restart or a reload (resume_internal): the remote holds it,
+        only its PUBREL is owed, re-sent after the next CONNACK."""
+        client = self.client
+        assert client is not None and self.conn is not None
+        found = self._route_out(message.topic)
+        topic = found[0] if found is not None else message.topic
+        publish = Publish(topic, message.payload, 2, retain, True, packet_id, EMPTY_PROPERTIES)
+        client.conn.restore_outgoing(publish, released=True, context=_Out(packet_id, self.conn))
 
     def send_now(self) -> None:
         """What deliver() gave the remote client leaves (the server calls it at the end of its flush)."""
@@ -323,9 +350,16 @@ class EmbeddedBridge:
             elif t is PublishAcknowledged:
                 ctx = event.context
                 if event.reason_code >= 0x80 and type(ctx) is _Out:
-                    self.log(f"{self.who}: the remote broker refused a message (reason 0x{event.reason_code:02X}); "
-                             "it is dropped")  # fmt: skip
+                    st = self.stats
+                    st.refused += 1
+                    if not st.refused & (st.refused - 1):  # the 1st, 2nd, 4th...: never a flood of lines
+                        self.log(f"{self.who}: the remote broker refused a message (reason 0x{event.reason_code:02X}); "
+                                 f"it is dropped ({st.refused:,} so far)")  # fmt: skip
                 self._delivered(ctx)
+            elif t is PublishReceived:  # PUBREC for a QoS 2 forward: its PUBREL waits for the store (released)
+                ctx = event.context
+                if not (type(ctx) is _Out and self._core_of().received_internal(ctx.conn, ctx.pid)):
+                    self.released(event.packet_id)  # no flow of the session's waits for it: the flow goes on
             elif t is ReleaseReceived:
                 if self.conn is not None:
                     self._core_of().release_internal(self.conn, event.packet_id)
