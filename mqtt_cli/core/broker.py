@@ -585,10 +585,8 @@ class BrokerCore:
         session = conn.session
         if session is None or conn.state is _CLOSED:
             return True
-        entry = session.outgoing.get(packet_id)
-        if entry is None or entry.state is not FlowState.AWAIT_PUBREC:
+        if session.outgoing.pubrec(packet_id) is None:  # no flow of ours awaits that PUBREC
             return False
-        session.outgoing.acknowledge(PubRec(packet_id))
         row = session.rows.get(packet_id, 0) if session.rows else 0
         if row and self.changes is not None:
             self.changes.append(DeliveryReleased(session.client_id, row))
