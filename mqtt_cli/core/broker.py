@@ -392,9 +392,12 @@ class BrokerCore:
     def _delivery_done(self, session: Session, packet_id: int) -> None:
         rows = session.rows
         if rows:
-            row = rows.pop(packet_id, 0)
-            if row and self.changes is not None:
-                self.changes.append(DeliveryDone(session.client_id, row))
+            key: Any = packet_id  # (boxed once; get + del: compiled, cheaper than the pop method call)
+            row = rows.get(key, 0)
+            if row:
+                del rows[key]
+                if self.changes is not None:
+                    self.changes.append(DeliveryDone(session.client_id, row))
 
     # --- in-process clients (an embedded bridge's local side) ----------------------------------------------------
 

@@ -311,19 +311,23 @@ class Pending:
                 else:
                     hard = True
             elif type(c) is DeliveryDone:
-                of = live.pop(c.row, None)
+                # (The row boxed once, and get + del rather than pop(row, None): compiled, each dict operation boxes
+                # an int anew, and a method call costs more than both.)
+                key: Any = c.row
+                of = live.get(key)
                 if of is not None:
+                    del live[key]
                     of.waiting -= 1
                     if not of.taken:
                         elided += 1
-                        dropped.append(c.row)
+                        dropped.append(key)
                         if not of.waiting and of.pure:
                             # Nothing of it is left to write: its records go now, not at the next commit (fewer
                             # objects kept alive, less for the garbage collector to go through).
                             self.count -= len(of.changes)
                             of.changes = []
                         else:
-                            self._elided.add(c.row)  # its records, where they still are, are left out by take
+                            self._elided.add(key)  # its records, where they still are, are left out by take
             elif type(c) is DeliverySent and live.get(c.row) is batch:
                 sent += 1  # (its identifier goes with its INSERT, if it is written)
             else:
