@@ -36,6 +36,7 @@ class SubscriptionOptions:
 # Shared by messages with no encoding cached yet (never written to): a million messages restored from the
 # persistence store would otherwise hold a million empty dicts.
 _NO_WIRE: dict[Any, tuple[bytes, bytes]] = {}
+_ONCE: dict[Any, tuple[bytes, bytes]] = {}  # delivered once, framed directly: nothing cached yet
 
 
 class Message:
@@ -89,6 +90,18 @@ class Message:
             props = EMPTY_PROPERTIES
         elif props is None:
             props = self.properties
+        if self._wire is _NO_WIRE and not props.items:
+            # Its first delivery, without properties (most messages have one: fan-in, one subscriber): framed with
+            # its packet identifier, nothing cached; from a second delivery on, the parts are cached (fan-out).
+            self._wire = _ONCE
+            raw_topic = self.topic.encode()
+            first = 0x30 | qos << 1 | (1 if retain else 0)
+            topic_name = len(raw_topic).to_bytes(2, "big") + raw_topic
+            if not qos:
+                return frame_publish(first, topic_name, b"", b"\x00" if v5 else b"", self.payload)
+            if packet_id is None:
+                raise ValueError("a QoS 1 or 2 PUBLISH needs a packet identifier")
+            return frame_publish(first, topic_name, packet_id.to_bytes(2, "big"), b"\x00" if v5 else b"", self.payload)
         key = (v5, qos, retain, props.items if props.items else None)
         parts = self._wire.get(key)
         if parts is None:
@@ -115,7 +128,7 @@ class Message:
                 else:
                     parts = (raw, b"")
             if len(self._wire) < 8:  # a handful of variants; more would be one per subscriber
-                if self._wire is _NO_WIRE:
+                if self._wire is _NO_WIRE or self._wire is _ONCE:
                     self._wire = {}
                 self._wire[key] = parts
         if qos:

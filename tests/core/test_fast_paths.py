@@ -181,9 +181,12 @@ def test_publish_encoders_agree(case: Case) -> None:
             p.topic, p.payload, p.qos, p.retain, False, p.packet_id, kept if version == 5 else EMPTY_PROPERTIES
         )
         assert message.wire(version, p.qos, p.retain, p.packet_id, None) == encode(plain, version)
-        if p.qos:  # again from its cache, another packet identifier spliced in
+        if p.qos:  # again (framed once more and cached), then from its cache: other identifiers spliced in
             other = encode(replace(plain, packet_id=7), version)
             assert message.wire(version, p.qos, p.retain, 7, None) == other
+            assert message.wire(version, p.qos, p.retain, 9, None) == encode(replace(plain, packet_id=9), version)
+        else:
+            assert message.wire(version, 0, p.retain, None, None) == encode(plain, version)
     elif alias is not None and version == 5:
         new = bool(p.topic)
         wired = message.wire_aliased(p.qos, p.retain, p.packet_id, None, alias, new)
