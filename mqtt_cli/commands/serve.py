@@ -276,7 +276,8 @@ def serve(
         })  # fmt: skip
 
     def listening(bound: list[Listener]) -> None:
-        print(f"mqtt serve: listening on {', '.join(b.url for b in bound)}", file=sys.stderr, flush=True)
+        assert serving.log is not None  # opened before the broker starts
+        serving.log.status(f"mqtt serve: listening on {', '.join(b.url for b in bound)}")
 
     try:
         translation = source.read()
