@@ -12,6 +12,7 @@ line, never blocks the broker.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import socket
@@ -79,7 +80,9 @@ class BrokerLog:
         if file < 0 and settings.format is LogFormat.text and self._stderr >= 0 and os.isatty(self._stderr):
             from rich.console import Console
 
-            self._console = Console(file=sys.stderr, force_terminal=True, highlight=False)
+            # It renders only (to a file of its own, never read): the line goes out as any other, and a terminal
+            # gone away (EIO, even on asking its size) cannot fail inside rich.
+            self._console = Console(file=io.StringIO(), force_terminal=True, highlight=False)
 
     def reconfigure(self, settings: LogSettings) -> None:
         """A reload's [log]: the new file is opened before the old one is closed (LogError: nothing changed)."""

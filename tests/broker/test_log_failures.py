@@ -8,6 +8,7 @@ closed): these tests failed on that."""
 from __future__ import annotations
 
 import json
+import os
 import queue
 import re
 import resource
@@ -167,12 +168,19 @@ def test_serves_on_past_a_file_size_limit_and_says_how_many_lines_were_lost(
     assert broker.stop() == 0
 
 
-@pytest.mark.parametrize("sink", ["closed-pipe", "dev-full"])
+@pytest.mark.parametrize("sink", ["closed-pipe", "hung-up-terminal", "dev-full"])
 def test_serves_on_when_standard_error_cannot_be_written(tmp_path: Path, serving: list[Serve], sink: str) -> None:
-    if sink == "closed-pipe":  # the terminal or the pipe's reader went away: EPIPE
+    if sink == "closed-pipe":  # the pipe's reader went away: EPIPE
         broker = Serve(tmp_path, stderr=subprocess.PIPE)
         assert broker.proc.stderr is not None
         broker.proc.stderr.close()
+    elif sink == "hung-up-terminal":  # a terminal (coloured lines) whose other end closed: EIO
+        controller, terminal = os.openpty()
+        try:
+            broker = Serve(tmp_path, stderr=terminal)
+        finally:
+            os.close(terminal)
+            os.close(controller)
     else:  # a full disk: ENOSPC, from the first line on (where it listens)
         with open("/dev/full", "wb") as full:
             broker = Serve(tmp_path, stderr=full)
