@@ -297,6 +297,7 @@ def serve(
         settings, options = serving.options(translation)
         log = serving.log = BrokerLog(settings.log)  # opened once everything else is known to be good
         options.on_notice = log.notice
+        options.log_lines_lost = log.lines_lost
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
     except (FileProblem, LogError) as exc:

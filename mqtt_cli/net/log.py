@@ -104,6 +104,10 @@ class BrokerLog:
             self._syslog.close()
             self._syslog = None
 
+    def lines_lost(self) -> int:
+        """Lines that could not be written since the start (the metric mqtt_broker_log_lines_lost_total)."""
+        return self.lost.total
+
     def wants(self, level: LogLevel) -> bool:
         return level is not LogLevel.none and level.rank >= self.settings.level.rank
 

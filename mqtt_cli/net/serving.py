@@ -74,6 +74,7 @@ class Serving:
         options.on_listening = self.on_listening
         if self.log is not None:
             options.on_notice = self.log.notice
+            options.log_lines_lost = self.log.lines_lost
         return settings, options
 
     async def run(self, options: ServeOptions) -> None:

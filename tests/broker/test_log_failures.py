@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -49,7 +50,16 @@ class Serve:
         )  # fmt: skip
         wait_for(lambda: self.ready.exists() or self.proc.poll() is not None, "the ready file")
         assert self.proc.poll() is None, f"mqtt serve did not start (exit {self.proc.returncode})"
-        self.port = int(json.loads(self.ready.read_text())["listeners"][0]["port"])
+        ready = json.loads(self.ready.read_text())
+        self.port = int(ready["listeners"][0]["port"])
+        self.metrics_url = ready["metrics"]["url"] if "metrics" in ready else None
+
+    def metric(self, name: str) -> float:
+        """One sample of GET /metrics (--metrics-listen)."""
+        assert self.metrics_url is not None
+        with urllib.request.urlopen(self.metrics_url + "/metrics", timeout=DEADLINE) as answer:
+            text = answer.read().decode()
+        return float(re.search(rf"^{name} (\S+)$", text, re.M)[1])  # type: ignore[index]
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -127,7 +137,7 @@ def test_serves_on_past_a_file_size_limit_and_says_how_many_lines_were_lost(
 ) -> None:
     stderr_path = tmp_path / "stderr.log"
     log = tmp_path / "broker.log" if log_file else stderr_path
-    args = ["--log-file", str(log), "--log-format", "json"] if log_file else []
+    args = ["--metrics-listen", "127.0.0.1:0", *(["--log-file", str(log), "--log-format", "json"] if log_file else [])]
     with stderr_path.open("ab") as stderr:
         broker = Serve(tmp_path, *args, stderr=stderr, fsize=LIMIT)
     serving.append(broker)
@@ -140,6 +150,7 @@ def test_serves_on_past_a_file_size_limit_and_says_how_many_lines_were_lost(
         connect_and_leave(broker.port, f"lost-{i}")
     assert round_trip(broker.port, "past-the-limit") == b"past-the-limit"
     assert broker.alive() and log.stat().st_size == LIMIT
+    assert broker.metric("mqtt_broker_log_lines_lost_total") >= 20 + 3  # (see below)
 
     # The limit lifted (as room made on a full disk): the next line is preceded by one saying what was lost.
     hard = resource.prlimit(broker.proc.pid, resource.RLIMIT_FSIZE)[1]
