@@ -176,10 +176,11 @@ class BrokerLog:
         if error is None:
             lost.unsaid = 0
             return
-        if a_line:
-            lost.total += 1
-            lost.unsaid += 1
         lost.reason = error
+        if not a_line:
+            return
+        lost.total += 1
+        lost.unsaid += 1
         if lost.unsaid == 1 and self._file >= 0:  # once an episode, where an operator may look
             _write_all(
                 self._stderr,
