@@ -39,14 +39,12 @@ class Serve:
 
     def __init__(self, workdir: Path, *args: str, stderr: IO[bytes] | int, fsize: int | None = None) -> None:
         self.ready = workdir / "ready.json"
-
-        def limit() -> None:  # in the child, before exec: the limit covers every file it writes
-            if fsize is not None:
-                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
-
+        # util-linux's prlimit sets the soft limit (the hard one kept, to be lifted later) and execs the broker, which
+        # keeps its pid; the limit covers every file the broker writes. (Not preexec_fn: unsafe with threads.)
+        limit = ["prlimit", f"--fsize={fsize}:"] if fsize is not None else []
         self.proc = subprocess.Popen(
-            [*SERVE, "--ready-file", str(self.ready), *args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=limit,
+            [*limit, *SERVE, "--ready-file", str(self.ready), *args],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
         )  # fmt: skip
         wait_for(lambda: self.ready.exists() or self.proc.poll() is not None, "the ready file")
         assert self.proc.poll() is None, f"mqtt serve did not start (exit {self.proc.returncode})"
