@@ -1302,10 +1302,18 @@ class BrokerCore:
                 self._delivery_done(session, p.packet_id)
             self._pump(session, now)
             return
-        if kind is PubRec and session.rows is None and p.reason_code < 0x80 and outgoing.pubrec(p.packet_id):
-            # The common case of a PUBREC (nothing stored to wait for): PUBREL written directly, the short form is
-            # the same in every version.
-            self._write(conn, b"\x62\x02" + p.packet_id.to_bytes(2, "big"))
+        if kind is PubRec and p.reason_code < 0x80 and outgoing.pubrec(p.packet_id):
+            # The common case of a PUBREC: PUBREL written directly, the short form is the same in every version;
+            # with persistence after the commit saying so when the message is on file (sent before it, a restart
+            # would re-send the PUBLISH, which a client that completed the flow takes for a new message).
+            release = b"\x62\x02" + p.packet_id.to_bytes(2, "big")
+            rows = session.rows
+            row = rows.get(p.packet_id, 0) if rows is not None else 0
+            if row and self.changes is not None:
+                self.changes.append(DeliveryReleased(session.client_id, row))
+                self.held.append((conn, release))
+            else:
+                self._write(conn, release)
             return
         held = False
         try:
@@ -1345,20 +1353,19 @@ class BrokerCore:
     def _on_pubrel(self, conn: ServerConnection, p: PubRel, now: float) -> None:
         session = conn.session
         assert session is not None
-        if (self.changes is None or not session.expiry_interval) and session.incoming.released(p.packet_id):
-            # The common case (nothing stored to wait for): PUBCOMP written directly, the short form is the same in
-            # every version.
-            self._write(conn, b"\x70\x02" + p.packet_id.to_bytes(2, "big"))
+        if session.incoming.released(p.packet_id):
+            # The common case: PUBCOMP written directly, the short form is the same in every version. With
+            # persistence, the end of the flow goes after the commit of the release: sent before it, a restart would
+            # keep the identifier, and the publisher's next message under it would be taken for a re-send and lost.
+            pubcomp = b"\x70\x02" + p.packet_id.to_bytes(2, "big")
+            if self.changes is not None and session.expiry_interval:
+                self.changes.append(IncomingReleased(session.client_id, p.packet_id))
+                self.held.append((conn, pubcomp))
+            else:
+                self._write(conn, pubcomp)
             return
-        known = p.packet_id in session.incoming
-        pubcomp = session.incoming.release(p, conn.version)
-        if known and self.changes is not None and session.expiry_interval:
-            # The end of the flow goes after the commit of the release: sent before it, a restart would keep the
-            # identifier, and the publisher's next message under it would be taken for a re-send and lost.
-            self.changes.append(IncomingReleased(session.client_id, p.packet_id))
-            self.held.append((conn, encode(pubcomp, conn.version)))
-            return
-        self._send(conn, pubcomp)
+        # Not awaiting PUBREL (a re-send after its PUBCOMP, or never received): 5.0 answers 0x92.
+        self._send(conn, session.incoming.release(p, conn.version))
 
     def _route(self, message: Message, now: float) -> bool:
         """Stores a retained message and delivers to every matching subscription; True when any matched."""

@@ -4,7 +4,8 @@ net/store.py writes a commit's per-message records (core/persistence.py: a deliv
 identifier's) as one row of its `log` table instead of a statement each, and folds them into its tables later
 (most cancel out first: a QoS 2 message is added, released and done within a few commits). This is that row's
 encoding, sans-IO: `encode` and `decode` are inverse, up to the clock offset the store gives them (the file holds
-wall-clock times, the core its own clock's).
+wall-clock times, the core its own clock's) and the client of a delivery's later steps (sent, released, done: the
+row names the delivery, and decodes with client "").
 
 `LogState` is the log's net effect on the tables since they were last brought up to date (folded): what the store
 writes when it folds. `LogState.log` encodes a group's records and applies them in one pass.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any, Final
 
 from .errors import RemoteProtocolError
 from .persistence import (
@@ -44,6 +46,7 @@ __all__ = [
     "Segment",
     "decode",
     "encode",
+    "sent_packet_ids",
 ]
 
 _PUBLISH = 3  # packet type whose properties a message keeps
@@ -58,11 +61,26 @@ _RELEASED = 3  # row, len client
 _DONE = 4  # row, len client
 _INCOMING_ADDED = 5  # packet id, len client
 _INCOMING_RELEASED = 6
+# Schema 5: a delivery added and sent in one group is one record, and a delivery's later steps name its row only
+# (rows are never reused: the row is the delivery). 2-4 are still read, from the log of a version 4 file.
+_ADDED_SENT = 7  # as _ADDED, then the packet id
+_SENT_ROW = 8  # row, packet id
+_RELEASED_ROW = 9  # row
+_DONE_ROW = 10  # row
 
 _A = struct.Struct("<BqdBBBHHHIIH")
+_AS = struct.Struct("<BqdBBBHHHIIHH")
 _S = struct.Struct("<BqHH")
 _R = struct.Struct("<BqH")  # also _DONE
 _I = struct.Struct("<BHH")  # both incoming records
+_SR = struct.Struct("<BqH")  # _SENT_ROW
+_RR = struct.Struct("<Bq")  # _RELEASED_ROW, _DONE_ROW
+# The tags written as bytes of their own: compiled, int.to_bytes and appends cost less than a Struct.pack call.
+_TAG_SENT_ROW = bytes((_SENT_ROW,))
+_TAG_RELEASED_ROW = bytes((_RELEASED_ROW,))
+_TAG_DONE_ROW = bytes((_DONE_ROW,))
+_TAG_INCOMING_ADDED = bytes((_INCOMING_ADDED,))
+_TAG_INCOMING_RELEASED = bytes((_INCOMING_RELEASED,))
 
 _MESSAGE_RETAIN = 1  # flags
 _RETAIN = 2
@@ -85,43 +103,61 @@ def encode(changes: list[Logged], offset: float) -> bytes:
 def _put(parts: list[bytes], c: Logged, names: dict[str, bytes], offset: float) -> None:
     """One record onto `parts`. `names`: the UTF-8 of the strings seen so far (a group's records name few
     clients, topics and publishers, many times each)."""
+    if type(c) is DeliveryReleased:
+        parts.append(_TAG_RELEASED_ROW)
+        parts.append(c.row.to_bytes(8, "little", signed=True))
+        return
+    if type(c) is DeliveryDone:
+        parts.append(_TAG_DONE_ROW)
+        parts.append(c.row.to_bytes(8, "little", signed=True))
+        return
+    if type(c) is DeliverySent:
+        parts.append(_TAG_SENT_ROW)
+        parts.append(c.row.to_bytes(8, "little", signed=True))
+        parts.append(c.packet_id.to_bytes(2, "little"))
+        return
     cid = names.get(c.client_id)
     if cid is None:
         cid = names[c.client_id] = c.client_id.encode()
     if type(c) is DeliveryAdded:
-        m = c.message
-        topic = names.get(m.topic)
-        if topic is None:
-            topic = names[m.topic] = m.topic.encode()
-        flags = (_MESSAGE_RETAIN if m.retain else 0) | (_RETAIN if c.retain else 0)
-        origin = b""
-        if m.origin is not None:
-            flags |= _ORIGIN
-            known = names.get(m.origin)
-            origin = names[m.origin] = m.origin.encode() if known is None else known
-        props = encode_properties(m.properties, _PUBLISH) if m.properties.items else b""
-        sids = c.subscription_ids
+        _put_added(parts, c, cid, names, offset, -1)
+        return
+    if type(c) is IncomingAdded or type(c) is IncomingReleased:
+        parts.append(_TAG_INCOMING_ADDED if type(c) is IncomingAdded else _TAG_INCOMING_RELEASED)
+        parts.append(c.packet_id.to_bytes(2, "little"))
+        parts.append(len(cid).to_bytes(2, "little"))
+        parts.append(cid)
+
+
+def _put_added(
+    parts: list[bytes], c: DeliveryAdded, cid: bytes, names: dict[str, bytes], offset: float, packet_id: int
+) -> None:
+    """A DeliveryAdded, with the packet identifier it was sent with in the same group (-1: not sent there)."""
+    m = c.message
+    topic = names.get(m.topic)
+    if topic is None:
+        topic = names[m.topic] = m.topic.encode()
+    flags = (_MESSAGE_RETAIN if m.retain else 0) | (_RETAIN if c.retain else 0)
+    origin = b""
+    if m.origin is not None:
+        flags |= _ORIGIN
+        known = names.get(m.origin)
+        origin = names[m.origin] = m.origin.encode() if known is None else known
+    props = encode_properties(m.properties, _PUBLISH) if m.properties.items else b""
+    sids = c.subscription_ids
+    if packet_id < 0:
         parts.append(_A.pack(_ADDED, c.row, m.received_at + offset, m.qos, flags, c.qos, len(cid), len(topic),
                              len(origin), len(props), len(m.payload), len(sids)))  # fmt: skip
-        parts.append(cid)
-        parts.append(topic)
-        parts.append(origin)
-        parts.append(props)
-        parts.append(m.payload)
-        if sids:
-            parts.append(struct.pack(f"<{len(sids)}I", *sids))
-        return
-    if type(c) is DeliverySent:
-        parts.append(_S.pack(_SENT, c.row, c.packet_id, len(cid)))
-    elif type(c) is DeliveryReleased:
-        parts.append(_R.pack(_RELEASED, c.row, len(cid)))
-    elif type(c) is DeliveryDone:
-        parts.append(_R.pack(_DONE, c.row, len(cid)))
-    elif type(c) is IncomingAdded:
-        parts.append(_I.pack(_INCOMING_ADDED, c.packet_id, len(cid)))
-    elif type(c) is IncomingReleased:
-        parts.append(_I.pack(_INCOMING_RELEASED, c.packet_id, len(cid)))
+    else:
+        parts.append(_AS.pack(_ADDED_SENT, c.row, m.received_at + offset, m.qos, flags, c.qos, len(cid),
+                              len(topic), len(origin), len(props), len(m.payload), len(sids), packet_id))  # fmt: skip
     parts.append(cid)
+    parts.append(topic)
+    parts.append(origin)
+    parts.append(props)
+    parts.append(m.payload)
+    if sids:
+        parts.append(struct.pack(f"<{len(sids)}I", *sids))
 
 
 def decode(data: bytes, offset: float) -> list[Logged]:
@@ -141,11 +177,18 @@ def _decode(data: bytes, offset: float) -> list[Logged]:
     pos = 0
     while pos < end:
         tag = data[pos]
-        if tag == _ADDED:
-            _, row, received, mqos, flags, qos, ncid, ntopic, norigin, nprops, npayload, nsids = _A.unpack_from(
-                data, pos
-            )
-            pos += _A.size
+        if tag in (_ADDED, _ADDED_SENT):
+            pid = -1
+            if tag == _ADDED:
+                _, row, received, mqos, flags, qos, ncid, ntopic, norigin, nprops, npayload, nsids = _A.unpack_from(
+                    data, pos
+                )
+                pos += _A.size
+            else:
+                _, row, received, mqos, flags, qos, ncid, ntopic, norigin, nprops, npayload, nsids, pid = (
+                    _AS.unpack_from(data, pos)
+                )
+                pos += _AS.size
             cid = _text(view, pos, ncid, end, names)
             pos += ncid
             topic = _text(view, pos, ntopic, end, names)
@@ -170,6 +213,16 @@ def _decode(data: bytes, offset: float) -> list[Logged]:
                 topic, payload, mqos, bool(flags & _MESSAGE_RETAIN), properties, origin, received - offset
             )
             out.append(DeliveryAdded(cid, row, message, qos, bool(flags & _RETAIN), sids))
+            if pid >= 0:
+                out.append(DeliverySent(cid, row, pid))
+        elif tag == _SENT_ROW:
+            _, row, pid = _SR.unpack_from(data, pos)
+            pos += _SR.size
+            out.append(DeliverySent("", row, pid))  # (the row names the delivery: its client is the row's)
+        elif tag in (_RELEASED_ROW, _DONE_ROW):
+            _, row = _RR.unpack_from(data, pos)
+            pos += _RR.size
+            out.append(DeliveryReleased("", row) if tag == _RELEASED_ROW else DeliveryDone("", row))
         elif tag == _SENT:
             _, row, pid, ncid = _S.unpack_from(data, pos)
             pos += _S.size
@@ -219,6 +272,20 @@ class IncomingFate(Enum):
     BACK = 3  # released, then added again: on the table, to stay
 
 
+_NEW: Final = IncomingFate.NEW  # (module constants: no attribute lookup on the enum class per record)
+_GONE: Final = IncomingFate.GONE
+_BACK: Final = IncomingFate.BACK
+
+
+def sent_packet_ids(changes: list[Change]) -> dict[int, int]:
+    """The deliveries sent in a group: row -> the packet identifier it was last sent with (LogState.log's `sent`)."""
+    sent: dict[int, int] = {}
+    for c in changes:
+        if type(c) is DeliverySent:
+            sent[c.row] = c.packet_id
+    return sent
+
+
 @dataclass(slots=True)
 class Segment:
     """What `LogState.log` made of a group's changes from `start` to `end` (a SessionRemoved there, or the end)."""
@@ -229,6 +296,19 @@ class Segment:
     direct: list[Change]  # retained messages and sessions saved: to their tables (no log record touches them)
 
 
+class _Row:
+    """What the log's records since the last fold say of one delivery row. (A plain class: native when compiled,
+    so a record costs one dict lookup and attribute stores, not one dict or set operation per table column.)"""
+
+    __slots__ = ("added", "done", "packet_id", "released")
+
+    def __init__(self, added: DeliveryAdded | None, packet_id: int = -1) -> None:
+        self.added = added  # the log's own row (on no table yet); None: a row the tables hold
+        self.packet_id = packet_id  # -1: none since the last fold
+        self.released = False
+        self.done = False  # a table row to delete
+
+
 class LogState:
     """The net effect on the tables of the log's records since the last fold. Rows are never reused, so a row is
     either the log's own (`added`: on no table yet) or one the tables hold; `packet_ids` and `released` hold what
@@ -236,57 +316,85 @@ class LogState:
     An incoming identifier is added only when its client does not hold it (core/broker.py): an add then a release
     cancel, unless the identifier was on the table before (released, then used again)."""
 
-    __slots__ = ("added", "done", "incoming", "packet_ids", "released", "size")
+    __slots__ = ("incoming", "rows", "size")
 
     def __init__(self) -> None:
-        self.added: dict[int, DeliveryAdded] = {}
-        self.packet_ids: dict[int, int] = {}  # row -> its packet identifier now
-        self.released: set[int] = set()  # rows whose PUBREC came
-        self.done: set[int] = set()  # table rows to delete
+        self.rows: dict[int, _Row] = {}
         self.incoming: dict[tuple[str, int], IncomingFate] = {}
         self.size = 0  # log bytes written since the last fold (the caller counts them; 0: nothing to fold)
 
+    # What the store folds (and tests read): views of `rows`, made when asked.
+    @property
+    def added(self) -> dict[int, DeliveryAdded]:
+        return {row: r.added for row, r in self.rows.items() if r.added is not None}
+
+    @property
+    def packet_ids(self) -> dict[int, int]:
+        """Row -> its packet identifier now."""
+        return {row: r.packet_id for row, r in self.rows.items() if r.packet_id >= 0}
+
+    @property
+    def released(self) -> set[int]:
+        """Rows whose PUBREC came."""
+        return {row for row, r in self.rows.items() if r.released}
+
+    @property
+    def done(self) -> set[int]:
+        """Table rows to delete."""
+        return {row for row, r in self.rows.items() if r.done}
+
     def clear(self) -> None:
         """Folded: the tables hold it all."""
-        self.added = {}
-        self.packet_ids = {}
-        self.released = set()
-        self.done = set()
+        self.rows = {}
         self.incoming = {}
         self.size = 0
 
     def apply(self, c: Logged) -> None:
+        rows = self.rows
         if type(c) is DeliveryAdded:
-            self.added[c.row] = c
-        elif type(c) is DeliverySent:
-            self.packet_ids[c.row] = c.packet_id
-        elif type(c) is DeliveryReleased:
-            self.released.add(c.row)
-        elif type(c) is DeliveryDone:
-            row = c.row
-            if self.added.pop(row, None) is None:
-                self.done.add(row)
-            self.packet_ids.pop(row, None)
-            self.released.discard(row)
-        elif type(c) is IncomingAdded:
-            key = (c.client_id, c.packet_id)
-            self.incoming[key] = IncomingFate.NEW if key not in self.incoming else IncomingFate.BACK
-        elif type(c) is IncomingReleased:
-            key = (c.client_id, c.packet_id)
-            if self.incoming.get(key) is IncomingFate.NEW:
-                del self.incoming[key]  # on no table: nothing to do
+            rows[c.row] = _Row(c)
+        elif type(c) is DeliverySent or type(c) is DeliveryReleased or type(c) is DeliveryDone:
+            # (The row boxed once, for the lookup and the store or delete: compiled, an int is boxed anew at each
+            # dict operation.)
+            key: Any = c.row
+            r = rows.get(key)
+            if type(c) is DeliveryDone:
+                if r is None:
+                    r = rows[key] = _Row(None)
+                elif r.added is not None:
+                    del rows[key]  # the log's own row: nothing to write
+                    return
+                r.packet_id = -1
+                r.released = False
+                r.done = True
+                return
+            if r is None:
+                r = rows[key] = _Row(None)
+            if type(c) is DeliverySent:
+                r.packet_id = c.packet_id
             else:
-                self.incoming[key] = IncomingFate.GONE
+                r.released = True
+        elif type(c) is IncomingAdded:
+            key2 = (c.client_id, c.packet_id)
+            self.incoming[key2] = _NEW if key2 not in self.incoming else _BACK
+        elif type(c) is IncomingReleased:
+            key2 = (c.client_id, c.packet_id)
+            if self.incoming.get(key2) is _NEW:
+                del self.incoming[key2]  # on no table: nothing to do
+            else:
+                self.incoming[key2] = _GONE
 
-    def log(self, changes: list[Change], start: int, offset: float, sent: set[int]) -> Segment:
+    def log(self, changes: list[Change], start: int, offset: float, sent: dict[int, int]) -> Segment:
         """Takes `changes` from `start` up to the first SessionRemoved (whose deletes need the tables folded
         first) or their end: the per-message records are applied and encoded, except deliveries added and not
-        sent in the group (`sent`: the rows DeliverySent names), likely to stay, which go to their table, as do
-        the changes no log record touches. A delivery queued and done within the segment goes nowhere."""
+        sent in the group (`sent`: sent_packet_ids of the group), likely to stay, which go to their table, as do
+        the changes no log record touches. A delivery queued and done within the segment goes nowhere; one added
+        and sent is one record (_ADDED_SENT), with the identifier it was last sent with."""
         parts: list[bytes] = []
         names: dict[str, bytes] = {}
         queued: dict[int, DeliveryAdded] = {}
         direct: list[Change] = []
+        merged: set[int] = set()  # rows written as _ADDED_SENT here: their DeliverySent records are in it
         n = len(changes)
         i = start
         while i < n:
@@ -297,10 +405,23 @@ class LogState:
             if type(c) is RetainedSet or type(c) is RetainedCleared or type(c) is SessionSaved:
                 direct.append(c)
                 continue
-            if type(c) is DeliveryAdded and c.row not in sent:
-                queued[c.row] = c
+            if type(c) is DeliveryAdded:
+                row = c.row
+                pid = sent.get(row, -1)
+                if pid < 0:
+                    queued[row] = c
+                    continue
+                cid = names.get(c.client_id)
+                if cid is None:
+                    cid = names[c.client_id] = c.client_id.encode()
+                _put_added(parts, c, cid, names, offset, pid)
+                self.rows[row] = _Row(c, pid)
+                merged.add(row)
                 continue
-            if type(c) is DeliveryDone and queued.pop(c.row, None) is not None:
+            if type(c) is DeliverySent and c.row in merged:
+                continue
+            if type(c) is DeliveryDone and c.row in queued:
+                del queued[c.row]
                 continue
             _put(parts, c, names, offset)  # type: ignore[arg-type]
             self.apply(c)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ taken when the store is opened, so that expiry intervals go on counting across a
 A file that cannot be read (not a database, corrupt, truncated, a newer schema) is moved aside with a time
 stamp and the broker starts empty: `Store.open` says so in its `warning`.
 
-The log (schema 4): most per-message records live a few commits (a QoS 2 message is added, released, done; an
+The log (schema 4, 5): most per-message records live a few commits (a QoS 2 message is added, released, done; an
 incoming QoS 2 identifier added, released), so a commit writes them as one row of the `log` table (core/changelog.py
 encodes them) instead of a statement each, and the store keeps their net effect on the tables in memory (LogState):
 what is added and done since the last fold cancels out and never reaches the tables. The tables are brought up to
@@ -26,10 +26,10 @@ their tables. A file is its tables plus its log, read in that order: what `sqlit
 incoming identifiers while the broker runs may be behind by the log.
 
 Schema versions: 1 held retained messages, sessions, subscriptions and deliveries; 2 added a session's will, a
-delivery's packet identifier and QoS 2 state, and the incoming QoS 2 identifiers not yet released; 3 a session's
-bridge; 4 the log. A file of an older version is migrated when it is opened (one transaction: the `_MIGRATIONS`
-after its version); a new file is made by the same steps, so a migrated file and a new one have the same tables,
-column for column.
+delivery's packet identifier and QoS 2 state, and the incoming QoS 2 identifiers not yet released; 3 a session's bridge;
+4 the log; 5 the log's record of a delivery added and sent in one commit (no table changes). A file of an older version
+is migrated when it is opened (one transaction: the `_MIGRATIONS` after its version); a new file is made by the same
+steps, so a migrated file and a new one have the same tables, column for column.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mqtt_cli.core.changelog import IncomingFate, LogState, LogUnreadable, decode
+from mqtt_cli.core.changelog import IncomingFate, LogState, LogUnreadable, decode, sent_packet_ids
 from mqtt_cli.core.config import SyncMode
 from mqtt_cli.core.errors import RemoteProtocolError
 from mqtt_cli.core.packed import PackedQueue, PackedRetained, Shape
@@ -50,7 +50,6 @@ from mqtt_cli.core.packets import Will
 from mqtt_cli.core.persistence import (
     Change,
     DeliveryAdded,
-    DeliverySent,
     RetainedSet,
     SessionSaved,
     StoredDelivery,
@@ -62,7 +61,7 @@ from mqtt_cli.core.session import Message, SubscriptionOptions
 __all__ = ["SCHEMA_VERSION", "Restored", "Store", "StoreError"]
 
 #: Bumped by any change of the tables below; an older file is migrated on open, a newer one moved aside.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _PUBLISH = 3  # packet type whose properties a message keeps
 
 # Version 1, as first released: every file starts from it, then takes the migrations in turn.
@@ -111,6 +110,9 @@ ALTER TABLE sessions ADD COLUMN bridge TEXT;
     4: """
 CREATE TABLE log (seq INTEGER PRIMARY KEY, data BLOB NOT NULL);
 """,
+    # No table changes: log rows may hold a record older brokers do not know (a delivery added and sent as one,
+    # core/changelog.py), so they must move such a file aside rather than fail on its log.
+    5: "",
 }
 
 
@@ -304,7 +306,7 @@ class Store:
                 state = self._state = self._read_log()
             # Deliveries added and sent in this group go to the log (their subscriber is online: their end is
             # likely near); those only queued, straight to their table.
-            sent = {c.row for c in changes if type(c) is DeliverySent}
+            sent = sent_packet_ids(changes)
             n = len(changes)
             with db:
                 segment = state.log(changes, 0, off, sent)

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
-from mqtt_cli.core.changelog import IncomingFate, Logged, LogState, LogUnreadable, decode, encode
+from mqtt_cli.core.changelog import (
+    IncomingFate,
+    Logged,
+    LogState,
+    LogUnreadable,
+    decode,
+    encode,
+    sent_packet_ids,
+)
 from mqtt_cli.core.persistence import (
     Change,
     DeliveryAdded,
@@ -43,6 +53,10 @@ def _comparable(c: Logged) -> tuple[object, ...]:
     if type(c) is DeliveryAdded:
         m = c.message
         return (c.client_id, c.row, c.qos, c.retain, c.subscription_ids, *(getattr(m, f) for f in _FIELDS))
+    if type(c) is DeliverySent:  # a delivery's later steps name its row only
+        return (type(c), c.row, c.packet_id)
+    if type(c) is DeliveryReleased or type(c) is DeliveryDone:
+        return (type(c), c.row)
     return (type(c), c)
 
 
@@ -54,6 +68,12 @@ def test_decode_gives_back_what_was_encoded_through_the_wall_clock() -> None:
     assert [_comparable(c) for c in back] == [_comparable(c) for c in records]
     moved = decode(data, 990.0)[0]  # read by a broker whose clock started 10 s later
     assert type(moved) is DeliveryAdded and moved.message.received_at == records[0].message.received_at + 10  # type: ignore[union-attr]
+
+
+def test_the_records_of_a_version_4_log_still_decode() -> None:
+    """Version 4 wrote a delivery's later steps with its client (tags 2-4); a file killed then is replayed."""
+    row = struct.pack("<BqHH", 2, 5, 9, 1) + b"c" + struct.pack("<BqH", 3, 5, 1) + b"c" + struct.pack("<BqH", 4, 5, 1)
+    assert decode(row + b"c", 0.0) == [DeliverySent("c", 5, 9), DeliveryReleased("c", 5), DeliveryDone("c", 5)]
 
 
 def test_an_empty_group_is_an_empty_row() -> None:
@@ -91,15 +111,34 @@ def test_log_takes_a_segment_up_to_a_session_removed_and_cancels_what_ends_in_it
         SessionRemoved("c"),
         DeliveryReleased("c", 1),
     ]  # fmt: skip
-    sent = {1}
+    sent = sent_packet_ids(changes)
+    assert sent == {1: 7}
     first = state.log(changes, 0, 0.0, sent)
     assert (first.end, first.queued, first.direct) == (7, [changes[2]], [retained])
+    assert first.data[0] == 7  # added and sent: one record, which decodes as both
     assert [type(c) for c in decode(first.data, 0.0)] == [DeliveryAdded, DeliverySent, IncomingAdded]
     assert set(state.added) == {1} and state.packet_ids == {1: 7}
     assert state.incoming == {("c", 4): IncomingFate.NEW}
     state.clear()  # (the store folds here, then removes the session)
     second = state.log(changes, 8, 0.0, sent)
     assert second.end == len(changes) and state.released == {1} and not state.added
+
+
+def test_a_delivery_added_and_sent_in_a_group_is_one_record_with_its_last_identifier() -> None:
+    changes: list[Change] = [_added(1), DeliverySent("c", 1, 7), DeliverySent("c", 1, 9), DeliveryReleased("c", 1)]
+    merged, apart = LogState(), LogState()
+    segment = merged.log(changes, 0, 0.0, sent_packet_ids(changes))
+    for c in changes:  # what the records one by one would do
+        apart.apply(c)  # type: ignore[arg-type]
+    assert (merged.added, merged.packet_ids, merged.released) == (apart.added, apart.packet_ids, apart.released)
+    assert merged.packet_ids == {1: 9}
+    records = decode(segment.data, 0.0)
+    assert [type(c) for c in records] == [DeliveryAdded, DeliverySent, DeliveryReleased]
+    assert records[1] == DeliverySent("c", 1, 9)
+    replayed = LogState()
+    for c in records:
+        replayed.apply(c)
+    assert (replayed.added.keys(), replayed.packet_ids, replayed.released) == (apart.added.keys(), {1: 9}, {1})
 
 
 def test_the_state_cancels_a_row_added_and_done_and_keeps_an_identifier_used_again() -> None:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import random
 import shutil
 import sqlite3
+import struct
 from pathlib import Path
 
 import pytest
 
+from mqtt_cli.core.changelog import encode
 from mqtt_cli.core.config import SyncMode
 from mqtt_cli.core.persistence import (
     Change,
@@ -169,8 +171,30 @@ def test_a_version_3_file_is_migrated_and_keeps_its_rows(tmp_path: Path) -> None
     assert session.incoming == (3,) and session.queued is not None and len(session.queued) == 1
     again.commit([DeliverySent("off", 1, 7)])  # the log works in the migrated file
     again.close()
-    assert _rows(path, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)] and SCHEMA_VERSION == 4
+    assert _rows(path, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)] and SCHEMA_VERSION == 5
     assert _deliveries(path) == [(1, "off", 7, 0)]
+
+
+def test_a_version_4_file_killed_with_its_log_is_migrated_and_replayed(tmp_path: Path) -> None:
+    """Version 4 logged a delivery added and sent as two records; version 5 reads those rows as they are."""
+    path = tmp_path / "p.db"
+    store, _ = Store.open(path, SyncMode.normal, 0.0)
+    store.commit([SessionSaved("c", 4, _FOREVER, None, ())])
+    killed = _killed(path, tmp_path / "killed")
+    store.close()
+    # Version 4's records: a delivery added (as now), then sent, naming its client (tag 2, gone since).
+    sent = struct.pack("<BqHH", 2, 1, 7, 1) + b"c"
+    old_row = encode([_added("c", 1)], 0.0) + sent + encode([IncomingAdded("c", 3), _added("c", 2)], 0.0)
+    with sqlite3.connect(killed) as db:  # what a version 4 broker killed after that commit left
+        db.execute("INSERT INTO log (data) VALUES (?)", (old_row,))
+        db.execute("UPDATE schema_version SET version = 4")
+    again, restored = Store.open(killed, SyncMode.normal, 0.0)
+    again.close()
+    assert again.warning is None
+    assert _rows(killed, "SELECT version FROM schema_version") == [(5,)]
+    assert _deliveries(killed) == [(1, "c", 7, 0), (2, "c", None, 0)] and _incoming(killed) == [("c", 3)]
+    (session,) = restored.sessions
+    assert session.incoming == (3,)
 
 
 def test_a_failed_commit_leaves_the_log_as_it_was_and_is_tried_again(tmp_path: Path) -> None:
