@@ -276,7 +276,8 @@ def serve(
         })  # fmt: skip
 
     def listening(bound: list[Listener]) -> None:
-        print(f"mqtt serve: listening on {', '.join(b.url for b in bound)}", file=sys.stderr, flush=True)
+        assert serving.log is not None  # opened before the broker starts
+        serving.log.status(f"mqtt serve: listening on {', '.join(b.url for b in bound)}")
 
     try:
         translation = source.read()
@@ -296,6 +297,7 @@ def serve(
         settings, options = serving.options(translation)
         log = serving.log = BrokerLog(settings.log)  # opened once everything else is known to be good
         options.on_notice = log.notice
+        options.log_lines_lost = log.lines_lost
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
     except (FileProblem, LogError) as exc:

@@ -24,6 +24,7 @@ __all__ = [
     "ProcessFigures",
     "Sample",
     "broker_families",
+    "log_families",
     "process_families",
     "render",
     "wants_openmetrics",
@@ -208,6 +209,14 @@ def _histogram(h: CommitLatency) -> tuple[Sample, ...]:
     out.append(Sample(h.total, (), "_sum"))
     out.append(Sample(running, (), "_count"))
     return tuple(out)
+
+
+def log_families(lines_lost: int) -> list[Family]:
+    """The broker's log (net/log.py): what it could not write, the broker serving on without it."""
+    f = _Families()
+    f.add("mqtt_broker_log_lines_lost", MetricType.COUNTER, "Log lines that could not be written (a file-size "
+          "limit, a full disk, standard error gone); the broker served on without them.", _one(lines_lost))  # fmt: skip
+    return f.items
 
 
 def process_families(p: ProcessFigures) -> list[Family]:

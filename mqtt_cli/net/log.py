@@ -1,25 +1,30 @@
 """The broker's log: text or JSON lines to standard error or a file, and to syslog; reopened for logrotate.
 
-Writes are synchronous and small (one line per event); a file is opened in append mode, line-buffered, so
-`logrotate` can move it away and SIGUSR2 (`reopen`) starts a new one. Syslog gets the same line through a
-unix datagram socket (RFC 3164 framing, as syslog(3) sends it to /dev/log); a syslog that is not there or
-full loses the line, never blocks the broker.
+Writes are synchronous and small: one write(2) per line, straight to the descriptor (no buffer of ours that
+would keep a line that failed and replay it later). A file is opened in append mode, so `logrotate` can move it
+away and SIGUSR2 (`reopen`) starts a new one. A line that cannot be written (a file-size limit, a full disk, a
+closed pipe or terminal) is dropped and counted (`LostLines`), never raised into the broker: the next line that
+can be written is preceded by one saying how many were lost. Syslog gets the same line through a unix datagram
+socket (RFC 3164 framing, as syslog(3) sends it to /dev/log); a syslog that is not there or full loses the
+line, never blocks the broker.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from mqtt_cli.core.broker import Notice
 from mqtt_cli.core.config import LogFormat, LogLevel, LogSettings
 
-__all__ = ["BrokerLog", "LogError", "notice_level"]
+__all__ = ["BrokerLog", "LogError", "LostLines", "notice_level"]
 
 _FACILITIES = {"user": 1, "daemon": 3, **{f"local{i}": 16 + i for i in range(8)}}
 _SEVERITY = {LogLevel.debug: 7, LogLevel.info: 6, LogLevel.warning: 4, LogLevel.error: 3}
@@ -35,20 +40,33 @@ def notice_level(kind: str) -> LogLevel:
     return LogLevel.info if kind in ("connected", "disconnected") else LogLevel.warning
 
 
+@dataclass(slots=True)
+class LostLines:
+    """Log lines that could not be written: since the start (the metric), and since the last one written (said
+    before the next that can be, then zero), with the last failure's reason."""
+
+    total: int = 0
+    unsaid: int = 0
+    reason: str = ""
+
+
 class BrokerLog:
     def __init__(self, settings: LogSettings, stderr: TextIO | None = None) -> None:
         self.settings = settings
-        self._stderr = stderr or sys.stderr
-        self._file: TextIO | None = None
+        stream = stderr or sys.stderr
+        self._stderr = _descriptor(stream) if stream is not None else -1  # None: Python found no descriptor 2
+        self._file = -1  # the log file's descriptor, -1 when the lines go to standard error
+        self._cut = False  # the last write stopped inside a line: the next starts on a line of its own
         self._syslog: socket.socket | None = None
         self._console: Any = None
+        self.lost = LostLines()
         self._open(settings)
 
     def _open(self, settings: LogSettings) -> None:
-        file = None
+        file = -1
         if settings.file is not None:
             try:
-                file = open(settings.file, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - kept open
+                file = os.open(settings.file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
             except OSError as exc:
                 raise LogError(f"cannot open the log file {settings.file}: {exc.strerror or exc}") from None
         sock = None
@@ -57,11 +75,14 @@ class BrokerLog:
             sock.setblocking(False)
         self.close()
         self.settings, self._file, self._syslog = settings, file, sock
+        self._cut = False
         self._console = None
-        if file is None and settings.format is LogFormat.text and self._stderr.isatty():
+        if file < 0 and settings.format is LogFormat.text and self._stderr >= 0 and os.isatty(self._stderr):
             from rich.console import Console
 
-            self._console = Console(file=self._stderr, highlight=False)
+            # It renders only (to a file of its own, never read): the line goes out as any other, and a terminal
+            # gone away (EIO, even on asking its size) cannot fail inside rich.
+            self._console = Console(file=io.StringIO(), force_terminal=True, highlight=False)
 
     def reconfigure(self, settings: LogSettings) -> None:
         """A reload's [log]: the new file is opened before the old one is closed (LogError: nothing changed)."""
@@ -74,12 +95,18 @@ class BrokerLog:
             self._open(self.settings)
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self.lost.unsaid:  # a last try to say how many lines went missing
+            self._write("")
+        if self._file >= 0:
+            os.close(self._file)
+            self._file = -1
         if self._syslog is not None:
             self._syslog.close()
             self._syslog = None
+
+    def lines_lost(self) -> int:
+        """Lines that could not be written since the start (the metric mqtt_broker_log_lines_lost_total)."""
+        return self.lost.total
 
     def wants(self, level: LogLevel) -> bool:
         return level is not LogLevel.none and level.rank >= self.settings.level.rank
@@ -100,31 +127,73 @@ class BrokerLog:
         if self.wants(level):
             self._emit(level, {"event": event, "detail": detail})
 
+    def status(self, text: str) -> None:
+        """A line for whoever started the broker (where it listens), on standard error whatever the log's settings;
+        lost if standard error cannot be written, as a log line is."""
+        _write_all(self._stderr, (text + "\n").encode("utf-8", "backslashreplace"))
+
     def _emit(self, level: LogLevel, fields: dict[str, Any]) -> None:
         now = time.time()
-        if self.settings.format is LogFormat.json:
-            line = json.dumps({"ts": round(now, 6), "level": level.value, **fields})
-        else:
-            line = _text(fields)
-        if self._file is not None:
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
-            self._file.write(f"{stamp} {line}\n" if self.settings.format is LogFormat.text else line + "\n")
-        elif self._console is not None:
-            self._rich(fields)
-        else:
-            stamp = time.strftime("%H:%M:%S ", time.localtime(now))
-            print(stamp + line if self.settings.format is LogFormat.text else line, file=self._stderr, flush=True)
+        line = self._plain(level, fields, now)
+        self._write(self._shown(fields, line, now))
         if self._syslog is not None:
             priority = _FACILITIES[self.settings.syslog_facility] * 8 + _SEVERITY[level]
             data = f"<{priority}>{time.strftime('%b %d %H:%M:%S', time.localtime(now))} mqtt-serve[{os.getpid()}]: "
             with contextlib.suppress(OSError):  # no syslog, or its queue full: the line is lost, the broker goes on
                 self._syslog.sendto((data + line).encode("utf-8", "replace"), self.settings.syslog_address)
 
-    def _rich(self, fields: dict[str, Any]) -> None:
+    def _plain(self, level: LogLevel, fields: dict[str, Any], now: float) -> str:
+        """The line as syslog gets it: JSON, or text without the time."""
+        if self.settings.format is LogFormat.json:
+            return json.dumps({"ts": round(now, 6), "level": level.value, **fields})
+        return _text(fields)
+
+    def _shown(self, fields: dict[str, Any], line: str, now: float) -> str:
+        """The line as the file or standard error gets it: text with the time (a file's with the date too), in
+        colours on a terminal."""
+        if self._console is not None:
+            return self._console_line(fields, now)
+        if self.settings.format is LogFormat.json:
+            return line + "\n"
+        return (
+            time.strftime("%Y-%m-%dT%H:%M:%S " if self._file >= 0 else "%H:%M:%S ", time.localtime(now)) + line + "\n"
+        )
+
+    def _write(self, text: str) -> None:
+        """`text` (a line, or "" to say only what was lost) to the file or standard error, after a line saying how
+        many could not be written since the last that was. A line that cannot be written is dropped and counted,
+        never raised: a log must not stop or hold up the broker (mosquitto ignores its log's write errors alike)."""
+        lost = self.lost
+        a_line = bool(text)
+        if lost.unsaid:
+            n, now = lost.unsaid, time.time()
+            fields = {"event": "log", "detail": f"{n} line{'s' if n != 1 else ''} could not be written ({lost.reason})"}
+            text = self._shown(fields, self._plain(LogLevel.warning, fields, now), now) + text
+        fd = self._file if self._file >= 0 else self._stderr
+        written, error = _write_all(fd, (("\n" if self._cut else "") + text).encode("utf-8", "backslashreplace"))
+        if written:
+            self._cut = error is not None  # stopped inside a line: the next starts on a line of its own
+        if error is None:
+            lost.unsaid = 0
+            return
+        lost.reason = error
+        if not a_line:
+            return
+        lost.total += 1
+        lost.unsaid += 1
+        if lost.unsaid == 1 and self._file >= 0:  # once an episode, where an operator may look
+            _write_all(
+                self._stderr,
+                f"mqtt serve: cannot write the log file {self.settings.file}: {error}; its "
+                "lines are dropped until it can be written again\n".encode("utf-8", "backslashreplace"),
+            )
+
+    def _console_line(self, fields: dict[str, Any], now: float) -> str:
+        """A terminal's line, in colours: rendered here, written as any other line."""
         from rich.text import Text
 
         kind = fields["event"]
-        line = Text(time.strftime("%H:%M:%S "), style="dim")
+        line = Text(time.strftime("%H:%M:%S ", time.localtime(now)), style="dim")
         line.append(f"{kind:<12}", style=_STYLES.get(kind, ""))
         if "peer" in fields:
             client_id = fields["client_id"]
@@ -134,7 +203,30 @@ class BrokerLog:
             line.append(f" {fields['detail']}")
         if fields.get("reason_code") is not None:
             line.append(f" (0x{fields['reason_code']:02X})", style=_STYLES.get(kind, ""))
-        self._console.print(line, soft_wrap=True)
+        with self._console.capture() as captured:
+            self._console.print(line, soft_wrap=True)
+        return str(captured.get())
+
+
+def _write_all(fd: int, data: bytes) -> tuple[int, str | None]:
+    """`data` in as many write(2) as `fd` takes: the bytes written, and why the rest was not (None: all went)."""
+    done = 0
+    try:
+        while done < len(data):
+            n = os.write(fd, data[done:])
+            if n == 0:  # no error and no progress (a device's way to say full): as good as one
+                return done, "nothing written"
+            done += n
+    except OSError as exc:
+        return done, exc.strerror or str(exc)
+    return done, None
+
+
+def _descriptor(stream: TextIO) -> int:
+    try:
+        return stream.fileno()
+    except (OSError, ValueError):  # closed, or not a file
+        return -1
 
 
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127)}

@@ -25,6 +25,7 @@ from mqtt_cli.core.metrics import (
     ConnectedClients,
     ProcessFigures,
     broker_families,
+    log_families,
     process_families,
     render,
     wants_openmetrics,
@@ -46,6 +47,7 @@ class MetricsSource:
     core: Callable[[], BrokerCore]
     ready: Callable[[], bool]
     connected: Callable[[], Iterable[ConnectedClients]]
+    log_lines_lost: Callable[[], int] | None = None  # the broker's log (net/log.py), when it has one
 
 
 def process_figures() -> ProcessFigures:
@@ -158,6 +160,8 @@ async def _serve_one(stream: trio.SocketStream, source: MetricsSource) -> None:
         openmetrics = wants_openmetrics(headers.get("accept", ""))
         core = source.core()
         families = broker_families(core, source.connected(), trio.current_time())
+        if source.log_lines_lost is not None:
+            families += log_families(source.log_lines_lost())
         families += process_families(process_figures())
         body = render(families, openmetrics)
         await _answer(stream, conn, 200, body, OPENMETRICS_TYPE if openmetrics else TEXT_TYPE, head=head)

@@ -181,6 +181,7 @@ class ServeOptions:
     ready_file: Path | None = None
     on_notice: Callable[[Notice], None] | None = None
     on_listening: Callable[[list[Listener]], None] | None = None
+    log_lines_lost: Callable[[], int] | None = None  # the log's count (net/log.py), for the metrics endpoint
     auth: AuthPolicy = OPEN_POLICY  # for listeners without their own (allow_anonymous None: decided per listener)
     metrics: MetricsAddress | None = None  # the HTTP endpoint for monitoring (net/metrics.py)
     persistence: PersistenceSettings = field(default_factory=PersistenceSettings)  # path None: nothing kept
@@ -897,7 +898,8 @@ class BrokerServer:
     async def run(self, stop: trio.Event, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listens and serves until `stop` is set, then shuts down gracefully. The metrics endpoint, when asked
         for, answers from before the listeners are bound (/readyz: 503) to after they are closed."""
-        source = MetricsSource(lambda: self.core, lambda: self.ready, self.connected_clients)
+        lost = self.options.log_lines_lost  # the log outlives reloads: its count is the start's
+        source = MetricsSource(lambda: self.core, lambda: self.ready, self.connected_clients, lost)
         address = self.options.metrics
         sockets = None
         if address is not None:

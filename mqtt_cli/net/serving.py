@@ -2,7 +2,8 @@
 
 SIGINT/SIGTERM shut down gracefully (a second one stops at once); SIGHUP reloads the configuration
 (everything is read and checked first; a reload that fails logs one line and leaves the running configuration
-as it was); SIGUSR2 reopens the log file (for logrotate).
+as it was); SIGUSR2 reopens the log file (for logrotate). SIGXFSZ is ignored: a log that cannot be written
+never stops the broker (net/log.py).
 """
 
 from __future__ import annotations
@@ -73,10 +74,15 @@ class Serving:
         options.on_listening = self.on_listening
         if self.log is not None:
             options.on_notice = self.log.notice
+            options.log_lines_lost = self.log.lines_lost
         return settings, options
 
     async def run(self, options: ServeOptions) -> None:
         """Serves until SIGINT or SIGTERM; ServerError when it cannot start."""
+        # A write past a file-size limit (the log's file or standard error) would end the process by SIGXFSZ's
+        # default action; ignored, it fails with EFBIG and the log drops the line. (Python's start-up ignores it
+        # already, but not when an embedding program left its signals alone.)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         stop = trio.Event()
         server = BrokerServer(options)
         async with trio.open_nursery() as nursery:

@@ -6,7 +6,15 @@ import math
 
 from mqtt_cli.core.broker import BrokerCore, refusal_name
 from mqtt_cli.core.load import LoadAverages
-from mqtt_cli.core.metrics import Family, MetricType, Sample, broker_families, render, wants_openmetrics
+from mqtt_cli.core.metrics import (
+    Family,
+    MetricType,
+    Sample,
+    broker_families,
+    log_families,
+    render,
+    wants_openmetrics,
+)
 
 
 def test_text_and_openmetrics() -> None:
@@ -44,7 +52,7 @@ def test_accept_header() -> None:
 
 
 def test_every_family_is_named_by_the_rules() -> None:
-    for fam in broker_families(BrokerCore(), [], 5.0):
+    for fam in [*broker_families(BrokerCore(), [], 5.0), *log_families(0)]:
         assert fam.name.startswith("mqtt_broker_") and fam.name == fam.name.lower()
         assert not fam.name.endswith("_total"), "render adds _total to counters"
         assert fam.help.endswith(".") or fam.help.endswith(")")
