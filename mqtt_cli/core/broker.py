@@ -1579,9 +1579,9 @@ class BrokerCore:
         pid = None
         if qos:
             kept = (props or message.properties) if version == 5 else EMPTY_PROPERTIES  # 3.x has no properties
-            pid = session.outgoing.send_fields(message.topic, message.payload, qos, retain, kept, message).packet_id
+            pid = session.outgoing.send_fields_lazily(message.topic, message.payload, qos, retain, kept, message)
+            assert pid, "the window is open (the callers check)"
             if row:
-                assert pid is not None  # send_fields gave it one
                 if session.rows is None:
                     session.rows = {}
                 session.rows[pid] = row

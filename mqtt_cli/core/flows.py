@@ -52,16 +52,43 @@ _PublishTwin = mutable_twin(Publish)
 
 
 class Inflight:
-    """One unacknowledged outgoing message. `publish` is what was sent (kept for re-sending with DUP)."""
+    """One unacknowledged outgoing message. `publish` is what was sent (kept for re-sending with DUP).
+
+    An entry made by `OutgoingFlows.send_fields_lazily` (the broker's deliveries) keeps the fields and builds its
+    Publish only when asked for it: most flows end without anyone asking, and building a packet record costs
+    more than the rest of the flow's bookkeeping."""
 
     # A plain class, not a dataclass: every client imports this module, and dataclasses (with the inspect
     # module it loads) cost a one-shot `mqtt pub` several ms.
-    __slots__ = ("context", "publish", "state")
+    __slots__ = ("_packet_id", "_payload", "_properties", "_publish", "_qos", "_retain", "_topic", "context", "state")
 
-    def __init__(self, publish: Publish, state: FlowState, context: Any = None) -> None:
-        self.publish = publish
+    def __init__(self, publish: Publish | None, state: FlowState, context: Any = None) -> None:
+        self._publish = publish
         self.state = state
         self.context = context  # the owner's bookkeeping (e.g. the broker's message record), returned on completion
+        # The fields of a Publish not built yet (publish None).
+        self._topic = ""
+        self._payload = b""
+        self._qos = 0
+        self._retain = False
+        self._packet_id = 0
+        self._properties: Properties | None = None
+
+    @property
+    def publish(self) -> Publish:
+        p = self._publish
+        if p is None:
+            props = self._properties
+            assert props is not None  # (made lazily: send_fields_lazily sets the fields)
+            twin = _PublishTwin(self._topic, self._payload, self._qos, self._retain, False, self._packet_id, props)
+            twin.__class__ = Publish
+            p = twin
+            self._publish = p
+        return p
+
+    @publish.setter
+    def publish(self, value: Publish) -> None:
+        self._publish = value
 
 
 class OutgoingFlows:
@@ -193,6 +220,31 @@ class OutgoingFlows:
         packet: Publish = twin  # typed once it is one (a compiled build checks the type here)
         inflight[pid] = Inflight(packet, _AWAIT_PUBACK if qos == 1 else _AWAIT_PUBREC, context)
         return packet
+
+    def send_fields_lazily(
+        self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties, context: Any = None
+    ) -> int:
+        """try_send for a caller that needs only the packet identifier (the broker's deliveries): 0 when the window
+        is closed (nothing recorded). The entry builds its Publish only if asked for it (Inflight.publish)."""
+        inflight = self._inflight
+        limit = self.receive_maximum
+        if limit is not None and len(inflight) >= limit:
+            return 0
+        pid = self._next_id
+        reserved = self._reserved
+        if pid in inflight or (reserved is not None and pid in reserved):
+            pid = self._allocate()
+        else:
+            self._next_id = pid + 1 if pid < self._last_id else self._first_id
+        entry = Inflight(None, _AWAIT_PUBACK if qos == 1 else _AWAIT_PUBREC, context)
+        entry._topic = topic
+        entry._payload = payload
+        entry._qos = qos
+        entry._retain = retain
+        entry._packet_id = pid
+        entry._properties = properties
+        inflight[pid] = entry
+        return pid
 
     def puback(self, packet_id: int) -> Inflight | None:
         """The common case of acknowledge(): a plain PUBACK (reason 0, no properties) for a QoS 1 message in
