@@ -3,7 +3,8 @@
 
 Bytes go to standard output as they are (binary payloads intact), straight to the descriptor with one write(2)
 for the messages of one read (`Printer.write`; more if the descriptor takes less), so a pipe sees every message
-as soon as it arrived, at a cost per read rather than per message. On a terminal, -v colours the topic with rich; piped output has no colour.
+as soon as it arrived, at a cost per read rather than per message. On a terminal, -v colours the topic with
+rich; piped output has no colour.
 
 An output that cannot be written (a full disk, a file-size limit, a terminal gone) raises OutputFailed: one line
 and exit 1, as cat and tee do; a closed pipe stays a BrokenPipeError, which ends the command quietly with 0.
