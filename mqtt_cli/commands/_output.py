@@ -28,7 +28,9 @@ from mqtt_cli.core.properties import Properties
 from mqtt_cli.exit_codes import EXIT_OUTPUT_FAILED
 from mqtt_cli.net.errors import ClientError
 
-__all__ = ["FormatError", "OutputFailed", "Printer", "check_format", "compile_format", "format_message"]
+__all__ = [
+    "FormatError", "OutputFailed", "Printer", "check_format", "compile_format", "format_message", "output_failed"
+]  # fmt: skip
 
 _ESCAPES = {"\\": b"\\", "0": b"\0", "a": b"\a", "e": b"\x1b", "n": b"\n", "r": b"\r", "t": b"\t", "v": b"\v"}
 _FIELDS = "%AtpqrmiICDEFlPRSxXjJU"
@@ -284,6 +286,20 @@ def compile_format(fmt: str) -> Callable[[Publish, float], bytes]:
     return lambda p, now: b"".join([f if type(f) is bytes else f(p, now) for f in fields])  # type: ignore[operator, misc]
 
 
+def output_failed(exc: OSError, out: BinaryIO, where: str, lost: str) -> OutputFailed:
+    """The error for a write to `out` (`where`: "standard output") that failed, saying what was `lost`; `out` is
+    set aside (/dev/null on its descriptor): what Python still buffers for it would fail again when it is closed
+    or at exit (exit code 120 and a second complaint)."""
+    with contextlib.suppress(OSError, ValueError):  # no descriptor (a stream of a test), or closed
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
+        os.close(devnull)
+    name = errno.errorcode.get(exc.errno or 0)
+    why = f"{exc.strerror or exc}" + (f" ({name})" if name else "")
+    remedy = _REMEDIES.get(exc.errno or 0, "check where the output goes")
+    return OutputFailed(f"cannot write {where}: {why}; {lost}: {remedy}")
+
+
 class Printer:
     """Writes messages in one of the output forms; `mode`: payload, verbose (topic first), format (-F), json
     (--json); `form`: how the payload is written in payload and verbose modes (sub --format).
@@ -399,17 +415,8 @@ class Printer:
             view = view[n:]
 
     def _failed(self, exc: OSError, count: int) -> OutputFailed:
-        """The error for a write that failed, its output set aside: what Python still buffers for it would fail
-        again when the file is closed or at exit (exit code 120 and a second complaint)."""
-        with contextlib.suppress(OSError, ValueError):  # no descriptor (a stream of a test), or closed
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self.out.fileno())
-            os.close(devnull)
-        name = errno.errorcode.get(exc.errno or 0)
-        why = f"{exc.strerror or exc}" + (f" ({name})" if name else "")
-        remedy = _REMEDIES.get(exc.errno or 0, "check where the output goes")
-        lost = f"{count} message{'s' if count != 1 else ''}"
-        return OutputFailed(f"cannot write {self.where}: {why}; {lost} lost, nothing more received: {remedy}")
+        lost = f"{count} message{'s' if count != 1 else ''} lost, nothing more received"
+        return output_failed(exc, self.out, self.where, lost)
 
     def _write_each(self, messages: list[Publish], now: float, warn: Callable[[FormatError], None]) -> bytes:
         """write() when a message fails: what comes before a failure is written before its warning."""

@@ -127,3 +127,20 @@ def test_rr_on_a_full_disk_says_so_in_one_line_and_exits_1(mosquitto: Broker, to
             proc.wait(timeout=5)
     assert proc.returncode == EXIT_OUTPUT_FAILED, err
     assert_one_line(err.decode(), r"mqtt: error: cannot write standard output: No space left on device \(ENOSPC\); .*")
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "trio"])
+def test_pub_debug_lines_on_a_full_disk_say_so_and_exit_1(mosquitto: Broker, topic: str, fast: bool) -> None:
+    """-d's lines go to standard output: one that cannot be written was taken for the connection failing (exit 3
+    after 10 s, 'no answer from the broker')."""
+    env = cli_env() if fast else cli_env(MQTT_CLI_FAST="0")
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(
+            [*MQTT, "pub", *at(mosquitto), "-t", topic, "-m", "x", "-d"], stdin=subprocess.DEVNULL, stdout=full,
+            stderr=subprocess.PIPE, env=env, timeout=DEADLINE,
+        )  # fmt: skip
+    assert done.returncode == EXIT_OUTPUT_FAILED, done.stderr
+    assert_one_line(
+        done.stderr.decode(), r"mqtt: error: cannot write standard output: No space left on device \(ENOSPC\); "
+        r"a -d line lost, the command stopped: free some space",
+    )  # fmt: skip
