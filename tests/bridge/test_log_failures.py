@@ -56,10 +56,12 @@ def forwarded(local: Broker, remote: Broker, bridge: subprocess.Popen[Any], tag:
     return out
 
 
-def start_bridge(tmp_path: Path, local: Broker, remote: Broker, stderr: Any) -> subprocess.Popen[Any]:
-    args = [*MQTT, "bridge", "--local", local.url, "--remote", remote.url, "--name", "logfail", "--state-dir",
+def start_bridge(
+    tmp_path: Path, local: Broker, remote: Broker, stderr: Any, *extra: str, stdout: Any = subprocess.DEVNULL
+) -> subprocess.Popen[Any]:
+    args = [*MQTT, "bridge", *extra, "--local", local.url, "--remote", remote.url, "--name", "logfail", "--state-dir",
             str(tmp_path / "state"), "--restart-timeout", "0.1", "0.5", "-t", "log/# out 1"]  # fmt: skip
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
     RUNNING.append(proc)  # killed by tests/bridge/conftest.py if the test fails before it ends it
     return proc
 
@@ -85,6 +87,24 @@ def test_a_bridge_whose_log_cannot_be_written_forwards_on(tmp_path: Path, where:
     remote.restart()  # more log lines: a connection lost, tried again, back
     assert forwarded(local, remote, bridge, "after-a-restart") == b"after-a-restart\n"
     assert stopped(bridge) == 0  # SIGTERM: drained, as documented, whatever the log
+
+
+def test_a_json_status_that_cannot_be_written_is_given_up_and_the_bridge_goes_on(tmp_path: Path) -> None:
+    local, remote = start_ours(tmp_path / "local"), start_ours(tmp_path / "remote")
+    RUNNING.extend([local, remote])
+    log = tmp_path / "bridge.log"
+    with open("/dev/full", "wb") as full, log.open("wb") as stderr:
+        bridge = start_bridge(
+            tmp_path, local, remote, stderr, "--json-status", "--status-interval", "0.05", stdout=full
+        )
+    assert forwarded(local, remote, bridge, "status-lost") == b"status-lost\n"
+    deadline = time.monotonic() + DEADLINE
+    said = "bridge logfail: cannot write the status output: No space left on device; no more status lines"
+    while said not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert log.read_text().count(said) == 1, log.read_text()
+    assert forwarded(local, remote, bridge, "still") == b"still\n"
+    assert stopped(bridge) == 0
 
 
 def test_bridge_log_drops_and_counts_lines_then_says_how_many(tmp_path: Path) -> None:
