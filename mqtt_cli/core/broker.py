@@ -67,6 +67,7 @@ from .persistence import (
     StoredSession,
 )
 from .properties import EMPTY_PROPERTIES, Properties
+from .reader import plain_ack_packet
 from .reasons import REASONS_BY_PACKET, SERVER_ONLY_DISCONNECT_REASONS, ReasonCode, reason_name, v3_connack_code
 from .records import replace
 from .retained import RetainedStore
@@ -789,6 +790,11 @@ class BrokerCore:
     def _handle(self, conn: ServerConnection, packet: Any, now: float) -> None:
         self.stats.messages_received += 1
         kind = type(packet)
+        if kind is int:  # a plain acknowledgement (the reader's plain_acks)
+            if conn.state is _CONNECTED and self._on_plain_ack(conn, packet, now):
+                return
+            packet = plain_ack_packet(packet)  # anything else: the packet's general path
+            kind = type(packet)
         if kind is Publish:
             if conn.state is _CONNECTED:
                 self._on_publish(conn, packet, now)
@@ -1296,27 +1302,10 @@ class BrokerCore:
         session = conn.session
         assert session is not None
         kind = type(p)
-        outgoing = session.outgoing
-        if (kind is PubAck and outgoing.puback(p.packet_id) is not None) or (
-            kind is PubComp and outgoing.pubcomp(p.packet_id) is not None
-        ):
-            # The common case, a QoS 1 or 2 flow ending (any reason code): what acknowledge() below would do.
-            if session.rows is not None:
-                self._delivery_done(session, p.packet_id)
-            self._pump(session, now)
-            return
-        if kind is PubRec and p.reason_code < 0x80 and outgoing.pubrec(p.packet_id):
-            # The common case of a PUBREC: PUBREL written directly, the short form is the same in every version;
-            # with persistence after the commit saying so when the message is on file (sent before it, a restart
-            # would re-send the PUBLISH, which a client that completed the flow takes for a new message).
-            release = b"\x62\x02" + p.packet_id.to_bytes(2, "big")
-            rows = session.rows
-            row = rows.get(p.packet_id, 0) if rows is not None else 0
-            if row and self.changes is not None:
-                self.changes.append(DeliveryReleased(session.client_id, row))
-                self.held.append((conn, release))
-            else:
-                self._write(conn, release)
+        if kind is PubAck or kind is PubComp:
+            if self._flow_ended(session, p.packet_id, kind is PubAck, now):
+                return
+        elif p.reason_code < 0x80 and self._pubrec_taken(conn, session, p.packet_id):
             return
         held = False
         try:
@@ -1356,19 +1345,67 @@ class BrokerCore:
     def _on_pubrel(self, conn: ServerConnection, p: PubRel, now: float) -> None:
         session = conn.session
         assert session is not None
-        if session.incoming.released(p.packet_id):
-            # The common case: PUBCOMP written directly, the short form is the same in every version. With
-            # persistence, the end of the flow goes after the commit of the release: sent before it, a restart would
-            # keep the identifier, and the publisher's next message under it would be taken for a re-send and lost.
-            pubcomp = b"\x70\x02" + p.packet_id.to_bytes(2, "big")
-            if self.changes is not None and session.expiry_interval:
-                self.changes.append(IncomingReleased(session.client_id, p.packet_id))
-                self.held.append((conn, pubcomp))
-            else:
-                self._write(conn, pubcomp)
-            return
-        # Not awaiting PUBREL (a re-send after its PUBCOMP, or never received): 5.0 answers 0x92.
-        self._send(conn, session.incoming.release(p, conn.version))
+        if not self._pubrel_taken(conn, session, p.packet_id):
+            # Not awaiting PUBREL (a re-send after its PUBCOMP, or never received): 5.0 answers 0x92.
+            self._send(conn, session.incoming.release(p, conn.version))
+
+    # The common cases of the acknowledgements, from the packet identifier alone (a `plain_acks` reader gives the
+    # broker most of them as ints: `_on_plain_ack`). Each returns False, having changed nothing, when it is not the
+    # common case: the caller then takes the packet's general path.
+
+    def _on_plain_ack(self, conn: ServerConnection, ack: int, now: float) -> bool:
+        """A PUBACK, PUBREC, PUBREL or PUBCOMP with reason 0 and no properties, as `plain_ack(first, packet id)`."""
+        session = conn.session
+        if session is None:
+            return False
+        first = ack >> 16
+        pid = ack & 0xFFFF
+        if first == 0x40 or first == 0x70:
+            return self._flow_ended(session, pid, first == 0x40, now)
+        if first == 0x50:
+            return self._pubrec_taken(conn, session, pid)
+        return self._pubrel_taken(conn, session, pid)
+
+    def _flow_ended(self, session: Session, pid: int, puback: bool, now: float) -> bool:
+        """PUBACK or PUBCOMP (any reason code) ending a QoS 1 or 2 flow in flight: what acknowledge() would do."""
+        outgoing = session.outgoing
+        if (outgoing.puback(pid) if puback else outgoing.pubcomp(pid)) is None:
+            return False
+        if session.rows is not None:
+            self._delivery_done(session, pid)
+        self._pump(session, now)
+        return True
+
+    def _pubrec_taken(self, conn: ServerConnection, session: Session, pid: int) -> bool:
+        """A successful PUBREC for a QoS 2 message in flight: PUBREL written directly, the short form is the same in
+        every version; with persistence after the commit saying so when the message is on file (sent before it, a
+        restart would re-send the PUBLISH, which a client that completed the flow takes for a new message)."""
+        if not session.outgoing.pubrec(pid):
+            return False
+        release = b"\x62\x02" + pid.to_bytes(2, "big")
+        rows = session.rows
+        row = rows.get(pid, 0) if rows is not None else 0
+        if row and self.changes is not None:
+            self.changes.append(DeliveryReleased(session.client_id, row))
+            self.held.append((conn, release))
+        else:
+            self._write(conn, release)
+        return True
+
+    def _pubrel_taken(self, conn: ServerConnection, session: Session, pid: int) -> bool:
+        """A PUBREL for an identifier awaiting it: PUBCOMP written directly, the short form is the same in every
+        version. With persistence, the end of the flow goes after the commit of the release: sent before it, a
+        restart would keep the identifier, and the publisher's next message under it would be taken for a re-send
+        and lost."""
+        if not session.incoming.released(pid):
+            return False
+        pubcomp = b"\x70\x02" + pid.to_bytes(2, "big")
+        if self.changes is not None and session.expiry_interval:
+            self.changes.append(IncomingReleased(session.client_id, pid))
+            self.held.append((conn, pubcomp))
+        else:
+            self._write(conn, pubcomp)
+        return True
 
     def _route(self, message: Message, now: float) -> bool:
         """Stores a retained message and delivers to every matching subscription; True when any matched."""

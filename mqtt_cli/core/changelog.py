@@ -46,7 +46,6 @@ __all__ = [
     "Segment",
     "decode",
     "encode",
-    "sent_packet_ids",
 ]
 
 _PUBLISH = 3  # packet type whose properties a message keeps
@@ -277,15 +276,6 @@ _GONE: Final = IncomingFate.GONE
 _BACK: Final = IncomingFate.BACK
 
 
-def sent_packet_ids(changes: list[Change]) -> dict[int, int]:
-    """The deliveries sent in a group: row -> the packet identifier it was last sent with (LogState.log's `sent`)."""
-    sent: dict[int, int] = {}
-    for c in changes:
-        if type(c) is DeliverySent:
-            sent[c.row] = c.packet_id
-    return sent
-
-
 @dataclass(slots=True)
 class Segment:
     """What `LogState.log` made of a group's changes from `start` to `end` (a SessionRemoved there, or the end)."""
@@ -384,17 +374,17 @@ class LogState:
             else:
                 self.incoming[key2] = _GONE
 
-    def log(self, changes: list[Change], start: int, offset: float, sent: dict[int, int]) -> Segment:
+    def log(self, changes: list[Change], start: int, offset: float) -> Segment:
         """Takes `changes` from `start` up to the first SessionRemoved (whose deletes need the tables folded
         first) or their end: the per-message records are applied and encoded, except deliveries added and not
-        sent in the group (`sent`: sent_packet_ids of the group), likely to stay, which go to their table, as do
-        the changes no log record touches. A delivery queued and done within the segment goes nowhere; one added
-        and sent is one record (_ADDED_SENT), with the identifier it was last sent with."""
+        sent in the group, likely to stay, which go to their table, as do the changes no log record touches. A
+        delivery queued and done within the segment goes nowhere; one added and sent at once (its DeliverySent
+        right after it, as the core makes them) is one record (_ADDED_SENT)."""
         parts: list[bytes] = []
         names: dict[str, bytes] = {}
         queued: dict[int, DeliveryAdded] = {}
         direct: list[Change] = []
-        merged: set[int] = set()  # rows written as _ADDED_SENT here: their DeliverySent records are in it
+        sent: set[int] | None = None  # the rows sent in the group, looked up only for one not sent at once
         n = len(changes)
         i = start
         while i < n:
@@ -407,18 +397,22 @@ class LogState:
                 continue
             if type(c) is DeliveryAdded:
                 row = c.row
-                pid = sent.get(row, -1)
-                if pid < 0:
-                    queued[row] = c
-                    continue
+                pid = -1
+                after = changes[i] if i < n else None
+                if type(after) is DeliverySent and after.row == row:
+                    pid = after.packet_id
+                    i += 1
+                else:
+                    if sent is None:
+                        sent = {d.row for d in changes if type(d) is DeliverySent}
+                    if row not in sent:
+                        queued[row] = c
+                        continue
                 cid = names.get(c.client_id)
                 if cid is None:
                     cid = names[c.client_id] = c.client_id.encode()
-                _put_added(parts, c, cid, names, offset, pid)
+                _put_added(parts, c, cid, names, offset, pid)  # (its later DeliverySent, if any: a record of its own)
                 self.rows[row] = _Row(c, pid)
-                merged.add(row)
-                continue
-            if type(c) is DeliverySent and c.row in merged:
                 continue
             if type(c) is DeliveryDone and c.row in queued:
                 del queued[c.row]

@@ -21,7 +21,7 @@ from .packets import PACKET_NAMES, Connect, Packet, Publish
 from .properties import EMPTY_PROPERTIES, SEEN_PROPERTIES, Properties
 from .records import mutable_twin
 
-__all__ = ["PacketReader", "decode"]
+__all__ = ["PacketReader", "decode", "plain_ack_packet"]
 
 # First bytes of PUBACK, PUBREC, PUBREL, PUBCOMP with their required fixed-header flags.
 _PLAIN_ACKS = frozenset({0x40, 0x50, 0x62, 0x70})
@@ -52,6 +52,11 @@ _SEEN_PUBLISH_PROPERTIES = SEEN_PROPERTIES[3]
 _EMPTY = EMPTY_PROPERTIES
 
 
+def plain_ack_packet(ack: int) -> Any:
+    """The packet a `plain_acks` reader's int stands for (PubAck, PubRec, PubRel or PubComp, reason 0)."""
+    return ACK_CLASSES[ack >> 20](ack & 0xFFFF, 0, _EMPTY)
+
+
 class PacketReader:
     """Turns a byte stream, in any chunking, into packets.
 
@@ -64,16 +69,28 @@ class PacketReader:
     come back in the list in place of the packet (with `error.packet` set when it could be decoded) and
     reading goes on. Either way, an error with `fatal` set (the framing itself is broken) ends the stream: the
     reader raises it again on every later `feed`.
+
+    `plain_acks=True` (the broker): a PUBACK, PUBREC, PUBREL or PUBCOMP with nothing but its packet identifier
+    comes back as an int, `plain_ack(first byte, packet identifier)`, not a packet object: most are handled from
+    the two numbers, and building a packet record costs more than handling it (`plain_ack_packet` builds it).
     """
 
-    __slots__ = ("_chunks", "_error", "_have", "_need", "max_packet_size", "strict", "version")
+    __slots__ = ("_chunks", "_error", "_have", "_need", "max_packet_size", "plain_acks", "strict", "version")
 
-    def __init__(self, version: int | None = None, *, max_packet_size: int | None = None, strict: bool = True):
+    def __init__(
+        self,
+        version: int | None = None,
+        *,
+        max_packet_size: int | None = None,
+        strict: bool = True,
+        plain_acks: bool = False,
+    ):
         if version not in (None, 3, 4, 5):
             raise ValueError(f"version must be 3, 4, 5 or None, not {version!r}")
         self.version = version
         self.max_packet_size = max_packet_size
         self.strict = strict
+        self.plain_acks = plain_acks
         self._chunks: list[bytes] = []  # bytes of an incomplete packet
         self._have = 0
         self._need = 0  # bytes needed before decoding is worth trying again
@@ -195,7 +212,7 @@ class PacketReader:
                 # reason code 0, no properties); identifier 0 takes the general decoder, which says what is wrong.
                 pid = (data[body] << 8) | data[body + 1]
                 if pid:
-                    out.append(acks[first >> 4](pid, 0, _EMPTY))
+                    out.append(first << 16 | pid if self.plain_acks else acks[first >> 4](pid, 0, _EMPTY))
                     pos = end
                     continue
             try:

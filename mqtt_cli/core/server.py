@@ -74,7 +74,7 @@ class ServerConnection:
         self.username: str | None = None  # as authenticated (the certificate's name with use_identity_as_username)
         self.acl: AclView | None = None  # what it may read and write, once connected (None: everything)
         self.login_failed = False  # refused for its credentials: the network layer delays the CONNACK
-        self.reader = PacketReader(None, max_packet_size=max_packet_size)
+        self.reader = PacketReader(None, max_packet_size=max_packet_size, plain_acks=True)
         # Packets of the last read not handled yet (BrokerCore.receive with a batch), from `backlog_at` on: the
         # network layer sends what the ones before produced, then calls BrokerCore.receive_rest.
         self.backlog: list[Any] | None = None

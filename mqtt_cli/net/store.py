@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mqtt_cli.core.changelog import IncomingFate, LogState, LogUnreadable, decode, sent_packet_ids
+from mqtt_cli.core.changelog import IncomingFate, LogState, LogUnreadable, decode
 from mqtt_cli.core.config import SyncMode
 from mqtt_cli.core.errors import RemoteProtocolError
 from mqtt_cli.core.packed import PackedQueue, PackedRetained, Shape
@@ -306,10 +306,9 @@ class Store:
                 state = self._state = self._read_log()
             # Deliveries added and sent in this group go to the log (their subscriber is online: their end is
             # likely near); those only queued, straight to their table.
-            sent = sent_packet_ids(changes)
             n = len(changes)
             with db:
-                segment = state.log(changes, 0, off, sent)
+                segment = state.log(changes, 0, off)
                 while True:
                     for c in segment.direct:
                         if type(c) is SessionSaved:
@@ -331,7 +330,7 @@ class Store:
                     # first; those of this group need no log row then).
                     _fold(db, state, off, self._sids)
                     _remove_session(db, changes[segment.end].client_id)  # type: ignore[union-attr]
-                    segment = state.log(changes, segment.end + 1, off, sent)
+                    segment = state.log(changes, segment.end + 1, off)
                 if segment.data:
                     db.execute("INSERT INTO log (data) VALUES (?)", (segment.data,))
                     state.size += len(segment.data)

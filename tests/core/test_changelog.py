@@ -13,7 +13,6 @@ from mqtt_cli.core.changelog import (
     LogUnreadable,
     decode,
     encode,
-    sent_packet_ids,
 )
 from mqtt_cli.core.persistence import (
     Change,
@@ -111,30 +110,40 @@ def test_log_takes_a_segment_up_to_a_session_removed_and_cancels_what_ends_in_it
         SessionRemoved("c"),
         DeliveryReleased("c", 1),
     ]  # fmt: skip
-    sent = sent_packet_ids(changes)
-    assert sent == {1: 7}
-    first = state.log(changes, 0, 0.0, sent)
+    first = state.log(changes, 0, 0.0)
     assert (first.end, first.queued, first.direct) == (7, [changes[2]], [retained])
     assert first.data[0] == 7  # added and sent: one record, which decodes as both
     assert [type(c) for c in decode(first.data, 0.0)] == [DeliveryAdded, DeliverySent, IncomingAdded]
     assert set(state.added) == {1} and state.packet_ids == {1: 7}
     assert state.incoming == {("c", 4): IncomingFate.NEW}
     state.clear()  # (the store folds here, then removes the session)
-    second = state.log(changes, 8, 0.0, sent)
+    second = state.log(changes, 8, 0.0)
     assert second.end == len(changes) and state.released == {1} and not state.added
 
 
-def test_a_delivery_added_and_sent_in_a_group_is_one_record_with_its_last_identifier() -> None:
-    changes: list[Change] = [_added(1), DeliverySent("c", 1, 7), DeliverySent("c", 1, 9), DeliveryReleased("c", 1)]
-    merged, apart = LogState(), LogState()
-    segment = merged.log(changes, 0, 0.0, sent_packet_ids(changes))
-    for c in changes:  # what the records one by one would do
+@pytest.mark.parametrize(
+    "changes",
+    [
+        [_added(1), DeliverySent("c", 1, 7), DeliverySent("c", 1, 9), DeliveryReleased("c", 1)],  # sent at once
+        [_added(1), IncomingAdded("c", 3), DeliverySent("c", 1, 9), DeliveryReleased("c", 1)],  # sent later on
+        [_added(1), DeliverySent("c", 2, 4), DeliveryReleased("c", 1)],  # another row's: not sent in the group
+    ],
+    ids=["at-once", "later", "queued"],
+)
+def test_a_delivery_added_and_sent_at_once_is_one_record_and_the_state_is_the_records_one_by_one(
+    changes: list[Change],
+) -> None:
+    logged, apart = LogState(), LogState()
+    segment = logged.log(changes, 0, 0.0)
+    for c in changes:  # what the records one by one would do (a queued row: on its table, not the log's)
         apart.apply(c)  # type: ignore[arg-type]
-    assert (merged.added, merged.packet_ids, merged.released) == (apart.added, apart.packet_ids, apart.released)
-    assert merged.packet_ids == {1: 9}
+    if segment.queued:
+        assert segment.queued == [changes[0]] and not logged.added and 1 in apart.added
+        return
+    assert (logged.added, logged.packet_ids, logged.released) == (apart.added, apart.packet_ids, apart.released)
+    assert logged.packet_ids == {1: 9}
     records = decode(segment.data, 0.0)
-    assert [type(c) for c in records] == [DeliveryAdded, DeliverySent, DeliveryReleased]
-    assert records[1] == DeliverySent("c", 1, 9)
+    assert (segment.data[0] == 7) == (type(changes[1]) is DeliverySent)  # _ADDED_SENT only when sent at once
     replayed = LogState()
     for c in records:
         replayed.apply(c)

@@ -49,7 +49,7 @@ from mqtt_cli.core.packets import (
     Subscription,
 )
 from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
-from mqtt_cli.core.reader import PacketReader
+from mqtt_cli.core.reader import PacketReader, plain_ack_packet
 from mqtt_cli.core.records import FrozenInstanceError, fast_constructor, fields, replace
 from mqtt_cli.core.server import ServerConnection
 from mqtt_cli.core.session import Message
@@ -501,6 +501,26 @@ def test_any_bytes_after_a_publish_or_ack_header_get_the_general_answer(version:
         raw = bytes((first, len(tail))) + tail
         (fast,) = PacketReader(version, strict=False).feed(raw)
         _same(fast, _general(raw, version, strict=False))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([3, 4, 5]), st.binary(min_size=2, max_size=40), st.integers(1, 6))
+def test_a_broker_reader_gives_plain_acks_as_ints_standing_for_the_general_packet(
+    version: int, tail: bytes, cut: int
+) -> None:
+    # The broker's reader (plain_acks): a bare acknowledgement comes back as plain_ack(first, packet id), any other
+    # packet as the general decoder's; in any chunking.
+    for first in (0x40, 0x50, 0x62, 0x70, 0x32):
+        raw = bytes((first, len(tail))) + tail
+        reader = PacketReader(version, strict=False, plain_acks=True)
+        got = reader.feed(raw[:cut]) + reader.feed(raw[cut:])
+        (fast,) = got
+        general = _general(raw, version, strict=False)
+        if type(fast) is int:
+            assert first != 0x32 and len(tail) == 2 and tail != b"\0\0"
+            assert fast == first << 16 | int.from_bytes(tail, "big")
+            fast = plain_ack_packet(fast)
+        _same(fast, general)
 
 
 FORWARD_PAYLOADS = [b"", b"x" * 64, b"y" * 200, b"z" * 20_000]  # 1, 2, 3 bytes of remaining length
