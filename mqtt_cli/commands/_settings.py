@@ -225,7 +225,7 @@ def _debug_line(line: str) -> None:
         out.flush()
     except BrokenPipeError:
         raise
-    except OSError as exc:  # not an OSError, which the connection would take for its own (a socket's)
+    except OSError as exc:  # raised as OutputFailed: the connection would take an OSError for its own (a socket's)
         from ._output import output_failed
 
         raise output_failed(exc, out, "standard output", "a -d line lost, the command stopped") from None
