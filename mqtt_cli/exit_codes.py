@@ -6,6 +6,7 @@ A code's meaning depends on the command where noted (3 is "cannot connect" for a
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # a failure at run time; also an unexpected exception (after its traceback)
+EXIT_OUTPUT_FAILED = 1  # sub, rr, -d: the output cannot be written (full disk, file-size limit), as cat and tee
 EXIT_USAGE = 2  # bad usage, found before anything is done
 EXIT_CONNECT_FAILED = 3  # clients: no connection (DNS, refused, unreachable, no CONNACK in time)
 EXIT_NOT_A_CAPTURE = 3  # dump, analyze: the input is not a capture

@@ -12,37 +12,48 @@ import trio
 import typer
 
 from mqtt_cli.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
-from mqtt_cli.net.bridge import Bridge, BridgeConfig, BridgeError
+from mqtt_cli.net.bridge import Bridge, BridgeConfig, BridgeError, BridgeLog, stderr_descriptor
 from mqtt_cli.net.errors import ClientError
+from mqtt_cli.net.log import write_all
 
-from ._runner import _flatten, _quiet_stdout, error
+from ._runner import _flatten, _quiet_stdout
 
 
 def run(configs: list[BridgeConfig], *, json_status: bool, interval: float, quiet: bool) -> None:
+    global _LOG
+    _LOG = BridgeLog(stderr_descriptor(), prefix="mqtt: ")
     log = (lambda line: None) if quiet else _log_line
     bridges = [Bridge(c, log=log) for c in configs]
     try:
         code = trio.run(_main, bridges, json_status, interval)
     except BridgeError as err:
-        error(str(err))
+        _LOG(f"error: {err}")  # as commands.fail says it, but lost rather than raised if it cannot be written
         raise typer.Exit(EXIT_FAILURE) from None
     except ClientError as err:
-        error(str(err))
+        _LOG(f"error: {err}")
         raise typer.Exit(err.exit_code) from None
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        _LOG.close()
     raise typer.Exit(code)
 
 
 _status_shown = False
+#: The log, on standard error; lines it cannot write are dropped and counted, the bridges go on (net/bridge.py).
+_LOG = BridgeLog(-1, prefix="mqtt: ")
+_CLEAR = "\r\x1b[2K"  # a terminal's line cleared: the status line gives way to a log line, then comes back
 
 
 def _log_line(line: str) -> None:
     global _status_shown
-    if _status_shown:
-        sys.stderr.write("\r\x1b[2K")  # the status line gives way to the log line, then comes back
-        _status_shown = False
-    print(f"mqtt: {line}", file=sys.stderr, flush=True)
+    _LOG(line, _CLEAR if _status_shown else "")
+    _status_shown = False
+
+
+def _to_terminal(text: str) -> None:
+    """The status line on standard error (a terminal): lost if it cannot be written, as a log line is."""
+    write_all(_LOG.fd, text.encode("utf-8", "backslashreplace"))
 
 
 async def _main(bridges: list[Bridge], json_status: bool, interval: float) -> int:
@@ -102,18 +113,23 @@ async def _status(bridges: list[Bridge], json_status: bool, interval: float, sto
                     b.log(f"{b.who}: the status output was closed: stopping")
                 stop.set()
                 return
+            except OSError as exc:
+                # A full disk, a file-size limit: the status is given up (what Python holds for it discarded with
+                # standard output), the bridges go on.
+                _quiet_stdout()
+                for b in bridges:
+                    b.log(f"{b.who}: cannot write the status output: {exc.strerror or exc}; no more status lines")
+                return
         elif tty and not stop.is_set():
             line = "  ".join(_summary(b.status()) for b in bridges)
-            sys.stderr.write("\r\x1b[2K" + line[: _width() - 1])
-            sys.stderr.flush()
+            _to_terminal(_CLEAR + line[: _width() - 1])
             _status_shown = True
 
 
 def _clear_status() -> None:
     global _status_shown
     if _status_shown:
-        sys.stderr.write("\r\x1b[2K")
-        sys.stderr.flush()
+        _to_terminal(_CLEAR)
         _status_shown = False
 
 

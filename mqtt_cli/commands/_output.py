@@ -1,16 +1,23 @@
 """How `mqtt sub` and `mqtt rr` print a message: payload (--format text, hex, base64, json), -v, -F format strings,
 --json.
 
-Bytes go to standard output as they are (binary payloads intact), one write and one flush for the messages of
-one read (`Printer.write`), so a pipe sees every message as soon as it arrived, at a cost per read rather than
-per message. On a terminal, -v colours the topic with rich; piped output has no colour.
+Bytes go to standard output as they are (binary payloads intact), straight to the descriptor with one write(2)
+for the messages of one read (`Printer.write`; more if the descriptor takes less), so a pipe sees every message
+as soon as it arrived, at a cost per read rather than per message. On a terminal, -v colours the topic with
+rich; piped output has no colour.
+
+An output that cannot be written (a full disk, a file-size limit, a terminal gone) raises OutputFailed: one line
+and exit 1, as cat and tee do; a closed pipe stays a BrokenPipeError, which ends the command quietly with 0.
 
 json and datetime are imported where a form needs them: a one-shot `mqtt sub -C 1` printing payloads does not.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -18,8 +25,12 @@ from typing import Any, BinaryIO
 
 from mqtt_cli.core.packets import Publish
 from mqtt_cli.core.properties import Properties
+from mqtt_cli.exit_codes import EXIT_OUTPUT_FAILED
+from mqtt_cli.net.errors import ClientError
 
-__all__ = ["FormatError", "Printer", "check_format", "compile_format", "format_message"]
+__all__ = [
+    "FormatError", "OutputFailed", "Printer", "check_format", "compile_format", "format_message", "output_failed"
+]  # fmt: skip
 
 _ESCAPES = {"\\": b"\\", "0": b"\0", "a": b"\a", "e": b"\x1b", "n": b"\n", "r": b"\r", "t": b"\t", "v": b"\v"}
 _FIELDS = "%AtpqrmiICDEFlPRSxXjJU"
@@ -27,6 +38,20 @@ _FIELDS = "%AtpqrmiICDEFlPRSxXjJU"
 
 class FormatError(ValueError):
     pass
+
+
+class OutputFailed(ClientError):
+    """Standard output or --output FILE cannot be written (not a closed pipe: see the module's docstring)."""
+
+    exit_code = EXIT_OUTPUT_FAILED
+
+
+#: What to do about an output error, for the common ones.
+_REMEDIES = {
+    errno.ENOSPC: "free some space",
+    errno.EDQUOT: "free some space within the quota",
+    errno.EFBIG: "the file-size limit (ulimit -f) is reached: raise it or write elsewhere",
+}
 
 
 def check_format(fmt: str) -> None:
@@ -261,11 +286,25 @@ def compile_format(fmt: str) -> Callable[[Publish, float], bytes]:
     return lambda p, now: b"".join([f if type(f) is bytes else f(p, now) for f in fields])  # type: ignore[operator, misc]
 
 
+def output_failed(exc: OSError, out: BinaryIO, where: str, lost: str) -> OutputFailed:
+    """The error for a write to `out` (`where`: "standard output") that failed, saying what was `lost`; `out` is
+    set aside (/dev/null on its descriptor): what Python still buffers for it would fail again when it is closed
+    or at exit (exit code 120 and a second complaint)."""
+    with contextlib.suppress(OSError, ValueError):  # no descriptor (a stream of a test), or closed
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
+        os.close(devnull)
+    name = errno.errorcode.get(exc.errno or 0)
+    why = f"{exc.strerror or exc}" + (f" ({name})" if name else "")
+    remedy = _REMEDIES.get(exc.errno or 0, "check where the output goes")
+    return OutputFailed(f"cannot write {where}: {why}; {lost}: {remedy}")
+
+
 class Printer:
     """Writes messages in one of the output forms; `mode`: payload, verbose (topic first), format (-F), json
     (--json); `form`: how the payload is written in payload and verbose modes (sub --format).
 
-    `write()` takes the messages of one read and writes them with one write and one flush; `__call__` one message.
+    `write()` takes the messages of one read and writes them with one write(2); `__call__` one message.
     """
 
     def __init__(
@@ -281,6 +320,12 @@ class Printer:
         self.form = form
         self.end = b"\n" if newline else b""
         self.out = stream or sys.stdout.buffer
+        self.where = "standard output" if stream is None else f"--output {getattr(stream, 'name', 'FILE')}"
+        try:
+            self.out.flush()  # nothing of Python's left to come after ours: the bytes go straight to the descriptor
+            self.fd = self.out.fileno()
+        except (OSError, ValueError, AttributeError):  # not a file (a test's stream), or closed
+            self.fd = -1
         self.console: Any = None
         self.pretty = stream is None  # a file gets one message per line
         if mode == "verbose" and form == "text" and stream is None and sys.stdout.isatty():
@@ -328,27 +373,50 @@ class Printer:
         return lambda p, now: message_to_json(p, now).encode() + b"\n"
 
     def write(self, messages: list[Publish], now: float, warn: Callable[[FormatError], None] | None = None) -> None:
-        """Writes `messages` (received at `now`) with one write and one flush. A message that cannot be written
+        """Writes `messages` (received at `now`) with one write(2). A message that cannot be written
         (FormatError: -F %J of a payload that is not JSON) goes to `warn`, the others are written in order;
         without `warn` the error is raised."""
         if not messages:
             return
-        if self.console is not None:
-            self._print_rich(messages)
+        try:
+            if self.console is not None:
+                self._print_rich(messages)
+                return
+            if self.mode == "payload" and self.form == "text":
+                end = self.end
+                data = end.join([p.payload for p in messages]) + end
+            else:
+                render = self.render
+                try:
+                    data = b"".join([render(p, now) for p in messages])
+                except FormatError:
+                    if warn is None:
+                        raise
+                    data = self._write_each(messages, now, warn)
+            self._put(data)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise self._failed(exc, len(messages)) from None
+
+    def _put(self, data: bytes) -> None:
+        """`data` in as many write(2) as the descriptor takes: a BufferedWriter reports a write cut short by a
+        file-size limit as a success (the rest kept, to fail later); a stream without one (tests) as it is."""
+        fd = self.fd
+        if fd < 0:
+            self.out.write(data)
+            self.out.flush()
             return
-        if self.mode == "payload" and self.form == "text":
-            end = self.end
-            data = end.join([p.payload for p in messages]) + end
-        else:
-            render = self.render
-            try:
-                data = b"".join([render(p, now) for p in messages])
-            except FormatError:
-                if warn is None:
-                    raise
-                data = self._write_each(messages, now, warn)
-        self.out.write(data)
-        self.out.flush()
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            if n == 0:  # no error and no progress: as good as one
+                raise OSError(errno.EIO, "the output took nothing")
+            view = view[n:]
+
+    def _failed(self, exc: OSError, count: int) -> OutputFailed:
+        lost = f"{count} message{'s' if count != 1 else ''} lost, nothing more received"
+        return output_failed(exc, self.out, self.where, lost)
 
     def _write_each(self, messages: list[Publish], now: float, warn: Callable[[FormatError], None]) -> bytes:
         """write() when a message fails: what comes before a failure is written before its warning."""
@@ -359,8 +427,7 @@ class Printer:
                 chunk.append(render(p, now))
             except FormatError as err:
                 if chunk:
-                    self.out.write(b"".join(chunk))
-                    self.out.flush()
+                    self._put(b"".join(chunk))
                     chunk = []
                 warn(err)
         return b"".join(chunk)

@@ -218,10 +218,17 @@ def client_settings(
 
 def _debug_line(line: str) -> None:
     """-d: to standard output, as mosquitto's clients print it, in order with the messages (same buffer)."""
-    sys.stdout.flush()  # what rich or print() wrote first
     out = sys.stdout.buffer
-    out.write(line.encode("utf-8", "replace") + b"\n")
-    out.flush()
+    try:
+        sys.stdout.flush()  # what rich or print() wrote first
+        out.write(line.encode("utf-8", "replace") + b"\n")
+        out.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:  # raised as OutputFailed: the connection would take an OSError for its own (a socket's)
+        from ._output import output_failed
+
+        raise output_failed(exc, out, "standard output", "a -d line lost, the command stopped") from None
 
 
 def stdin_closed() -> bool:

@@ -75,8 +75,9 @@ def rr(
     With -V 311 (no correlation data) the answer is the first message on the response topic that is not
     retained.
 
-    Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 6 subscription
-    refused, 7 request refused, 8 connection lost, 27 no response within -W, 130 interrupted, 143 terminated.
+    Exit codes: 0 success, 1 the output cannot be written, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection
+    refused, 6 subscription refused, 7 request refused, 8 connection lost, 27 no response within -W, 130 interrupted,
+    143 terminated.
     """
     from ._plans import is_response, plan_rr
 

@@ -138,8 +138,9 @@ def sub(
 ) -> None:
     """Subscribe and print the messages received.
 
-    Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 6 subscription
-    refused, 8 connection lost, 27 -W timeout, 130 interrupted, 143 terminated (docs/exit-codes.md).
+    Exit codes: 0 success, 1 the output cannot be written, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection
+    refused, 6 subscription refused, 8 connection lost, 27 -W timeout, 130 interrupted, 143 terminated
+    (docs/exit-codes.md).
     """
     from ._plans import plan_sub
 

@@ -57,9 +57,12 @@ from mqtt_cli.profiles import PROTOCOL_VERSIONS
 
 from .client import Client, ClientSettings, version_name
 from .errors import ClientError
+from .log import LostLines, write_all
 from .transports import Endpoint, TLSOptions, make_ssl_context, parse_url
 
-__all__ = ["Bridge", "BridgeConfig", "BridgeError", "SideConfig", "SideStats", "side_config"]
+__all__ = [
+    "Bridge", "BridgeConfig", "BridgeError", "BridgeLog", "SideConfig", "SideStats", "side_config", "stderr_descriptor"
+]  # fmt: skip
 
 LOCAL, REMOTE = 0, 1
 SIDE_NAMES = ("local", "remote")
@@ -330,13 +333,60 @@ class Journal:
         os.close(self._lock_fd)
 
 
+class BridgeLog:
+    """A bridge's log: text lines to a descriptor (standard error), each in one write(2) (net/log.py's write_all,
+    no buffer of ours). A line that cannot be written (a full disk, a file-size limit, a closed pipe or terminal)
+    is dropped and counted, never raised: a log must not stop the bridge, which forwards on; the next line that
+    can be written is preceded by one saying how many were lost (as `mqtt serve`'s log does)."""
+
+    def __init__(self, fd: int, prefix: str = "") -> None:
+        self.fd = fd
+        self.prefix = prefix  # before each line: "mqtt: " for the command
+        self.lost = LostLines()
+        self._cut = False  # the last write stopped inside a line: the next starts on a line of its own
+
+    def __call__(self, line: str, lead: str = "") -> None:
+        """Writes `line` after `lead` (terminal control: the command's status line giving way); "": only how many
+        lines were lost, if any."""
+        lost = self.lost
+        text = f"{self.prefix}{line}\n" if line else ""
+        if lost.unsaid:
+            n = lost.unsaid
+            said = f"bridge: {n} log line{'s' if n != 1 else ''} could not be written ({lost.reason})"
+            text = f"{self.prefix}{said}\n" + text
+        data = (lead + ("\n" if self._cut else "") + text).encode("utf-8", "backslashreplace")
+        written, error = write_all(self.fd, data)
+        if written:
+            self._cut = error is not None
+        if error is None:
+            lost.unsaid = 0
+            return
+        lost.reason = error
+        if line:
+            lost.total += 1
+            lost.unsaid += 1
+
+    def close(self) -> None:
+        """A last try to say how many lines were lost."""
+        if self.lost.unsaid:
+            self("")
+
+
+def stderr_descriptor() -> int:
+    """Standard error's descriptor, -1 without one (the lines are then counted as lost)."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # None, closed, or not a file
+        return -1
+
+
 class Bridge:
     def __init__(self, config: BridgeConfig, log: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.counters = Counters()
         # Before the first connection, the status shows where the bridge is trying to connect.
         self.stats = [SideStats(endpoint=str(side.endpoints[0])) for side in (config.local, config.remote)]
-        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.log = log or BridgeLog(stderr_descriptor())
         # How log lines name the bridge: "bridge", or "bridge NAME" for one named otherwise (not "bridge bridge")
         self.who = "bridge" if config.name == DEFAULT_NAME else f"bridge {config.name}"
         self.journal: Journal | None = None

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from mqtt_cli.core.broker import Notice
 from mqtt_cli.core.config import LogFormat, LogLevel, LogSettings
 
-__all__ = ["BrokerLog", "LogError", "LostLines", "notice_level"]
+__all__ = ["BrokerLog", "LogError", "LostLines", "notice_level", "write_all"]
 
 _FACILITIES = {"user": 1, "daemon": 3, **{f"local{i}": 16 + i for i in range(8)}}
 _SEVERITY = {LogLevel.debug: 7, LogLevel.info: 6, LogLevel.warning: 4, LogLevel.error: 3}
@@ -130,7 +130,7 @@ class BrokerLog:
     def status(self, text: str) -> None:
         """A line for whoever started the broker (where it listens), on standard error whatever the log's settings;
         lost if standard error cannot be written, as a log line is."""
-        _write_all(self._stderr, (text + "\n").encode("utf-8", "backslashreplace"))
+        write_all(self._stderr, (text + "\n").encode("utf-8", "backslashreplace"))
 
     def _emit(self, level: LogLevel, fields: dict[str, Any]) -> None:
         now = time.time()
@@ -170,7 +170,7 @@ class BrokerLog:
             fields = {"event": "log", "detail": f"{n} line{'s' if n != 1 else ''} could not be written ({lost.reason})"}
             text = self._shown(fields, self._plain(LogLevel.warning, fields, now), now) + text
         fd = self._file if self._file >= 0 else self._stderr
-        written, error = _write_all(fd, (("\n" if self._cut else "") + text).encode("utf-8", "backslashreplace"))
+        written, error = write_all(fd, (("\n" if self._cut else "") + text).encode("utf-8", "backslashreplace"))
         if written:
             self._cut = error is not None  # stopped inside a line: the next starts on a line of its own
         if error is None:
@@ -182,7 +182,7 @@ class BrokerLog:
         lost.total += 1
         lost.unsaid += 1
         if lost.unsaid == 1 and self._file >= 0:  # once an episode, where an operator may look
-            _write_all(
+            write_all(
                 self._stderr,
                 f"mqtt serve: cannot write the log file {self.settings.file}: {error}; its "
                 "lines are dropped until it can be written again\n".encode("utf-8", "backslashreplace"),
@@ -208,7 +208,7 @@ class BrokerLog:
         return str(captured.get())
 
 
-def _write_all(fd: int, data: bytes) -> tuple[int, str | None]:
+def write_all(fd: int, data: bytes) -> tuple[int, str | None]:
     """`data` in as many write(2) as `fd` takes: the bytes written, and why the rest was not (None: all went)."""
     done = 0
     try:
