@@ -91,6 +91,20 @@ class Inflight:
         self._publish = value
 
 
+def _unbuilt(
+    topic: str, payload: bytes, qos: int, retain: bool, pid: int, properties: Properties, state: FlowState, context: Any
+) -> Inflight:
+    """An entry whose Publish is built when asked for (Inflight.publish)."""
+    entry = Inflight(None, state, context)
+    entry._topic = topic
+    entry._payload = payload
+    entry._qos = qos
+    entry._retain = retain
+    entry._packet_id = pid
+    entry._properties = properties
+    return entry
+
+
 class OutgoingFlows:
     """Packet identifiers and unacknowledged QoS 1/2 messages of one sender.
 
@@ -209,12 +223,7 @@ class OutgoingFlows:
                 raise LocalProtocolError(f"packet identifier {packet_id} is in use or out of range")
             pid = packet_id
         else:
-            pid = self._next_id
-            reserved = self._reserved
-            if pid in inflight or (reserved is not None and pid in reserved):
-                pid = self._allocate()
-            else:
-                self._next_id = pid + 1 if pid < self._last_id else self._first_id
+            pid = self._take_id()
         twin = _PublishTwin(topic, payload, qos, retain, False, pid, properties)
         twin.__class__ = Publish
         packet: Publish = twin  # typed once it is one (a compiled build checks the type here)
@@ -230,20 +239,18 @@ class OutgoingFlows:
         limit = self.receive_maximum
         if limit is not None and len(inflight) >= limit:
             return 0
+        pid = self._take_id()
+        state = _AWAIT_PUBACK if qos == 1 else _AWAIT_PUBREC
+        inflight[pid] = _unbuilt(topic, payload, qos, retain, pid, properties, state, context)
+        return pid
+
+    def _take_id(self) -> int:
+        """The next free packet identifier, taken: the common case here, the search in _allocate."""
         pid = self._next_id
         reserved = self._reserved
-        if pid in inflight or (reserved is not None and pid in reserved):
-            pid = self._allocate()
-        else:
-            self._next_id = pid + 1 if pid < self._last_id else self._first_id
-        entry = Inflight(None, _AWAIT_PUBACK if qos == 1 else _AWAIT_PUBREC, context)
-        entry._topic = topic
-        entry._payload = payload
-        entry._qos = qos
-        entry._retain = retain
-        entry._packet_id = pid
-        entry._properties = properties
-        inflight[pid] = entry
+        if pid in self._inflight or (reserved is not None and pid in reserved):
+            return self._allocate()
+        self._next_id = pid + 1 if pid < self._last_id else self._first_id
         return pid
 
     def puback(self, packet_id: int) -> Inflight | None:
