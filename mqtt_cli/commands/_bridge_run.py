@@ -12,9 +12,9 @@ import trio
 import typer
 
 from mqtt_cli.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED
-from mqtt_cli.net.bridge import Bridge, BridgeConfig, BridgeError, BridgeLog, stderr_descriptor
+from mqtt_cli.net.bridge import Bridge, BridgeConfig, BridgeError, BridgeLog
 from mqtt_cli.net.errors import ClientError
-from mqtt_cli.net.log import write_all
+from mqtt_cli.net.log import stderr_descriptor, write_all
 
 from ._runner import _flatten, _quiet_stdout
 

@@ -22,7 +22,6 @@ import fcntl
 import json
 import os
 import ssl
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -57,11 +56,11 @@ from mqtt_cli.profiles import PROTOCOL_VERSIONS
 
 from .client import Client, ClientSettings, version_name
 from .errors import ClientError
-from .log import LostLines, write_all
+from .log import LineWriter, LostLines, stderr_descriptor
 from .transports import Endpoint, TLSOptions, make_ssl_context, parse_url
 
 __all__ = [
-    "Bridge", "BridgeConfig", "BridgeError", "BridgeLog", "SideConfig", "SideStats", "side_config", "stderr_descriptor"
+    "Bridge", "BridgeConfig", "BridgeError", "BridgeLog", "SideConfig", "SideStats", "side_config"
 ]  # fmt: skip
 
 LOCAL, REMOTE = 0, 1
@@ -334,50 +333,38 @@ class Journal:
 
 
 class BridgeLog:
-    """A bridge's log: text lines to a descriptor (standard error), each in one write(2) (net/log.py's write_all,
-    no buffer of ours). A line that cannot be written (a full disk, a file-size limit, a closed pipe or terminal)
-    is dropped and counted, never raised: a log must not stop the bridge, which forwards on; the next line that
-    can be written is preceded by one saying how many were lost (as `mqtt serve`'s log does)."""
+    """A bridge's log: text lines to a descriptor (standard error) through net/log.py's LineWriter, as `mqtt serve`'s
+    log: a line that cannot be written (a full disk, a file-size limit, a closed pipe or terminal) is dropped and
+    counted, never raised (the bridge forwards on), and the next line written says how many were lost."""
 
     def __init__(self, fd: int, prefix: str = "") -> None:
-        self.fd = fd
         self.prefix = prefix  # before each line: "mqtt: " for the command
-        self.lost = LostLines()
-        self._cut = False  # the last write stopped inside a line: the next starts on a line of its own
+        self._out = LineWriter(fd)
+
+    @property
+    def fd(self) -> int:
+        return self._out.fd
+
+    @fd.setter
+    def fd(self, fd: int) -> None:
+        self._out.fd = fd
+
+    @property
+    def lost(self) -> LostLines:
+        return self._out.lost
 
     def __call__(self, line: str, lead: str = "") -> None:
         """Writes `line` after `lead` (terminal control: the command's status line giving way); "": only how many
         lines were lost, if any."""
-        lost = self.lost
-        text = f"{self.prefix}{line}\n" if line else ""
-        if lost.unsaid:
-            n = lost.unsaid
-            said = f"bridge: {n} log line{'s' if n != 1 else ''} could not be written ({lost.reason})"
-            text = f"{self.prefix}{said}\n" + text
-        data = (lead + ("\n" if self._cut else "") + text).encode("utf-8", "backslashreplace")
-        written, error = write_all(self.fd, data)
-        if written:
-            self._cut = error is not None
-        if error is None:
-            lost.unsaid = 0
-            return
-        lost.reason = error
-        if line:
-            lost.total += 1
-            lost.unsaid += 1
+        self._out.write(f"{self.prefix}{line}\n" if line else "", self._lost_line, lead)
+
+    def _lost_line(self, n: int, reason: str) -> str:
+        return f"{self.prefix}bridge: {n} log line{'s' if n != 1 else ''} could not be written ({reason})\n"
 
     def close(self) -> None:
         """A last try to say how many lines were lost."""
         if self.lost.unsaid:
             self("")
-
-
-def stderr_descriptor() -> int:
-    """Standard error's descriptor, -1 without one (the lines are then counted as lost)."""
-    try:
-        return sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):  # None, closed, or not a file
-        return -1
 
 
 class Bridge:

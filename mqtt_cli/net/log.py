@@ -18,13 +18,14 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from mqtt_cli.core.broker import Notice
 from mqtt_cli.core.config import LogFormat, LogLevel, LogSettings
 
-__all__ = ["BrokerLog", "LogError", "LostLines", "notice_level", "write_all"]
+__all__ = ["BrokerLog", "LineWriter", "LogError", "LostLines", "notice_level", "stderr_descriptor", "write_all"]
 
 _FACILITIES = {"user": 1, "daemon": 3, **{f"local{i}": 16 + i for i in range(8)}}
 _SEVERITY = {LogLevel.debug: 7, LogLevel.info: 6, LogLevel.warning: 4, LogLevel.error: 3}
@@ -50,17 +51,58 @@ class LostLines:
     reason: str = ""
 
 
+class LineWriter:
+    """Text lines to a descriptor, each text in one write(2) (more if the descriptor takes less: `write_all`), no
+    buffer of ours. A line that cannot be written is dropped and counted in `lost`, never raised; the next text that
+    can be written is preceded by a line saying how many were lost (the broker's log, a bridge's)."""
+
+    __slots__ = ("_cut", "fd", "lost")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd  # -1: none (every line is lost)
+        self.lost = LostLines()
+        self._cut = False  # the last write stopped inside a line: the next starts on a line of its own
+
+    def retarget(self, fd: int) -> None:
+        """Lines go to `fd` from now on (a log file opened again); what was lost is still to be said."""
+        self.fd = fd
+        self._cut = False
+
+    def write(self, text: str, lost_line: Callable[[int, str], str], lead: str = "") -> str | None:
+        """Writes `lead` (terminal control), then `lost_line(count, reason)` if lines were lost since the last one
+        written, then `text` (a line with its newline, or "" to say only what was lost). Returns why it could not
+        be written (None: written)."""
+        lost = self.lost
+        a_line = bool(text)
+        if lost.unsaid:
+            text = lost_line(lost.unsaid, lost.reason) + text
+        data = (lead + ("\n" if self._cut else "") + text).encode("utf-8", "backslashreplace")
+        written, error = write_all(self.fd, data)
+        if written:
+            self._cut = error is not None
+        if error is None:
+            lost.unsaid = 0
+            return None
+        lost.reason = error
+        if a_line:
+            lost.total += 1
+            lost.unsaid += 1
+        return error
+
+
 class BrokerLog:
     def __init__(self, settings: LogSettings, stderr: TextIO | None = None) -> None:
         self.settings = settings
-        stream = stderr or sys.stderr
-        self._stderr = _descriptor(stream) if stream is not None else -1  # None: Python found no descriptor 2
+        self._stderr = stderr_descriptor(stderr or sys.stderr)  # -1: Python found no descriptor 2
         self._file = -1  # the log file's descriptor, -1 when the lines go to standard error
-        self._cut = False  # the last write stopped inside a line: the next starts on a line of its own
+        self._out = LineWriter(self._stderr)
         self._syslog: socket.socket | None = None
         self._console: Any = None
-        self.lost = LostLines()
         self._open(settings)
+
+    @property
+    def lost(self) -> LostLines:
+        return self._out.lost
 
     def _open(self, settings: LogSettings) -> None:
         file = -1
@@ -75,7 +117,7 @@ class BrokerLog:
             sock.setblocking(False)
         self.close()
         self.settings, self._file, self._syslog = settings, file, sock
-        self._cut = False
+        self._out.retarget(file if file >= 0 else self._stderr)
         self._console = None
         if file < 0 and settings.format is LogFormat.text and self._stderr >= 0 and os.isatty(self._stderr):
             from rich.console import Console
@@ -160,33 +202,22 @@ class BrokerLog:
         )
 
     def _write(self, text: str) -> None:
-        """`text` (a line, or "" to say only what was lost) to the file or standard error, after a line saying how
-        many could not be written since the last that was. A line that cannot be written is dropped and counted,
-        never raised: a log must not stop or hold up the broker (mosquitto ignores its log's write errors alike)."""
-        lost = self.lost
-        a_line = bool(text)
-        if lost.unsaid:
-            n, now = lost.unsaid, time.time()
-            fields = {"event": "log", "detail": f"{n} line{'s' if n != 1 else ''} could not be written ({lost.reason})"}
-            text = self._shown(fields, self._plain(LogLevel.warning, fields, now), now) + text
-        fd = self._file if self._file >= 0 else self._stderr
-        written, error = write_all(fd, (("\n" if self._cut else "") + text).encode("utf-8", "backslashreplace"))
-        if written:
-            self._cut = error is not None  # stopped inside a line: the next starts on a line of its own
-        if error is None:
-            lost.unsaid = 0
-            return
-        lost.reason = error
-        if not a_line:
-            return
-        lost.total += 1
-        lost.unsaid += 1
-        if lost.unsaid == 1 and self._file >= 0:  # once an episode, where an operator may look
+        """`text` (a line, or "" to say only what was lost) to the file or standard error (LineWriter: a line that
+        cannot be written is dropped and counted, never raised: a log must not stop or hold up the broker; mosquitto
+        ignores its log's write errors alike)."""
+        error = self._out.write(text, self._lost_line)
+        if error is not None and text and self.lost.unsaid == 1 and self._file >= 0:
+            # Once an episode, where an operator may look.
             write_all(
                 self._stderr,
                 f"mqtt serve: cannot write the log file {self.settings.file}: {error}; its "
                 "lines are dropped until it can be written again\n".encode("utf-8", "backslashreplace"),
             )
+
+    def _lost_line(self, n: int, reason: str) -> str:
+        now = time.time()
+        fields = {"event": "log", "detail": f"{n} line{'s' if n != 1 else ''} could not be written ({reason})"}
+        return self._shown(fields, self._plain(LogLevel.warning, fields, now), now)
 
     def _console_line(self, fields: dict[str, Any], now: float) -> str:
         """A terminal's line, in colours: rendered here, written as any other line."""
@@ -222,10 +253,11 @@ def write_all(fd: int, data: bytes) -> tuple[int, str | None]:
     return done, None
 
 
-def _descriptor(stream: TextIO) -> int:
+def stderr_descriptor(stream: TextIO | None = None) -> int:
+    """The descriptor of `stream` (standard error by default), -1 without one (its lines are then counted as lost)."""
     try:
-        return stream.fileno()
-    except (OSError, ValueError):  # closed, or not a file
+        return (stream or sys.stderr).fileno()
+    except (AttributeError, OSError, ValueError):  # None, closed, or not a file
         return -1
 
 
