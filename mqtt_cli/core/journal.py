@@ -21,11 +21,11 @@ the whole file corrupt (JournalCorrupt): the owner moves it aside, it never read
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .encoder import encode
+from .frames import FRAME_OVERHEAD, FrameDamaged, frame, frames
 from .packets import Publish
 from .reader import PacketReader
 
@@ -45,7 +45,6 @@ __all__ = [
 ]
 
 HEADER = b"MQTTBJ1\n"
-_FRAME = struct.Struct(">II")
 _F = struct.Struct(">QBHBH")  # seq, dst side, dst pid, src side, src pid
 _SEQ = struct.Struct(">Q")
 _SRC = struct.Struct(">BH")
@@ -119,10 +118,6 @@ class SourceLost:
 JournalRecord = Forwarded | Released | Completed | SourceReleased | SourceLost
 
 
-def _frame(body: bytes) -> bytes:
-    return _FRAME.pack(len(body), zlib.crc32(body)) + body
-
-
 def record(rec: JournalRecord) -> bytes:
     """One framed record."""
     if type(rec) is Forwarded:
@@ -137,28 +132,28 @@ def record(rec: JournalRecord) -> bytes:
         body = b"L" + bytes((rec.src_side,))
     else:
         raise ValueError(f"unknown journal record {rec!r}")
-    return _frame(body)
+    return frame(body)
 
 
 def parse(data: bytes) -> Iterator[tuple[int, JournalRecord]]:
     """Yields (offset, record) for each whole record; raises JournalCorrupt on damage (not on a short tail)."""
+    for pos, _, rec in _records(data):
+        yield pos, rec
+
+
+def _records(data: bytes) -> Iterator[tuple[int, int, JournalRecord]]:
+    """(offset, end offset, record) of each whole record."""
     if not data.startswith(HEADER):
         raise JournalCorrupt("not a bridge journal (bad header)", 0)
-    pos = len(HEADER)
-    n = len(data)
-    while pos + 8 <= n:
-        length, crc = _FRAME.unpack_from(data, pos)
-        end = pos + 8 + length
-        if end > n:
-            return  # cut short by a crash while writing: that record's packet was never sent
-        body = data[pos + 8 : end]
-        if zlib.crc32(body) != crc:
-            raise JournalCorrupt("checksum mismatch", pos)
-        try:
-            yield pos, _decode(body)
-        except (ValueError, struct.error) as err:
-            raise JournalCorrupt(f"unreadable record ({err})", pos) from None
-        pos = end
+    try:
+        for pos, body in frames(data, len(HEADER)):
+            try:
+                rec = _decode(body)
+            except (ValueError, struct.error) as err:
+                raise JournalCorrupt(f"unreadable record ({err})", pos) from None
+            yield pos, pos + FRAME_OVERHEAD + len(body), rec
+    except FrameDamaged as err:
+        raise JournalCorrupt("checksum mismatch", err.offset) from None
 
 
 def _decode(body: bytes) -> JournalRecord:
@@ -227,11 +222,11 @@ class JournalState:
 
     def load(self, data: bytes) -> int:
         """Applies every record in `data` (a whole file); returns the length of the good part."""
-        end = len(HEADER)
-        for pos, rec in parse(data):
+        good = len(HEADER)
+        for _, end, rec in _records(data):
             self.apply(rec)
-            end = pos + 8 + _FRAME.unpack_from(data, pos)[0]
-        return end
+            good = end
+        return good
 
     def snapshot(self) -> bytes:
         """A new file holding only the live entries (compaction)."""
