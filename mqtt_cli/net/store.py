@@ -57,11 +57,12 @@ from mqtt_cli.core.persistence import (
 )
 from mqtt_cli.core.properties import WILL, Properties, decode_properties, encode_properties
 from mqtt_cli.core.session import Message, SubscriptionOptions
+from mqtt_cli.net.changefile import ChangeFile, Tag, changes_path, read
 
 __all__ = ["SCHEMA_VERSION", "Restored", "Store", "StoreError"]
 
 #: Bumped by any change of the tables below; an older file is migrated on open, a newer one moved aside.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _PUBLISH = 3  # packet type whose properties a message keeps
 
 # Version 1, as first released: every file starts from it, then takes the migrations in turn.
@@ -113,6 +114,13 @@ CREATE TABLE log (seq INTEGER PRIMARY KEY, data BLOB NOT NULL);
     # No table changes: log rows may hold a record older brokers do not know (a delivery added and sent as one,
     # core/changelog.py), so they must move such a file aside rather than fail on its log.
     5: "",
+    # The log's records move to a file of their own (net/changefile.py); the table is still read, once, from a
+    # version 4 or 5 file killed with rows in it. `change_file` is the tag the file must carry to be this
+    # database's (a random id, and the generation: one more at each fold).
+    6: """
+CREATE TABLE change_file (file_id INTEGER NOT NULL, generation INTEGER NOT NULL);
+INSERT INTO change_file VALUES (random() & 9223372036854775807, 0);
+""",
 }
 
 
@@ -135,13 +143,19 @@ class Store:
     #: while a QoS 2 message's records (added, released, done within a few commits) almost always cancel before.
     LOG_MAX_BYTES = 4 << 20
 
-    def __init__(self, path: Path, db: sqlite3.Connection, now: float, warning: str | None) -> None:
+    def __init__(
+        self, path: Path, db: sqlite3.Connection, synchronous: SyncMode, now: float, warning: str | None
+    ) -> None:
         self.path = path
         self._db = db
         self._offset = time.time() - now  # core clock -> wall clock
         self.warning = warning  # the one line to log when the file was moved aside
         self._state: LogState | None = LogState()  # what the log holds; None: unknown (a commit failed), read again
         self._sids: dict[tuple[int, ...], str] = {}  # subscription identifiers -> their JSON text
+        file_id, generation = db.execute("SELECT file_id, generation FROM change_file").fetchone()
+        self._tag = Tag(file_id, generation)  # what the change file must carry, as the tables say
+        self._changes = ChangeFile(changes_path(path), synchronous)
+        self._restart = True  # the change file is to be started for `_tag` before its next frame
 
     @classmethod
     def open(cls, path: Path, synchronous: SyncMode, now: float) -> tuple[Store, Restored]:
@@ -151,7 +165,7 @@ class Store:
         try:
             db = _connect(path, synchronous)
             _check(db)
-            store = cls(path, db, now, None)
+            store = cls(path, db, synchronous, now, None)
             store._replay()
             return store, store.load(now)
         except (sqlite3.DatabaseError, _Unreadable) as exc:
@@ -165,23 +179,39 @@ class Store:
             aside = _move_aside(path)
             db = _connect(path, synchronous)
             _check(db)
+            store = cls(path, db, synchronous, now, None)
+            store._replay()
         except (sqlite3.Error, OSError, _Unreadable) as exc:
             raise StoreError(f"persistence: {path}: {getattr(exc, 'strerror', None) or exc}") from None
-        warning = f"{path} cannot be read ({why}); moved to {aside}, starting with nothing restored"
-        store = cls(path, db, now, warning)
+        store.warning = f"{path} cannot be read ({why}); moved to {aside}, starting with nothing restored"
         return store, store.load(now)
 
     def _replay(self) -> None:
-        """The log's rows (what a killed broker had not folded) into the tables, before they are read."""
-        state = self._read_log()
+        """What a killed broker had not folded (the log table's rows, from a version 4 or 5 file, then the change
+        file's frames) into the tables, before they are read; the change file started again, empty. A change file
+        damaged part-way is restored up to the damage and moved aside (`warning` says so)."""
+        state, damage = self._read_log()
         if state.size:
             with self._db:
-                _fold(self._db, state, self._offset, self._sids)
+                tag = self._fold(state, self._tag)
+            self._tag = tag
+        if damage is not None:
+            aside = _aside_name(self._changes.path)
+            os.replace(self._changes.path, aside)
+            self.warning = (
+                f"{self._changes.path} is damaged ({damage}); what it held before that is restored, the file moved "
+                f"to {aside}"
+            )
+        self._changes.start(self._tag)
+        self._restart = False
         self._state = state
 
-    def _read_log(self) -> LogState:
+    def _read_log(self) -> tuple[LogState, str | None]:
+        """The log's records since the last fold, and what damage ended the change file's (None: none)."""
         state = LogState()
-        for (data,) in self._db.execute("SELECT data FROM log ORDER BY seq"):
+        rows = [data for (data,) in self._db.execute("SELECT data FROM log ORDER BY seq")]
+        written = read(self._changes.path, self._tag)
+        for data in rows + written.bodies:
             try:
                 records = decode(data, self._offset)
             except LogUnreadable as exc:
@@ -189,7 +219,15 @@ class Store:
             for c in records:
                 state.apply(c)
             state.size += len(data) or 1  # (an empty row is a row to delete: it counts)
-        return state
+        return state, written.damage
+
+    def _fold(self, state: LogState, tag: Tag) -> Tag:
+        """The log's net effect into the tables, in the caller's transaction; returns the change file's tag after
+        `tag` (the caller keeps it once the transaction is committed)."""
+        _fold(self._db, state, self._offset, self._sids)
+        tag = Tag(tag.file_id, tag.generation + 1)
+        self._db.execute("UPDATE change_file SET generation = ?", (tag.generation,))
+        return tag
 
     def load(self, now: float) -> Restored:
         """What the file holds, in core times; expired sessions and retained messages are removed from it. A
@@ -295,20 +333,36 @@ class Store:
         return Message(topic, bytes(payload), qos, retain, properties, origin, received - self._offset)
 
     def commit(self, changes: list[Change]) -> None:
-        """Writes `changes` in one transaction, in order: the records of a delivery sent and of an incoming
-        identifier as one log row (core/changelog.py LogState.log), the others to their tables. Raises StoreError
-        when the file cannot be written."""
+        """Writes `changes`, in order: the records of a delivery sent and of an incoming identifier as one frame of
+        the change file (core/changelog.py LogState.log), the others to their tables in one transaction, before
+        that frame. Raises StoreError when either cannot be written."""
         db = self._db
         off = self._offset
         try:
             state = self._state
             if state is None:  # the last commit failed: what the log holds, as it was before it
-                state = self._state = self._read_log()
+                state = self._state = self._read_log()[0]
+            if self._restart:  # a fold's next generation (the file could not be started then)
+                self._changes.start(self._tag)
+                self._restart = False
             # Deliveries added and sent in this group go to the log (their subscriber is online: their end is
             # likely near); those only queued, straight to their table.
             n = len(changes)
+            segment = state.log(changes, 0, off)
+            data = segment.data
+            if (
+                segment.end == n
+                and not segment.direct
+                and not segment.queued
+                and state.size + len(data) <= self.LOG_MAX_BYTES
+            ):
+                # The common group (per-message records only): one frame, no transaction.
+                if data:
+                    self._changes.append(data)
+                    state.size += len(data)
+                return
+            tag = self._tag
             with db:
-                segment = state.log(changes, 0, off)
                 while True:
                     for c in segment.direct:
                         if type(c) is SessionSaved:
@@ -327,36 +381,58 @@ class Store:
                     if segment.end == n:
                         break
                     # A SessionRemoved: its deletes apply to what came before it, the log's records too (folded
-                    # first; those of this group need no log row then).
-                    _fold(db, state, off, self._sids)
+                    # first; those of this group need no frame then).
+                    tag = self._fold(state, tag)
                     _remove_session(db, changes[segment.end].client_id)  # type: ignore[union-attr]
                     segment = state.log(changes, segment.end + 1, off)
-                if segment.data:
-                    db.execute("INSERT INTO log (data) VALUES (?)", (segment.data,))
-                    state.size += len(segment.data)
-                if state.size > self.LOG_MAX_BYTES:
-                    _fold(db, state, off, self._sids)
+                data = segment.data
+                if data and state.size + len(data) > self.LOG_MAX_BYTES:
+                    tag = self._fold(state, tag)  # (with this group's records: nothing left for a frame)
+                    data = b""
+            if tag != self._tag:
+                self._tag = tag
+                self._restart = True
+                self._changes.start(tag)
+                self._restart = False
+            if data:
+                self._changes.append(data)
+                state.size += len(data)
         except sqlite3.Error as exc:
             self._state = None  # rolled back: the log is as it was, and so will the state be, read from it
             raise StoreError(f"persistence: {self.path}: {exc}") from None
+        except OSError as exc:
+            self._state = None
+            raise StoreError(f"persistence: {self._changes.path}: {exc.strerror or exc}") from None
 
     def fold(self) -> None:
-        """The log into the tables now (StoreError if it cannot be written)."""
+        """The log into the tables now, the change file started again (StoreError if it cannot be written)."""
         try:
             state = self._state
             if state is None:
-                state = self._state = self._read_log()
+                state = self._state = self._read_log()[0]
             if state.size:
                 with self._db:
-                    _fold(self._db, state, self._offset, self._sids)
+                    tag = self._fold(state, self._tag)
+                self._tag = tag
+                self._restart = True
+            if self._restart:
+                self._changes.start(self._tag)
+                self._restart = False
         except sqlite3.Error as exc:
             self._state = None
             raise StoreError(f"persistence: {self.path}: {exc}") from None
+        except OSError as exc:
+            raise StoreError(f"persistence: {self._changes.path}: {exc.strerror or exc}") from None
 
     def close(self) -> None:
-        """Folds the log (a clean stop leaves none to replay) and closes the file."""
-        with contextlib.suppress(StoreError):
+        """Folds the log and closes the file: a clean stop leaves the database alone, with no change file."""
+        try:
             self.fold()
+        except StoreError:
+            self._changes.close()  # kept: what it holds is not in the tables
+        else:
+            with contextlib.suppress(OSError):
+                self._changes.remove()
         with contextlib.suppress(sqlite3.Error):
             self._db.close()
 
@@ -462,15 +538,22 @@ def _properties(data: bytes, packet_type: int) -> Properties:
     return properties
 
 
-def _move_aside(path: Path) -> Path:
+def _aside_name(path: Path) -> Path:
+    """A name next to `path` for it moved aside: time-stamped, never one in use."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     aside = path.with_name(f"{path.name}.unreadable-{stamp}")
     n = 1
     while aside.exists():
         n += 1
         aside = path.with_name(f"{path.name}.unreadable-{stamp}-{n}")
+    return aside
+
+
+def _move_aside(path: Path) -> Path:
+    """The database and the files that go with it (SQLite's, and the change file) moved aside together."""
+    aside = _aside_name(path)
     os.replace(path, aside)
-    for suffix in ("-wal", "-shm"):
+    for suffix in ("-wal", "-shm", "-changes"):
         extra = path.with_name(path.name + suffix)
         if extra.exists():
             os.replace(extra, aside.with_name(aside.name + suffix))
