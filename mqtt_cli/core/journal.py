@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .encoder import encode
-from .frames import FRAME_OVERHEAD, FrameDamaged, frame, frames
+from .framing import FRAME_OVERHEAD, FrameDamaged, frame, frames
 from .packets import Publish
 from .reader import PacketReader
 

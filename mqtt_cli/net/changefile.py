@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mqtt_cli.core.config import SyncMode
-from mqtt_cli.core.frames import FrameDamaged, frame, frames
+from mqtt_cli.core.framing import FrameDamaged, frame, frames
 
 __all__ = ["ChangeFile", "Tag", "Written", "changes_path", "read"]
 
