@@ -13,21 +13,28 @@ taken when the store is opened, so that expiry intervals go on counting across a
 A file that cannot be read (not a database, corrupt, truncated, a newer schema) is moved aside with a time
 stamp and the broker starts empty: `Store.open` says so in its `warning`.
 
-The log (schema 4, 5): most per-message records live a few commits (a QoS 2 message is added, released, done; an
-incoming QoS 2 identifier added, released), so a commit writes them as one row of the `log` table (core/changelog.py
-encodes them) instead of a statement each, and the store keeps their net effect on the tables in memory (LogState):
+The log: most per-message records live a few commits (a QoS 2 message is added, released, done; an incoming QoS 2
+identifier added, released), so a commit writes them as one frame appended to the change file beside the database
+(net/changefile.py; core/changelog.py encodes them) instead of a statement each, and a group holding nothing else
+costs one write, no transaction. (Schemas 4 and 5 kept them as rows of a `log` table: a transaction, the pages
+written to the WAL, again at the checkpoint, and deleted at the fold.) The store keeps their net effect on the
+tables in memory (LogState):
 what is added and done since the last fold cancels out and never reaches the tables. The tables are brought up to
-date (folded: the net effect applied and the log emptied, one transaction) when the log passes LOG_MAX_BYTES, before
-a change that needs them whole (SessionRemoved deletes a session's deliveries), and at close; at open, after a kill,
-the log's rows are replayed into a LogState and folded before anything is read. A delivery queued but not sent in
+date (folded: the net effect applied and the change file's generation moved on in one transaction, then the file
+started again, empty) when the log passes LOG_MAX_BYTES, before a change that needs them whole (SessionRemoved
+deletes a session's deliveries), and at close (the file is then removed); at open, after a kill, the change file's
+frames are replayed into a LogState and folded before anything is read. A delivery queued but not sent in
 its commit (its client offline, its window full) goes straight to its table: it is likely to stay, and the log
 would only write its payload twice. So is everything else (sessions, retained messages): no log record touches
 their tables. A file is its tables plus its log, read in that order: what `sqlite3` shows of deliveries and
-incoming identifiers while the broker runs may be behind by the log.
+incoming identifiers while the broker runs may be behind by the log. A commit writes its tables (if anything goes
+there) before its frame; the acknowledgements wait for both, and a group that fails half-way is tried again whole
+(every change applies idempotently).
 
 Schema versions: 1 held retained messages, sessions, subscriptions and deliveries; 2 added a session's will, a
 delivery's packet identifier and QoS 2 state, and the incoming QoS 2 identifiers not yet released; 3 a session's bridge;
-4 the log; 5 the log's record of a delivery added and sent in one commit (no table changes). A file of an older version
+4 the log; 5 the log's record of a delivery added and sent in one commit (no table changes); 6 the change file, and
+its tag in the `change_file` table (the `log` table is then only read, from a killed version 4 or 5 file). A file of an older version
 is migrated when it is opened (one transaction: the `_MIGRATIONS` after its version); a new file is made by the same
 steps, so a migrated file and a new one have the same tables, column for column.
 """
