@@ -34,9 +34,9 @@ there) before its frame; the acknowledgements wait for both, and a group that fa
 Schema versions: 1 held retained messages, sessions, subscriptions and deliveries; 2 added a session's will, a
 delivery's packet identifier and QoS 2 state, and the incoming QoS 2 identifiers not yet released; 3 a session's bridge;
 4 the log; 5 the log's record of a delivery added and sent in one commit (no table changes); 6 the change file, and
-its tag in the `change_file` table (the `log` table is then only read, from a killed version 4 or 5 file). A file of an older version
-is migrated when it is opened (one transaction: the `_MIGRATIONS` after its version); a new file is made by the same
-steps, so a migrated file and a new one have the same tables, column for column.
+its tag in the `change_file` table (the `log` table is then only read, from a killed version 4 or 5 file). A file of
+an older version is migrated when it is opened (one transaction: the `_MIGRATIONS` after its version); a new file is
+made by the same steps, so a migrated file and a new one have the same tables, column for column.
 """
 
 from __future__ import annotations
