@@ -39,6 +39,7 @@ __all__ = [
     "SessionSaved",
     "StoredDelivery",
     "StoredSession",
+    "log_only",
 ]
 
 
@@ -175,6 +176,30 @@ Change = (
     | IncomingAdded
     | IncomingReleased
 )
+
+
+def log_only(changes: list[Change]) -> bool:
+    """Whether `changes` are all per-message records the store logs (no session, retained message or queued
+    delivery for its tables): each delivery added is sent at once (its DeliverySent right after it, as the core
+    makes them). Such a group is one frame of the store's change file, nothing else."""
+    n = len(changes)
+    i = 0
+    while i < n:
+        c = changes[i]
+        i += 1
+        t = type(c)
+        if t is DeliveryAdded:
+            if i == n:
+                return False
+            after = changes[i]
+            if type(after) is not DeliverySent or after.row != c.row:  # type: ignore[union-attr]
+                return False
+            i += 1
+        elif t is not DeliverySent and t is not DeliveryReleased and t is not DeliveryDone and (
+            t is not IncomingAdded and t is not IncomingReleased
+        ):
+            return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

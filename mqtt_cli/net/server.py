@@ -404,18 +404,25 @@ class BrokerServer:
                 scope.deadline = due
 
     def _start_commit(self, now: float) -> None:
-        """Hands the changes due to the commit thread; with nothing to write after all (pairs that cancel out),
-        what they held is released at once."""
+        """Hands the changes due to the commit thread, or writes them here when that is a write to the OS only
+        (Store.commit_at_once: the common QoS 2 group; not while commits fail, whose retries the committer ends);
+        with nothing to write after all (pairs that cancel out), what they held is released at once."""
         commits = self._commits
         assert commits is not None
         pending = self._pending
         changes = pending.take(now, COMMIT_LINGER)
-        if changes:
-            self._commit_changes = changes
-            self._commit_started = now
-            commits.start(changes)
-        else:
+        if not changes:
             self.core.release(pending.committed())
+            return
+        store = self._store
+        assert store is not None
+        if not self.core.store_failing and store.commit_at_once(changes):
+            self.core.stats.commit_latency.observe(self._clock.current_time() - now)
+            self.core.release(pending.committed())
+            return
+        self._commit_changes = changes
+        self._commit_started = now
+        commits.start(changes)
 
     async def _committer(self) -> None:
         """Commits in groups when persistence.Pending says one is due: whatever accumulated while the previous

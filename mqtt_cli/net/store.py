@@ -61,6 +61,7 @@ from mqtt_cli.core.persistence import (
     SessionSaved,
     StoredDelivery,
     StoredSession,
+    log_only,
 )
 from mqtt_cli.core.properties import WILL, Properties, decode_properties, encode_properties
 from mqtt_cli.core.session import Message, SubscriptionOptions
@@ -162,6 +163,7 @@ class Store:
         file_id, generation = db.execute("SELECT file_id, generation FROM change_file").fetchone()
         self._tag = Tag(file_id, generation)  # what the change file must carry, as the tables say
         self._changes = ChangeFile(changes_path(path), synchronous)
+        self._sync_full = synchronous is SyncMode.full
         self._restart = True  # the change file is to be started for `_tag` before its next frame
 
     @classmethod
@@ -410,6 +412,26 @@ class Store:
         except OSError as exc:
             self._state = None
             raise StoreError(f"persistence: {self._changes.path}: {exc.strerror or exc}") from None
+
+    def commit_at_once(self, changes: list[Change]) -> bool:
+        """Writes `changes` now and returns True when that costs a write to the OS only: per-message records
+        (persistence.log_only), `synchronous = normal`, no fold due. Otherwise, or if the write fails, returns False
+        having written nothing: `commit` (in the commit thread) writes them, or says why it cannot. So the trio
+        thread can commit the common QoS 2 group itself, without handing it to the thread and waiting for it."""
+        state = self._state
+        if self._sync_full or state is None or self._restart or state.size > self.LOG_MAX_BYTES:
+            return False
+        if not log_only(changes):
+            return False
+        data = state.log(changes, 0, self._offset).data
+        if data:
+            try:
+                self._changes.append(data)
+            except OSError:
+                self._state = None  # (records applied, not written: read again by `commit`)
+                return False
+            state.size += len(data)
+        return True
 
     def fold(self) -> None:
         """The log into the tables now, the change file started again (StoreError if it cannot be written)."""

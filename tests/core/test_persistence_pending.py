@@ -18,8 +18,13 @@ from mqtt_cli.core.persistence import (
     DeliveryReleased,
     DeliverySent,
     IncomingAdded,
+    IncomingReleased,
     Pending,
+    RetainedCleared,
     RetainedSet,
+    SessionRemoved,
+    SessionSaved,
+    log_only,
 )
 from mqtt_cli.core.properties import EMPTY_PROPERTIES
 from mqtt_cli.core.session import Message
@@ -249,3 +254,27 @@ def test_random_flows_against_a_model_of_the_file(seed: int) -> None:
     released(pending.committed())
     assert file == set()
     assert not added_before  # every acknowledgement went
+
+
+# --- log_only: the groups the store writes as one frame, nothing else --------------------------------------------
+
+_LOG_ONLY: list[tuple[str, list[Change], bool]] = [
+    ("nothing", [], True),
+    ("a QoS 2 message's first commit", [IncomingAdded("pub", 1), *_sent(1, 2)], True),
+    ("its second", [IncomingReleased("pub", 1), DeliveryReleased("sub", 1)], True),
+    ("its end", [DeliveryDone("sub", 1)], True),
+    ("several messages", [*_sent(1, 2), *_sent(2, 2), DeliveryReleased("sub", 1), DeliveryDone("sub", 0)], True),
+    ("a delivery queued (not sent)", [_added(1)], False),
+    ("a delivery queued, the last change", [*_sent(1), _added(2)], False),
+    ("sent later in the group", [_added(1), IncomingAdded("pub", 1), DeliverySent("sub", 1, 1)], False),
+    ("another row's send after it", [_added(1), DeliverySent("sub", 2, 2)], False),
+    ("a session saved", [*_sent(1), SessionSaved("sub", 4, 60, None, ())], False),
+    ("a session removed", [SessionRemoved("sub")], False),
+    ("a retained message", [RetainedSet(Message("t", b"r", 1, True, EMPTY_PROPERTIES, "pub", 0.0))], False),
+    ("a retained message cleared", [RetainedCleared("t")], False),
+]
+
+
+@pytest.mark.parametrize(("changes", "expected"), [(c, e) for _, c, e in _LOG_ONLY], ids=[n for n, _, _ in _LOG_ONLY])
+def test_log_only_says_which_groups_are_per_message_records_only(changes: list[Change], expected: bool) -> None:
+    assert log_only(changes) is expected

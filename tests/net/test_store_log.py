@@ -470,3 +470,55 @@ def test_a_file_killed_at_any_commit_restores_what_was_committed(tmp_path: Path,
     store.close()
     assert (_deliveries(path), _incoming(path)) == _model(groups)
     assert not changes_path(path).exists()
+
+
+# --- commit_at_once: the trio thread's own commit of a group that is one frame -----------------------------------
+
+
+def test_commit_at_once_writes_a_per_message_group_as_one_frame(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    store, _ = Store.open(path, SyncMode.normal, 0.0)
+    store.commit([SessionSaved("c", 4, _FOREVER, None, ())])
+    assert store.commit_at_once([IncomingAdded("c", 4), _added("c", 1), DeliverySent("c", 1, 1)])
+    assert store.commit_at_once([])  # nothing to write: done
+    assert _frames(path) == 1
+    killed = _killed(path, tmp_path / "killed")
+    again, restored = Store.open(killed, SyncMode.normal, 0.0)
+    again.close()
+    (session,) = restored.sessions
+    assert [(d.row, d.packet_id) for d in session.deliveries] == [(1, 1)] and session.incoming == (4,)
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "group",
+    [
+        [_added("c", 1)],  # queued: its table
+        [SessionSaved("d", 4, _FOREVER, None, ())],
+        [SessionRemoved("c")],
+    ],
+    ids=["queued", "session saved", "session removed"],
+)
+def test_commit_at_once_leaves_what_needs_a_transaction_to_commit(tmp_path: Path, group: list[Change]) -> None:
+    path = tmp_path / "p.db"
+    store, _ = Store.open(path, SyncMode.normal, 0.0)
+    store.commit([SessionSaved("c", 4, _FOREVER, None, ())])
+    assert not store.commit_at_once(group)
+    assert _frames(path) == 0  # nothing written, nothing applied: commit() writes it as before
+    store.commit(group)
+    store.close()
+
+
+def test_commit_at_once_leaves_a_due_fold_and_full_sync_to_commit(tmp_path: Path) -> None:
+    path = tmp_path / "p.db"
+    store, _ = Store.open(path, SyncMode.normal, 0.0)
+    store.LOG_MAX_BYTES = 20
+    store.commit([SessionSaved("c", 4, _FOREVER, None, ())])
+    assert store.commit_at_once([_added("c", 1), DeliverySent("c", 1, 1)])  # past the bound now
+    assert not store.commit_at_once([DeliveryReleased("c", 1)])  # the fold is the commit thread's
+    store.commit([DeliveryReleased("c", 1)])
+    assert _frames(path) == 0 and _deliveries(path) == [(1, "c", 1, 1)]
+    store.close()
+    synced, _ = Store.open(tmp_path / "full.db", SyncMode.full, 0.0)
+    assert not synced.commit_at_once([])  # an fdatasync is not for the trio thread
+    synced.close()
