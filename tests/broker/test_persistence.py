@@ -241,6 +241,51 @@ def test_unreadable_file_is_moved_aside(ours: Callable[..., Ours], tmp_path: Pat
 # --- a file that cannot be written ---------------------------------------------------------------------------
 
 
+def test_a_change_file_that_cannot_grow_withholds_qos2_acknowledgements_until_there_is_room(
+    ours: Callable[..., Ours],
+) -> None:
+    """QoS 2 to an online persistent subscriber is the group the broker's trio thread commits itself (one frame of
+    the change file): with the change file at a file-size limit that write fails, the PUBREC is withheld and the
+    commit thread's retries take over; once the limit is lifted the message is acknowledged, and after a SIGKILL
+    nothing was delivered twice or lost."""
+    import resource
+
+    broker = ours()
+    got: list[bytes] = []
+    sub = client("online2", clean=False)
+    sub.on_message = lambda c, u, m: got.append(m.payload)
+    subscribed = threading.Event()
+    sub.on_subscribe = lambda *a: subscribed.set()
+    connect(sub, broker.port)
+    sub.subscribe("q2/#", 2)
+    assert subscribed.wait(DEADLINE)
+    pub = client("pub2", clean=False)
+    connect(pub, broker.port)
+    first = pub.publish("q2/a", b"first", qos=2)
+    first.wait_for_publish(DEADLINE)
+    assert broker.proc is not None
+    changes = broker.db.with_name(broker.db.name + "-changes")
+    size = changes.stat().st_size
+    resource.prlimit(broker.proc.pid, resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
+    second = pub.publish("q2/a", b"second", qos=2)
+    time.sleep(2.0)
+    assert not second.is_published()  # no PUBREC/PUBCOMP for what is not on file
+    assert changes.stat().st_size == size  # the frame that did not fit was cut off again
+    resource.prlimit(broker.proc.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    second.wait_for_publish(DEADLINE)
+    # (The limit held the broker's stderr file too: the failure's line was cut, the recovery's is whole.)
+    assert "written again after" in broker.stderr.read_text()
+    deadline = time.monotonic() + DEADLINE
+    while len(got) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    broker.kill()
+    for c in (pub, sub):
+        c.loop_stop()
+    broker.start()
+    after = collect(broker.port, "online2")
+    assert got + after == [b"first", b"second"]
+
+
 def test_a_full_disk_withholds_acknowledgements_until_there_is_room(ours: Callable[..., Ours]) -> None:
     """A file-size limit stands for a full disk: the commit fails, the PUBACK is withheld (never sent for what is
     not stored), and once the limit is lifted ("space is back") the same changes are committed and acknowledged;
