@@ -160,8 +160,10 @@ class Store:
         self.warning = warning  # the one line to log when the file was moved aside
         self._state: LogState | None = LogState()  # what the log holds; None: unknown (a commit failed), read again
         self._sids: dict[tuple[int, ...], str] = {}  # subscription identifiers -> their JSON text
-        file_id, generation = db.execute("SELECT file_id, generation FROM change_file").fetchone()
-        self._tag = Tag(file_id, generation)  # what the change file must carry, as the tables say
+        row = db.execute("SELECT file_id, generation FROM change_file").fetchone()
+        if row is None:
+            raise _Unreadable("an empty change_file table")
+        self._tag = Tag(*row)  # what the change file must carry, as the tables say
         self._changes = ChangeFile(changes_path(path), synchronous)
         self._sync_full = synchronous is SyncMode.full
         self._restart = True  # the change file is to be started for `_tag` before its next frame
