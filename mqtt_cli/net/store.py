@@ -27,9 +27,9 @@ frames are replayed into a LogState and folded before anything is read. A delive
 its commit (its client offline, its window full) goes straight to its table: it is likely to stay, and the log
 would only write its payload twice. So is everything else (sessions, retained messages): no log record touches
 their tables. A file is its tables plus its log, read in that order: what `sqlite3` shows of deliveries and
-incoming identifiers while the broker runs may be behind by the log. A commit writes its tables (if anything goes
-there) before its frame; the acknowledgements wait for both, and a group that fails half-way is tried again whole
-(every change applies idempotently).
+incoming identifiers while the broker runs may be behind by the log. A commit is all or nothing: one frame (a group
+of per-message records only) or one transaction (any other group: its changes for the tables, and the log folded
+with it, its own records included); never some of a group on file without the rest.
 
 Schema versions: 1 held retained messages, sessions, subscriptions and deliveries; 2 added a session's will, a
 delivery's packet identifier and QoS 2 state, and the incoming QoS 2 identifiers not yet released; 3 a session's bridge;
@@ -344,9 +344,12 @@ class Store:
         return Message(topic, bytes(payload), qos, retain, properties, origin, received - self._offset)
 
     def commit(self, changes: list[Change]) -> None:
-        """Writes `changes`, in order: the records of a delivery sent and of an incoming identifier as one frame of
-        the change file (core/changelog.py LogState.log), the others to their tables in one transaction, before
-        that frame. Raises StoreError when either cannot be written."""
+        """Writes `changes`, in order, all or nothing: a group of per-message records only (a delivery sent, an
+        incoming identifier: core/changelog.py LogState.log) as one frame of the change file; any other group in
+        one transaction, its records for the tables and, folded with them, the log's (the change file's frames
+        and this group's), the change file then started again. (Some of a group on file without the rest is a
+        state that never was: a delivery without the incoming identifier of the same PUBLISH would be delivered
+        again when the publisher re-sends it.) Raises StoreError when it cannot be written."""
         db = self._db
         off = self._offset
         try:
@@ -367,7 +370,7 @@ class Store:
                 and not segment.queued
                 and state.size + len(data) <= self.LOG_MAX_BYTES
             ):
-                # The common group (per-message records only): one frame, no transaction.
+                # The common group: one frame, no transaction.
                 if data:
                     self._changes.append(data)
                     state.size += len(data)
@@ -392,22 +395,15 @@ class Store:
                     if segment.end == n:
                         break
                     # A SessionRemoved: its deletes apply to what came before it, the log's records too (folded
-                    # first; those of this group need no frame then).
+                    # first).
                     tag = self._fold(state, tag)
                     _remove_session(db, changes[segment.end].client_id)  # type: ignore[union-attr]
                     segment = state.log(changes, segment.end + 1, off)
-                data = segment.data
-                if data and state.size + len(data) > self.LOG_MAX_BYTES:
-                    tag = self._fold(state, tag)  # (with this group's records: nothing left for a frame)
-                    data = b""
-            if tag != self._tag:
-                self._tag = tag
-                self._restart = True
-                self._changes.start(tag)
-                self._restart = False
-            if data:
-                self._changes.append(data)
-                state.size += len(data)
+                tag = self._fold(state, tag)  # (with this group's records: nothing left for a frame)
+            self._tag = tag
+            self._restart = True
+            self._changes.start(tag)
+            self._restart = False
         except sqlite3.Error as exc:
             self._state = None  # rolled back: the log is as it was, and so will the state be, read from it
             raise StoreError(f"persistence: {self.path}: {exc}") from None

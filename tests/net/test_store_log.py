@@ -145,7 +145,9 @@ def test_session_removed_applies_to_the_log_before_it_not_to_what_follows(tmp_pa
         _added("c", 4), DeliverySent("c", 4, 1), IncomingAdded("c", 4),  # the new session's: kept
         DeliveryReleased("d", 2),
     ])  # fmt: skip
-    assert _deliveries(path) == [(2, "d", 2, 0)]  # folded by the removal, then deleted; what follows is logged
+    # One transaction: what came before the removal folded, then deleted; what follows folded too (a group that
+    # writes the tables takes the log with it).
+    assert _deliveries(path) == [(2, "d", 2, 1), (4, "c", 1, 0)] and _frames(path) == 0
     killed = _killed(path, tmp_path / "killed")
     Store.open(killed, SyncMode.normal, 0.0)[0].close()
     assert _deliveries(killed) == [(2, "d", 2, 1), (4, "c", 1, 0)]
@@ -161,6 +163,21 @@ def _version_5(path: Path, log_rows: list[bytes]) -> None:
         db.executemany("INSERT INTO log (data) VALUES (?)", [(r,) for r in log_rows])
         db.execute("UPDATE schema_version SET version = 5")
     changes_path(path).unlink(missing_ok=True)
+
+
+def test_a_group_for_the_tables_is_one_transaction_with_its_records_and_the_log(tmp_path: Path) -> None:
+    """A QoS 2 PUBLISH queued for an offline session and its incoming identifier, in one group: on file together or
+    not at all (the delivery without the identifier would be delivered again when the publisher re-sends it)."""
+    path = tmp_path / "p.db"
+    store, _ = Store.open(path, SyncMode.normal, 0.0)
+    store.commit([SessionSaved("off", 4, _FOREVER, None, ()), SessionSaved("pub", 4, _FOREVER, None, ())])
+    store.commit([IncomingAdded("pub", 1), _added("on", 1), DeliverySent("on", 1, 1)])  # a frame
+    assert _frames(path) == 1
+    store.commit([IncomingAdded("pub", 2), _added("off", 2)])  # queued: the tables
+    assert _frames(path) == 0  # the frame's records folded in the same transaction, the file started again
+    assert _deliveries(path) == [(1, "on", 1, 0), (2, "off", None, 0)]
+    assert _incoming(path) == [("pub", 1), ("pub", 2)]
+    store.close()
 
 
 def test_a_log_row_that_does_not_decode_moves_the_file_aside(tmp_path: Path) -> None:
