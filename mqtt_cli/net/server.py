@@ -296,6 +296,7 @@ class BrokerServer:
         self._pending = Pending()
         self._commits: CommitThread | None = None  # the thread writing them, while the committer task runs
         self._commit_scope: trio.CancelScope | None = None  # the committer's wait for the next commit due, if any
+        self._commit_idle = False  # the committer waits with nothing to write and no deadline (poked for one)
         self._commit_changes: list[Change] = []  # the group being written
         self._commit_started = 0.0
         # Embedded bridges by name: each its task's bridge and an event set when that task has ended.
@@ -380,7 +381,8 @@ class BrokerServer:
         """Takes what the core wants stored and the acknowledgements waiting for it (persistence.Pending): those
         that wait for nothing (their messages' subscribers acknowledged them, nothing else to write) go out now,
         without a commit. A commit due now is handed to the commit thread here, without waking the committer task
-        (which waits for its end); one due later moves the committer's deadline forward."""
+        (which waits for its end); one due later moves the committer's deadline forward, or wakes the committer
+        if it waits with none (`CommitThread.poke`)."""
         core = self.core
         assert core.changes is not None
         pending = self._pending
@@ -400,8 +402,12 @@ class BrokerServer:
             self._start_commit(now)
         else:
             scope = self._commit_scope
-            if scope is not None and due < scope.deadline:
-                scope.deadline = due
+            if scope is not None:
+                if due < scope.deadline:
+                    scope.deadline = due
+            elif self._commit_idle:  # it waits with no deadline: woken to take this one
+                self._commit_idle = False
+                commits.poke()
 
     def _start_commit(self, now: float) -> None:
         """Hands the changes due to the commit thread; with nothing to write after all (pairs that cancel out),
@@ -422,33 +428,49 @@ class BrokerServer:
         commit ran goes in one transaction; the acknowledgements it held go out when it is done (never before:
         acknowledged means stored, or no longer in need of it). The commits run in a thread of their own
         (net/committer.py); `_collect` starts those due at once, this task those due after a delay and waits for
-        each to end."""
+        each to end.
+
+        Under load this runs once per commit, so its turn is kept short: a cancel scope only for a deadline (a
+        commit due later), none while it waits for a commit to end or for anything to write (`_collect` pokes it
+        when something is due later), one clock read per commit."""
         store = self._store
         assert store is not None
         self._commits = commits = CommitThread(store.commit)
         pending = self._pending
+        clock = self._clock
+        latency = self.core.stats.commit_latency
+        fd = commits.fd
         failing_since: float | None = None  # while commits fail: since when (one log line per episode)
         while True:
-            if commits.busy:  # started by _collect
-                await commits.wait()
-            else:
+            if not commits.busy:
                 due = pending.due(COMMIT_LINGER, COMMIT_IDLE)
-                now = trio.current_time()
-                if due is not None and due <= now:
-                    self._start_commit(now)
-                    if not commits.busy:  # nothing to write: what it held was released
-                        self._flush()
-                        continue
-                    await commits.wait()
+                if due is None:
+                    # Nothing to write: until `_collect` starts a commit (the socket the commit thread signals on
+                    # becomes readable when that one is done) or has one due later (it pokes the socket).
+                    self._commit_idle = True
+                    await wait_readable(fd)
+                    self._commit_idle = False
                 else:
-                    # Until it is due, or `_collect` moves the deadline forward or starts a commit (the socket
-                    # the commit thread signals on becomes readable when that one is done).
-                    with trio.CancelScope(deadline=math.inf if due is None else due) as scope:
-                        self._commit_scope = scope
-                        await commits.wait()
-                    self._commit_scope = None
-                    if scope.cancelled_caught or not commits.busy:
-                        continue
+                    now = clock.current_time()
+                    if due <= now:
+                        self._start_commit(now)
+                        if not commits.busy:  # nothing to write: what it held was released
+                            self._flush()
+                            continue
+                        await wait_readable(fd)
+                    else:
+                        # Until it is due, or `_collect` moves the deadline forward or starts a commit.
+                        with trio.CancelScope(deadline=due) as scope:
+                            self._commit_scope = scope
+                            await wait_readable(fd)
+                        self._commit_scope = None
+                        if scope.cancelled_caught:
+                            continue
+            else:  # started by _collect
+                await wait_readable(fd)
+            commits.drain()
+            if not commits.done:  # a poke, or the byte of a group whose outcome was taken already
+                continue
             try:
                 commits.outcome()
             except StoreError as exc:
@@ -470,7 +492,7 @@ class BrokerServer:
                 await trio.sleep(RETRY_COMMIT)
                 continue
             self._commit_changes = []
-            self.core.stats.commit_latency.observe(trio.current_time() - self._commit_started)
+            latency.observe(clock.current_time() - self._commit_started)
             if failing_since is not None:
                 took = trio.current_time() - failing_since
                 failing_since = None
