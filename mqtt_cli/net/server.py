@@ -295,8 +295,7 @@ class BrokerServer:
         self._store: Store | None = None
         self._pending = Pending()
         self._commits: CommitThread | None = None  # the thread writing them, while the committer task runs
-        self._commit_scope: trio.CancelScope | None = None  # the committer's wait for the next commit due, if any
-        self._commit_idle = False  # the committer waits with nothing to write and no deadline (poked for one)
+        self._commit_scope: trio.CancelScope | None = None  # the committer's: its deadline is the next commit due
         self._commit_changes: list[Change] = []  # the group being written
         self._commit_started = 0.0
         # Embedded bridges by name: each its task's bridge and an event set when that task has ended.
@@ -381,8 +380,7 @@ class BrokerServer:
         """Takes what the core wants stored and the acknowledgements waiting for it (persistence.Pending): those
         that wait for nothing (their messages' subscribers acknowledged them, nothing else to write) go out now,
         without a commit. A commit due now is handed to the commit thread here, without waking the committer task
-        (which waits for its end); one due later moves the committer's deadline forward, or wakes the committer
-        if it waits with none (`CommitThread.poke`)."""
+        (which waits for its end); one due later moves the committer's deadline forward."""
         core = self.core
         assert core.changes is not None
         pending = self._pending
@@ -402,12 +400,8 @@ class BrokerServer:
             self._start_commit(now)
         else:
             scope = self._commit_scope
-            if scope is not None:
-                if due < scope.deadline:
-                    scope.deadline = due
-            elif self._commit_idle:  # it waits with no deadline: woken to take this one
-                self._commit_idle = False
-                commits.poke()
+            if scope is not None and due < scope.deadline:
+                scope.deadline = due
 
     def _start_commit(self, now: float) -> None:
         """Hands the changes due to the commit thread; with nothing to write after all (pairs that cancel out),
@@ -430,78 +424,78 @@ class BrokerServer:
         (net/committer.py); `_collect` starts those due at once, this task those due after a delay and waits for
         each to end.
 
-        Under load this runs once per commit, so its turn is kept short: a cancel scope only for a deadline (a
-        commit due later), none while it waits for a commit to end or for anything to write (`_collect` pokes it
-        when something is due later), one clock read per commit."""
+        Under load this task runs once per commit, so its turn is kept short: one cancel scope serves turn after
+        turn until its deadline passes (entering and leaving one cost more than the rest of a turn), and the clock
+        is read once."""
         store = self._store
         assert store is not None
         self._commits = commits = CommitThread(store.commit)
         pending = self._pending
         clock = self._clock
         latency = self.core.stats.commit_latency
-        fd = commits.fd
         failing_since: float | None = None  # while commits fail: since when (one log line per episode)
+        retry = False  # a commit failed: tried again after a pause
         while True:
-            if not commits.busy:
-                due = pending.due(COMMIT_LINGER, COMMIT_IDLE)
-                if due is None:
-                    # Nothing to write: until `_collect` starts a commit (the socket the commit thread signals on
-                    # becomes readable when that one is done) or has one due later (it pokes the socket).
-                    self._commit_idle = True
-                    await wait_readable(fd)
-                    self._commit_idle = False
-                else:
-                    now = clock.current_time()
-                    if due <= now:
-                        self._start_commit(now)
-                        if not commits.busy:  # nothing to write: what it held was released
-                            self._flush()
-                            continue
-                        await wait_readable(fd)
-                    else:
-                        # Until it is due, or `_collect` moves the deadline forward or starts a commit.
-                        with trio.CancelScope(deadline=due) as scope:
-                            self._commit_scope = scope
-                            await wait_readable(fd)
-                        self._commit_scope = None
-                        if scope.cancelled_caught:
-                            continue
-            else:  # started by _collect
-                await wait_readable(fd)
-            commits.drain()
-            if not commits.done:  # a poke, or the byte of a group whose outcome was taken already
-                continue
-            try:
-                commits.outcome()
-            except StoreError as exc:
-                # Not stored, so not acknowledged. Kept, in order, ahead of what comes next and tried
-                # again: a later group must not be stored without this one (a session's row before its
-                # deliveries), and once the disk has room again the withheld acknowledgements go out.
-                # Meanwhile 5.0 publishers are told 0x97 (core.store_failing). Logged once per episode.
-                pending.failed(self._commit_changes, trio.current_time())
-                self._commit_changes = []
-                if failing_since is None:
-                    failing_since = trio.current_time()
-                    self.core.store_failing = True
-                    self.core.stats.store_failures += 1
-                    why = (
-                        f"{exc}; {pending.withheld()} acknowledgements withheld, QoS 1/2 from MQTT 5.0 "
-                        f"publishers refused (0x97) until it can be written, tried again every {RETRY_COMMIT:g} s"
-                    )
-                    self._report(Notice(NoticeKind.ERROR, None, "-", why))
+            # Its deadline: the next commit due later, if any (`_collect` moves it forward); else none, so that it
+            # does not pass while this waits for a commit's end or for anything to write (a wasted turn).
+            with trio.CancelScope() as scope:
+                self._commit_scope = scope
+                while True:
+                    deadline = math.inf
+                    if not commits.busy:
+                        due = pending.due(COMMIT_LINGER, COMMIT_IDLE)
+                        if due is not None:
+                            now = clock.current_time()
+                            if due <= now:
+                                self._start_commit(now)
+                                if not commits.busy:  # nothing to write: what it held was released
+                                    self._flush()
+                                    continue
+                            else:
+                                deadline = due
+                    if scope.deadline != deadline:
+                        scope.deadline = deadline
+                    # Until the commit started (here or by `_collect`) is done: the socket the commit thread
+                    # signals on becomes readable.
+                    await commits.wait()
+                    try:
+                        commits.outcome()
+                    except StoreError as exc:
+                        # Not stored, so not acknowledged. Kept, in order, ahead of what comes next and tried
+                        # again: a later group must not be stored without this one (a session's row before its
+                        # deliveries), and once the disk has room again the withheld acknowledgements go out.
+                        # Meanwhile 5.0 publishers are told 0x97 (core.store_failing). Logged once per episode.
+                        pending.failed(self._commit_changes, trio.current_time())
+                        self._commit_changes = []
+                        if failing_since is None:
+                            failing_since = trio.current_time()
+                            self.core.store_failing = True
+                            self.core.stats.store_failures += 1
+                            why = (
+                                f"{exc}; {pending.withheld()} acknowledgements withheld, QoS 1/2 from MQTT 5.0 "
+                                f"publishers refused (0x97) until it can be written, tried again every "
+                                f"{RETRY_COMMIT:g} s"
+                            )
+                            self._report(Notice(NoticeKind.ERROR, None, "-", why))
+                        retry = True
+                        break
+                    self._commit_changes = []
+                    latency.observe(clock.current_time() - self._commit_started)
+                    if failing_since is not None:
+                        took = trio.current_time() - failing_since
+                        failing_since = None
+                        self.core.store_failing = False
+                        withheld = pending.withheld()
+                        why = (
+                            f"{store.path} written again after {took:.0f} s; {withheld} withheld acknowledgements sent"
+                        )
+                        self._report(Notice(NoticeKind.PERSISTENCE, None, "-", why))
+                    self.core.release(pending.committed())
+                    self._flush()
+            self._commit_scope = None
+            if retry:  # (out of the scope: its deadline must not cut the pause short)
+                retry = False
                 await trio.sleep(RETRY_COMMIT)
-                continue
-            self._commit_changes = []
-            latency.observe(clock.current_time() - self._commit_started)
-            if failing_since is not None:
-                took = trio.current_time() - failing_since
-                failing_since = None
-                self.core.store_failing = False
-                withheld = pending.withheld()
-                why = f"{store.path} written again after {took:.0f} s; {withheld} withheld acknowledgements sent"
-                self._report(Notice(NoticeKind.PERSISTENCE, None, "-", why))
-            self.core.release(pending.committed())
-            self._flush()
 
     def _commit_now(self) -> None:
         """The last changes, at shutdown (in this thread: nothing else runs any more, once the commit thread has
