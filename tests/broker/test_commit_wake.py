@@ -2,26 +2,30 @@
 one cancel scope serves it turn after turn, its deadline set to the next commit due later, which `_collect` moves
 forward while the task waits with nothing to write; a commit's end comes through the commit thread's socket pair.
 
-Real `python -m mqtt_cli serve --persistence` processes, spoken to on raw sockets with our codec.
+Real `python -m mqtt_cli serve --persistence` processes, spoken to on raw sockets with our codec; and the commit
+thread's scheduling policy (it must not preempt the trio thread when handed a group).
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 
 import pytest
+import trio
 
 from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packets import PubAck, PubComp, Publish, PubRec, PubRel, SubAck, Subscribe, Subscription
+from mqtt_cli.net.committer import CommitThread
 from tests.broker import test_persistence
 from tests.broker.test_persistence import Ours, collect, subscribe_offline
 from tests.broker.test_persistence_state import Raw
 
-pytestmark = [pytest.mark.slow]
-
 ours = test_persistence.ours  # the fixture: `mqtt serve --persistence` processes, stopped at the end
 
 
+@pytest.mark.slow
 def test_a_delivery_its_subscriber_holds_is_written_after_the_linger_then_acknowledged(
     ours: Callable[..., Ours],
 ) -> None:
@@ -53,6 +57,7 @@ def test_a_delivery_its_subscriber_holds_is_written_after_the_linger_then_acknow
     again.close()
 
 
+@pytest.mark.slow
 def test_qos2_acknowledgements_across_many_commits_go_once_and_in_order(ours: Callable[..., Ours]) -> None:
     """A burst of QoS 2 messages to an offline persistent subscriber: commits follow one another while input keeps
     coming; every PUBREC and PUBCOMP is sent once, in order, and every message is delivered once."""
@@ -70,3 +75,18 @@ def test_qos2_acknowledgements_across_many_commits_go_once_and_in_order(ours: Ca
     assert pub.nothing(0.2)
     pub.close()
     assert sorted(collect(broker.port, "keeper")) == sorted(b"m%d" % i for i in ids)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="no batch scheduling policy here (Linux only)")
+def test_the_commit_thread_does_not_preempt_on_wake_up() -> None:
+    """The commit thread asks for batch scheduling (no preemption of the trio thread when `start` wakes it)."""
+    commits = CommitThread(lambda changes: None)
+    try:
+        (thread,) = [t for t in threading.enumerate() if t.name == "mqtt persistence commits"]
+        assert thread.native_id is not None
+        commits.start([])
+        trio.run(commits.wait)  # (its policy set before its first group)
+        commits.outcome()
+        assert os.sched_getscheduler(thread.native_id) == os.SCHED_BATCH
+    finally:
+        commits.close()
