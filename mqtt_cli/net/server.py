@@ -295,7 +295,7 @@ class BrokerServer:
         self._store: Store | None = None
         self._pending = Pending()
         self._commits: CommitThread | None = None  # the thread writing them, while the committer task runs
-        self._commit_scope: trio.CancelScope | None = None  # the committer's wait for the next commit due, if any
+        self._commit_scope: trio.CancelScope | None = None  # the committer's: its deadline is the next commit due
         self._commit_changes: list[Change] = []  # the group being written
         self._commit_started = 0.0
         # Embedded bridges by name: each its task's bridge and an event set when that task has ended.
@@ -429,64 +429,80 @@ class BrokerServer:
         commit ran goes in one transaction; the acknowledgements it held go out when it is done (never before:
         acknowledged means stored, or no longer in need of it). The commits run in a thread of their own
         (net/committer.py); `_collect` starts those due at once, this task those due after a delay and waits for
-        each to end."""
+        each to end.
+
+        Under load this task runs once per commit, so its turn is kept short: one cancel scope serves turn after
+        turn until its deadline passes (entering and leaving one cost more than the rest of a turn), and the clock
+        is read once."""
         store = self._store
         assert store is not None
         self._commits = commits = CommitThread(store.commit)
         pending = self._pending
+        clock = self._clock
+        latency = self.core.stats.commit_latency
         failing_since: float | None = None  # while commits fail: since when (one log line per episode)
+        retry = False  # a commit failed: tried again after a pause
         while True:
-            if commits.busy:  # started by _collect
-                await commits.wait()
-            else:
-                due = pending.due(COMMIT_LINGER, COMMIT_IDLE)
-                now = trio.current_time()
-                if due is not None and due <= now:
-                    self._start_commit(now)
-                    if not commits.busy:  # nothing to write: what it held was released
-                        self._flush()
-                        continue
+            # Its deadline: the next commit due later, if any (`_collect` moves it forward); else none, so that it
+            # does not pass while this waits for a commit's end or for anything to write (a wasted turn).
+            with trio.CancelScope() as scope:
+                self._commit_scope = scope
+                while True:
+                    deadline = math.inf
+                    if not commits.busy:
+                        due = pending.due(COMMIT_LINGER, COMMIT_IDLE)
+                        if due is not None:
+                            now = clock.current_time()
+                            if due <= now:
+                                self._start_commit(now)
+                                if not commits.busy:  # nothing to write: what it held was released
+                                    self._flush()
+                                    continue
+                            else:
+                                deadline = due
+                    if scope.deadline != deadline:
+                        scope.deadline = deadline
+                    # Until the commit started (here or by `_collect`) is done: the socket the commit thread
+                    # signals on becomes readable.
                     await commits.wait()
-                else:
-                    # Until it is due, or `_collect` moves the deadline forward or starts a commit (the socket
-                    # the commit thread signals on becomes readable when that one is done).
-                    with trio.CancelScope(deadline=math.inf if due is None else due) as scope:
-                        self._commit_scope = scope
-                        await commits.wait()
-                    self._commit_scope = None
-                    if scope.cancelled_caught or not commits.busy:
-                        continue
-            try:
-                commits.outcome()
-            except StoreError as exc:
-                # Not stored, so not acknowledged. Kept, in order, ahead of what comes next and tried
-                # again: a later group must not be stored without this one (a session's row before its
-                # deliveries), and once the disk has room again the withheld acknowledgements go out.
-                # Meanwhile 5.0 publishers are told 0x97 (core.store_failing). Logged once per episode.
-                pending.failed(self._commit_changes, trio.current_time())
-                self._commit_changes = []
-                if failing_since is None:
-                    failing_since = trio.current_time()
-                    self.core.store_failing = True
-                    self.core.stats.store_failures += 1
-                    why = (
-                        f"{exc}; {pending.withheld()} acknowledgements withheld, QoS 1/2 from MQTT 5.0 "
-                        f"publishers refused (0x97) until it can be written, tried again every {RETRY_COMMIT:g} s"
-                    )
-                    self._report(Notice(NoticeKind.ERROR, None, "-", why))
+                    try:
+                        commits.outcome()
+                    except StoreError as exc:
+                        # Not stored, so not acknowledged. Kept, in order, ahead of what comes next and tried
+                        # again: a later group must not be stored without this one (a session's row before its
+                        # deliveries), and once the disk has room again the withheld acknowledgements go out.
+                        # Meanwhile 5.0 publishers are told 0x97 (core.store_failing). Logged once per episode.
+                        pending.failed(self._commit_changes, trio.current_time())
+                        self._commit_changes = []
+                        if failing_since is None:
+                            failing_since = trio.current_time()
+                            self.core.store_failing = True
+                            self.core.stats.store_failures += 1
+                            why = (
+                                f"{exc}; {pending.withheld()} acknowledgements withheld, QoS 1/2 from MQTT 5.0 "
+                                f"publishers refused (0x97) until it can be written, tried again every "
+                                f"{RETRY_COMMIT:g} s"
+                            )
+                            self._report(Notice(NoticeKind.ERROR, None, "-", why))
+                        retry = True
+                        break
+                    self._commit_changes = []
+                    latency.observe(clock.current_time() - self._commit_started)
+                    if failing_since is not None:
+                        took = trio.current_time() - failing_since
+                        failing_since = None
+                        self.core.store_failing = False
+                        withheld = pending.withheld()
+                        why = (
+                            f"{store.path} written again after {took:.0f} s; {withheld} withheld acknowledgements sent"
+                        )
+                        self._report(Notice(NoticeKind.PERSISTENCE, None, "-", why))
+                    self.core.release(pending.committed())
+                    self._flush()
+            self._commit_scope = None
+            if retry:  # (out of the scope: its deadline must not cut the pause short)
+                retry = False
                 await trio.sleep(RETRY_COMMIT)
-                continue
-            self._commit_changes = []
-            self.core.stats.commit_latency.observe(trio.current_time() - self._commit_started)
-            if failing_since is not None:
-                took = trio.current_time() - failing_since
-                failing_since = None
-                self.core.store_failing = False
-                withheld = pending.withheld()
-                why = f"{store.path} written again after {took:.0f} s; {withheld} withheld acknowledgements sent"
-                self._report(Notice(NoticeKind.PERSISTENCE, None, "-", why))
-            self.core.release(pending.committed())
-            self._flush()
 
     def _commit_now(self) -> None:
         """The last changes, at shutdown (in this thread: nothing else runs any more, once the commit thread has
