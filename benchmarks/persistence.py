@@ -14,8 +14,9 @@ turn (the order rotating each rep, as ../shared/bench/matrix.sh does): ours with
   written (the publisher's PUBACK waits for that acknowledgement instead of a commit); one acknowledged later is
   written (a frame of the change file) and its end later. QoS 2: every message is written before its PUBLISH and
   PUBREC go out, its release before PUBREL/PUBCOMP, and its end once complete (net/store.py: frames of the change
-  file, folded into the tables every few MB, where a completed message's records cancel out). mosquitto writes nothing per message (a snapshot
-  every autosave_interval), so this compares our stronger promise with its weaker one.
+  file, folded into the tables every few MB, where a completed message's records cancel out). mosquitto writes
+  nothing per message (a snapshot every autosave_interval), so this compares our stronger promise with its weaker
+  one.
 Goals (issue 18): persistence on >= 0.5x of ours with it off, and >= 1.0x mosquitto with persistence true.
 
 restart: a file holding --queued QoS 1 messages for --sessions offline persistent sessions (3.1.1, each
