@@ -18,7 +18,7 @@ import typer.models
 from typer._click import exceptions as click_exceptions
 
 from mqtt_cli import COMPLETE_VAR, PROG_NAME, version_text
-from mqtt_cli.commands import _coerce, _options, _usage
+from mqtt_cli.commands import _coerce, _options, _usage, say
 from mqtt_cli.exit_codes import EXIT_FAILURE
 
 HELP = """\
@@ -118,10 +118,10 @@ class _Group(_coerce.Group):
         except click_exceptions.ClickException as err:
             argv = kwargs.get("args") or []
             command = argv[0] if argv and argv[0] in COMMANDS else None
-            print(_usage.error_line(err, command), file=sys.stderr)
+            say(_usage.error_line(err, command))
             sys.exit(err.exit_code)
         except typer.Abort:
-            print(f"{PROG_NAME}: aborted", file=sys.stderr)
+            say(f"{PROG_NAME}: aborted")
             sys.exit(EXIT_FAILURE)
         sys.exit(code if isinstance(code, int) else 0)
 

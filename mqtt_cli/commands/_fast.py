@@ -25,6 +25,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from mqtt_cli import PROG_NAME
+from mqtt_cli.commands import say
 from mqtt_cli.core.records import record
 from mqtt_cli.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIMEOUT
 
@@ -386,7 +387,7 @@ def run(args: list[str]) -> int | None:
         return None
     except (KeyboardInterrupt, EOFError):  # reading -s's standard input, say: as click says it (Abort)
         sys.stderr.write("\n")
-        print(f"{PROG_NAME}: aborted", file=sys.stderr)
+        say(f"{PROG_NAME}: aborted")
         return EXIT_FAILURE
     from mqtt_cli.net.blocking import BlockingClient
 
@@ -430,7 +431,7 @@ def _client_error(err: Exception) -> int:
 
     if not isinstance(err, ClientError):
         raise err
-    print(f"{PROG_NAME}: error: {err}", file=sys.stderr, flush=True)
+    say(f"{PROG_NAME}: error: {err}")
     return err.exit_code
 
 
@@ -482,7 +483,7 @@ def _sub(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
     try:
         return _receive(client, plan, p, printer)
     except WorkTimedOut:
-        print(f"mqtt: timed out after {p['timeout']:g} s", file=sys.stderr, flush=True)
+        say(f"mqtt: timed out after {p['timeout']:g} s")
         return EXIT_TIMEOUT
 
 
@@ -521,7 +522,7 @@ def _receive(client: BlockingClient, plan: Any, p: dict[str, Any], printer: Any)
     selective = no_retained or retained_only or bool(excluded)
 
     def warn(err: FormatError) -> None:
-        print(f"mqtt: warning: {err}", flush=True, file=sys.stderr)
+        say(f"mqtt: warning: {err}")
 
     received = 0
     while True:  # as sub.py's loop: a read's messages printed with one write
@@ -555,7 +556,7 @@ def _rr(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
     try:
         return _request(client, plan, p)
     except WorkTimedOut:
-        print(f"mqtt: no response within {p['timeout']:g} s", file=sys.stderr, flush=True)
+        say(f"mqtt: no response within {p['timeout']:g} s")
         return EXIT_TIMEOUT
 
 

@@ -15,6 +15,7 @@ import trio
 import typer
 
 from mqtt_cli import PROG_NAME
+from mqtt_cli.commands import say
 from mqtt_cli.exit_codes import EXIT_INTERRUPTED, EXIT_TERMINATED
 from mqtt_cli.net.errors import ClientError
 
@@ -33,7 +34,7 @@ def _flatten(exc: BaseException) -> list[BaseException]:
 
 
 def error(message: str) -> None:
-    print(f"{PROG_NAME}: error: {message}", file=sys.stderr, flush=True)
+    say(f"{PROG_NAME}: error: {message}")
 
 
 class _Stop:

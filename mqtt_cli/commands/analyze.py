@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mqtt_cli.commands import fail
+from mqtt_cli.commands import fail, say
 
 from ._capture import Detect, Ports, ProtocolVersion, TlsPorts, capture_ports, checked
 
@@ -87,7 +87,7 @@ def _spark(
                     raise KeyboardInterrupt from None
                 _spark_failure(exc)
     except KeyboardInterrupt:
-        print("mqtt: interrupted: Spark jobs cancelled", file=sys.stderr)
+        say("mqtt: interrupted: Spark jobs cancelled")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         if spark is not None:
@@ -317,13 +317,12 @@ def _ingest(
             except CaptureError as exc:
                 raise type(exc)(said(str(exc))) from None
         seconds = sum(result.seconds.values())
-        print(
+        say(
             f"{result.rows:,} packets from {result.frames:,} frames of {result.files} capture(s)"
-            f" ({result.windows} ranges) in {seconds:.1f} s -> {out}",
-            file=sys.stderr,
+            f" ({result.windows} ranges) in {seconds:.1f} s -> {out}"
         )
         for error in result.errors:
-            print(f"mqtt: error: {said(error)}; the packets before that point were ingested", file=sys.stderr)
+            say(f"mqtt: error: {said(error)}; the packets before that point were ingested")
         if result.errors:
             raise typer.Exit(EXIT_FAILURE)
 
@@ -478,7 +477,7 @@ def record(
     if sys.stderr.isatty():
 
         def show(rows: int) -> None:
-            print(f"\r{rows:,} messages written to {out}", end="", file=sys.stderr, flush=True)
+            say(f"\r{rows:,} messages written to {out}", end="")
 
     # Ctrl-C stops the query between micro-batches (no job cancelled): what was written stays, consistent.
     with _spark(master, settings, cancel_jobs=False) as (spark, ctrl_c):
@@ -489,15 +488,15 @@ def record(
 
             until = f"for {duration:g} s" if duration is not None else "until Ctrl-C"
             until += f" or {count:,} messages" if count is not None else ""
-            print(f"recording {', '.join(topic)} from {parse_url(url).endpoint} into {out} {until}", file=sys.stderr)
+            say(f"recording {', '.join(topic)} from {parse_url(url).endpoint} into {out} {until}")
 
         rows = run_record(
             spark, url, topic, str(out), duration=duration, options=options, count=count,
             trigger_seconds=trigger, on_progress=show, on_started=started, stop=lambda: ctrl_c.interrupted,
         )  # fmt: skip
         if show is not None:
-            print(file=sys.stderr)
-        print(f"{rows:,} messages written to {out}", file=sys.stderr)
+            say("")
+        say(f"{rows:,} messages written to {out}")
         if ctrl_c.interrupted:
-            print(f"mqtt: interrupted: the micro-batches written to {out} are kept", file=sys.stderr)
+            say(f"mqtt: interrupted: the micro-batches written to {out} are kept")
             raise typer.Exit(EXIT_INTERRUPTED)

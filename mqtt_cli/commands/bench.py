@@ -16,7 +16,7 @@ import typer
 from mqtt_cli.exit_codes import EXIT_CONNECT_FAILED, EXIT_EXPECT_NOT_MET, EXIT_INTERRUPTED
 
 from . import _options as o
-from . import fail
+from . import fail, say
 
 if TYPE_CHECKING:
     from mqtt_cli.net.bench import Tick
@@ -231,7 +231,7 @@ def bench(
         interrupted=outcome.interrupted,
     )
     if outcome.fd_note:
-        print(f"mqtt: {outcome.fd_note}", file=sys.stderr)
+        say(f"mqtt: {outcome.fd_note}")
     failed = [c.text for c in conditions if not c.check(figures)]
     figures["expect"] = {"conditions": [c.text for c in conditions], "failed": failed} if conditions else None
     _render(figures, mode)

@@ -17,7 +17,7 @@ import typer
 
 from mqtt_cli.exit_codes import EXIT_USAGE
 
-from . import fail
+from . import fail, say
 
 BRIDGE = "Bridge"
 LOCAL = "Local broker"
@@ -417,10 +417,7 @@ def _print_config(bridges: list[dict[str, Any]]) -> None:
                 table["url"] = bare
             if "password" in table or in_url:
                 table.pop("password", None)
-                print(
-                    f"mqtt: note: the {side} password is not written out; put it in a file and set password_file",
-                    file=sys.stderr,
-                )
+                say(f"mqtt: note: the {side} password is not written out; put it in a file and set password_file")
             b[side] = table
         out.append(b)
     sys.stdout.write(tomli_w.dumps({"bridge": out}))

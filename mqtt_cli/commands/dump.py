@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 import typer
 
 from mqtt_cli import PROG_NAME
-from mqtt_cli.commands import fail
+from mqtt_cli.commands import fail, say
 
 # Exit codes of `mqtt dump` (docs/exit-codes.md): 1 also for a truncated or corrupt capture, after decoding
 # everything readable in it; 3 when the input is not a capture at all.
@@ -251,7 +251,7 @@ def _unsupported_link_types(skipped: "Counter[int]", frames: int) -> None:
     what = f"link type {kinds} is" if len(skipped) == 1 else f"link types {kinds} are"
     if count >= frames:
         fail(f"{what} not supported: all {count:,} frames skipped, nothing decoded", EXIT_FAILURE)
-    print(f"{PROG_NAME}: warning: {what} not supported: {count:,} of {frames:,} frames skipped", file=sys.stderr)
+    say(f"{PROG_NAME}: warning: {what} not supported: {count:,} of {frames:,} frames skipped")
 
 
 def _show_progress(size: int | None, quiet: bool) -> bool:

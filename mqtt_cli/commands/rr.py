@@ -14,6 +14,7 @@ import typer
 from mqtt_cli.exit_codes import EXIT_TIMEOUT
 
 from . import _options as o
+from . import say
 
 RR = "Request"
 OUT = "Output"
@@ -93,7 +94,6 @@ def rr(
 
     async def main() -> int:
         import os
-        import sys
         import time
 
         import trio
@@ -132,7 +132,7 @@ def rr(
                     raise client.failure
                 raise ConnectionLost("the connection ended before the response")
         if waited.cancelled_caught:
-            print(f"mqtt: no response within {timeout:g} s", file=sys.stderr, flush=True)
+            say(f"mqtt: no response within {timeout:g} s")
         return EXIT_TIMEOUT
 
     run_client(main)

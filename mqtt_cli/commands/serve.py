@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from mqtt_cli.commands import fail
+from mqtt_cli.commands import fail, say
 
 EXIT_USAGE = 2
 FILES = "Configuration"
@@ -282,7 +282,7 @@ def serve(
     try:
         translation = source.read()
         for line in translation.unsupported:
-            print(f"mqtt: {'warning' if ignore_unsupported or print_config else 'error'}: {line}", file=sys.stderr)
+            say(f"mqtt: {'warning' if ignore_unsupported or print_config else 'error'}: {line}")
         if print_config:
             settings = apply_flags(translation.settings)
             checked_options(settings, source.label, files=False)  # what a start would refuse, refused here too

@@ -8,7 +8,7 @@ import typer
 from mqtt_cli.exit_codes import EXIT_TIMEOUT
 
 from . import _options as o
-from . import fail
+from . import fail, say
 
 if TYPE_CHECKING:
     from ._output import Printer
@@ -169,7 +169,6 @@ def sub(
                 out_file.close()
 
     async def receive(printer: "Printer", counts: "_Counts | None") -> int:
-        import sys
         import time
 
         import trio
@@ -183,7 +182,7 @@ def sub(
         from ._output import FormatError
 
         def warn(err: FormatError) -> None:
-            print(f"mqtt: warning: {err}", flush=True, file=sys.stderr)
+            say(f"mqtt: warning: {err}")
 
         excluded = list(exclude or [])
         code = 0
@@ -268,7 +267,7 @@ def sub(
                     raise client.failure
                 raise ConnectionLost("the connection ended")
         if waited.cancelled_caught:
-            print(f"mqtt: timed out after {timeout:g} s", file=sys.stderr, flush=True)
+            say(f"mqtt: timed out after {timeout:g} s")
             code = EXIT_TIMEOUT
         return code
 
@@ -287,7 +286,6 @@ class _Counts:
         self.seen[(topic, qos)] += 1
 
     def report(self) -> None:
-        import sys
 
         from mqtt_cli.render import printable
 
@@ -298,4 +296,4 @@ class _Counts:
             lines.append(f"  {'count':>{max(width, 5)}}  QoS  topic")
             for (topic, qos), n in sorted(self.seen.items(), key=lambda item: (-item[1], item[0])):
                 lines.append(f"  {n:>{max(width, 5)},}  {qos:>3}  {printable(topic)}")
-        print("\n".join(lines), file=sys.stderr, flush=True)
+        say("\n".join(lines))

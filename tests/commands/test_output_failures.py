@@ -144,3 +144,39 @@ def test_pub_debug_lines_on_a_full_disk_say_so_and_exit_1(mosquitto: Broker, top
         done.stderr.decode(), r"mqtt: error: cannot write standard output: No space left on device \(ENOSPC\); "
         r"a -d line lost, the command stopped: free some space",
     )  # fmt: skip
+
+
+# --- standard error that cannot be written ----------------------------------------------------------------------
+
+# Failures a script tells apart by the exit code alone (docs/exit-codes.md); with standard error full or closed
+# the code must be the same, and nothing may go to standard output instead.
+_REFUSED_PORT = ["-h", "127.0.0.1", "-p", "1"]
+_STDERR_CASES = [
+    ("pub, no broker", ["pub", *_REFUSED_PORT, "-t", "a", "-m", "x"]),
+    ("sub, no broker", ["sub", *_REFUSED_PORT, "-t", "a", "-W", "1"]),
+    ("rr, no broker", ["rr", *_REFUSED_PORT, "-t", "a", "-e", "b", "-m", "x"]),
+    ("pub, an unknown flag", ["pub", "--no-such-flag"]),
+    ("serve, a bad port", ["serve", "--port", "-5"]),
+]
+
+
+@pytest.mark.parametrize("stderr", ["full", "closed"])
+@pytest.mark.parametrize("args", [a for _, a in _STDERR_CASES], ids=[n for n, _ in _STDERR_CASES])
+def test_standard_error_that_cannot_be_written_keeps_the_exit_code(args: list[str], stderr: str) -> None:
+    said = subprocess.run(
+        [*MQTT, *args], stdin=subprocess.DEVNULL, capture_output=True, env=cli_env(), timeout=DEADLINE
+    )
+    assert said.returncode not in (0, 1) and said.stderr, said  # the case's own code, told on standard error
+    if stderr == "full":
+        with open("/dev/full", "wb") as full:
+            done = subprocess.run(
+                [*MQTT, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=full, env=cli_env(),
+                timeout=DEADLINE,
+            )  # fmt: skip
+    else:
+        done = subprocess.run(
+            ["sh", "-c", 'exec "$@" 2>&-', "sh", *MQTT, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            env=cli_env(), timeout=DEADLINE,
+        )  # fmt: skip
+    assert done.returncode == said.returncode, done
+    assert done.stdout == b""
