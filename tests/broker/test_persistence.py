@@ -125,6 +125,19 @@ def collect(port: int, client_id: str, topic: str | None = None, idle: float = 1
     return got
 
 
+def online_subscriber(port: int, client_id: str, topic: str, qos: int) -> tuple[paho.Client, list[bytes]]:
+    """A persistent subscriber (clean session 0), connected and subscribed; the payloads it gets."""
+    got: list[bytes] = []
+    sub = client(client_id, clean=False)
+    sub.on_message = lambda c, u, m: got.append(m.payload)
+    subscribed = threading.Event()
+    sub.on_subscribe = lambda *a: subscribed.set()
+    connect(sub, port)
+    sub.subscribe(topic, qos)
+    assert subscribed.wait(DEADLINE)
+    return sub, got
+
+
 def publish_acked(port: int, topic: str, payload: bytes, retain: bool = False) -> None:
     c = client(f"pub-{random.randrange(1 << 30)}")
     connect(c, port)
@@ -161,14 +174,7 @@ def test_sigkill_during_a_flood_to_an_online_subscriber_loses_nothing_acknowledg
     publisher's PUBACK then goes out without a commit. Whatever was acknowledged to the publisher reached the
     subscriber, before the kill or, from the file, after the restart."""
     broker = ours()
-    got: list[bytes] = []
-    sub = client("online", clean=False)
-    sub.on_message = lambda c, u, m: got.append(m.payload)
-    subscribed = threading.Event()
-    sub.on_subscribe = lambda *a: subscribed.set()
-    connect(sub, broker.port)
-    sub.subscribe("o/#", 1)
-    assert subscribed.wait(DEADLINE)
+    sub, got = online_subscriber(broker.port, "online", "o/#", 1)
     acked: set[int] = set()
     pub = client("flood")
     pub.on_publish = lambda c, u, mid, rc, props: acked.add(mid)
@@ -251,14 +257,7 @@ def test_a_change_file_that_cannot_grow_withholds_qos2_acknowledgements_until_th
     import resource
 
     broker = ours()
-    got: list[bytes] = []
-    sub = client("online2", clean=False)
-    sub.on_message = lambda c, u, m: got.append(m.payload)
-    subscribed = threading.Event()
-    sub.on_subscribe = lambda *a: subscribed.set()
-    connect(sub, broker.port)
-    sub.subscribe("q2/#", 2)
-    assert subscribed.wait(DEADLINE)
+    sub, got = online_subscriber(broker.port, "online2", "q2/#", 2)
     pub = client("pub2", clean=False)
     connect(pub, broker.port)
     first = pub.publish("q2/a", b"first", qos=2)

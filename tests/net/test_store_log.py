@@ -69,6 +69,16 @@ def _killed(path: Path, into: Path) -> Path:
     return into / path.name
 
 
+def _killed_with_a_session(tmp_path: Path) -> Path:
+    """A file holding session "c", as a kill would leave it."""
+    path = tmp_path / "p.db"
+    store, _ = Store.open(path, SyncMode.normal, 0.0)
+    store.commit([SessionSaved("c", 4, _FOREVER, None, ())])
+    killed = _killed(path, tmp_path / "killed")
+    store.close()
+    return killed
+
+
 def _deliveries(path: Path) -> list[tuple[object, ...]]:
     return _rows(path, "SELECT row, client_id, packet_id, released FROM deliveries ORDER BY row")
 
@@ -181,11 +191,7 @@ def test_a_group_for_the_tables_is_one_transaction_with_its_records_and_the_log(
 
 
 def test_a_log_row_that_does_not_decode_moves_the_file_aside(tmp_path: Path) -> None:
-    path = tmp_path / "p.db"
-    store, _ = Store.open(path, SyncMode.normal, 0.0)
-    store.commit([SessionSaved("c", 4, _FOREVER, None, ())])
-    killed = _killed(path, tmp_path / "killed")
-    store.close()
+    killed = _killed_with_a_session(tmp_path)
     row = encode([_added("c", 1)], 0.0)
     _version_5(killed, [row[:-1]])  # a truncated row
     again, restored = Store.open(killed, SyncMode.normal, 0.0)
@@ -277,11 +283,7 @@ def test_a_version_3_file_is_migrated_and_keeps_its_rows(tmp_path: Path) -> None
 
 def test_a_version_4_file_killed_with_its_log_is_migrated_and_replayed(tmp_path: Path) -> None:
     """Version 4 logged a delivery added and sent as two records; version 5 reads those rows as they are."""
-    path = tmp_path / "p.db"
-    store, _ = Store.open(path, SyncMode.normal, 0.0)
-    store.commit([SessionSaved("c", 4, _FOREVER, None, ())])
-    killed = _killed(path, tmp_path / "killed")
-    store.close()
+    killed = _killed_with_a_session(tmp_path)
     # Version 4's records: a delivery added (as now), then sent, naming its client (tag 2, gone since).
     sent = struct.pack("<BqHH", 2, 1, 7, 1) + b"c"
     old_row = encode([_added("c", 1)], 0.0) + sent + encode([IncomingAdded("c", 3), _added("c", 2)], 0.0)
@@ -299,11 +301,7 @@ def test_a_version_4_file_killed_with_its_log_is_migrated_and_replayed(tmp_path:
 
 def test_a_version_5_file_killed_with_its_log_is_migrated_and_replayed(tmp_path: Path) -> None:
     """Version 5 kept the log as rows of its `log` table; version 6 replays them once, then writes frames."""
-    path = tmp_path / "p.db"
-    store, _ = Store.open(path, SyncMode.normal, 0.0)
-    store.commit([SessionSaved("c", 4, _FOREVER, None, ())])
-    killed = _killed(path, tmp_path / "killed")
-    store.close()
+    killed = _killed_with_a_session(tmp_path)
     # As version 5 wrote them: an incoming identifier; a delivery added and sent as one record, then released.
     first = LogState().log([IncomingAdded("c", 3)], 0, 0.0).data
     second = LogState().log([_added("c", 2), DeliverySent("c", 2, 8), DeliveryReleased("c", 2)], 0, 0.0).data
