@@ -152,7 +152,8 @@ def _message(i: int, origin: str | None = "pub") -> Message:
 def _table() -> list[Change]:
     """Every record kind, the rows and identifiers at their limits, strings shared and not, empty and not ASCII."""
     out: list[Change] = []
-    rows = [0, 1, 255, 256, 65535, 1 << 31, (1 << 54) - 1, 1 << 54, (1 << 62) - 1, 1 << 62, (1 << 63) - 1, -1, -(1 << 63)]
+    rows = [0, 1, 255, 256, 65535, 1 << 31, (1 << 54) - 1, 1 << 54, (1 << 62) - 1, 1 << 62, (1 << 63) - 1]
+    rows += [-1, -(1 << 63)]
     origins: list[str | None] = [None, "pub", "", "pübé", "pub"]
     for i, row in enumerate(rows):
         client = ["c", "", "clïent-é", "c" * 300][i % 4]
