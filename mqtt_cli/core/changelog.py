@@ -120,7 +120,7 @@ def _row_record(tag: int, row: int) -> bytes:
     """The tag and row of _RELEASED_ROW, _DONE_ROW and _SENT_ROW: the whole record of the first two."""
     if 0 <= row < _ROW_LIMIT:
         return (tag | row << 8).to_bytes(9, "little")
-    return _RR.pack(tag, row)
+    return tag.to_bytes(1, "little") + row.to_bytes(8, "little", signed=True)
 
 
 def _put_sent(parts: list[bytes], row: int, packet_id: int) -> None:
