@@ -81,9 +81,10 @@ _RETAIN: Final = 2
 _ORIGIN: Final = 4  # an origin is given (None otherwise: the broker itself)
 
 _EMPTY: Final = EMPTY_PROPERTIES  # (compiled: a static, where the imported name is a dictionary lookup)
-# A record's fixed part is one int.to_bytes of the fields shifted into one int when that int stays a small one (62
-# bits, native when compiled): rows below 2**54 (a row is a counter), a tag then a row in 9 bytes.
-_ROW_LIMIT: Final = 1 << 54
+# The tags of a delivery's later steps as bytes of their own: their row follows, made once per LogState entry.
+_TAG_SENT_ROW: Final = bytes((_SENT_ROW,))
+_TAG_RELEASED_ROW: Final = bytes((_RELEASED_ROW,))
+_TAG_DONE_ROW: Final = bytes((_DONE_ROW,))
 
 
 class LogUnreadable(ValueError):
@@ -98,9 +99,12 @@ def encode(changes: list[Logged], offset: float) -> bytes:
         if type(c) is DeliveryAdded:
             _put_added(parts, c, _utf8(names, c.client_id), names, offset, -1)
         elif type(c) is DeliverySent:
-            _put_sent(parts, c.row, c.packet_id)
+            parts.append(_TAG_SENT_ROW)
+            parts.append(_row_bytes(c.row))
+            parts.append(c.packet_id.to_bytes(2, "little"))
         elif type(c) is DeliveryReleased or type(c) is DeliveryDone:
-            parts.append(_row_record(_RELEASED_ROW if type(c) is DeliveryReleased else _DONE_ROW, c.row))
+            parts.append(_TAG_RELEASED_ROW if type(c) is DeliveryReleased else _TAG_DONE_ROW)
+            parts.append(_row_bytes(c.row))
         elif type(c) is IncomingAdded or type(c) is IncomingReleased:
             tag = _INCOMING_ADDED if type(c) is IncomingAdded else _INCOMING_RELEASED
             _put_incoming(parts, tag, c.packet_id, _utf8(names, c.client_id))
@@ -116,16 +120,8 @@ def _utf8(names: dict[str, bytes], s: str) -> bytes:
     return b
 
 
-def _row_record(tag: int, row: int) -> bytes:
-    """The tag and row of _RELEASED_ROW, _DONE_ROW and _SENT_ROW: the whole record of the first two."""
-    if 0 <= row < _ROW_LIMIT:
-        return (tag | row << 8).to_bytes(9, "little")
-    return tag.to_bytes(1, "little") + row.to_bytes(8, "little", signed=True)
-
-
-def _put_sent(parts: list[bytes], row: int, packet_id: int) -> None:
-    parts.append(_row_record(_SENT_ROW, row))
-    parts.append(packet_id.to_bytes(2, "little"))
+def _row_bytes(row: int) -> bytes:
+    return row.to_bytes(8, "little", signed=True)
 
 
 def _put_incoming(parts: list[bytes], tag: int, packet_id: int, cid: bytes) -> None:
@@ -138,8 +134,9 @@ def _put_incoming(parts: list[bytes], tag: int, packet_id: int, cid: bytes) -> N
 
 def _put_added(
     parts: list[bytes], c: DeliveryAdded, cid: bytes, names: dict[str, bytes], offset: float, packet_id: int
-) -> None:
-    """A DeliveryAdded, with the packet identifier it was sent with in the same group (-1: not sent there)."""
+) -> bytes:
+    """A DeliveryAdded, with the packet identifier it was sent with in the same group (-1: not sent there).
+    Returns the record's fixed part (its bytes 1-8 are the row's)."""
     m = c.message
     topic = m.topic.encode()  # (a new string per message, its hash not made yet: a lookup costs more)
     flags = (_MESSAGE_RETAIN if m.retain else 0) | (_RETAIN if c.retain else 0)
@@ -152,11 +149,12 @@ def _put_added(
         props = encode_properties(m.properties, _PUBLISH)
     sids = c.subscription_ids
     if packet_id < 0:
-        parts.append(_A.pack(_ADDED, c.row, m.received_at + offset, m.qos, flags, c.qos, len(cid), len(topic),
-                             len(origin), len(props), len(m.payload), len(sids)))  # fmt: skip
+        fixed = _A.pack(_ADDED, c.row, m.received_at + offset, m.qos, flags, c.qos, len(cid), len(topic),
+                        len(origin), len(props), len(m.payload), len(sids))  # fmt: skip
     else:
-        parts.append(_AS.pack(_ADDED_SENT, c.row, m.received_at + offset, m.qos, flags, c.qos, len(cid),
-                              len(topic), len(origin), len(props), len(m.payload), len(sids), packet_id))  # fmt: skip
+        fixed = _AS.pack(_ADDED_SENT, c.row, m.received_at + offset, m.qos, flags, c.qos, len(cid), len(topic),
+                         len(origin), len(props), len(m.payload), len(sids), packet_id)  # fmt: skip
+    parts.append(fixed)
     parts.append(cid)
     parts.append(topic)
     if len(origin):
@@ -166,6 +164,7 @@ def _put_added(
     parts.append(m.payload)
     if sids:
         parts.append(struct.pack(f"<{len(sids)}I", *sids))
+    return fixed
 
 
 def decode(data: bytes, offset: float) -> list[Logged]:
@@ -299,13 +298,22 @@ class _Row:
     """What the log's records since the last fold say of one delivery row. (A plain class: native when compiled,
     so a record costs one dict lookup and attribute stores, not one dict or set operation per table column.)"""
 
-    __slots__ = ("added", "done", "packet_id", "released")
+    __slots__ = ("added", "done", "packet_id", "released", "row_bytes")
 
-    def __init__(self, added: DeliveryAdded | None, packet_id: int = -1) -> None:
+    def __init__(self, added: DeliveryAdded | None, packet_id: int = -1, row_bytes: bytes = b"") -> None:
         self.added = added  # the log's own row (on no table yet); None: a row the tables hold
         self.packet_id = packet_id  # -1: none since the last fold
         self.released = False
         self.done = False  # a table row to delete
+        # The row as the records write it, made once for the later steps' records (a slice of the added record's
+        # bytes costs less than an int.to_bytes per record); b"": not made yet.
+        self.row_bytes = row_bytes
+
+    def written(self, row: int) -> bytes:
+        """`row_bytes`, made if need be (`row`: this entry's)."""
+        if not len(self.row_bytes):
+            self.row_bytes = _row_bytes(row)
+        return self.row_bytes
 
 
 class _Client:
@@ -390,17 +398,19 @@ class LogState:
             r = self.rows[key] = _Row(None)
         return r
 
-    def _done(self, row: int) -> None:
+    def _done(self, row: int) -> _Row:
+        """Returns the row's entry (dropped when it is the log's own)."""
         key: Any = row
         r = self.rows.get(key)
         if r is None:
             r = self.rows[key] = _Row(None)
         elif r.added is not None:
             del self.rows[key]  # the log's own row: nothing to write
-            return
+            return r
         r.packet_id = -1
         r.released = False
         r.done = True
+        return r
 
     def _client(self, client_id: str) -> _Client:
         client = self._incoming.get(client_id)
@@ -427,14 +437,16 @@ class LogState:
             c = changes[i]
             i += 1
             if type(c) is DeliveryReleased:
-                parts.append(_row_record(_RELEASED_ROW, c.row))
-                self._row(c.row).released = True
+                r = self._row(c.row)
+                r.released = True
+                parts.append(_TAG_RELEASED_ROW)
+                parts.append(r.written(c.row))
             elif type(c) is DeliveryDone:
                 if queued and c.row in queued:
                     del queued[c.row]
                     continue
-                parts.append(_row_record(_DONE_ROW, c.row))
-                self._done(c.row)
+                parts.append(_TAG_DONE_ROW)
+                parts.append(self._done(c.row).written(c.row))
             elif type(c) is IncomingAdded:
                 client = self._client(c.client_id)
                 _put_incoming(parts, _INCOMING_ADDED, c.packet_id, client.cid)
@@ -456,11 +468,14 @@ class LogState:
                     if row not in sent:
                         queued[row] = c
                         continue
-                _put_added(parts, c, _utf8(names, c.client_id), names, offset, pid)
-                self.rows[row] = _Row(c, pid)  # (its later DeliverySent, if any: a record of its own)
+                fixed = _put_added(parts, c, _utf8(names, c.client_id), names, offset, pid)
+                self.rows[row] = _Row(c, pid, fixed[1:9])  # (its later DeliverySent, if any: a record of its own)
             elif type(c) is DeliverySent:
-                _put_sent(parts, c.row, c.packet_id)
-                self._row(c.row).packet_id = c.packet_id
+                r = self._row(c.row)
+                r.packet_id = c.packet_id
+                parts.append(_TAG_SENT_ROW)
+                parts.append(r.written(c.row))
+                parts.append(c.packet_id.to_bytes(2, "little"))
             elif type(c) is SessionRemoved:
                 i -= 1
                 break
