@@ -48,42 +48,43 @@ __all__ = [
     "encode",
 ]
 
-_PUBLISH = 3  # packet type whose properties a message keeps
+_PUBLISH: Final = 3  # packet type whose properties a message keeps
 
 #: The change records the log holds; the others (sessions, retained messages) go straight to their tables.
 Logged = DeliveryAdded | DeliverySent | DeliveryReleased | DeliveryDone | IncomingAdded | IncomingReleased
 
-# Tags, and what follows each (then the strings in this order).
-_ADDED = 1  # row, received_at, message qos, flags, qos, len client, topic, origin, properties, payload, ids
-_SENT = 2  # row, packet id, len client
-_RELEASED = 3  # row, len client
-_DONE = 4  # row, len client
-_INCOMING_ADDED = 5  # packet id, len client
-_INCOMING_RELEASED = 6
+# Tags, and what follows each (then the strings in this order). (Final: compiled, a constant, not a lookup of the
+# module's dictionary per use.)
+_ADDED: Final = 1  # row, received_at, message qos, flags, qos, len client, topic, origin, properties, payload, ids
+_SENT: Final = 2  # row, packet id, len client
+_RELEASED: Final = 3  # row, len client
+_DONE: Final = 4  # row, len client
+_INCOMING_ADDED: Final = 5  # packet id, len client
+_INCOMING_RELEASED: Final = 6
 # Schema 5: a delivery added and sent in one group is one record, and a delivery's later steps name its row only
 # (rows are never reused: the row is the delivery). 2-4 are still read, from the log of a version 4 file.
-_ADDED_SENT = 7  # as _ADDED, then the packet id
-_SENT_ROW = 8  # row, packet id
-_RELEASED_ROW = 9  # row
-_DONE_ROW = 10  # row
+_ADDED_SENT: Final = 7  # as _ADDED, then the packet id
+_SENT_ROW: Final = 8  # row, packet id
+_RELEASED_ROW: Final = 9  # row
+_DONE_ROW: Final = 10  # row
 
-_A = struct.Struct("<BqdBBBHHHIIH")
-_AS = struct.Struct("<BqdBBBHHHIIHH")
-_S = struct.Struct("<BqHH")
-_R = struct.Struct("<BqH")  # also _DONE
-_I = struct.Struct("<BHH")  # both incoming records
-_SR = struct.Struct("<BqH")  # _SENT_ROW
-_RR = struct.Struct("<Bq")  # _RELEASED_ROW, _DONE_ROW
-# The tags written as bytes of their own: compiled, int.to_bytes and appends cost less than a Struct.pack call.
-_TAG_SENT_ROW = bytes((_SENT_ROW,))
-_TAG_RELEASED_ROW = bytes((_RELEASED_ROW,))
-_TAG_DONE_ROW = bytes((_DONE_ROW,))
-_TAG_INCOMING_ADDED = bytes((_INCOMING_ADDED,))
-_TAG_INCOMING_RELEASED = bytes((_INCOMING_RELEASED,))
+_A: Final = struct.Struct("<BqdBBBHHHIIH")
+_AS: Final = struct.Struct("<BqdBBBHHHIIHH")
+_S: Final = struct.Struct("<BqHH")
+_R: Final = struct.Struct("<BqH")  # also _DONE
+_I: Final = struct.Struct("<BHH")  # both incoming records
+_SR: Final = struct.Struct("<BqH")  # _SENT_ROW
+_RR: Final = struct.Struct("<Bq")  # _RELEASED_ROW, _DONE_ROW
 
-_MESSAGE_RETAIN = 1  # flags
-_RETAIN = 2
-_ORIGIN = 4  # an origin is given (None otherwise: the broker itself)
+_MESSAGE_RETAIN: Final = 1  # flags
+_RETAIN: Final = 2
+_ORIGIN: Final = 4  # an origin is given (None otherwise: the broker itself)
+
+_EMPTY: Final = EMPTY_PROPERTIES  # (compiled: a static, where the imported name is a dictionary lookup)
+# The tags of a delivery's later steps as bytes of their own: their row follows, made once per LogState entry.
+_TAG_SENT_ROW: Final = bytes((_SENT_ROW,))
+_TAG_RELEASED_ROW: Final = bytes((_RELEASED_ROW,))
+_TAG_DONE_ROW: Final = bytes((_DONE_ROW,))
 
 
 class LogUnreadable(ValueError):
@@ -95,68 +96,75 @@ def encode(changes: list[Logged], offset: float) -> bytes:
     parts: list[bytes] = []
     names: dict[str, bytes] = {}
     for c in changes:
-        _put(parts, c, names, offset)
+        if type(c) is DeliveryAdded:
+            _put_added(parts, c, _utf8(names, c.client_id), names, offset, -1)
+        elif type(c) is DeliverySent:
+            parts.append(_TAG_SENT_ROW)
+            parts.append(_row_bytes(c.row))
+            parts.append(c.packet_id.to_bytes(2, "little"))
+        elif type(c) is DeliveryReleased or type(c) is DeliveryDone:
+            parts.append(_TAG_RELEASED_ROW if type(c) is DeliveryReleased else _TAG_DONE_ROW)
+            parts.append(_row_bytes(c.row))
+        elif type(c) is IncomingAdded or type(c) is IncomingReleased:
+            tag = _INCOMING_ADDED if type(c) is IncomingAdded else _INCOMING_RELEASED
+            _put_incoming(parts, tag, c.packet_id, _utf8(names, c.client_id))
     return b"".join(parts)
 
 
-def _put(parts: list[bytes], c: Logged, names: dict[str, bytes], offset: float) -> None:
-    """One record onto `parts`. `names`: the UTF-8 of the strings seen so far (a group's records name few
-    clients, topics and publishers, many times each)."""
-    if type(c) is DeliveryReleased:
-        parts.append(_TAG_RELEASED_ROW)
-        parts.append(c.row.to_bytes(8, "little", signed=True))
-        return
-    if type(c) is DeliveryDone:
-        parts.append(_TAG_DONE_ROW)
-        parts.append(c.row.to_bytes(8, "little", signed=True))
-        return
-    if type(c) is DeliverySent:
-        parts.append(_TAG_SENT_ROW)
-        parts.append(c.row.to_bytes(8, "little", signed=True))
-        parts.append(c.packet_id.to_bytes(2, "little"))
-        return
-    cid = names.get(c.client_id)
-    if cid is None:
-        cid = names[c.client_id] = c.client_id.encode()
-    if type(c) is DeliveryAdded:
-        _put_added(parts, c, cid, names, offset, -1)
-        return
-    if type(c) is IncomingAdded or type(c) is IncomingReleased:
-        parts.append(_TAG_INCOMING_ADDED if type(c) is IncomingAdded else _TAG_INCOMING_RELEASED)
-        parts.append(c.packet_id.to_bytes(2, "little"))
-        parts.append(len(cid).to_bytes(2, "little"))
-        parts.append(cid)
+def _utf8(names: dict[str, bytes], s: str) -> bytes:
+    """`s` encoded; `names`: the strings seen so far (a group's records name few clients, topics and publishers,
+    many times each)."""
+    b = names.get(s)
+    if b is None:
+        b = names[s] = s.encode()
+    return b
+
+
+def _row_bytes(row: int) -> bytes:
+    return row.to_bytes(8, "little", signed=True)
+
+
+def _put_incoming(parts: list[bytes], tag: int, packet_id: int, cid: bytes) -> None:
+    n = len(cid)
+    if (packet_id | n) >> 16:  # (each its own two bytes: one too big may not run into the next)
+        raise OverflowError(f"log record: packet identifier {packet_id} or client identifier length {n} too big")
+    parts.append((tag | packet_id << 8 | n << 24).to_bytes(5, "little"))
+    parts.append(cid)
 
 
 def _put_added(
     parts: list[bytes], c: DeliveryAdded, cid: bytes, names: dict[str, bytes], offset: float, packet_id: int
-) -> None:
-    """A DeliveryAdded, with the packet identifier it was sent with in the same group (-1: not sent there)."""
+) -> bytes:
+    """A DeliveryAdded, with the packet identifier it was sent with in the same group (-1: not sent there).
+    Returns the record's fixed part (its bytes 1-8 are the row's)."""
     m = c.message
-    topic = names.get(m.topic)
-    if topic is None:
-        topic = names[m.topic] = m.topic.encode()
+    topic = m.topic.encode()  # (a new string per message, its hash not made yet: a lookup costs more)
     flags = (_MESSAGE_RETAIN if m.retain else 0) | (_RETAIN if c.retain else 0)
     origin = b""
     if m.origin is not None:
         flags |= _ORIGIN
-        known = names.get(m.origin)
-        origin = names[m.origin] = m.origin.encode() if known is None else known
-    props = encode_properties(m.properties, _PUBLISH) if m.properties.items else b""
+        origin = _utf8(names, m.origin)
+    props = b""
+    if m.properties is not _EMPTY and m.properties.items:
+        props = encode_properties(m.properties, _PUBLISH)
     sids = c.subscription_ids
     if packet_id < 0:
-        parts.append(_A.pack(_ADDED, c.row, m.received_at + offset, m.qos, flags, c.qos, len(cid), len(topic),
-                             len(origin), len(props), len(m.payload), len(sids)))  # fmt: skip
+        fixed = _A.pack(_ADDED, c.row, m.received_at + offset, m.qos, flags, c.qos, len(cid), len(topic),
+                        len(origin), len(props), len(m.payload), len(sids))  # fmt: skip
     else:
-        parts.append(_AS.pack(_ADDED_SENT, c.row, m.received_at + offset, m.qos, flags, c.qos, len(cid),
-                              len(topic), len(origin), len(props), len(m.payload), len(sids), packet_id))  # fmt: skip
+        fixed = _AS.pack(_ADDED_SENT, c.row, m.received_at + offset, m.qos, flags, c.qos, len(cid), len(topic),
+                         len(origin), len(props), len(m.payload), len(sids), packet_id)  # fmt: skip
+    parts.append(fixed)
     parts.append(cid)
     parts.append(topic)
-    parts.append(origin)
-    parts.append(props)
+    if len(origin):
+        parts.append(origin)
+    if len(props):
+        parts.append(props)
     parts.append(m.payload)
     if sids:
         parts.append(struct.pack(f"<{len(sids)}I", *sids))
+    return fixed
 
 
 def decode(data: bytes, offset: float) -> list[Logged]:
@@ -290,13 +298,33 @@ class _Row:
     """What the log's records since the last fold say of one delivery row. (A plain class: native when compiled,
     so a record costs one dict lookup and attribute stores, not one dict or set operation per table column.)"""
 
-    __slots__ = ("added", "done", "packet_id", "released")
+    __slots__ = ("added", "done", "packet_id", "released", "row_bytes")
 
-    def __init__(self, added: DeliveryAdded | None, packet_id: int = -1) -> None:
+    def __init__(self, added: DeliveryAdded | None, packet_id: int = -1, row_bytes: bytes = b"") -> None:
         self.added = added  # the log's own row (on no table yet); None: a row the tables hold
         self.packet_id = packet_id  # -1: none since the last fold
         self.released = False
         self.done = False  # a table row to delete
+        # The row as the records write it, made once for the later steps' records (a slice of the added record's
+        # bytes costs less than an int.to_bytes per record); b"": not made yet.
+        self.row_bytes = row_bytes
+
+    def written(self, row: int) -> bytes:
+        """`row_bytes`, made if need be (`row`: this entry's)."""
+        if not len(self.row_bytes):
+            self.row_bytes = _row_bytes(row)
+        return self.row_bytes
+
+
+class _Client:
+    """What the log's records since the last fold say of one client's incoming identifiers, and its identifier as
+    the records write it (one lookup per record gives both)."""
+
+    __slots__ = ("cid", "ids")
+
+    def __init__(self, client_id: str) -> None:
+        self.cid = client_id.encode()
+        self.ids: dict[int, IncomingFate] = {}
 
 
 class LogState:
@@ -306,14 +334,16 @@ class LogState:
     An incoming identifier is added only when its client does not hold it (core/broker.py): an add then a release
     cancel, unless the identifier was on the table before (released, then used again)."""
 
-    __slots__ = ("incoming", "rows", "size")
+    __slots__ = ("_incoming", "rows", "size")
 
     def __init__(self) -> None:
         self.rows: dict[int, _Row] = {}
-        self.incoming: dict[tuple[str, int], IncomingFate] = {}
+        # Client -> identifier -> fate: per record a lookup by a string whose hash is cached and one by an int, not
+        # a tuple made, hashed twice and compared per record (`incoming` is the table's view).
+        self._incoming: dict[str, _Client] = {}
         self.size = 0  # log bytes written since the last fold (the caller counts them; 0: nothing to fold)
 
-    # What the store folds (and tests read): views of `rows`, made when asked.
+    # What the store folds (and tests read): views of `rows` and `_incoming`, made when asked.
     @property
     def added(self) -> dict[int, DeliveryAdded]:
         return {row: r.added for row, r in self.rows.items() if r.added is not None}
@@ -333,46 +363,60 @@ class LogState:
         """Table rows to delete."""
         return {row for row, r in self.rows.items() if r.done}
 
+    @property
+    def incoming(self) -> dict[tuple[str, int], IncomingFate]:
+        """(Client, packet identifier) -> what to do with it on the table."""
+        return {(cid, pid): fate for cid, client in self._incoming.items() for pid, fate in client.ids.items()}
+
     def clear(self) -> None:
         """Folded: the tables hold it all."""
         self.rows = {}
-        self.incoming = {}
+        self._incoming = {}
         self.size = 0
 
     def apply(self, c: Logged) -> None:
-        rows = self.rows
         if type(c) is DeliveryAdded:
-            rows[c.row] = _Row(c)
-        elif type(c) is DeliverySent or type(c) is DeliveryReleased or type(c) is DeliveryDone:
-            # (The row boxed once, for the lookup and the store or delete: compiled, an int is boxed anew at each
-            # dict operation.)
-            key: Any = c.row
-            r = rows.get(key)
-            if type(c) is DeliveryDone:
-                if r is None:
-                    r = rows[key] = _Row(None)
-                elif r.added is not None:
-                    del rows[key]  # the log's own row: nothing to write
-                    return
-                r.packet_id = -1
-                r.released = False
-                r.done = True
-                return
-            if r is None:
-                r = rows[key] = _Row(None)
-            if type(c) is DeliverySent:
-                r.packet_id = c.packet_id
-            else:
-                r.released = True
+            self.rows[c.row] = _Row(c)
+        elif type(c) is DeliverySent:
+            self._row(c.row).packet_id = c.packet_id
+        elif type(c) is DeliveryReleased:
+            self._row(c.row).released = True
+        elif type(c) is DeliveryDone:
+            self._done(c.row)
         elif type(c) is IncomingAdded:
-            key2 = (c.client_id, c.packet_id)
-            self.incoming[key2] = _NEW if key2 not in self.incoming else _BACK
+            _identifier_added(self._client(c.client_id).ids, c.packet_id)
         elif type(c) is IncomingReleased:
-            key2 = (c.client_id, c.packet_id)
-            if self.incoming.get(key2) is _NEW:
-                del self.incoming[key2]  # on no table: nothing to do
-            else:
-                self.incoming[key2] = _GONE
+            _identifier_released(self._client(c.client_id).ids, c.packet_id)
+
+    # What a record does, shared by `apply` and `log`. (A row boxed once, for the lookup and the store or delete:
+    # compiled, an int is boxed anew at each dict operation.)
+
+    def _row(self, row: int) -> _Row:
+        key: Any = row
+        r = self.rows.get(key)
+        if r is None:
+            r = self.rows[key] = _Row(None)
+        return r
+
+    def _done(self, row: int) -> _Row:
+        """Returns the row's entry (dropped when it is the log's own)."""
+        key: Any = row
+        r = self.rows.get(key)
+        if r is None:
+            r = self.rows[key] = _Row(None)
+        elif r.added is not None:
+            del self.rows[key]  # the log's own row: nothing to write
+            return r
+        r.packet_id = -1
+        r.released = False
+        r.done = True
+        return r
+
+    def _client(self, client_id: str) -> _Client:
+        client = self._incoming.get(client_id)
+        if client is None:
+            client = self._incoming[client_id] = _Client(client_id)
+        return client
 
     def log(self, changes: list[Change], start: int, offset: float) -> Segment:
         """Takes `changes` from `start` up to the first SessionRemoved (whose deletes need the tables folded
@@ -387,15 +431,31 @@ class LogState:
         sent: set[int] | None = None  # the rows sent in the group, looked up only for one not sent at once
         n = len(changes)
         i = start
+        # The kinds in the order a QoS 2 flow makes them most (each message: an identifier in, a delivery added and
+        # sent, released, done, the identifier out); `apply`'s work done here, each record's type tested once.
         while i < n:
             c = changes[i]
-            if type(c) is SessionRemoved:
-                break
             i += 1
-            if type(c) is RetainedSet or type(c) is RetainedCleared or type(c) is SessionSaved:
-                direct.append(c)
-                continue
-            if type(c) is DeliveryAdded:
+            if type(c) is DeliveryReleased:
+                r = self._row(c.row)
+                r.released = True
+                parts.append(_TAG_RELEASED_ROW)
+                parts.append(r.written(c.row))
+            elif type(c) is DeliveryDone:
+                if queued and c.row in queued:
+                    del queued[c.row]
+                    continue
+                parts.append(_TAG_DONE_ROW)
+                parts.append(self._done(c.row).written(c.row))
+            elif type(c) is IncomingAdded:
+                client = self._client(c.client_id)
+                _put_incoming(parts, _INCOMING_ADDED, c.packet_id, client.cid)
+                _identifier_added(client.ids, c.packet_id)
+            elif type(c) is IncomingReleased:
+                client = self._client(c.client_id)
+                _put_incoming(parts, _INCOMING_RELEASED, c.packet_id, client.cid)
+                _identifier_released(client.ids, c.packet_id)
+            elif type(c) is DeliveryAdded:
                 row = c.row
                 pid = -1
                 after = changes[i] if i < n else None
@@ -408,15 +468,30 @@ class LogState:
                     if row not in sent:
                         queued[row] = c
                         continue
-                cid = names.get(c.client_id)
-                if cid is None:
-                    cid = names[c.client_id] = c.client_id.encode()
-                _put_added(parts, c, cid, names, offset, pid)  # (its later DeliverySent, if any: a record of its own)
-                self.rows[row] = _Row(c, pid)
-                continue
-            if type(c) is DeliveryDone and c.row in queued:
-                del queued[c.row]
-                continue
-            _put(parts, c, names, offset)  # type: ignore[arg-type]
-            self.apply(c)  # type: ignore[arg-type]
+                fixed = _put_added(parts, c, _utf8(names, c.client_id), names, offset, pid)
+                self.rows[row] = _Row(c, pid, fixed[1:9])  # (its later DeliverySent, if any: a record of its own)
+            elif type(c) is DeliverySent:
+                r = self._row(c.row)
+                r.packet_id = c.packet_id
+                parts.append(_TAG_SENT_ROW)
+                parts.append(r.written(c.row))
+                parts.append(c.packet_id.to_bytes(2, "little"))
+            elif type(c) is SessionRemoved:
+                i -= 1
+                break
+            elif type(c) is RetainedSet or type(c) is RetainedCleared or type(c) is SessionSaved:
+                direct.append(c)  # (no log record touches them)
         return Segment(i, b"".join(parts), list(queued.values()), direct)
+
+
+def _identifier_added(ids: dict[int, IncomingFate], packet_id: int) -> None:
+    key: Any = packet_id
+    ids[key] = _NEW if ids.get(key) is None else _BACK
+
+
+def _identifier_released(ids: dict[int, IncomingFate], packet_id: int) -> None:
+    key: Any = packet_id
+    if ids.get(key) is _NEW:
+        del ids[key]  # on no table: nothing to do
+    else:
+        ids[key] = _GONE
