@@ -91,7 +91,7 @@ class ChangeFile:
         created = False
         if self._fd is None:
             created = not self.path.exists()
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         self._good = 0
         self._dirty = True
         self._write(_MAGIC + _TAG.pack(tag.file_id, tag.generation))

@@ -52,7 +52,7 @@ from pathlib import Path
 from mqtt_cli.core.changelog import IncomingFate, LogState, LogUnreadable, decode
 from mqtt_cli.core.config import SyncMode
 from mqtt_cli.core.errors import RemoteProtocolError
-from mqtt_cli.core.packed import PackedQueue, PackedRetained, Shape
+from mqtt_cli.core.packed import PackedRetained, QueuePacker
 from mqtt_cli.core.packets import Will
 from mqtt_cli.core.persistence import (
     Change,
@@ -280,35 +280,14 @@ class Store:
             subs.setdefault(client_id, []).append((flt, opts))
         # Queued deliveries (most of a big file) are packed as they are read, with no objects kept per message:
         # what many share (topic, publisher, properties, flags, subscription identifiers) made once, a Shape.
+        packer = QueuePacker(_publish_properties)
         deliveries: dict[str, list[StoredDelivery]] = {}
-        queued: dict[str, PackedQueue] = {}
-        shapes: list[Shape] = []
-        shape_ids: dict[tuple[object, ...], int] = {}
-        sids_seen: dict[str, tuple[int, ...]] = {}
-        origins: dict[str | None, str | None] = {}
-        for row in db.execute("SELECT * FROM deliveries ORDER BY row"):
+        for row in packer.add_all(db.execute("SELECT * FROM deliveries ORDER BY row"), off):  # in flight: few
             rid, client_id, topic, payload, mqos, mretain, props, origin, received, qos, retain, sids, pid, rel = row
-            if pid is not None:  # in flight: few, restored as objects
-                message = self._message(topic, payload, mqos, bool(mretain), props, origin, received)
-                stored = StoredDelivery(rid, message, qos, bool(retain), tuple(json.loads(sids)), pid, bool(rel))
-                deliveries.setdefault(client_id, []).append(stored)
-                continue
-            packed = queued.get(client_id)
-            if packed is None:
-                packed = queued[client_id] = PackedQueue(shapes)
-            key = (topic, origin, props, mqos, mretain, qos, retain, sids)
-            shape = shape_ids.get(key)
-            if shape is None:
-                shape = shape_ids[key] = len(shapes)
-                properties = _properties(props, _PUBLISH)
-                origin = origins.setdefault(origin, origin)  # one string per publisher, not per shape
-                ids = sids_seen.get(sids)
-                if ids is None:
-                    ids = sids_seen[sids] = tuple(json.loads(sids))
-                shapes.append(Shape(topic, origin, properties, mqos, bool(mretain), qos, bool(retain), ids))
-            packed.add(rid, received - off, shape, payload, len(payload) + len(topic))
-        for packed in queued.values():
-            packed.trim()
+            message = self._message(topic, payload, mqos, bool(mretain), props, origin, received)
+            stored = StoredDelivery(rid, message, qos, bool(retain), tuple(json.loads(sids)), pid, bool(rel))
+            deliveries.setdefault(client_id, []).append(stored)
+        queued = packer.finish()
         incoming: dict[str, list[int]] = {}
         for client_id, pid in db.execute("SELECT client_id, packet_id FROM incoming ORDER BY client_id, packet_id"):
             incoming.setdefault(client_id, []).append(pid)
@@ -555,6 +534,10 @@ def _migrate(db: sqlite3.Connection, first: str, version: int) -> None:
     or the next, never half-way."""
     steps = "".join(_MIGRATIONS[v] for v in range(version + 1, SCHEMA_VERSION + 1))
     db.executescript(f"BEGIN; {first}{steps} UPDATE schema_version SET version = {SCHEMA_VERSION}; COMMIT;")
+
+
+def _publish_properties(data: bytes) -> Properties:
+    return _properties(data, _PUBLISH)
 
 
 def _properties(data: bytes, packet_type: int) -> Properties:
