@@ -325,10 +325,11 @@ class Store:
     def commit(self, changes: list[Change]) -> None:
         """Writes `changes`, in order, all or nothing: a group of per-message records only (a delivery sent, an
         incoming identifier: core/changelog.py LogState.log) as one frame of the change file; any other group in
-        one transaction, its records for the tables and, folded with them, the log's (the change file's frames
-        and this group's), the change file then started again. (Some of a group on file without the rest is a
-        state that never was: a delivery without the incoming identifier of the same PUBLISH would be delivered
-        again when the publisher re-sends it.) Raises StoreError when it cannot be written."""
+        one transaction, its changes for the tables and, if it has records, the log folded with them (the change
+        file's frames and this group's records), the change file then started again. (Some of a group on file
+        without the rest is a state that never was: a delivery without the incoming identifier of the same
+        PUBLISH would be delivered again when the publisher re-sends it.) Raises StoreError when it cannot be
+        written."""
         db = self._db
         off = self._offset
         try:
@@ -355,6 +356,9 @@ class Store:
                     state.size += len(data)
                 return
             tag = self._tag
+            # This group's records, if any, go in this transaction (folded with the log before them): never some
+            # of a group on file without the rest. A group with none leaves the change file as it is.
+            logged = bool(data)
             with db:
                 while True:
                     for c in segment.direct:
@@ -375,14 +379,18 @@ class Store:
                         break
                     # A SessionRemoved: its deletes apply to what came before it, the log's records too (folded
                     # first).
-                    tag = self._fold(state, tag)
+                    if logged or state.size:
+                        tag = self._fold(state, tag)
                     _remove_session(db, changes[segment.end].client_id)  # type: ignore[union-attr]
                     segment = state.log(changes, segment.end + 1, off)
-                tag = self._fold(state, tag)  # (with this group's records: nothing left for a frame)
-            self._tag = tag
-            self._restart = True
-            self._changes.start(tag)
-            self._restart = False
+                    logged = bool(segment.data)
+                if logged:
+                    tag = self._fold(state, tag)  # (with this group's records: nothing left for a frame)
+            if tag != self._tag:
+                self._tag = tag
+                self._restart = True
+                self._changes.start(tag)
+                self._restart = False
         except sqlite3.Error as exc:
             self._state = None  # rolled back: the log is as it was, and so will the state be, read from it
             raise StoreError(f"persistence: {self.path}: {exc}") from None

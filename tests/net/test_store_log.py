@@ -25,6 +25,7 @@ from mqtt_cli.core.persistence import (
     DeliverySent,
     IncomingAdded,
     IncomingReleased,
+    RetainedSet,
     SessionRemoved,
     SessionSaved,
 )
@@ -187,6 +188,23 @@ def test_a_group_for_the_tables_is_one_transaction_with_its_records_and_the_log(
     assert _frames(path) == 0  # the frame's records folded in the same transaction, the file started again
     assert _deliveries(path) == [(1, "on", 1, 0), (2, "off", None, 0)]
     assert _incoming(path) == [("pub", 1), ("pub", 2)]
+    store.close()
+
+
+def test_a_group_with_no_records_leaves_the_change_file_as_it_is(tmp_path: Path) -> None:
+    """A retained message or a session saved: its transaction needs nothing of the log (no fold, no fsync of a new
+    change file with `synchronous = full`); the frames before it stay where they are, and both restore."""
+    path = tmp_path / "p.db"
+    store, _ = Store.open(path, SyncMode.normal, 0.0)
+    store.commit([SessionSaved("c", 4, _FOREVER, None, ())])
+    store.commit([_added("c", 1), DeliverySent("c", 1, 1)])
+    retained = Message("r", b"kept", 1, True, EMPTY_PROPERTIES, "pub", 1.0)
+    store.commit([RetainedSet(retained), SessionSaved("d", 4, _FOREVER, None, ())])
+    assert _frames(path) == 1 and _deliveries(path) == []
+    again, restored = Store.open(_killed(path, tmp_path / "killed"), SyncMode.normal, 0.0)
+    again.close()
+    assert sorted(s.client_id for s in restored.sessions) == ["c", "d"] and len(restored.retained) == 1
+    assert [d.row for s in restored.sessions for d in s.deliveries] == [1]
     store.close()
 
 
