@@ -28,8 +28,8 @@ its commit (its client offline, its window full) goes straight to its table: it 
 would only write its payload twice. So is everything else (sessions, retained messages): no log record touches
 their tables. A file is its tables plus its log, read in that order: what `sqlite3` shows of deliveries and
 incoming identifiers while the broker runs may be behind by the log. A commit is all or nothing: one frame (a group
-of per-message records only) or one transaction (any other group: its changes for the tables, and the log folded
-with it, its own records included); never some of a group on file without the rest.
+of per-message records only) or one transaction (any other group: its changes for the tables and, if it has records
+of its own, the log folded with them); never some of a group on file without the rest.
 
 Schema versions: 1 held retained messages, sessions, subscriptions and deliveries; 2 added a session's will, a
 delivery's packet identifier and QoS 2 state, and the incoming QoS 2 identifiers not yet released; 3 a session's bridge;
