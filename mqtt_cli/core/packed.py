@@ -160,8 +160,8 @@ class QueuePacker:
     """Packs the deliveries a restore reads, a row at a time, into PackedQueues by client, with the Shapes they
     share. A row is the store's `deliveries` row: (row, client, topic, payload, message QoS, message retain,
     properties, origin, received, QoS, retain, subscription identifiers as JSON, packet id, released). Those in
-    flight (a packet id) are few and made into objects by the store: `add_all` hands them back. Here, compiled,
-    so that a million queued messages restore in a few seconds (the per-row work is most of a restart)."""
+    flight (a packet id) are few and made into objects by the store: `add_all` hands them back. (In core/ to be
+    compiled: the per-row work is most of a restart's.)"""
 
     def __init__(self, properties: Callable[[bytes], Properties]) -> None:
         self.queues: dict[str, PackedQueue] = {}

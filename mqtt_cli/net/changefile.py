@@ -23,8 +23,9 @@ from pathlib import Path
 from mqtt_cli.core.config import SyncMode
 from mqtt_cli.core.framing import FrameDamaged, frame, frames
 
-__all__ = ["ChangeFile", "Tag", "Written", "changes_path", "read"]
+__all__ = ["CHANGES_SUFFIX", "ChangeFile", "Tag", "Written", "changes_path", "read"]
 
+CHANGES_SUFFIX = "-changes"  # after the database's name, as SQLite's "-wal"
 _MAGIC = b"MQTTCL1\n"
 _TAG = struct.Struct(">QQ")
 _HEADER_SIZE = len(_MAGIC) + _TAG.size
@@ -49,7 +50,7 @@ class Written:
 
 
 def changes_path(database: Path) -> Path:
-    return database.with_name(database.name + "-changes")
+    return database.with_name(database.name + CHANGES_SUFFIX)
 
 
 def read(path: Path, tag: Tag) -> Written:

@@ -65,7 +65,7 @@ from mqtt_cli.core.persistence import (
 )
 from mqtt_cli.core.properties import WILL, Properties, decode_properties, encode_properties
 from mqtt_cli.core.session import Message, SubscriptionOptions
-from mqtt_cli.net.changefile import ChangeFile, Tag, changes_path, read
+from mqtt_cli.net.changefile import CHANGES_SUFFIX, ChangeFile, Tag, changes_path, read
 
 __all__ = ["SCHEMA_VERSION", "Restored", "Store", "StoreError"]
 
@@ -213,8 +213,7 @@ class Store:
                 f"{self._changes.path} is damaged ({damage}); what it held before that is restored, the file moved "
                 f"to {aside}"
             )
-        self._changes.start(self._tag)
-        self._restart = False
+        self._start_changes(self._tag)
         self._state = state
 
     def _read_log(self) -> tuple[LogState, str | None]:
@@ -231,6 +230,14 @@ class Store:
                 state.apply(c)
             state.size += len(data) or 1  # (an empty row is a row to delete: it counts)
         return state, written.damage
+
+    def _start_changes(self, tag: Tag) -> None:
+        """The change file emptied for `tag`, the database's now. If that fails (OSError), it is tried again before
+        the next frame: none may go to a file with the tag before."""
+        self._tag = tag
+        self._restart = True
+        self._changes.start(tag)
+        self._restart = False
 
     def _fold(self, state: LogState, tag: Tag) -> Tag:
         """The log's net effect into the tables, in the caller's transaction; returns the change file's tag after
@@ -337,8 +344,7 @@ class Store:
             if state is None:  # the last commit failed: what the log holds, as it was before it
                 state = self._state = self._read_log()[0]
             if self._restart:  # a fold's next generation (the file could not be started then)
-                self._changes.start(self._tag)
-                self._restart = False
+                self._start_changes(self._tag)
             # Deliveries added and sent in this group go to the log (their subscriber is online: their end is
             # likely near); those only queued, straight to their table.
             n = len(changes)
@@ -387,16 +393,10 @@ class Store:
                 if logged:
                     tag = self._fold(state, tag)  # (with this group's records: nothing left for a frame)
             if tag != self._tag:
-                self._tag = tag
-                self._restart = True
-                self._changes.start(tag)
-                self._restart = False
-        except sqlite3.Error as exc:
-            self._state = None  # rolled back: the log is as it was, and so will the state be, read from it
-            raise StoreError(f"persistence: {self.path}: {exc}") from None
-        except OSError as exc:
-            self._state = None
-            raise StoreError(f"persistence: {self._changes.path}: {exc.strerror or exc}") from None
+                self._start_changes(tag)
+        except (sqlite3.Error, OSError) as exc:
+            self._state = None  # rolled back, or not all written: read again from the files, as they are
+            raise self._failed(exc) from None
 
     def commit_at_once(self, changes: list[Change]) -> bool:
         """Writes `changes` now and returns True when that costs a write to the OS only: per-message records
@@ -424,19 +424,21 @@ class Store:
             state = self._state
             if state is None:
                 state = self._state = self._read_log()[0]
+            tag = self._tag
             if state.size:
                 with self._db:
-                    tag = self._fold(state, self._tag)
-                self._tag = tag
-                self._restart = True
-            if self._restart:
-                self._changes.start(self._tag)
-                self._restart = False
-        except sqlite3.Error as exc:
+                    tag = self._fold(state, tag)
+            if state.size or self._restart:
+                self._start_changes(tag)
+        except (sqlite3.Error, OSError) as exc:
             self._state = None
-            raise StoreError(f"persistence: {self.path}: {exc}") from None
-        except OSError as exc:
-            raise StoreError(f"persistence: {self._changes.path}: {exc.strerror or exc}") from None
+            raise self._failed(exc) from None
+
+    def _failed(self, exc: sqlite3.Error | OSError) -> StoreError:
+        """A commit's or fold's failure, naming the file that could not be written and why."""
+        if isinstance(exc, sqlite3.Error):
+            return StoreError(f"persistence: {self.path}: {exc}")
+        return StoreError(f"persistence: {self._changes.path}: {exc.strerror or exc}")
 
     def close(self) -> None:
         """Folds the log and closes the file: a clean stop leaves the database alone, with no change file."""
@@ -571,7 +573,7 @@ def _move_aside(path: Path) -> Path:
     """The database and the files that go with it (SQLite's, and the change file) moved aside together."""
     aside = _aside_name(path)
     os.replace(path, aside)
-    for suffix in ("-wal", "-shm", "-changes"):
+    for suffix in ("-wal", "-shm", CHANGES_SUFFIX):
         extra = path.with_name(path.name + suffix)
         if extra.exists():
             os.replace(extra, aside.with_name(aside.name + suffix))
