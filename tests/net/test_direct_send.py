@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from mqtt_cli.core.broker import BrokerConfig
 from mqtt_cli.core.encoder import encode
@@ -136,3 +137,39 @@ async def test_a_stalled_subscriber_gets_everything_in_order_through_a_writer(sc
             assert await pub.next() == PubAck(count + 1)
             got = await sub.next()
             assert isinstance(got, Publish) and got.payload == b"last"
+
+
+async def test_a_long_read_reaches_its_subscriber_while_the_rest_is_handled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every RECEIVE_BATCH packets of a read, the deliveries so far go out, not only the publisher's answers: with
+    persistence a QoS 1 publisher's acknowledgements wait for its subscribers', which then come sooner."""
+    from mqtt_cli.net import server as server_module
+
+    sends: list[int] = []  # the file descriptor of each direct send
+    real = server_module.send_direct
+
+    def counted(sock: socket.socket, data: bytearray) -> int:
+        sends.append(sock.fileno())
+        return real(sock, data)
+
+    monkeypatch.setattr(server_module, "send_direct", counted)
+    count = 2 * server_module.RECEIVE_BATCH
+    with trio.fail_after(20):
+        async with running(Listener(Scheme.MQTT, "127.0.0.1", 0), broker=UNLIMITED) as server:
+            sub = await RawClient.connect(server, "sub")
+            await sub.subscribe("t", 1)
+            pub = await RawClient.connect(server, "pub")
+            await trio.testing.wait_all_tasks_blocked()
+            broker_side = set(sends)  # (the sockets written so far: CONNACKs, SUBACK)
+            sends.clear()
+            # One write, one read on the broker's side: 64 small packets.
+            await pub.sock.send(b"".join(encode(Publish("t", b"%d" % n, qos=1, packet_id=n), 4) for n in
+                                         range(1, count + 1)))  # fmt: skip
+            for n in range(1, count + 1):
+                assert await pub.next() == PubAck(n)
+            for n in range(1, count + 1):
+                got = await sub.next()
+                assert isinstance(got, Publish) and got.payload == b"%d" % n
+    assert len(broker_side) == 2
+    per_socket = {fd: sends.count(fd) for fd in set(sends)}
+    # Both the publisher's answers and the subscriber's deliveries went out in (at least) two sends each.
+    assert len(per_socket) == 2 and min(per_socket.values()) >= 2, per_socket
