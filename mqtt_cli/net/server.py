@@ -67,10 +67,10 @@ __all__ = [
 ]
 
 READ_SIZE = 65536
-# Packets of one read that get an answer (all but QoS 0 PUBLISH) handled before the output so far is sent (the
-# client's answers, its subscribers' deliveries): one with a small window (a QoS 1/2 publisher with 100 in flight)
-# gets its acknowledgements, and sends more, while the rest of its read is handled, instead of both sides waiting
-# for each other in turn.
+# Packets of one read that get an answer (all but QoS 0 PUBLISH) handled before the answers so far are sent to
+# the client (with persistence holding them back, all output so far): one with a small window (a QoS 1/2
+# publisher with 100 in flight) gets its acknowledgements, and sends more, while the rest of its read is handled,
+# instead of both sides waiting for each other in turn.
 RECEIVE_BATCH = 32
 CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send its CONNECT
 RETRY_COMMIT = 1.0  # seconds between tries of a persistence commit that failed (a full disk, say)
@@ -692,10 +692,21 @@ class BrokerServer:
                 core.receive(conn, data, now, batch)
                 del data  # not held while idle (up to READ_SIZE)
                 while conn.backlog is not None:
-                    # Its answers so far, and what its subscribers got so far: with persistence a QoS 1 publisher's
-                    # acknowledgements wait for its subscribers' (core/persistence.py Pending), which come sooner
-                    # when they get the read's first messages while its rest is handled.
-                    self._flush()
+                    if core.held or core.changes:
+                        # Persistence holds its answers back: until a commit, or (QoS 1) until its subscribers
+                        # acknowledge, which they do sooner when they get the read's first messages while its rest
+                        # is handled. So everything so far goes now (core/persistence.py Pending).
+                        self._flush()
+                    else:
+                        # Its answers so far, straight to its socket; what others got goes with the read's _flush
+                        # (one send each a read). Not while a writer has its output or it waits to drain: _flush's.
+                        out = conn.out
+                        if out and sock is not None and not net.writing and not conn.wants_drain:
+                            try:
+                                sent = send_direct(sock, out)
+                            except OSError:  # would block, or the peer is gone: _flush finds out which
+                                sent = 0
+                            del out[:sent]
                     core.receive_rest(conn, now, batch)
                 self._flush()
                 if core.timers_changed:
