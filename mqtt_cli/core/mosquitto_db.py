@@ -21,6 +21,7 @@ from enum import IntEnum
 
 from .errors import RemoteProtocolError
 from .properties import EMPTY_PROPERTIES, Properties, decode_properties
+from .topics import topic_filter_error, topic_name_error
 
 __all__ = [
     "MAGIC",
@@ -281,8 +282,8 @@ class _Reader:
         source_user = self._text(pos, user_len, stop, "source user name") if user_len else None
         pos += user_len
         topic = self._text(pos, topic_len, stop, "topic")
-        if not topic:
-            raise MosquittoDbError(pos, "a message without a topic")
+        if (why := topic_name_error(topic)) is not None:
+            raise MosquittoDbError(pos, f"topic {topic!r}: {why}")
         pos += topic_len
         if pos + payload_len > stop:
             raise MosquittoDbError(pos, f"payload of {payload_len} bytes runs past its chunk")
@@ -340,6 +341,8 @@ class _Reader:
         client_id = self._text(pos, id_len, stop, "client id")
         pos += id_len
         topic = self._text(pos, topic_len, stop, "topic filter")
+        if (why := topic_filter_error(topic)) is not None:
+            raise MosquittoDbError(pos, f"topic filter {topic!r}: {why}")
         pos += topic_len
         if pos != stop:
             raise MosquittoDbError(pos, f"{stop - pos} bytes after subscription {topic!r}")

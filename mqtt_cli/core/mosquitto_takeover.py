@@ -44,7 +44,7 @@ __all__ = ["LeftOut", "Takeover", "take_over"]
 _NEVER = 0xFFFFFFFF  # mosquitto's session expiry interval of a 3.x persistent session
 _SENT = frozenset({MessageState.WAIT_FOR_PUBACK, MessageState.WAIT_FOR_PUBREC})
 _RELEASED = frozenset({MessageState.RESEND_PUBREL, MessageState.WAIT_FOR_PUBCOMP})
-_UNSENT = frozenset({MessageState.QUEUED, MessageState.PUBLISH_QOS1, MessageState.PUBLISH_QOS2})
+_RESENDABLE = frozenset({MessageState.PUBLISH_QOS1, MessageState.PUBLISH_QOS2})
 
 
 @dataclass(slots=True)
@@ -135,6 +135,8 @@ def take_over(db: MosquittoDb, now: float, wall: float) -> Takeover:
 
     row = 0
     incoming: list[tuple[ClientMessage, Message]] = []
+    received: set[tuple[str, int]] = set()  # (client, packet identifier) of those
+    in_flight: set[tuple[str, int]] = set()
     for cm in db.client_messages:
         if cm.client_id not in sessions:
             if cm.client_id not in known:
@@ -145,8 +147,10 @@ def take_over(db: MosquittoDb, now: float, wall: float) -> Takeover:
             left.expired_messages += 1
             continue
         if cm.direction is Direction.IN:
-            if cm.state is MessageState.WAIT_FOR_PUBREL and cm.qos == 2:
-                incoming.append((cm, message))
+            if cm.state is MessageState.WAIT_FOR_PUBREL and cm.qos == 2 and cm.mid:
+                if (cm.client_id, cm.mid) not in received:
+                    received.add((cm.client_id, cm.mid))
+                    incoming.append((cm, message))
             else:
                 left.unacknowledged_incoming += 1
             continue
@@ -156,8 +160,10 @@ def take_over(db: MosquittoDb, now: float, wall: float) -> Takeover:
         row += 1
         sids = cm.properties.subscription_identifiers if cm.properties.items else ()
         out.changes.append(DeliveryAdded(cm.client_id, row, message, cm.qos, cm.retain, sids))
-        sent = cm.state in _SENT or cm.state in _RELEASED or (cm.dup and cm.state not in (MessageState.QUEUED,))
-        if sent and cm.mid:
+        # Sent already: waiting for its acknowledgement, or marked DUP (mosquitto's state after a reconnection).
+        sent = cm.state in _SENT or cm.state in _RELEASED or (cm.dup and cm.state in _RESENDABLE)
+        if sent and cm.mid and (cm.client_id, cm.mid) not in in_flight:  # (an identifier in use twice: queued)
+            in_flight.add((cm.client_id, cm.mid))
             out.changes.append(DeliverySent(cm.client_id, row, cm.mid))
             if cm.qos == 2 and cm.state in _RELEASED:
                 out.changes.append(DeliveryReleased(cm.client_id, row))
@@ -182,9 +188,11 @@ def _message(m: StoredMessage, now: float, wall: float) -> Message | None:
     props = m.properties
     if m.expiry_time > 0:
         left = m.expiry_time - wall
-        if left <= 0:
+        if not 0 < left <= 0xFFFFFFFF:  # (beyond any message expiry interval: mosquitto drops it too)
             return None
         props = props.replace(message_expiry_interval=max(1, int(left)))
+    if props.items and (props.topic_alias is not None or props.subscription_identifiers):
+        props = props.replace(topic_alias=None, subscription_identifiers=())  # a connection's, a delivery's
     return Message(m.topic, m.payload, m.qos, m.retain, props, m.source_id, now)
 
 

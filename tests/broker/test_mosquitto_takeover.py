@@ -109,8 +109,12 @@ class Serve:
                               text=True, timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
 
     def start(self, port: int) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen([sys.executable, "-m", "mqtt_cli", "serve", "-v", *self.args],
-                                stdout=subprocess.DEVNULL, stderr=self.stderr.open("wb"), stdin=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mqtt_cli", "serve", "-v", *self.args],
+            stdout=subprocess.DEVNULL,
+            stderr=self.stderr.open("wb"),
+            stdin=subprocess.DEVNULL,
+        )
         wait_for_port(port, proc, DEADLINE, self.stderr)
         return proc
 
@@ -166,7 +170,7 @@ def test_takeover_of_debian_mosquitto_db(mosquitto_dir: tuple[Path, MosquittoSta
     before = digest(workdir / "mosquitto.db")
     port = free_port()
     conf = workdir / "serve.conf"
-    conf.write_text(f"listener {port} {HOST}\nallow_anonymous true\npersistence true\npersistence_location {workdir}/\n")
+    conf.write_text(f"listener {port} {HOST}\nallow_anonymous true\npersistence true\npersistence_location {workdir}\n")
     serve = Serve(workdir, "--mosquitto-conf", str(conf))
     proc = serve.start(port)
     try:
