@@ -280,8 +280,11 @@ def test_skip_mosquitto_db_starts_empty_and_says_so(tmp_path: Path) -> None:
 
 
 def test_toml_persistence_takes_over_the_file_beside_it(tmp_path: Path) -> None:
-    """`[persistence] path` in a directory holding mosquitto.db: taken over as from a mosquitto.conf."""
+    """`[persistence] path` in a directory holding mosquitto.db: taken over as from a mosquitto.conf. What a start
+    killed while taking over left (the database being made, under its own name) is made again."""
     shutil.copy(DATA, tmp_path / "mosquitto.db")
+    (tmp_path / "broker.db.taking-over").write_bytes(b"half-made")
+    (tmp_path / "broker.db.taking-over-wal").write_bytes(b"half-made")
     port = free_port()
     serve = Serve(tmp_path, "--listen", f"mqtt://{HOST}:{port}", "-c", str(_toml(tmp_path, "", "broker.db")))
     proc = serve.start(port)
@@ -290,6 +293,7 @@ def test_toml_persistence_takes_over_the_file_beside_it(tmp_path: Path) -> None:
         assert len(collect(port, "anyone", "r/#", idle=0.5)) == RETAINED
     finally:
         stop(proc)
+    assert not [p.name for p in tmp_path.iterdir() if ".taking-over" in p.name]
 
 
 def test_our_database_named_as_mosquittos_file_is_refused(tmp_path: Path) -> None:

@@ -208,7 +208,8 @@ def test_malformed_files_name_the_offset_and_what(data: bytes, offset: int, what
     assert str(caught.value).startswith(f"at byte {offset}: ")
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, derandomize=True, database=None, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
 @given(cut=st.integers(0, len(DATA)), edits=st.lists(st.tuples(st.integers(0, len(DATA) - 1), st.integers(0, 255)),
                                                      max_size=4))  # fmt: skip
 def test_damaged_files_raise_only_the_typed_error(cut: int, edits: list[tuple[int, int]]) -> None:
