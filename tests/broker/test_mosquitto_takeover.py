@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from mqtt_cli.core.packets import Publish, PubRec, PubRel, SubAck, Subscribe, Subscription
 from tests.broker.test_persistence import DEADLINE, client, collect, connect, subscribe_offline
@@ -37,6 +39,7 @@ class MosquittoState:
     def __init__(self) -> None:
         self.released_pid = 0  # q2's QoS 2 delivery whose PUBREC it sent (mosquitto: waiting for PUBCOMP)
         self.sent_pid = 0  # q2's QoS 2 delivery it never answered (mosquitto: waiting for PUBREC)
+        self.v5_left = 0.0  # when v5sub's client left (its session expiry counts from then)
 
 
 def write_mosquitto_db(workdir: Path, expiry: int = 3600) -> MosquittoState:
@@ -48,6 +51,8 @@ def write_mosquitto_db(workdir: Path, expiry: int = 3600) -> MosquittoState:
     try:
         port = mosq.port
         subscribe_offline(port, "cutover", "q/#")  # 3.1.1, clean session 0, QoS 1
+        subscribe_v5_offline(port)
+        state.v5_left = time.time()
         q2 = Raw(port, 4)
         q2.connect("q2")
         q2.send(Subscribe(1, (Subscription("q2/#", 2), Subscription("in/#", 2))))
@@ -69,6 +74,9 @@ def write_mosquitto_db(workdir: Path, expiry: int = 3600) -> MosquittoState:
         q2.close()
         time.sleep(0.2)  # mosquitto sees q2 gone
         infos = [pub.publish("q/n", b"%d" % i, qos=1) for i in range(QUEUED)]
+        user = PahoProperties(PacketTypes.PUBLISH)
+        user.UserProperty = [("k", "v")]
+        infos += [pub.publish("v5/a", b"v5 one", qos=1, properties=user), pub.publish("v5/b", b"v5 two", qos=1)]
         infos.append(pub.publish("q2/queued", b"C", qos=2))
         for i in range(RETAINED):
             props = PahoProperties(PacketTypes.PUBLISH)
@@ -93,6 +101,50 @@ def write_mosquitto_db(workdir: Path, expiry: int = 3600) -> MosquittoState:
         mosq.stop()  # SIGTERM: mosquitto saves its database as it exits
     assert (workdir / "mosquitto.db").is_file(), (workdir / "mosquitto.log").read_text()
     return state
+
+
+def subscribe_v5_offline(port: int) -> None:
+    """A 5.0 session expiring an hour after its client leaves, subscribed with an identifier and no local."""
+    c = client("v5sub", version=paho.MQTTv5)
+    props = PahoProperties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval = 3600
+    connected = threading.Event()
+    c.on_connect = lambda *a: connected.set()
+    c.connect(HOST, port, clean_start=False, properties=props)
+    c.loop_start()
+    assert connected.wait(DEADLINE)
+    done = threading.Event()
+    c.on_subscribe = lambda *a: done.set()
+    sub = PahoProperties(PacketTypes.SUBSCRIBE)
+    sub.SubscriptionIdentifier = 42
+    c.subscribe("v5/#", options=SubscribeOptions(qos=1, noLocal=True), properties=sub)
+    assert done.wait(DEADLINE)
+    c.disconnect()
+    c.loop_stop()
+
+
+def collect_v5(port: int) -> list[tuple[bytes, list[int], list[tuple[str, str]]]]:
+    """v5sub back (clean start 0): payload, subscription identifiers and user properties of what it gets."""
+    got: list[tuple[bytes, list[int], list[tuple[str, str]]]] = []
+    c = client("v5sub", version=paho.MQTTv5)
+    c.on_message = lambda c, u, m: got.append(
+        (m.payload, getattr(m.properties, "SubscriptionIdentifier", []), getattr(m.properties, "UserProperty", []))
+    )
+    present = []
+    connected = threading.Event()
+    c.on_connect = lambda cl, u, flags, rc, p: (present.append(flags.session_present), connected.set())
+    props = PahoProperties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval = 3600
+    c.connect(HOST, port, clean_start=False, properties=props)
+    c.loop_start()
+    assert connected.wait(DEADLINE)
+    deadline = time.monotonic() + DEADLINE
+    while len(got) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    c.disconnect()
+    c.loop_stop()
+    assert present == [True]
+    return got
 
 
 class Serve:
@@ -178,12 +230,15 @@ def test_takeover_of_debian_mosquitto_db(mosquitto_dir: tuple[Path, MosquittoSta
         took = [line for line in log.splitlines() if "took over" in line]
         assert len(took) == 1, log
         assert (
-            f"mosquitto's {workdir}/mosquitto.db: 20 retained messages, 3 persistent sessions with 3 subscriptions, "
-            "101 queued messages, 2 in flight, 1 QoS 2 message received and published now;"
+            f"mosquitto's {workdir}/mosquitto.db: 20 retained messages, 4 persistent sessions with 4 subscriptions, "
+            "103 queued messages, 2 in flight, 1 QoS 2 message received and published now;"
         ) in took[0]
         assert f"the broker keeps {workdir}/mqtt-cli.db from now on" in took[0]
-        assert "1 QoS 2 message received and published now" in took[0]
-        assert (workdir / "mqtt-cli.db").is_file()
+        # v5sub's expiry counts from when its client left mosquitto (an hour then), not from now.
+        with sqlite3.connect(workdir / "mqtt-cli.db") as db:
+            interval, expires_at = db.execute("SELECT expiry_interval, expires_at FROM sessions "
+                                              "WHERE client_id = 'v5sub'").fetchone()  # fmt: skip
+        assert interval == 3600 and state.v5_left + 3599 <= expires_at <= state.v5_left + 3601
 
         # q2: its QoS 2 flows go on as mosquitto left them: PUBREL for the one it received PUBREC for, the other
         # PUBLISH again with DUP and its identifier; then what was queued, and the incoming message published.
@@ -203,6 +258,7 @@ def test_takeover_of_debian_mosquitto_db(mosquitto_dir: tuple[Path, MosquittoSta
         p2.close()
 
         assert collect(port, "cutover") == [b"%d" % i for i in range(QUEUED)]  # all 100, in order, once each
+        assert collect_v5(port) == [(b"v5 one", [42], [("k", "v")]), (b"v5 two", [42], [])]
         retained = retained_with_properties(port)
         assert sorted(retained) == sorted(f"r/{i}" for i in range(RETAINED))
         for i in range(RETAINED):

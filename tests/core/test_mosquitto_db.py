@@ -1,7 +1,8 @@
 """core/mosquitto_db.py and core/mosquitto_takeover.py: mosquitto's persistence file read, and its records as this
 broker's change records. The file in tests/data/mosquitto/ was written by Debian's mosquitto 2.0.11
 (tests/broker/test_mosquitto_takeover.py write_mosquitto_db: 100 queued QoS 1 messages for `cutover`, QoS 2 flows
-of `q2` in two states, a QoS 2 message of `p2` waiting for PUBREL, 20 retained messages with properties)."""
+of `q2` in two states, a QoS 2 message of `p2` waiting for PUBREL, a 5.0 session `v5sub` with a subscription
+identifier and two messages queued, 20 retained messages with properties)."""
 
 from __future__ import annotations
 
@@ -36,14 +37,16 @@ from mqtt_cli.core.persistence import (
 from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
 
 DATA = (Path(__file__).parent.parent / "data" / "mosquitto" / "mosquitto-2.0.11.db").read_bytes()
-WALL = 1_800_000_000.0  # the wall clock at the take-over (the file's messages expire at about 5.8e9)
+#: The wall clock at the take-over: half an hour after v5sub's client left (its session expires an hour after; the
+#: file's messages that expire do so in about 127 years).
+WALL = float(next(c.session_expiry_time for c in parse(DATA).clients if c.client_id == "v5sub") - 1800)
 
 
 def test_reads_the_file_debians_mosquitto_wrote() -> None:
     db = parse(DATA)
     assert (db.version, db.shutdown, db.skipped_chunks) == (6, True, 0)
     assert [(c.client_id, c.session_expiry_interval, c.session_expiry_time) for c in db.clients] == [
-        ("cutover", 0xFFFFFFFF, 0), ("q2", 0xFFFFFFFF, 0), ("p2", 0xFFFFFFFF, 0)
+        ("cutover", 0xFFFFFFFF, 0), ("v5sub", 3600, WALL + 1800), ("q2", 0xFFFFFFFF, 0), ("p2", 0xFFFFFFFF, 0)
     ]  # fmt: skip
     by_id = {m.store_id: m for m in db.messages}
     cutover = [by_id[c.store_id].payload for c in db.client_messages if c.client_id == "cutover"]
@@ -51,6 +54,8 @@ def test_reads_the_file_debians_mosquitto_wrote() -> None:
     others = [(c.client_id, by_id[c.store_id].payload, c.qos, c.state, c.mid, c.direction)
               for c in db.client_messages if c.client_id != "cutover"]  # fmt: skip
     assert others == [
+        ("v5sub", b"v5 one", 1, MessageState.QUEUED, 1, Direction.OUT),
+        ("v5sub", b"v5 two", 1, MessageState.QUEUED, 2, Direction.OUT),
         ("q2", b"A", 2, MessageState.WAIT_FOR_PUBCOMP, 1, Direction.OUT),
         ("q2", b"B", 2, MessageState.WAIT_FOR_PUBREC, 2, Direction.OUT),
         ("q2", b"C", 2, MessageState.QUEUED, 3, Direction.OUT),
@@ -63,19 +68,26 @@ def test_reads_the_file_debians_mosquitto_wrote() -> None:
     assert r1.properties == Properties(payload_format_indicator=1, content_type="text/plain",
                                        user_properties=(("n", "1"), ("site", "a")))  # fmt: skip
     assert r1.expiry_time > 5_000_000_000 and retained[0].expiry_time == 0
-    assert [(s.client_id, s.topic, s.qos) for s in db.subscriptions] == [
-        ("cutover", "q/#", 1), ("q2", "q2/#", 2), ("q2", "in/#", 2)
+    assert [(s.client_id, s.topic, s.qos, s.identifier, s.no_local) for s in db.subscriptions] == [
+        ("cutover", "q/#", 1, 0, False), ("v5sub", "v5/#", 1, 42, True), ("q2", "q2/#", 2, 0, False),
+        ("q2", "in/#", 2, 0, False)
     ]  # fmt: skip
+    v5 = [c.properties for c in db.client_messages if c.client_id == "v5sub"]
+    assert v5 == [Properties(subscription_identifiers=(42,))] * 2
 
 
 def test_takeover_records_of_the_file() -> None:
     t = take_over(parse(DATA), 100.0, WALL)
-    assert (t.retained, t.sessions, t.subscriptions, t.queued, t.inflight, t.incoming) == (20, 3, 3, 101, 2, 1)
+    assert (t.retained, t.sessions, t.subscriptions, t.queued, t.inflight, t.incoming) == (20, 4, 4, 103, 2, 1)
     assert not t.left_out
     sessions = [c for c in t.changes if type(c) is SessionSaved]
     assert [(s.client_id, s.version, s.expiry_interval, s.expires_at) for s in sessions] == [
-        ("cutover", 4, 0xFFFFFFFF, None), ("q2", 4, 0xFFFFFFFF, None), ("p2", 4, 0xFFFFFFFF, None)
+        ("cutover", 4, 0xFFFFFFFF, None), ("v5sub", 5, 3600, 1900.0), ("q2", 4, 0xFFFFFFFF, None),
+        ("p2", 4, 0xFFFFFFFF, None)
     ]  # fmt: skip
+    v5 = [c for c in t.changes if type(c) is DeliveryAdded and c.client_id == "v5sub"]
+    assert [(d.message.payload, d.subscription_ids) for d in v5] == [(b"v5 one", (42,)), (b"v5 two", (42,))]
+    assert v5[0].message.properties == Properties(user_properties=(("k", "v"),))
     q2 = [c for c in t.changes if getattr(c, "client_id", None) == "q2" and type(c) is not SessionSaved]
     rows = [c.row for c in q2 if type(c) is DeliveryAdded]
     assert [type(c) for c in q2] == [DeliveryAdded, DeliverySent, DeliveryReleased, DeliveryAdded, DeliverySent,
@@ -94,9 +106,10 @@ def test_takeover_records_of_the_file() -> None:
 
 
 def test_what_expired_while_mosquitto_was_down_is_left_out_and_counted() -> None:
-    later = 6_000_000_000.0  # after the odd retained messages' expiry
+    later = 6_000_000_000.0  # after the odd retained messages' expiry, and v5sub's
     t = take_over(parse(DATA), 0.0, later)
     assert t.retained == 10 and t.left_out.expired_messages == 20  # each stored message once, each reference once
+    assert t.sessions == 3 and t.left_out.expired_sessions == 1
     msg = StoredMessage(1, 0, "t", b"x", 1, False, EMPTY_PROPERTIES, None, None, 0, 0)
     db = MosquittoDb(
         6, 1, True, (msg,),
