@@ -42,6 +42,9 @@ MAGIC = b"\x00\xb5\x00mosquitto db"
 VERSIONS = (5, 6)
 _PUBLISH = 3  # the packet type whose properties a message carries
 _HEADER = struct.Struct(">II")
+_MSG_FIELDS = struct.Struct(">IHHHHHBB")  # after a MSG_STORE's store id and expiry time
+_CLIENT_MSG_FIELDS = struct.Struct(">HHBBBB")  # after a CLIENT_MSG's store id
+_WIDE = {order: (struct.Struct(order + "Q"), struct.Struct(order + "q")) for order in "<>"}
 _MAX_PAYLOAD = 268435455  # mosquitto refuses a stored payload over MQTT's largest
 
 
@@ -169,10 +172,24 @@ def parse(data: bytes) -> MosquittoDb:
     return _Reader(data).read()
 
 
+_STATES = {s.value: s for s in MessageState}
+_DIRECTIONS = (Direction.IN, Direction.OUT)
+
+
 class _Reader:
     def __init__(self, data: bytes) -> None:
         self.data = data
-        self.order = "<"  # of the 64-bit fields, until the CFG chunk says otherwise
+        self._wide(self.order)
+        # Client ids and topics recur (a session's every message names its client): decoded and checked once each.
+        self._texts: dict[bytes, str] = {}
+        self._topics: dict[bytes, str] = {}
+
+    order = "<"  # of the 64-bit fields, until the CFG chunk says otherwise
+
+    def _wide(self, order: str) -> None:
+        self.order = order
+        u64, i64 = _WIDE[order]
+        self._u64s, self._i64s = u64.unpack_from, i64.unpack_from
 
     def read(self) -> MosquittoDb:
         data = self.data
@@ -212,7 +229,7 @@ class _Reader:
                     raise MosquittoDbError(body + 9, f"store ids of {data[body + 9]} bytes (mosquitto's are 8)")
                 little = int.from_bytes(data[body : body + 8], "little")
                 big = int.from_bytes(data[body : body + 8], "big")
-                self.order = "<" if little <= big else ">"
+                self._wide("<" if little <= big else ">")
                 last_db_id = min(little, big)
                 shutdown = bool(data[body + 8])
             elif kind == ChunkType.MSG_STORE:
@@ -237,18 +254,32 @@ class _Reader:
             raise MosquittoDbError(body - 8, f"{name} chunk of {stop - body} bytes (its fixed part is {size})")
 
     def _u64(self, pos: int) -> int:
-        return int(struct.unpack_from(self.order + "Q", self.data, pos)[0])
+        return int(self._u64s(self.data, pos)[0])
 
     def _i64(self, pos: int) -> int:
-        return int(struct.unpack_from(self.order + "q", self.data, pos)[0])
+        return int(self._i64s(self.data, pos)[0])
 
     def _text(self, pos: int, n: int, stop: int, what: str) -> str:
         if pos + n > stop:
             raise MosquittoDbError(pos, f"{what} of {n} bytes runs past its chunk")
-        try:
-            return self.data[pos : pos + n].decode()
-        except UnicodeDecodeError as exc:
-            raise MosquittoDbError(pos + exc.start, f"{what} is not UTF-8") from None
+        raw = self.data[pos : pos + n]
+        text = self._texts.get(raw)
+        if text is None:
+            try:
+                text = self._texts[raw] = raw.decode()
+            except UnicodeDecodeError as exc:
+                raise MosquittoDbError(pos + exc.start, f"{what} is not UTF-8") from None
+        return text
+
+    def _topic(self, pos: int, n: int, stop: int) -> str:
+        raw = self.data[pos : pos + n]
+        topic = self._topics.get(raw)
+        if topic is None:
+            topic = self._text(pos, n, stop, "topic")
+            if (why := topic_name_error(topic)) is not None:
+                raise MosquittoDbError(pos, f"topic {topic!r}: {why}")
+            self._topics[raw] = topic
+        return topic
 
     def _properties(self, pos: int, stop: int, what: str) -> Properties:
         if pos == stop:
@@ -269,9 +300,8 @@ class _Reader:
         data = self.data
         store_id = self._u64(body)
         expiry = self._i64(body + 8)
-        payload_len, source_mid, id_len, user_len, topic_len, port, qos, retain = struct.unpack_from(
-            ">IHHHHHBB", data, body + 16
-        )
+        fields = _MSG_FIELDS.unpack_from(data, body + 16)
+        payload_len, source_mid, id_len, user_len, topic_len, port, qos, retain = fields
         if payload_len > _MAX_PAYLOAD:
             raise MosquittoDbError(body + 16, f"a payload of {payload_len} bytes (MQTT's largest is {_MAX_PAYLOAD})")
         if qos > 2:
@@ -281,9 +311,7 @@ class _Reader:
         pos += id_len
         source_user = self._text(pos, user_len, stop, "source user name") if user_len else None
         pos += user_len
-        topic = self._text(pos, topic_len, stop, "topic")
-        if (why := topic_name_error(topic)) is not None:
-            raise MosquittoDbError(pos, f"topic {topic!r}: {why}")
+        topic = self._topic(pos, topic_len, stop)
         pos += topic_len
         if pos + payload_len > stop:
             raise MosquittoDbError(pos, f"payload of {payload_len} bytes runs past its chunk")
@@ -315,10 +343,10 @@ class _Reader:
     def _client_message(self, body: int, stop: int) -> ClientMessage:
         self._fixed(body, stop, _CLIENT_MSG, "CLIENT_MSG")
         store_id = self._u64(body)
-        mid, id_len, qos, state, retain_dup, direction = struct.unpack_from(">HHBBBB", self.data, body + 8)
+        mid, id_len, qos, state, retain_dup, direction = _CLIENT_MSG_FIELDS.unpack_from(self.data, body + 8)
         if qos > 2:
             raise MosquittoDbError(body + 12, f"client message QoS {qos}")
-        if state not in MessageState._value2member_map_:
+        if state not in _STATES:
             raise MosquittoDbError(body + 13, f"client message state {state}")
         if direction > 1:
             raise MosquittoDbError(body + 15, f"client message direction {direction}")
@@ -327,8 +355,8 @@ class _Reader:
             raise MosquittoDbError(body + 10, "a client message without a client id")
         client_id = self._text(pos, id_len, stop, "client id")
         props = self._properties(pos + id_len, stop, "client message properties")
-        return ClientMessage(client_id, store_id, mid, qos, MessageState(state), bool(retain_dup >> 4),
-                             bool(retain_dup & 0x0F), Direction(direction), props)  # fmt: skip
+        return ClientMessage(client_id, store_id, mid, qos, _STATES[state], bool(retain_dup >> 4),
+                             bool(retain_dup & 0x0F), _DIRECTIONS[direction], props)  # fmt: skip
 
     def _subscription(self, body: int, stop: int) -> SubscriptionRecord:
         self._fixed(body, stop, _SUB, "SUB")
