@@ -53,7 +53,7 @@ class LeftOut:
     expired_sessions: int = 0  # expired, or ended with their connection (expiry interval 0)
     qos0_messages: int = 0
     unacknowledged_incoming: int = 0  # QoS 2 received without PUBREC yet: their clients send them again
-    orphans: int = 0  # subscriptions and messages of a client the file holds no session of
+    orphans: int = 0  # subscriptions and messages of a client without a session, references to no message
 
     def __bool__(self) -> bool:
         return any((self.expired_messages, self.expired_sessions, self.qos0_messages, self.unacknowledged_incoming,
@@ -83,17 +83,23 @@ def take_over(db: MosquittoDb, now: float, wall: float) -> Takeover:
         return t - wall + now
 
     messages: dict[int, Message] = {}
+    expired: set[int] = set()  # store ids: each expired message counted once, however many refer to it
     for m in db.messages:
         message = _message(m, now, wall)
         if message is None:
-            left.expired_messages += 1
+            expired.add(m.store_id)
         else:
             messages[m.store_id] = message
+    left.expired_messages = len(expired)
+
+    def missing(store_id: int) -> None:
+        if store_id not in expired:
+            left.orphans += 1  # a reference to a message the file does not hold
 
     for store_id in db.retained:
         message = messages.get(store_id)
         if message is None:
-            left.expired_messages += 1
+            missing(store_id)
             continue
         if not message.retain:  # (mosquitto clears the flag of the $SYS messages it keeps: never retained here)
             message = Message(message.topic, message.payload, message.qos, True, message.properties, message.origin,
@@ -144,7 +150,7 @@ def take_over(db: MosquittoDb, now: float, wall: float) -> Takeover:
             continue  # (else its session expired: counted there)
         message = messages.get(cm.store_id)
         if message is None:
-            left.expired_messages += 1
+            missing(cm.store_id)
             continue
         if cm.direction is Direction.IN:
             if cm.state is MessageState.WAIT_FOR_PUBREL and cm.qos == 2 and cm.mid:

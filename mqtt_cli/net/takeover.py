@@ -119,7 +119,7 @@ def summary(source: Path, path: str, t: Takeover) -> str:
             (left.expired_sessions, "expired session"),
             (left.qos0_messages, "queued QoS 0 message"),
             (left.unacknowledged_incoming, "incoming QoS 2 message not acknowledged yet"),
-            (left.orphans, "record without its session"),
+            (left.orphans, "record without its session or message"),
         ]
         line += "; left out: " + ", ".join(n(c, w) for c, w in parts if c)
     return line + f"; {source.name} is left as it was, the broker keeps {path} from now on"

@@ -108,7 +108,8 @@ def test_takeover_records_of_the_file() -> None:
 def test_what_expired_while_mosquitto_was_down_is_left_out_and_counted() -> None:
     later = 6_000_000_000.0  # after the odd retained messages' expiry, and v5sub's
     t = take_over(parse(DATA), 0.0, later)
-    assert t.retained == 10 and t.left_out.expired_messages == 20  # each stored message once, each reference once
+    assert t.retained == 10 and t.left_out.expired_messages == 10  # each once, however many refer to it
+    assert not t.left_out.orphans
     assert t.sessions == 3 and t.left_out.expired_sessions == 1
     msg = StoredMessage(1, 0, "t", b"x", 1, False, EMPTY_PROPERTIES, None, None, 0, 0)
     db = MosquittoDb(
@@ -137,14 +138,16 @@ def test_what_expired_while_mosquitto_was_down_is_left_out_and_counted() -> None
 def test_odd_records_of_a_damaged_file_do_not_break_the_broker() -> None:
     """Values mosquitto would not write but a damaged file may hold, each made safe: an expiry beyond any
     interval (dropped, as mosquitto drops it), a packet identifier in flight twice (the second queued), a topic
-    alias or subscription identifier among a message's own properties (removed)."""
+    alias or subscription identifier among a message's own properties (removed), a retained entry naming no
+    message (counted)."""
     odd = Properties(topic_alias=3, subscription_identifiers=(9,), content_type="x")
     msgs = (StoredMessage(1, int(WALL) + (1 << 40), "t", b"far", 1, False, EMPTY_PROPERTIES, None, None, 0, 0),
             StoredMessage(2, 0, "t", b"odd", 1, False, odd, None, None, 0, 0))  # fmt: skip
     sent = [ClientMessage("c", 2, 5, 1, MessageState.WAIT_FOR_PUBACK, False, True, Direction.OUT, EMPTY_PROPERTIES)]
-    db = MosquittoDb(6, 2, True, msgs, (ClientRecord("c", 0, 0xFFFFFFFF, 0, None, 0),), tuple(sent * 2), (1,), (), 0)
+    clients = (ClientRecord("c", 0, 0xFFFFFFFF, 0, None, 0),)
+    db = MosquittoDb(6, 2, True, msgs, clients, tuple(sent * 2), (1, 77), (), 0)  # (no message 77 in the file)
     t = take_over(db, 0.0, WALL)
-    assert (t.retained, t.left_out.expired_messages, t.inflight, t.queued) == (0, 2, 1, 1)
+    assert (t.retained, t.left_out.expired_messages, t.left_out.orphans, t.inflight, t.queued) == (0, 1, 1, 1, 1)
     added = [c.message.properties for c in t.changes if type(c) is DeliveryAdded]
     assert added == [Properties(content_type="x")] * 2
 
