@@ -32,6 +32,7 @@ __all__ = [
     "take_over_file",
 ]
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
 #: The database being made, beside the configured one, until it is complete.
 TAKEOVER_SUFFIX = ".taking-over"
 
@@ -75,6 +76,11 @@ def take_over_file(source: Path, settings: PersistenceSettings, now: float) -> T
         data = source.read_bytes()
     except OSError as exc:
         raise TakeoverError(f"persistence: cannot read mosquitto's {source}: {exc.strerror or exc}") from None
+    if data.startswith(SQLITE_MAGIC):  # this broker's kind: a database of its own that a persistence_file named
+        raise TakeoverError(
+            f"persistence: {source} is an SQLite database, not mosquitto's file: if it is this broker's database, "
+            f"rename it to {path}; else move it away or start with --skip-mosquitto-db"
+        )
     try:
         db = parse(data)
     except MosquittoDbError as exc:

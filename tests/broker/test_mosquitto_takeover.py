@@ -352,6 +352,23 @@ def test_toml_persistence_takes_over_the_file_beside_it(tmp_path: Path) -> None:
     assert not [p.name for p in tmp_path.iterdir() if ".taking-over" in p.name]
 
 
+def test_a_database_of_ours_where_mosquittos_file_should_be_is_named(tmp_path: Path) -> None:
+    """A mosquitto.conf's persistence_file names mosquitto's file: where it names this broker's database instead,
+    the line says to rename it."""
+    sqlite3.connect(tmp_path / "b.db").execute("CREATE TABLE t (x)").connection.close()
+    conf = tmp_path / "m.conf"
+    conf.write_text(
+        f"listener 0 {HOST}\nallow_anonymous true\npersistence true\npersistence_location {tmp_path}\n"
+        "persistence_file b.db\n"
+    )
+    result = Serve(tmp_path, "--mosquitto-conf", str(conf)).run()
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"mqtt: error: persistence: {tmp_path}/b.db is an SQLite database, not mosquitto's file: if it is this "
+        f"broker's database, rename it to {tmp_path}/mqtt-cli.db; else move it away or start with --skip-mosquitto-db\n"
+    )
+
+
 def test_our_database_named_as_mosquittos_file_is_refused(tmp_path: Path) -> None:
     """A persistence path that is mosquitto's file itself would be moved aside as unreadable: refused instead."""
     shutil.copy(DATA, tmp_path / "mosquitto.db")
