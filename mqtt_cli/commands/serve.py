@@ -173,6 +173,15 @@ def serve(
             rich_help_panel=FILES,
         ),
     ] = None,
+    skip_mosquitto_db: Annotated[
+        bool,
+        typer.Option(
+            "--skip-mosquitto-db",
+            help="Start without taking over mosquitto's persistence file (mosquitto.db beside the database, or "
+            "mosquitto.conf's persistence_file) when there is no database yet; the file is left as it is.",
+            rich_help_panel=FILES,
+        ),
+    ] = False,
     sys_interval: Annotated[
         float | None, typer.Option(help="Seconds between $SYS updates (0: none; default 10).", rich_help_panel=LIMITS)
     ] = None,
@@ -217,7 +226,7 @@ def serve(
 
     Listens on 127.0.0.1:1883 unless told otherwise (--listen, or a --config file: docs/broker.md). SIGINT or SIGTERM shut it down gracefully: the wills of connected clients are published and 5.0 clients told why; a second signal stops it at once. SIGHUP reloads the configuration; SIGUSR2 reopens the log file.
 
-    Exit codes: 0 stopped by a signal, 1 could not start (port in use, a certificate, log or ready file that cannot be read or written), 2 bad usage or configuration.
+    Exit codes: 0 stopped by a signal, 1 could not start (port in use, a certificate, log or ready file that cannot be read or written, a mosquitto.db to take over that cannot be read), 2 bad usage or configuration.
     """  # noqa: E501 - typer keeps a docstring's line breaks in --help
     import os
     import sys
@@ -263,7 +272,10 @@ def serve(
         })  # fmt: skip
         settings = override(settings, "sys", {"interval": sys_interval}, {"interval": "--sys-interval"})
         settings = override(settings, "metrics", {"listen": metrics_listen}, {"listen": "--metrics-listen"})
-        settings = override(settings, "persistence", {"path": _str(persistence)}, {"path": "--persistence"})
+        settings = override(
+            settings, "persistence", {"path": _str(persistence), "skip_mosquitto_db": skip_mosquitto_db or None},
+            {"path": "--persistence"},
+        )  # fmt: skip
         settings = override(settings, "auth", {
             "password_file": _str(password_file), "acl_file": _str(acl_file), "allow_anonymous": allow_anonymous,
             "use_identity_as_username": use_identity_as_username or None,

@@ -348,6 +348,10 @@ class MetricsSettings:
             parse_metrics_address(self.listen)
 
 
+#: mosquitto's persistence file name (its `persistence_file` default).
+DEFAULT_MOSQUITTO_DB = "mosquitto.db"
+
+
 @dataclass(frozen=True, slots=True)
 class PersistenceSettings:
     """`[persistence]`: what the broker acknowledged survives a restart (off while `path` is unset)."""
@@ -356,6 +360,11 @@ class PersistenceSettings:
     synchronous: SyncMode = field(
         default=SyncMode.normal, metadata=_key("normal: survives kill -9; full: also survives power loss")
     )
+    mosquitto_db: str = field(
+        default=DEFAULT_MOSQUITTO_DB,
+        metadata=_key("mosquitto's persistence file, taken over at a start without the database (a name: beside it)"),
+    )
+    skip_mosquitto_db: bool = field(default=False, metadata=_key("start without taking over mosquitto_db"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -808,8 +817,8 @@ _BRIDGE_KEYS = frozenset(
 )
 # Snapshot timing: this broker commits what it acknowledges, so there is no snapshot to time.
 _SNAPSHOT_KEYS = frozenset(["autosave_interval", "autosave_on_changes"])
-#: The database file when mosquitto.conf names none: not mosquitto's own `mosquitto.db`, whose format is not ours
-#: (a file we cannot read is moved aside, and a mosquitto.db beside ours should stay mosquitto's).
+#: The database file in mosquitto.conf's persistence_location: never mosquitto's own file (its persistence_file),
+#: whose format is not ours: that one is taken over at the first start, and left as it is.
 DEFAULT_PERSISTENCE_FILE = "mqtt-cli.db"
 
 
@@ -1114,8 +1123,11 @@ def _persistence_of(p: dict[str, Any]) -> PersistenceSettings:
     if not p.get("_on"):
         return PersistenceSettings()  # persistence_location without `persistence true` keeps nothing (mosquitto)
     location = p.get("_location", "")
-    name = p.get("_file", DEFAULT_PERSISTENCE_FILE)
-    return PersistenceSettings(path=location.rstrip("/") + "/" + name if location else name)
+    name = DEFAULT_PERSISTENCE_FILE
+    return PersistenceSettings(
+        path=location.rstrip("/") + "/" + name if location else name,
+        mosquitto_db=p.get("_file", DEFAULT_MOSQUITTO_DB),
+    )
 
 
 def _mosquitto_url(spec: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ from mqtt_cli.core.config import BrokerSettings, ConfigError, LogLevel, Translat
 from mqtt_cli.net.config import ConfigSource, FileProblem, check_files, serve_options
 from mqtt_cli.net.log import BrokerLog, LogError
 from mqtt_cli.net.server import BrokerServer, Listener, ServeOptions, ServerError
+from mqtt_cli.net.takeover import TakeoverError, mosquitto_db_path, skipped_mosquitto_db, summary, take_over_file
 
 __all__ = ["Serving", "checked_options", "unsupported_error"]
 
@@ -83,6 +84,7 @@ class Serving:
         # default action; ignored, it fails with EFBIG and the log drops the line. (Python's start-up ignores it
         # already, but not when an embedding program left its signals alone.)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        await self.take_over(options)
         stop = trio.Event()
         server = BrokerServer(options)
         async with trio.open_nursery() as nursery:
@@ -108,6 +110,25 @@ class Serving:
             await nursery.start(watch_signals)  # before the ready file says we listen
             await nursery.start(run_server)
             settle_garbage_collector()
+
+    async def take_over(self, options: ServeOptions) -> None:
+        """mosquitto's persistence file into a new database, before the broker opens it (net/takeover.py);
+        ServerError when it cannot be read."""
+        settings = options.persistence
+        try:
+            source = mosquitto_db_path(settings)
+            if source is None:
+                skipped = skipped_mosquitto_db(settings)
+                if skipped is not None and self.log is not None:
+                    detail = f"{skipped} is not taken over (skip_mosquitto_db): starting without what it holds"
+                    self.log.message(LogLevel.warning, "persistence", detail + "; it is left as it was")
+                return
+            result = await trio.to_thread.run_sync(take_over_file, source, settings, trio.current_time())
+        except TakeoverError as exc:
+            raise ServerError(str(exc)) from None
+        if self.log is not None:
+            assert settings.path is not None
+            self.log.message(LogLevel.info, "persistence", summary(source, settings.path, result))
 
     async def reload(self, server: BrokerServer) -> bool:
         """SIGHUP: read, check, apply; or log one line why not and change nothing."""

@@ -409,7 +409,10 @@ def test_mosquitto_persistence_lines() -> None:
 
     assert path("persistence false\npersistence_location /var/lib/x/\n") is None  # nothing kept, as mosquitto
     assert path("persistence true\n") == "mqtt-cli.db"  # mosquitto: the working directory
-    assert path("persistence true\npersistence_location /d\npersistence_file b.db\n") == "/d/b.db"
+    # persistence_file names mosquitto's file, taken over at the first start; the broker's own is beside it.
+    given = translate_mosquitto("persistence true\npersistence_location /d\npersistence_file b.db\n", "m.conf")
+    assert (given.settings.persistence.path, given.settings.persistence.mosquitto_db) == ("/d/mqtt-cli.db", "b.db")
+    assert BrokerSettings().persistence.mosquitto_db == "mosquitto.db"
     bad = translate_mosquitto("persistence_file /x/b.db\n", "m.conf").unsupported
     assert [u.why for u in bad] == ["persistence_file is a file name; give the directory with persistence_location"]
     toml = load_config({"persistence": {"path": "/p.db", "synchronous": "full"}}, "b.toml").persistence
