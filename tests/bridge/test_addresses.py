@@ -12,7 +12,7 @@ import pytest
 
 from tests.brokers import Broker, start_mosquitto
 
-from .helpers import RUNNING, Watcher
+from .helpers import RUNNING, BridgeProcess, Watcher
 from .test_embedded import log_of, produce, start_with_bridges, wait_log
 
 pytestmark = pytest.mark.interop
@@ -91,3 +91,22 @@ def test_round_robin_stays_on_the_address_that_works(tmp_path: Path) -> None:
     assert "for the main address" not in log_of(ours)
     other.stop()  # a failure: on to the next address, the first one
     wait_log(ours, f"bridge cloud: connected to {main.url}", timeout=30)
+
+
+def test_mqtt_bridge_goes_back_to_its_first_remote_and_round_robin_does_not(tmp_path: Path) -> None:
+    """`mqtt bridge`, the same client: --remote twice, the first down at start and back later."""
+    local = start_mosquitto(tmp_path / "local")
+    main = start_mosquitto(tmp_path / "main")
+    other = start_mosquitto(tmp_path / "other")
+    RUNNING.extend([local, main, other])
+    main.stop()
+    default = BridgeProcess(tmp_path / "default", local, main, "--remote", other.url, "-t", "a/# out 1", name="d")
+    rotating = BridgeProcess(tmp_path / "rr", local, main, "--remote", other.url, "--remote-round-robin",
+                             "-t", "a/# out 1", name="r")  # fmt: skip
+    for bridge in (default, rotating):
+        bridge.wait_for(f"remote connected to {other.url}")
+    assert main.proc is not None
+    main.proc = main.start()
+    default.wait_for(f"remote connected to {main.url}", timeout=20)
+    assert f"remote left {other.url} for the main address" in default.text()
+    assert f"connected to {main.url}" not in rotating.text()

@@ -1,6 +1,12 @@
 """`mqtt serve` at the edge of a real 3-node RabbitMQ cluster (Debian's rabbitmq-server, quorum MQTT queues), its
 `[[bridge]]` listing the three nodes: the node the bridge is on is killed (SIGKILL) mid-flow and started again.
-Every message arrives once, and the bridge is back on the first address soon after that node is."""
+Nothing is lost, the move back to the first node (mid-flow too) doubles nothing, and the bridge is back there
+soon after that node answers.
+
+A QoS 1 message in flight when the node is killed can arrive twice: the cluster stored it but the node died
+before its PUBACK, so the bridge sends it again to the next node (MQTT's at least once; no broker can tell the
+copy from a new message). Such duplicates are allowed only among the messages in flight at the kill, at most
+the bridge's window (receive_maximum, 1,000) before it."""
 
 from __future__ import annotations
 
@@ -84,6 +90,7 @@ def test_bridge_node_killed_and_back_nothing_lost_or_doubled(tmp_path: Path, rab
         publisher = PacedPublisher(ours)
         publisher.wait_sent(KILL_AT)
         cluster.kill(first)
+        killed_at = publisher.sent
         publisher.wait_sent(RESTART_AT)
         wait_log(ours, f"bridge cluster: connected to {second.url}", timeout=60)
         cluster.restart(first)  # returns once its MQTT port answers
@@ -99,11 +106,13 @@ def test_bridge_node_killed_and_back_nothing_lost_or_doubled(tmp_path: Path, rab
         time.sleep(2)  # a late duplicate shows up too
         got = sink.payloads()
         missing = [i for i in range(n) if b"%d" % i not in got]
-        doubled = {p: k for p, k in got.items() if k > 1}
+        doubled = {int(p): k for p, k in got.items() if k > 1}
         print(f"{n} published, {len(got)} distinct at the sink, {len(missing)} lost, "
-              f"{sum(doubled.values()) - len(doubled)} duplicates; back on the first node "
-              f"{back_after:.1f} s after it answered")  # fmt: skip
-        assert missing == [] and doubled == {}, (missing[:10], list(doubled.items())[:10], log_of(ours)[-3000:])
+              f"{sum(doubled.values()) - len(doubled)} duplicates {sorted(doubled)[:10]} (killed after "
+              f"{killed_at}); back on the first node {back_after:.1f} s after it answered")  # fmt: skip
+        assert missing == [], (missing[:10], log_of(ours)[-3000:])
+        in_flight_at_kill = range(killed_at - 1000, killed_at + 1)
+        assert all(i in in_flight_at_kill for i in doubled), (sorted(doubled)[:10], killed_at)
         assert f"bridge cluster: left {second.url} for the main address" in log_of(ours)
     finally:
         sink.close()
