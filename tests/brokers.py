@@ -8,6 +8,8 @@ Use the fixtures (registered by tests/conftest.py through `pytest_plugins`):
 * `mosquitto_tls`: a TLS listener with certificates made by trustme; `broker.ca_path` is the CA to trust.
 * `rabbitmq`: rabbitmq-server with its MQTT plugin (3.1.1), on random ports with its own node name, data
   directories and Erlang cookie in a temporary directory (about 10 s to start: marked slow by its users).
+* `rabbitmq_cluster`: three clustered rabbitmq-server nodes (quorum MQTT queues) with their own epmd and cookie,
+  for one test (`start_rabbitmq_cluster`); about 30-60 s to start on 2 busy cores.
 * `broker_factory`: a function starting a private mosquitto (same keyword arguments as `start_mosquitto`),
   stopped at the end of the test; for tests that kill (`broker.kill()`) and restart (`broker.restart()`) it.
 
@@ -26,6 +28,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,7 @@ import pytest
 HOST = "127.0.0.1"
 MOSQUITTO = shutil.which("mosquitto", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") or "/usr/sbin/mosquitto"
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"  # the real script, not Debian's su-ing wrapper
+RABBITMQCTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
 
 #: user -> password in the `mosquitto_auth` broker. "reader" may only read `public/#`; "writer" may do anything
 #: except write to `readonly/#` and read `secret/#`.
@@ -230,18 +234,29 @@ def _make_certs(workdir: Path) -> Path:
 def start_rabbitmq(workdir: Path, timeout: float = 90) -> Broker:
     """rabbitmq-server with the MQTT plugin, everything of its own under `workdir` (node name, ports, cookie)."""
     workdir.mkdir(parents=True, exist_ok=True)
+    env = {"HOME": str(workdir)}  # the Erlang cookie goes there
+    broker = _rabbitmq_node(workdir, f"mqttcli-{uuid.uuid4().hex[:8]}@localhost", env, timeout=timeout)
+    broker.proc = broker.start()
+    return broker
+
+
+def _rabbitmq_node(
+    workdir: Path, name: str, env_extra: dict[str, str], conf_extra: str = "", timeout: float = 90
+) -> Broker:
+    """One rabbitmq-server node, not started (`broker.start()` starts it and waits up to `timeout` for its MQTT
+    port), with the MQTT plugin enabled for it alone (its own enabled_plugins file), its own ports (AMQP, MQTT,
+    distribution), data and log directories."""
+    workdir.mkdir(parents=True, exist_ok=True)
     mqtt_port, amqp_port, dist_port = free_port(), free_port(), free_port()
-    name = f"mqttcli-{uuid.uuid4().hex[:8]}@localhost"
     (workdir / "rabbitmq.conf").write_text(
         f"listeners.tcp.default = {HOST}:{amqp_port}\n"
         f"mqtt.listeners.tcp.default = {HOST}:{mqtt_port}\n"
         "mqtt.allow_anonymous = true\n"
-        "loopback_users = none\n"
+        "loopback_users = none\n" + conf_extra
     )
-    (workdir / "enabled_plugins").write_text("[rabbitmq_mqtt].\n")
+    (workdir / "enabled_plugins").write_text("[rabbitmq_mqtt].\n")  # what `rabbitmq-plugins --offline` writes
     env = {
         **os.environ,
-        "HOME": str(workdir),  # the Erlang cookie goes there
         "RABBITMQ_NODENAME": name,
         "RABBITMQ_NODE_IP_ADDRESS": HOST,
         "RABBITMQ_NODE_PORT": str(amqp_port),
@@ -252,6 +267,7 @@ def start_rabbitmq(workdir: Path, timeout: float = 90) -> Broker:
         "RABBITMQ_ENABLED_PLUGINS_FILE": str(workdir / "enabled_plugins"),
         "RABBITMQ_PLUGINS_EXPAND_DIR": str(workdir / "plugins-expand"),
         "ERL_EPMD_ADDRESS": HOST,
+        **env_extra,
     }
     log = workdir / "rabbitmq.out"
 
@@ -267,8 +283,93 @@ def start_rabbitmq(workdir: Path, timeout: float = 90) -> Broker:
             raise
         return proc
 
-    broker = Broker("rabbitmq", HOST, mqtt_port, workdir, launch, launch(), extra={"env": env, "node": name})
-    return broker
+    return Broker("rabbitmq", HOST, mqtt_port, workdir, launch, extra={"env": env, "node": name})
+
+
+@dataclass
+class RabbitCluster:
+    """Nodes of one RabbitMQ cluster on loopback, with their own epmd (ERL_EPMD_PORT) and Erlang cookie."""
+
+    nodes: list[Broker]
+    epmd: subprocess.Popen[Any]
+    env: dict[str, str]
+
+    def ctl(self, node: Broker, *args: str, timeout: float = 120) -> str:
+        """rabbitmqctl against `node`; its output (a failure raises with it)."""
+        done = subprocess.run(
+            [RABBITMQCTL, "-n", node.extra["node"], *args],
+            env={**node.extra["env"], **self.env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if done.returncode:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {done.returncode}\n{done.stdout}{done.stderr}")
+        return done.stdout
+
+    def kill(self, node: Broker) -> None:
+        """SIGKILL of the node's whole process group (the script and its Erlang VM)."""
+        if node.proc is not None:
+            _kill_group(node.proc)
+
+    def restart(self, node: Broker) -> None:
+        node.proc = node.start()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            if node.proc is not None:
+                _kill_group(node.proc)
+        if self.epmd.poll() is None:
+            self.epmd.kill()
+            self.epmd.wait(timeout=10)
+
+
+def start_rabbitmq_cluster(workdir: Path, size: int = 3, conf_extra: str = "", timeout: float = 240) -> RabbitCluster:
+    """`size` rabbitmq-server nodes (rabbit1@localhost, ...) made one cluster with `rabbitmqctl join_cluster`:
+    each with its ports and directories under `workdir`, all sharing a private Erlang cookie and an epmd of their
+    own on a free port (nothing of another RabbitMQ on this machine is seen or touched). Starting takes a while
+    on a busy machine: the timeouts are generous."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cookie = workdir / ".erlang.cookie"
+    cookie.write_text(uuid.uuid4().hex)
+    cookie.chmod(0o400)
+    ctl_port = free_port()
+    env = {
+        "HOME": str(workdir),  # the shared cookie
+        "ERL_EPMD_PORT": str(free_port()),
+        "RABBITMQ_CTL_DIST_PORT_MIN": str(ctl_port),
+        "RABBITMQ_CTL_DIST_PORT_MAX": str(ctl_port),
+    }
+    epmd = subprocess.Popen(
+        ["epmd", "-port", env["ERL_EPMD_PORT"]],
+        env={**os.environ, "ERL_EPMD_ADDRESS": HOST},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    cluster = RabbitCluster([], epmd, env)
+    try:
+        for i in range(size):
+            name = f"rabbit{i + 1}"
+            cluster.nodes.append(_rabbitmq_node(workdir / name, f"{name}@localhost", env, conf_extra, timeout))
+
+        def boot(node: Broker) -> None:
+            node.proc = node.start()
+
+        with ThreadPoolExecutor(size) as pool:  # the nodes boot side by side
+            list(pool.map(boot, cluster.nodes))
+        first = cluster.nodes[0]
+        for node in cluster.nodes[1:]:
+            cluster.ctl(node, "stop_app")
+            cluster.ctl(node, "join_cluster", first.extra["node"])
+            cluster.ctl(node, "start_app")
+        for node in cluster.nodes:
+            assert node.proc is not None
+            wait_for_port(node.port, node.proc, timeout, node.workdir / "rabbitmq.out")
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
 
 
 def _kill_group(proc: subprocess.Popen[Any]) -> None:
@@ -319,6 +420,15 @@ def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     broker = start_rabbitmq(tmp_path_factory.mktemp("rabbitmq"))
     yield broker
     stop_rabbitmq(broker)
+
+
+@pytest.fixture
+def rabbitmq_cluster(tmp_path: Path) -> Iterator[RabbitCluster]:
+    """Three clustered RabbitMQ nodes whose MQTT sessions are quorum queues (replicated on every node): a test
+    may kill and restart nodes (`kill`, `restart`)."""
+    cluster = start_rabbitmq_cluster(tmp_path / "cluster", conf_extra="mqtt.durable_queue_type = quorum\n")
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture

@@ -66,7 +66,7 @@ def run() -> Run:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`make test`), keep the tests of one heavy session-wide peer on one worker."""
     for item in items:
-        if "rabbitmq" in getattr(item, "fixturenames", ()):
+        if any(name.startswith("rabbitmq") for name in getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("rabbitmq"))
 
 

@@ -23,6 +23,10 @@ BRIDGE = "Bridge"
 LOCAL = "Local broker"
 REMOTE = "Remote broker"
 OUT = "Output"
+_ROUND_ROBIN = (
+    "Rotate through the --{side} addresses on each failure (default: the first is the main one, gone back to "
+    "once it answers)."
+)
 
 SIDE_KEYS = (
     "url",
@@ -40,6 +44,7 @@ SIDE_KEYS = (
     "insecure",
     "tls_version",
     "alpn",
+    "round_robin",
 )
 BRIDGE_KEYS = (
     "name",
@@ -185,6 +190,10 @@ def bridge(
     local_insecure: Annotated[bool, typer.Option("--local-insecure", rich_help_panel=LOCAL)] = False,
     local_tls_version: Annotated[str | None, typer.Option("--local-tls-version", rich_help_panel=LOCAL)] = None,
     local_alpn: Annotated[list[str] | None, typer.Option("--local-alpn", rich_help_panel=LOCAL)] = None,
+    local_round_robin: Annotated[
+        bool,
+        typer.Option("--local-round-robin", help=_ROUND_ROBIN.format(side="local"), rich_help_panel=LOCAL),
+    ] = False,
     remote_id: Annotated[
         str | None, typer.Option("--remote-id", help="Client id (default: HOSTNAME.NAME).", rich_help_panel=REMOTE)
     ] = None,
@@ -216,6 +225,10 @@ def bridge(
     remote_insecure: Annotated[bool, typer.Option("--remote-insecure", rich_help_panel=REMOTE)] = False,
     remote_tls_version: Annotated[str | None, typer.Option("--remote-tls-version", rich_help_panel=REMOTE)] = None,
     remote_alpn: Annotated[list[str] | None, typer.Option("--remote-alpn", rich_help_panel=REMOTE)] = None,
+    remote_round_robin: Annotated[
+        bool,
+        typer.Option("--remote-round-robin", help=_ROUND_ROBIN.format(side="remote"), rich_help_panel=REMOTE),
+    ] = False,
 ) -> None:
     """Link two brokers: copy messages between them by topic rules, losing nothing at QoS 1/2.
 
@@ -364,6 +377,7 @@ SIDE_TYPES = {
     "insecure": _BOOL,
     "tls_version": _STR,
     "alpn": _STRS,
+    "round_robin": _BOOL,
 }
 
 

@@ -179,6 +179,8 @@ class LinkStats:
     name: str
     client_id: str  # of its session in the broker: what waits there for the remote is counted from it
     connected: bool = False
+    address: str = ""  # the remote address in use (or used last): $SYS/broker/connection/NAME/address
+    address_index: int = -1  # its position in the bridge's list, 0 the main one; -1 before the first connection
     forwarded: list[int] = field(default_factory=_pair)
     resent: int = 0  # messages in flight handed to the remote again after a reconnect
     dropped: list[int] = field(default_factory=_pair)  # QoS 0 while the other side was down or its queue full

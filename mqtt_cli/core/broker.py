@@ -1988,6 +1988,8 @@ class BrokerCore:
         }
         for name, link in self.links.items():
             figures[f"$SYS/broker/connection/{name}/state"] = "1" if link.connected else "0"
+            if link.address:
+                figures[f"$SYS/broker/connection/{name}/address"] = link.address
         figures.update(self.load.topics())
         return figures
 

@@ -234,6 +234,11 @@ class ClientConnection:
         """True when a QoS 1/2 message may be published now without exceeding the broker's receive maximum."""
         return self._flows.window_open
 
+    def close_window(self) -> None:
+        """No further QoS 1/2 message goes on this connection (the window stays closed until the next CONNACK sets
+        it again): what is in flight can be drained before the client leaves for another address."""
+        self._flows.receive_maximum = 0  # window_open and try_send: fewer than 0 in flight never holds
+
     @property
     def pending_requests(self) -> int:
         """SUBSCRIBE and UNSUBSCRIBE packets still waiting for their answer."""

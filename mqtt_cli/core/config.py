@@ -388,6 +388,10 @@ class BridgeRemoteSettings:
         default=0xFFFFFFFF, metadata=_key("5.0 session expiry there, s (default: never)", 0, 0xFFFFFFFF)
     )
     try_private: bool = field(default=True, metadata=_key("3.x: connect with the bridge flag (no echo)"))
+    round_robin: bool = field(
+        default=False,
+        metadata=_key("false: the first url is the main one, gone back to once it answers; true: rotate on failure"),
+    )
     cafile: str | None = field(default=None, metadata=_key("CA certificates to check the remote's (implies TLS)"))
     capath: str | None = field(default=None, metadata=_key("directory of CA certificates (implies TLS)"))
     cert: str | None = field(default=None, metadata=_key("client certificate (PEM)"))
@@ -1017,7 +1021,7 @@ class _Translator:
                 return "bridge_tls_version: tlsv1.2 or tlsv1.3"
             remote["tls_version"] = value
             return True
-        if key in ("cleansession", "try_private", "bridge_insecure"):
+        if key in ("cleansession", "try_private", "bridge_insecure", "round_robin"):
             name = {"cleansession": "clean_start", "bridge_insecure": "insecure"}.get(key, key)
             remote[name] = _bool(value, key)
             return True

@@ -182,6 +182,10 @@ def broker_families(core: BrokerCore, connected: Iterable[ConnectedClients], now
         f.add("mqtt_bridge_up", g, "1 while an embedded bridge is connected to its remote broker, else 0 (as "
               "$SYS/broker/connection/NAME/state).", tuple(Sample(int(x.connected), (("bridge", x.name),))
               for x in links))  # fmt: skip
+        f.add("mqtt_bridge_address_index", g, "The position of the remote address an embedded bridge uses (or used "
+              "last) in its list: 0 the first (main) one; the address is a label.",
+              tuple(Sample(x.address_index, (("bridge", x.name), ("address", x.address)))
+              for x in links if x.address))  # fmt: skip
         f.add("mqtt_bridge_forwarded_messages", c, "Messages an embedded bridge forwarded, by direction (out: to the "
               "remote broker, in: from it).", tuple(Sample(x.forwarded[i], (("bridge", x.name), ("direction", d)))
               for x in links for i, d in enumerate(("out", "in"))))  # fmt: skip

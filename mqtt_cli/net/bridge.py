@@ -92,6 +92,7 @@ class SideConfig:
     connect_timeout: float = 10.0
     clean_start: bool = False  # mosquitto's cleansession true: no session kept across connections
     bridge_flag: bool = True  # mosquitto's try_private: the 3.x bridge flag in CONNECT
+    round_robin: bool = False  # mosquitto's: False, the first address is the main one, gone back to when it answers
 
 
 @dataclass
@@ -123,6 +124,7 @@ class SideStats:
     endpoint: str = ""
     error: str = ""
     warned_flag: bool = False  # said once that this broker refused the bridge flag
+    moving: bool = False  # leaving an alternate address for the main one (round_robin false)
 
 
 @dataclass(slots=True)
@@ -229,6 +231,7 @@ def side_config(t: Mapping[str, Any], default_id: str, flag_prefix: str = "") ->
         session_expiry=expiry,
         clean_start=bool(t.get("clean_start", False)),
         bridge_flag=bool(t.get("try_private", True)),
+        round_robin=bool(t.get("round_robin", False)),
     )
 
 
@@ -241,6 +244,7 @@ def side_settings(s: SideConfig, c: BridgeConfig | Any, **hooks: Any) -> ClientS
     return ClientSettings(
         endpoint=s.endpoints[0],
         alternates=s.endpoints[1:],
+        round_robin=s.round_robin,
         ssl_context=s.ssl_context,
         client_id=s.client_id,
         version=s.version,
@@ -402,6 +406,7 @@ class Bridge:
             on_acknowledged=self._delivered,
             on_qos2_hand_over=partial(self._handed_over, side),
             on_retry=lambda error, pause: self._retrying(side, error, pause),
+            on_primary_back=lambda primary, inflight: self._primary_back(side, primary, inflight),
             read_gate=lambda: self._other_keeps_up(side),
         )
 
@@ -755,7 +760,10 @@ class Bridge:
 
     def _disconnected(self, side: int, reason: str) -> None:
         st = self.stats[side]
-        if st.connected and self._stopping:
+        if st.moving:
+            st.moving = False
+            self.log(f"{self.who}: {SIDE_NAMES[side]} left {st.endpoint} for the main address")
+        elif st.connected and self._stopping:
             self.log(f"{self.who}: {SIDE_NAMES[side]} disconnected")  # our own goodbye, not a failure
         elif st.connected:
             self.log(f"{self.who}: {SIDE_NAMES[side]} connection lost: {reason}")
@@ -764,6 +772,13 @@ class Bridge:
         st.error = reason
         self._notify_link()
         self._changed()
+
+    def _primary_back(self, side: int, primary: Any, inflight: int) -> None:
+        self.stats[side].moving = True
+        self.log(
+            f"{self.who}: {SIDE_NAMES[side]}: the main address {primary} answers again: moving back to it once "
+            f"the {inflight:,} message(s) in flight are acknowledged"
+        )
 
     def _retrying(self, side: int, error: str, pause: float) -> None:
         st = self.stats[side]

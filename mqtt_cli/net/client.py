@@ -103,6 +103,7 @@ class Client:
         self._send_now: Callable[[bytes], int] | None = None
         self._unsent = b""  # what a direct send left over, for the writer
         self._writer_sending = False
+        self._to_primary = False  # the connection is being left for the main address (round_robin False)
 
     def _trace(self, write: Callable[[str], None]) -> None:
         """-d: the connection's bytes each way pass a PacketTrace on their way (see net/trace.py)."""
@@ -113,6 +114,11 @@ class Client:
     @property
     def connected(self) -> bool:
         return self.conn.connected and not self._ending
+
+    @property
+    def endpoint_index(self) -> int:
+        """The position of `endpoint` (in use, or tried last) among the addresses: 0 is the first (main) one."""
+        return self._endpoint_index
 
     async def publish(
         self,
@@ -372,7 +378,13 @@ class Client:
             if not s.reconnect:
                 self._fail(ConnectionLost(f"connection to {self.endpoint} lost: {self._lost_reason}"))
                 break
-            found = await self._reconnect()
+            if self._to_primary:
+                self._to_primary = False
+                self._endpoint_index = 0
+                self.endpoint = self.endpoints[0]
+                found = await self._reconnect(pause=False)
+            else:
+                found = await self._reconnect()
             if found is None:
                 break
             stream, accepted, pending = found
@@ -468,7 +480,10 @@ class Client:
             ) from None
         raise TLSFailed(f"TLS with {self.endpoint} failed after the handshake: {reason}") from None
 
-    async def _reconnect(self, first: bool = False) -> tuple[trio.abc.Stream, ConnectionAccepted, list[Any]] | None:
+    async def _reconnect(
+        self, first: bool = False, pause: bool = True
+    ) -> tuple[trio.abc.Stream, ConnectionAccepted, list[Any]] | None:
+        """Connects again with backoff; `pause` False: the first attempt at once (a move the client chose)."""
         s = self.settings
         give_up = trio.current_time() + s.reconnect_timeout
         delay = s.reconnect_delay
@@ -477,10 +492,12 @@ class Client:
             now = trio.current_time()
             if now >= give_up:
                 break
-            pause = min(delay * random.uniform(0.8, 1.2), give_up - now)
-            if s.on_retry is not None and last:
-                s.on_retry(last, pause)
-            await trio.sleep(pause)
+            if pause:
+                wait = min(delay * random.uniform(0.8, 1.2), give_up - now)
+                if s.on_retry is not None and last:
+                    s.on_retry(last, wait)
+                await trio.sleep(wait)
+            pause = True
             try:
                 found = await self._connect(first=first)
             except (ConnectFailed, TLSFailed) as err:
@@ -539,6 +556,8 @@ class Client:
                 nursery.start_soon(self._writer, stream)
                 nursery.start_soon(self._reader, stream)
                 nursery.start_soon(self._keepalive)
+                if not self.settings.round_robin and self._endpoint_index:
+                    nursery.start_soon(self._primary_check)
         finally:
             self._conn_scope = None
             self._ending = True
@@ -553,6 +572,36 @@ class Client:
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(stream)
             self._notify()
+
+    async def _primary_check(self) -> None:
+        """On an alternate address with round_robin False (mosquitto's default for bridges): the main address is
+        tried every primary_retry seconds (a connection opened and closed, as mosquitto's bridge does); once it
+        answers, no new QoS 1/2 message goes on this connection, what is in flight is drained (bounded by
+        drain_timeout), and the client disconnects (the session kept) and connects to the main address: nothing
+        in flight changes connection, so the cluster behind both addresses gets each message once."""
+        s = self.settings
+        primary = self.endpoints[0]
+        while True:
+            await trio.sleep(s.primary_retry)
+            try:
+                with trio.fail_after(s.connect_timeout):
+                    probe = await open_transport(primary, s.ssl_context)
+            except (ConnectFailed, TLSFailed, trio.TooSlowError, trio.BrokenResourceError, OSError):
+                continue
+            await trio.aclose_forcefully(probe)
+            break
+        conn = self.conn
+        if s.on_primary_back is not None:
+            s.on_primary_back(primary, conn.inflight)
+        conn.close_window()
+        with trio.move_on_after(s.drain_timeout):
+            while conn.inflight and not self._ending:
+                await self._changed.wait()
+        self._to_primary = True  # the next connection is to the main address (also if this one ended meanwhile)
+        if self._ending:
+            return
+        conn.disconnect()  # the session stays (clean session 0, or its expiry): the main address resumes it
+        await self._dispatch(conn.events())
 
     def _drain_backlog(self) -> None:
         conn = self.conn

@@ -98,6 +98,7 @@ class EmbeddedBridge:
         self._cleanup = False  # forget the local session when stopped (the bridge was removed)
         self._was_connected = False
         self._last_error = ""
+        self._moving = False  # leaving an alternate address for the main one (round_robin false)
         self.who = f"bridge {config.name}"
 
     # --- life -----------------------------------------------------------------------------------------------
@@ -134,6 +135,7 @@ class EmbeddedBridge:
                 on_message=self._incoming,
                 on_acknowledged=self._delivered,
                 on_retry=self._retrying,
+                on_primary_back=self._primary_back,
                 owner_ids=True,
             )
         )
@@ -366,7 +368,10 @@ class EmbeddedBridge:
             elif t is ConnectionAccepted:
                 self._connected(event)
             elif t is Disconnected:
-                if self.stats.connected:
+                if self._moving:
+                    self._moving = False
+                    self.log(f"{self.who}: left {self.stats.address} for the main address")
+                elif self.stats.connected:
                     self.log(f"{self.who}: remote connection lost: {event.reason}")
                 self.stats.connected = False
                 self._notify_local(b"0")
@@ -383,6 +388,8 @@ class EmbeddedBridge:
         if self._was_connected:
             st.reconnects += 1
         self._was_connected = st.connected = True
+        st.address = str(client.endpoint)
+        st.address_index = client.endpoint_index
         if event.session_present:
             st.resent += client.conn.inflight
         elif self.conn is not None:  # the remote forgot its QoS 2 flows to us: so do we
@@ -407,6 +414,11 @@ class EmbeddedBridge:
             self.conn, topic, value, 1, True, EMPTY_PROPERTIES, trio.current_time(), None, system=True
         )
         self._flush()
+
+    def _primary_back(self, primary: Any, inflight: int) -> None:
+        self._moving = True
+        self.log(f"{self.who}: the main address {primary} answers again: moving back to it once the "
+                 f"{inflight:,} message(s) in flight are acknowledged")  # fmt: skip
 
     def _retrying(self, error: str, pause: float) -> None:
         if error != self._last_error:

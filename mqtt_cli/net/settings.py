@@ -51,6 +51,13 @@ class ClientSettings:
     message_buffer: int = 64  # reads (each one list of messages) waiting for the owner before the reader waits
     # For the bridge:
     alternates: tuple[Endpoint, ...] = ()  # further addresses, tried in turn when the current one fails
+    # False: `endpoint` is the main address (mosquitto's round_robin false): while on an alternate, the main one is
+    # tried every `primary_retry` seconds and, once it answers, the client drains what is in flight and moves back.
+    round_robin: bool = True
+    primary_retry: float = 5.0
+    drain_timeout: float = 10.0  # at most this long waiting for acknowledgements before moving back
+    # Called when the main address answers again while on an alternate: (it, messages in flight to drain first).
+    on_primary_back: Callable[[Endpoint, int], None] | None = None
     retry_first: bool = False  # with reconnect: keep trying the first connection too (open_client returns at once)
     manual_ack: bool = False  # QoS 1/2 messages received are acknowledged by Client.acknowledge()
     owner_ids: bool = False  # the owner names its QoS 1/2 messages' packet identifiers (ClientConnection's)

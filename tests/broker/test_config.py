@@ -299,14 +299,14 @@ def test_mosquitto_conf_refused_until_ignore_unsupported(tmp_path: Path, started
     conf = tmp_path / "mosquitto.conf"
     conf.write_text(
         f"listener {port} {HOST}\nallow_anonymous true\npersistent_client_expiration 1d\nmax_keepalive 120\n"
-        "connection cloud\naddress 127.0.0.1:1\ntopic sensors/# out 1\nround_robin true\n"
+        "connection cloud\naddress 127.0.0.1:1\ntopic sensors/# out 1\nthreshold 10\n"
     )
     done = serve_fails("--mosquitto-conf", str(conf))
     assert done.returncode == 2
     lines = done.stderr.splitlines()
     assert lines[:2] == [
         f"mqtt: error: {conf}:3: 'persistent_client_expiration 1d': persistent_client_expiration is not supported",
-        f"mqtt: error: {conf}:8: 'round_robin true': round_robin is not supported in a bridge",
+        f"mqtt: error: {conf}:8: 'threshold 10': threshold is not supported in a bridge",
     ]
     assert lines[2] == (
         f"mqtt: error: {conf}: 2 lines cannot be honoured (listed above); remove them, or pass "

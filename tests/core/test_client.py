@@ -445,3 +445,26 @@ def test_qos1_acknowledgements_of_one_read_are_the_encoder_s_pubacks_in_order(ve
     events = broker.send(*(Publish("a/b", b"m%d" % i, 1, False, False, pid) for i, pid in enumerate(pids)))
     assert [e.publish.packet_id for e in events] == pids
     assert client.data_to_send(0.0) == b"".join(encode(PubAck(pid), version) for pid in pids)
+
+
+def test_close_window_holds_new_messages_until_the_next_connack() -> None:
+    """A client leaving for another address drains what is in flight: no new QoS 1/2 message (publish or the
+    relay's path) goes on the connection once its window is closed; the next CONNACK opens it again."""
+    client, broker = connected(4, clean_start=False)
+    pid = client.publish("a", b"1", 1)
+    broker.received()
+    client.close_window()
+    assert not client.window_open
+    assert client.relay("a", b"2", 1, False) == 0
+    with pytest.raises(LocalProtocolError):
+        client.publish("a", b"3", 1)
+    assert client.publish("a", b"qos0", 0) is None  # QoS 0 has no flow to drain
+    broker.send(PubAck(pid))
+    assert client.inflight == 0
+    client.disconnect()
+    client.connect(clean_start=False)
+    broker2 = Broker(client)
+    broker2.received()
+    broker2.send(ConnAck(session_present=True))
+    assert client.window_open
+    assert client.relay("a", b"2", 1, False)

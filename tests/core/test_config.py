@@ -305,7 +305,7 @@ def test_mosquitto_connection_blocks_every_key_and_what_is_not_honoured() -> Non
         "listener 1883\nconnection a\naddresses h1:1884 h2\ntopic x/# both 2 l/ r/\ntopic y/# in\n"
         "remote_clientid rid\nlocal_clientid lid\ncleansession true\nkeepalive_interval 30\nnotifications true\n"
         "notification_topic st/a\nbridge_protocol_version mqttv50\ntry_private false\nrestart_timeout 2 20\n"
-        "bridge_insecure true\nbridge_tls_version tlsv1.2\nlocal_username u\nround_robin true\n"
+        "bridge_insecure true\nbridge_tls_version tlsv1.2\nlocal_username u\nthreshold 10\nround_robin true\n"
         "topic z/# sideways\nconnection b\naddress h3\ntopic q/#\nnotifications false\nnotification_topic st/b\n"
         "connection empty\naddress h4\n"
     )
@@ -317,11 +317,12 @@ def test_mosquitto_connection_blocks_every_key_and_what_is_not_honoured() -> Non
     assert r.url == ("mqtt://h1:1884", "mqtt://h2:1883") and r.client_id == "rid" and r.clean_start
     assert (r.keepalive, r.protocol_version, r.try_private, r.insecure, r.tls_version) == (30, "5", False, True,
                                                                                             "tlsv1.2")  # fmt: skip
+    assert r.round_robin and not b.remote.round_robin  # mosquitto's default: the first address is the main one
     assert b.notification_topic is None and b.remote.url == ("mqtt://h3:1883",)
     why = {u.line: u.why for u in result.unsupported}
-    assert set(why) == {17, 18, 19, 25}
-    assert "no local login" in why[17] and why[18] == "round_robin is not supported in a bridge"
-    assert "direction 'sideways'" in why[19] and "needs an address and at least one topic" in why[25]
+    assert set(why) == {17, 18, 20, 26}
+    assert "no local login" in why[17] and why[18] == "threshold is not supported in a bridge"
+    assert "direction 'sideways'" in why[20] and "needs an address and at least one topic" in why[26]
 
 
 def test_mosquitto_default_listener_settings_without_port() -> None:
