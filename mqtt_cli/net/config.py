@@ -31,7 +31,7 @@ from mqtt_cli.core.config import (
     to_table,
     translate_mosquitto,
 )
-from mqtt_cli.net.auth_files import AuthFileError, load_policy
+from mqtt_cli.net.auth_files import AuthFileError, load_dynsec_file, load_policy
 from mqtt_cli.net.bridge import side_config
 from mqtt_cli.net.embedded import EmbeddedConfig
 from mqtt_cli.net.server import ListenerTLS, ServeOptions, ServerError, listener_policy, listener_record, tls_context
@@ -180,6 +180,7 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
         auth=broker_policy,
         metrics=None if settings.metrics.listen is None else parse_metrics_address(settings.metrics.listen),
         persistence=settings.persistence,
+        dynsec_file=_path(settings.dynamic_security.config_file),
     )
     for i, spec in enumerate(listeners):
         try:
@@ -222,10 +223,13 @@ def _policies(settings: BrokerSettings, source: str) -> tuple[AuthPolicy, list[A
     from [auth]; without it, a listener setting one is an error rather than ignored."""
     auth = settings.auth
     try:
+        dynsec_file = _path(settings.dynamic_security.config_file)
+        # One state for every listener (mosquitto's plugin is global), read again on reload.
+        dynsec = load_dynsec_file(dynsec_file) if dynsec_file is not None else None
         broker = load_policy(
             allow_anonymous=auth.allow_anonymous, password_file=_path(auth.password_file),
             acl_file=_path(auth.acl_file), use_identity_as_username=auth.use_identity_as_username,
-            use_subject_as_username=auth.use_subject_as_username,
+            use_subject_as_username=auth.use_subject_as_username, dynsec=dynsec,
         )  # fmt: skip
         own: list[AuthPolicy | None] = []
         for i, lst in enumerate(settings.listener):
@@ -240,7 +244,7 @@ def _policies(settings: BrokerSettings, source: str) -> tuple[AuthPolicy, list[A
                 own.append(load_policy(
                     allow_anonymous=lst.allow_anonymous if lst.allow_anonymous is not None else auth.allow_anonymous,
                     password_file=_path(lst.password_file or auth.password_file),
-                    acl_file=_path(lst.acl_file or auth.acl_file), **identity,
+                    acl_file=_path(lst.acl_file or auth.acl_file), dynsec=dynsec, **identity,
                 ))  # fmt: skip
             elif lst.use_identity_as_username or lst.use_subject_as_username:
                 own.append(dataclasses.replace(broker, **identity))

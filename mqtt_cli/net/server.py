@@ -43,9 +43,11 @@ from mqtt_cli.core.config import (
     listener_from_url,
     parse_listener_url,
 )
+from mqtt_cli.core.dynsec import DynamicSecurity
 from mqtt_cli.core.metrics import ConnectedClients
 from mqtt_cli.core.persistence import Change, Pending
 from mqtt_cli.core.server import ServerConnection
+from mqtt_cli.net.auth_files import save_dynsec_file
 from mqtt_cli.net.committer import CommitThread
 from mqtt_cli.net.embedded import EmbeddedBridge, EmbeddedConfig
 from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
@@ -187,6 +189,7 @@ class ServeOptions:
     metrics: MetricsAddress | None = None  # the HTTP endpoint for monitoring (net/metrics.py)
     persistence: PersistenceSettings = field(default_factory=PersistenceSettings)  # path None: nothing kept
     bridges: list[EmbeddedConfig] = field(default_factory=list)  # [[bridge]]: net/embedded.py
+    dynsec_file: Path | None = None  # [dynamic_security] config_file: written after each change
 
     def default_tls(self) -> ListenerTLS:
         return ListenerTLS(self.tls_cert, self.tls_key, self.tls_cafile, self.require_certificate)
@@ -368,12 +371,27 @@ class BrokerServer:
             sending, self._bridges_to_send = self._bridges_to_send, []
             for bridge in sending:
                 bridge.send_now()
+        if core.dynsec_changed is not None:
+            self._save_dynsec(core.dynsec_changed)
+            core.dynsec_changed = None
         if core.notices:
             report = self.options.on_notice
             while core.notices:
                 notice = core.notices.popleft()
                 if report is not None:
                     report(notice)
+
+    def _save_dynsec(self, dynsec: DynamicSecurity) -> None:
+        """A $CONTROL request changed dynamic security: its file is written at once (a small file, as mosquitto
+        writes it, in the loop), so a restart or a reload finds the change."""
+        path = self.options.dynsec_file
+        if path is None:
+            return
+        try:
+            save_dynsec_file(path, dynsec)
+        except OSError as exc:
+            why = f"cannot write the dynamic security file {path}: {exc.strerror or exc} (kept until a restart)"
+            self.core.notices.append(Notice(NoticeKind.ERROR, None, "-", why))
 
     # --- persistence ------------------------------------------------------------------------------------------
 
