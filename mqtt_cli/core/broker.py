@@ -2095,7 +2095,10 @@ def _still_admitted(old: AuthPolicy, new: AuthPolicy, conn: ServerConnection) ->
     if new.uses_certificates:
         return conn.certificate is not None
     if new.dynsec is not None and conn.username is not None:
-        return new.dynsec is old.dynsec and new.dynsec.still_admitted(conn.username, conn.client_id or "")
+        before = old.dynsec.password_of(conn.username) if old.dynsec is not None else None
+        if before is None or new.dynsec.password_of(conn.username) != before:
+            return False
+        return new.dynsec.still_admitted(conn.username, conn.client_id or "")
     if conn.username is None or new.passwords is None:
         return new.allow_anonymous is not False
     entry = new.passwords.get(conn.username)

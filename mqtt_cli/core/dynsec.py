@@ -387,6 +387,10 @@ class DynamicSecurity:
         client = self.clients.get(username)
         return client is not None and not client.disabled and client.clientid in (None, client_id)
 
+    def password_of(self, username: str) -> PasswordEntry | None:
+        client = self.clients.get(username)
+        return client.password if client is not None else None
+
     def _role_lists(self, username: str | None) -> list[list[Member]] | None:
         if username is None:
             group = self.groups.get(self.anonymous_group) if self.anonymous_group is not None else None
