@@ -68,6 +68,16 @@ from .persistence import (
     StoredSession,
 )
 from .properties import EMPTY_PROPERTIES, Properties
+from .queries import (
+    PROTOCOLS,
+    BridgeInfo,
+    BrokerTotals,
+    ClientInfo,
+    RetainedInfo,
+    SessionInfo,
+    SubscriptionInfo,
+    payload_preview,
+)
 from .reader import plain_ack_packet
 from .reasons import REASONS_BY_PACKET, SERVER_ONLY_DISCONNECT_REASONS, ReasonCode, reason_name, v3_connack_code
 from .records import replace
@@ -1977,6 +1987,105 @@ class BrokerCore:
         self.dirty[conn] = None
 
     # --- $SYS ---------------------------------------------------------------------------------------------------
+
+    # --- queries: what the admin API shows (core/queries.py records; read here, nowhere else) --------------
+
+    def client_infos(self) -> list[ClientInfo]:
+        """The connected clients, by client id."""
+        out = []
+        for session in self.sessions.values():
+            conn = session.connection
+            if conn is None or conn.closed or not conn.connected:
+                continue
+            out.append(
+                ClientInfo(
+                    session.client_id,
+                    conn.peer,
+                    conn.username,
+                    PROTOCOLS.get(conn.version, str(conn.version)),
+                    conn.keepalive,
+                    len(session.outgoing),
+                    len(session.queue),
+                    len(session.subscriptions),
+                    conn.bridge,
+                )
+            )
+        return sorted(out, key=lambda c: c.client_id)
+
+    def session_infos(self) -> list[SessionInfo]:
+        out = [
+            SessionInfo(
+                s.client_id,
+                s.connection is not None,
+                s.username,
+                s.expiry_interval,
+                len(s.subscriptions),
+                len(s.outgoing),
+                len(s.queue),
+            )
+            for s in self.sessions.values()
+        ]
+        return sorted(out, key=lambda s: s.client_id)
+
+    def subscription_infos(self) -> list[SubscriptionInfo]:
+        out = [
+            SubscriptionInfo(s.client_id, flt, o.qos, o.no_local, o.retain_as_published, o.retain_handling)
+            for s in self.sessions.values()
+            for flt, o in s.subscriptions.items()
+        ]
+        return sorted(out, key=lambda s: (s.client_id, s.topic_filter))
+
+    def retained_infos(self) -> list[RetainedInfo]:
+        out = []
+        for topic, message in self.retained.items():
+            text, encoding, truncated = payload_preview(message.payload)
+            out.append(RetainedInfo(topic, message.qos, len(message.payload), text, encoding, truncated))
+        return sorted(out, key=lambda r: r.topic)
+
+    def bridge_infos(self) -> list[BridgeInfo]:
+        return [
+            BridgeInfo(
+                link.name,
+                link.connected,
+                link.forwarded[0],
+                link.forwarded[1],
+                link.dropped[0],
+                link.dropped[1],
+                link.reconnects,
+            )
+            for link in sorted(self.links.values(), key=lambda link: link.name)
+        ]
+
+    def totals(self, now: float) -> BrokerTotals:
+        s = self.stats
+        return BrokerTotals(
+            self.connected,
+            len(self.sessions),
+            sum(len(session.subscriptions) for session in self.sessions.values()),
+            len(self.retained),
+            s.publish_received,
+            s.publish_sent,
+            sum(s.publish_received_bytes_qos),
+            sum(s.publish_sent_bytes_qos),
+            now - s.started,
+        )
+
+    def disconnect_client(self, client_id: str, now: float, detail: str) -> bool:
+        """An operator's disconnection (5.0: DISCONNECT 0x98, administrative action); False when not connected."""
+        session = self.sessions.get(client_id)
+        conn = session.connection if session is not None else None
+        if conn is None or conn.closed:
+            return False
+        self._close(conn, now, reason=ReasonCode.ADMINISTRATIVE_ACTION, detail=detail)
+        return True
+
+    def delete_retained(self, topic: str) -> bool:
+        """Clears a retained message as an empty retained PUBLISH would (stored too); False when there is none."""
+        if not self.retained.discard(topic):
+            return False
+        if self.changes is not None:
+            self.changes.append(RetainedCleared(topic))
+        return True
 
     def queued(self) -> tuple[int, int]:
         """Messages queued for sessions (beyond their in-flight windows), and their payload bytes."""

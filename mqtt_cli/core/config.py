@@ -352,10 +352,22 @@ class MetricsSettings:
     listen: str | None = field(
         default=None, metadata=_key("HOST:PORT of the HTTP endpoint, e.g. 127.0.0.1:9883 (port 0: any free port)")
     )
+    admin_users: tuple[str, ...] = field(
+        default=(), metadata=_key("users (password file or dynamic security) who may use /api/v1/ and the dashboard")
+    )
+    readonly_users: tuple[str, ...] = field(default=(), metadata=_key("users who may only read /api/v1/ (GET)"))
+    admin_role: str | None = field(
+        default="admin", metadata=_key("dynamic-security role whose clients may use /api/v1/ and the dashboard")
+    )
+    readonly_role: str | None = field(default=None, metadata=_key("dynamic-security role that may only read"))
+    certfile: str | None = field(default=None, metadata=_key("certificate (PEM): the endpoint speaks HTTPS"))
+    keyfile: str | None = field(default=None, metadata=_key("private key of certfile (PEM)"))
 
     def __post_init__(self) -> None:
         if self.listen is not None:
             parse_metrics_address(self.listen)
+        if (self.certfile is None) != (self.keyfile is None):
+            raise ValueError("certfile and keyfile go together (HTTPS needs both)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -391,6 +391,11 @@ class DynamicSecurity:
         client = self.clients.get(username)
         return client.password if client is not None else None
 
+    def roles_of(self, username: str) -> set[str]:
+        """The names of the roles a client holds, directly or through its groups."""
+        lists = self._role_lists(username) or []
+        return {member.name for roles in lists for member in roles}
+
     def _role_lists(self, username: str | None) -> list[list[Member]] | None:
         if username is None:
             group = self.groups.get(self.anonymous_group) if self.anonymous_group is not None else None

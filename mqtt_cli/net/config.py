@@ -16,6 +16,7 @@ from pathlib import Path
 
 import tomli_w
 
+from mqtt_cli.core.admin import AdminUsers
 from mqtt_cli.core.auth import AuthPolicy
 from mqtt_cli.core.bridge import parse_rule
 from mqtt_cli.core.broker import BrokerConfig
@@ -181,6 +182,8 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
         metrics=None if settings.metrics.listen is None else parse_metrics_address(settings.metrics.listen),
         persistence=settings.persistence,
         dynsec_file=_path(settings.dynamic_security.config_file),
+        admin_users=_admin_users(settings),
+        metrics_tls=_metrics_tls(settings),
     )
     for i, spec in enumerate(listeners):
         try:
@@ -189,6 +192,16 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
             raise ConfigError(f"{source}: listener[{i}]: {exc}") from None
     options.bridges = [_bridge(b, f"{source}: bridge[{i}]") for i, b in enumerate(settings.bridge)]
     return options
+
+
+def _admin_users(settings: BrokerSettings) -> AdminUsers:
+    m = settings.metrics
+    return AdminUsers(frozenset(m.admin_users), frozenset(m.readonly_users), m.admin_role, m.readonly_role)
+
+
+def _metrics_tls(settings: BrokerSettings) -> ListenerTLS | None:
+    m = settings.metrics
+    return None if m.certfile is None else ListenerTLS(Path(m.certfile), _path(m.keyfile))
 
 
 def _bridge(b: BridgeSettings, where: str) -> EmbeddedConfig:

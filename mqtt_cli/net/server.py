@@ -24,6 +24,7 @@ from typing import Any
 import trio
 from trio.lowlevel import checkpoint, wait_readable
 
+from mqtt_cli.core.admin import AdminUsers
 from mqtt_cli.core.auth import (
     OPEN_POLICY,
     AuthPolicy,
@@ -47,6 +48,7 @@ from mqtt_cli.core.dynsec import DynamicSecurity
 from mqtt_cli.core.metrics import ConnectedClients
 from mqtt_cli.core.persistence import Change, Pending
 from mqtt_cli.core.server import ServerConnection
+from mqtt_cli.net.admin_api import AdminSource
 from mqtt_cli.net.auth_files import save_dynsec_file
 from mqtt_cli.net.committer import CommitThread
 from mqtt_cli.net.embedded import EmbeddedBridge, EmbeddedConfig
@@ -190,6 +192,8 @@ class ServeOptions:
     persistence: PersistenceSettings = field(default_factory=PersistenceSettings)  # path None: nothing kept
     bridges: list[EmbeddedConfig] = field(default_factory=list)  # [[bridge]]: net/embedded.py
     dynsec_file: Path | None = None  # [dynamic_security] config_file: written after each change
+    admin_users: AdminUsers = field(default_factory=AdminUsers)  # who may use the admin API (net/admin_api.py)
+    metrics_tls: ListenerTLS | None = None  # certificate and key: the metrics endpoint speaks HTTPS
 
     def default_tls(self) -> ListenerTLS:
         return ListenerTLS(self.tls_cert, self.tls_key, self.tls_cafile, self.require_certificate)
@@ -947,7 +951,17 @@ class BrokerServer:
         """Listens and serves until `stop` is set, then shuts down gracefully. The metrics endpoint, when asked
         for, answers from before the listeners are bound (/readyz: 503) to after they are closed."""
         lost = self.options.log_lines_lost  # the log outlives reloads: its count is the start's
-        source = MetricsSource(lambda: self.core, lambda: self.ready, self.connected_clients, lost)
+        admin = AdminSource(
+            lambda: self.core,
+            lambda: self.options.auth,
+            lambda: self.options.admin_users,
+            self.listener_infos,
+            self._flush,
+            trio.current_time,
+        )
+        files = self.options.metrics_tls
+        tls = tls_context(files, "the metrics endpoint (certfile, keyfile)") if files is not None else None
+        source = MetricsSource(lambda: self.core, lambda: self.ready, self.connected_clients, lost, admin, tls)
         address = self.options.metrics
         sockets = None
         if address is not None:
@@ -1009,6 +1023,15 @@ class BrokerServer:
                 self._start_bridge(config)
                 changes.append(f"bridge {name} added")
         return changes
+
+    def listener_infos(self) -> list[dict[str, Any]]:
+        """The listeners as the admin API shows them: where, and how many clients are connected there."""
+        out = []
+        for lst in self.listeners:
+            where = lst.bound[0].url if lst.bound else lst.spec.url
+            connected = sum(1 for conn in lst.connections if conn.connected and not conn.closed)
+            out.append({"url": where, "connected": connected})
+        return out
 
     def connected_clients(self) -> list[ConnectedClients]:
         """Connected clients by listener and protocol level (the metrics endpoint's gauge)."""
