@@ -352,10 +352,10 @@ class MetricsSettings:
     listen: str | None = field(
         default=None, metadata=_key("HOST:PORT of the HTTP endpoint, e.g. 127.0.0.1:9883 (port 0: any free port)")
     )
-    admin_users: tuple[str, ...] = field(
-        default=(), metadata=_key("users (password file or dynamic security) who may use /api/v1/ and the dashboard")
+    admin_users: tuple[str, ...] | None = field(
+        default=None, metadata=_key("users (password file or dynamic security) who may use /api/v1/ and the dashboard")
     )
-    readonly_users: tuple[str, ...] = field(default=(), metadata=_key("users who may only read /api/v1/ (GET)"))
+    readonly_users: tuple[str, ...] | None = field(default=None, metadata=_key("users who may only read /api/v1/"))
     admin_role: str | None = field(
         default="admin", metadata=_key("dynamic-security role whose clients may use /api/v1/ and the dashboard")
     )

@@ -196,7 +196,7 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
 
 def _admin_users(settings: BrokerSettings) -> AdminUsers:
     m = settings.metrics
-    return AdminUsers(frozenset(m.admin_users), frozenset(m.readonly_users), m.admin_role, m.readonly_role)
+    return AdminUsers(frozenset(m.admin_users or ()), frozenset(m.readonly_users or ()), m.admin_role, m.readonly_role)
 
 
 def _metrics_tls(settings: BrokerSettings) -> ListenerTLS | None:

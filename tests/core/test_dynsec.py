@@ -6,9 +6,11 @@ these check the rules one by one, fast and without processes.
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
+from mqtt_cli.core.admin import AdminAccess, AdminUsers, admin_access, basic_credentials
 from mqtt_cli.core.auth import AuthPolicy
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
 from mqtt_cli.core.config import translate_mosquitto
@@ -67,7 +69,6 @@ MOSQUITTO_FILE = """{
 
 
 def mosquitto_file() -> str:
-    import base64
     import hashlib
 
     digest = hashlib.pbkdf2_hmac("sha512", b"adminpw", SALT, 101, 64)
@@ -272,3 +273,23 @@ def test_reload_keeps_clients_the_file_still_admits() -> None:
     run(changed, {"command": "setClientPassword", "username": "u", "password": "new"})
     core.replace_policy(same, AuthPolicy(allow_anonymous=False, dynsec=changed), 2.0)
     assert user.conn.closed and not admin.conn.closed
+
+
+def test_admin_api_access_from_dynamic_security_roles() -> None:
+    ds = state()
+    run(
+        ds,
+        {"command": "createClient", "username": "mon", "password": "m"},
+        {"command": "createRole", "rolename": "monitor"},
+        {"command": "createGroup", "groupname": "ops", "roles": [{"rolename": "monitor"}]},
+        {"command": "addGroupClient", "groupname": "ops", "username": "mon"},
+    )
+    pol = AuthPolicy(dynsec=ds)
+    users = AdminUsers(readonly_role="monitor")
+    assert admin_access(users, pol, "admin", b"adminpw") is AdminAccess.FULL  # the admin role
+    assert admin_access(users, pol, "admin", b"wrong") is AdminAccess.NONE
+    assert admin_access(users, pol, "mon", b"m") is AdminAccess.READ  # through its group
+    run(ds, {"command": "disableClient", "username": "admin"})
+    assert admin_access(users, pol, "admin", b"adminpw") is AdminAccess.NONE
+    assert basic_credentials("Basic " + base64.b64encode(b"a:b:c").decode()) == ("a", b"b:c")
+    assert basic_credentials("Bearer x") is None
