@@ -2079,10 +2079,12 @@ class BrokerCore:
         self._close(conn, now, reason=ReasonCode.ADMINISTRATIVE_ACTION, detail=detail)
         return True
 
-    def delete_retained(self, topic: str) -> bool:
-        """Clears a retained message as an empty retained PUBLISH would (stored too); False when there is none."""
+    def delete_retained(self, topic: str, detail: str) -> bool:
+        """Clears a retained message as an empty retained PUBLISH would (stored too), logged with `detail` (who);
+        False when there is none."""
         if not self.retained.discard(topic):
             return False
+        self.notices.append(Notice(NoticeKind.DROPPED, None, "-", f"retained message on {topic!r} cleared {detail}"))
         if self.changes is not None:
             self.changes.append(RetainedCleared(topic))
         return True

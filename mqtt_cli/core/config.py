@@ -326,11 +326,12 @@ class MetricsAddress:
 
     host: str
     port: int
+    https: bool = False  # with [metrics] certfile and keyfile
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.https else 'http'}://{host}:{self.port}"
 
 
 def parse_metrics_address(text: str) -> MetricsAddress:

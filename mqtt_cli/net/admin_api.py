@@ -124,7 +124,7 @@ def _delete(source: AdminSource, core: BrokerCore, kind: str, name: str, user: s
         source.flush()
         return _json(200, {"disconnected": name})
     if kind == "retained" and name:
-        if not core.delete_retained(name):
+        if not core.delete_retained(name, f"through the admin API by user {user!r}"):
             return _error(404, f"no retained message on {name!r}")
         source.flush()
         return _json(200, {"deleted": name})

@@ -103,7 +103,7 @@ async def open_metrics(
             for sock in sockets:
                 nursery.start_soon(trio.serve_listeners, _handler(source), [sock])
             try:
-                yield MetricsAddress(host, port)
+                yield MetricsAddress(host, port, source.tls is not None)
             finally:
                 nursery.cancel_scope.cancel()
                 for sock in sockets:

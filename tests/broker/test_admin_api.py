@@ -43,7 +43,8 @@ def _config(workdir: Path, tls: bool = False) -> Path:
 
 def _base(broker: Broker, scheme: str = "http") -> str:
     ready = json.loads((broker.workdir / "ready.json").read_text())["metrics"]
-    return f"{scheme}://{ready['host']}:{ready['port']}"
+    assert ready["url"] == f"{scheme}://{ready['host']}:{ready['port']}"
+    return str(ready["url"])
 
 
 @pytest.fixture(scope="module")
