@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from .acl import Acl, AclView
 from .passwords import DEFAULT_ITERATIONS, SALT_LENGTH, HashKind, PasswordEntry, hash_password, verify_password
-from .topics import matches, parse_shared, topic_filter_error
+from .topics import matches, topic_filter_error
 
 __all__ = [
     "CONTROL_TOPIC",
@@ -567,11 +567,13 @@ class DynsecView(AclView):
             hit = self._write[topic] = self.ds.allows(self.username, Check.PUBLISH_SEND, topic)
         return hit
 
+    # The whole filter, $share/GROUP/ included, as mosquitto checks it: a role grants a shared subscription with
+    # an ACL on "$share/..." (or "#").
     def may_subscribe(self, topic_filter: str) -> bool:
-        return self.ds.allows(self.username, Check.SUBSCRIBE, parse_shared(topic_filter)[1])
+        return self.ds.allows(self.username, Check.SUBSCRIBE, topic_filter)
 
     def may_unsubscribe(self, topic_filter: str) -> bool:
-        return self.ds.allows(self.username, Check.UNSUBSCRIBE, parse_shared(topic_filter)[1])
+        return self.ds.allows(self.username, Check.UNSUBSCRIBE, topic_filter)
 
 
 class _Run:

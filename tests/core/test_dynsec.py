@@ -293,3 +293,21 @@ def test_admin_api_access_from_dynamic_security_roles() -> None:
     assert admin_access(users, pol, "admin", b"adminpw") is AdminAccess.NONE
     assert basic_credentials("Basic " + base64.b64encode(b"a:b:c").decode()) == ("a", b"b:c")
     assert basic_credentials("Bearer x") is None
+
+
+ALLOW = {"allow": True}
+
+
+def test_shared_subscriptions_are_checked_whole_as_mosquitto_does() -> None:
+    ds = state()
+    run(
+        ds,
+        {"command": "createClient", "username": "u"},
+        {"command": "createRole", "rolename": "r"},
+        {"command": "addRoleACL", "rolename": "r", "acltype": "subscribePattern", "topic": "a/#", "allow": True},
+        {"command": "addRoleACL", "rolename": "r", "acltype": "subscribePattern", "topic": "$share/g/b/#"} | ALLOW,
+        {"command": "addClientRole", "username": "u", "rolename": "r"},
+    )
+    view = ds.view("u", "u-c")
+    assert view.may_subscribe("a/x") and not view.may_subscribe("$share/g/a/x")
+    assert view.may_subscribe("$share/g/b/x") and not view.may_subscribe("b/x")
