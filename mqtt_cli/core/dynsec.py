@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from .acl import Acl, AclView
 from .passwords import DEFAULT_ITERATIONS, SALT_LENGTH, HashKind, PasswordEntry, hash_password, verify_password
-from .topics import matches, topic_filter_error
+from .topics import topic_filter_error
 
 __all__ = [
     "CONTROL_TOPIC",
@@ -41,6 +41,7 @@ __all__ = [
     "DynamicSecurity",
     "DynsecError",
     "DynsecView",
+    "matches_levels",
 ]
 
 CONTROL_TOPIC: Final = "$CONTROL/dynamic-security/v1"
@@ -81,6 +82,10 @@ class RoleAcl:
     topic: str
     priority: int = 0
     allow: bool = False
+    levels: tuple[str, ...] = field(default=(), compare=False, repr=False)  # the topic split, once
+
+    def __post_init__(self) -> None:
+        self.levels = tuple(self.topic.split("/"))
 
 
 @dataclass(slots=True)
@@ -411,12 +416,13 @@ class DynamicSecurity:
         lists = self._role_lists(username)
         if lists is None:
             return False  # a user name that is not a client: mosquitto's plugin defers, which denies
+        split = topic.split("/")
         for roles in lists:
             for member in roles:
                 role = self.roles.get(member.name)
                 if role is None:
                     continue
-                decided = _decide(role, check, topic)
+                decided = _decide(role, check, topic, split)
                 if decided is not None:
                     return decided
         if not self.default_access[check]:
@@ -512,12 +518,25 @@ def _refs(items: Any, key: str) -> list[Member]:
     return out
 
 
-def _decide(role: Role, check: Check, topic: str) -> bool | None:
+def matches_levels(flt: tuple[str, ...], topic: list[str]) -> bool:
+    """mosquitto_topic_matches_sub on split levels (a wildcard first level does not match a $-topic)."""
+    if topic[0][:1] == "$" and flt[0] in ("+", "#"):
+        return False
+    n = len(topic)
+    for i, level in enumerate(flt):
+        if level == "#":
+            return True
+        if i >= n or (level != "+" and level != topic[i]):
+            return False
+    return len(flt) == n
+
+
+def _decide(role: Role, check: Check, topic: str, split: list[str]) -> bool | None:
     acls = role.acls
     if check is Check.PUBLISH_SEND or check is Check.PUBLISH_RECEIVE:
         kind = AclType.PUBLISH_SEND if check is Check.PUBLISH_SEND else AclType.PUBLISH_RECEIVE
         for acl in acls[kind]:
-            if matches(acl.topic, topic):
+            if matches_levels(acl.levels, split):
                 return acl.allow
         return None
     literal, pattern = (

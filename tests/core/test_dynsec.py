@@ -14,7 +14,7 @@ from mqtt_cli.core.admin import AdminAccess, AdminUsers, admin_access, basic_cre
 from mqtt_cli.core.auth import AuthPolicy
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
 from mqtt_cli.core.config import translate_mosquitto
-from mqtt_cli.core.dynsec import CONTROL_TOPIC, RESPONSE_TOPIC, Check, DynamicSecurity
+from mqtt_cli.core.dynsec import CONTROL_TOPIC, RESPONSE_TOPIC, Check, DynamicSecurity, matches_levels
 from mqtt_cli.core.packets import (
     Connect,
     Disconnect,
@@ -26,6 +26,7 @@ from mqtt_cli.core.packets import (
     UnsubAck,
     Unsubscribe,
 )
+from mqtt_cli.core.topics import matches
 from tests.core.test_broker_auth import Conn
 
 SALT = bytes(range(12))
@@ -311,3 +312,11 @@ def test_shared_subscriptions_are_checked_whole_as_mosquitto_does() -> None:
     view = ds.view("u", "u-c")
     assert view.may_subscribe("a/x") and not view.may_subscribe("$share/g/a/x")
     assert view.may_subscribe("$share/g/b/x") and not view.may_subscribe("b/x")
+
+
+def test_publish_acl_matching_is_the_topic_engines() -> None:
+    filters = ["#", "+", "a/#", "a/+", "a/b", "+/b", "$SYS/#", "+/+/c", "a/+/#", "/#", "a//b"]
+    topics = ["a", "a/b", "a/b/c", "b/b", "$SYS/x", "$SYS", "/x", "a//b", "x/y/c", ""]
+    for flt in filters:
+        for topic in topics:
+            assert matches_levels(tuple(flt.split("/")), topic.split("/")) == matches(flt, topic), (flt, topic)
