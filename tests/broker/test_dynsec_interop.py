@@ -9,8 +9,10 @@ mosquitto_ctrl answer and every client outcome must be the same. Then each broke
 
 from __future__ import annotations
 
+import json
 import queue
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -195,5 +197,28 @@ def test_file_read_by_the_other(
         alice.close()
         assert Client(broker, "alice", "wrong", protocol=V5, client_id="only-this-id").rc == 135
         assert "alice" in ctrl(broker, "listClients")
+    finally:
+        broker.stop()
+
+
+def test_sighup_reads_the_file_again_and_keeps_who_it_still_admits(tmp_path: Path) -> None:
+    """Ours only (mosquitto does not read the file again): a client removed from the file behind the broker's
+    back is disconnected at the reload, one still in it stays connected."""
+    path = _init(tmp_path)
+    broker = _start("ours", tmp_path, path)
+    try:
+        assert ctrl(broker, "createClient", "alice", "-p", "alicepw") == "rc=0 "
+        assert ctrl(broker, "createClient", "bob", "-p", "bobpw") == "rc=0 "
+        alice, bob = Client(broker, "alice", "alicepw", protocol=V5), Client(broker, "bob", "bobpw", protocol=V5)
+        alice_gone, bob_gone = _disconnects(alice), _disconnects(bob)
+        tree = json.loads(path.read_text())
+        tree["clients"] = [c for c in tree["clients"] if c["username"] != "bob"]
+        path.write_text(json.dumps(tree))
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGHUP)
+        assert bob_gone.get(timeout=10) == 0x98
+        assert Client(broker, "bob", "bobpw", protocol=V5).rc == 0x87
+        assert alice_gone.empty() and alice.publish("x/y") == 0x87  # still connected (and still without rights)
+        alice.close()
     finally:
         broker.stop()
