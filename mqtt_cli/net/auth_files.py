@@ -61,6 +61,10 @@ def load_acl_file(path: Path) -> Acl:
 
 def load_dynsec_file(path: Path) -> DynamicSecurity:
     """A dynamic-security.json (mosquitto's format), salts for new passwords from os.urandom."""
+    if not path.exists():
+        raise AuthFileError(
+            f"dynamic security file {path} does not exist: make one with `mosquitto_ctrl dynsec init {path} admin`"
+        )
     text = _read(path, "dynamic security file")
     try:
         return DynamicSecurity.from_json(text, os.urandom)

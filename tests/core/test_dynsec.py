@@ -320,3 +320,4 @@ def test_publish_acl_matching_is_the_topic_engines() -> None:
     for flt in filters:
         for topic in topics:
             assert matches_levels(tuple(flt.split("/")), topic.split("/")) == matches(flt, topic), (flt, topic)
+
