@@ -353,6 +353,9 @@ class AclView:
     def may_subscribe(self, topic_filter: str) -> bool:
         return self.acl.may_subscribe(self.username, self.client_id, topic_filter)
 
+    def may_unsubscribe(self, topic_filter: str) -> bool:
+        return True  # an ACL file has no rules for UNSUBSCRIBE (dynamic security's views have)
+
 
 def parse_acl_file(text: str) -> Acl:
     """Reads an ACL file as mosquitto does (aclfile__parse); AclFileError names the first line it refuses."""

@@ -21,7 +21,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .acl import Acl
+from .acl import Acl, AclView
+from .dynsec import DynamicSecurity
 from .passwords import PasswordTable, verify_password
 
 __all__ = [
@@ -60,6 +61,19 @@ class AuthPolicy:
     use_subject_as_username: bool = False
     password_file: str | None = field(default=None, compare=False)  # where they came from, for messages
     acl_file: str | None = field(default=None, compare=False)
+    # mosquitto's dynamic security: its clients log in and its roles decide (password and ACL files unused).
+    dynsec: DynamicSecurity | None = field(default=None, compare=False)
+
+    @property
+    def controls_access(self) -> bool:
+        """Whether topics are checked (an ACL file or dynamic security)."""
+        return self.acl is not None or self.dynsec is not None
+
+    def view(self, username: str | None, client_id: str) -> AclView | None:
+        """One client's access under this policy (None: everything allowed)."""
+        if self.dynsec is not None:
+            return self.dynsec.view(username, client_id)
+        return self.acl.view(username, client_id) if self.acl is not None else None
 
     @property
     def uses_certificates(self) -> bool:
@@ -67,7 +81,7 @@ class AuthPolicy:
 
     @property
     def has_authentication(self) -> bool:
-        return self.passwords is not None or self.uses_certificates
+        return self.passwords is not None or self.uses_certificates or self.dynsec is not None
 
     def resolved(self, loopback: bool) -> AuthPolicy:
         """The policy with `allow_anonymous` decided for a listener (see unsafe_listener_error first)."""
@@ -85,6 +99,7 @@ def _replace_anonymous(policy: AuthPolicy, allow: bool) -> AuthPolicy:
         policy.use_subject_as_username,
         policy.password_file,
         policy.acl_file,
+        policy.dynsec,
     )
 
 
@@ -100,6 +115,7 @@ class Refusal(Enum):
     BAD_PASSWORD = "wrong password"
     NO_CERTIFICATE = "no client certificate (the listener takes the user name from it)"
     NO_COMMON_NAME = "the client certificate has no common name"
+    DYNSEC = "dynamic security refused it (unknown or disabled client, another client id, or a wrong password)"
     UNCHECKED_USER = "a user name that nothing can check (no password file) and anonymous access is not allowed"
 
 
@@ -114,7 +130,11 @@ class AuthResult:
 
 
 def authenticate(
-    policy: AuthPolicy, username: str | None, password: bytes | None, certificate: CertificateIdentity | None
+    policy: AuthPolicy,
+    username: str | None,
+    password: bytes | None,
+    certificate: CertificateIdentity | None,
+    client_id: str = "",
 ) -> AuthResult:
     if policy.uses_certificates:
         if certificate is None:
@@ -127,6 +147,11 @@ def authenticate(
     anonymous_ok = policy.allow_anonymous is not False
     if username is None:
         return AuthResult(None) if anonymous_ok else AuthResult(None, Refusal.ANONYMOUS)
+    if policy.dynsec is not None:
+        # mosquitto: a user name the plugin does not accept is refused (disabled, another client id, no password).
+        if policy.dynsec.authenticate(username, password, client_id):
+            return AuthResult(username)
+        return AuthResult(username, Refusal.DYNSEC)
     table = policy.passwords
     if table is None:
         return AuthResult(username) if anonymous_ok else AuthResult(username, Refusal.UNCHECKED_USER)

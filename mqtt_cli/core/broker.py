@@ -19,6 +19,7 @@ from typing import Any, Final
 from .acl import AclView
 from .auth import AuthPolicy, CertificateIdentity, authenticate
 from .bridge import LinkStats
+from .dynsec import CONTROL_TOPIC, RESPONSE_TOPIC, DynamicSecurity
 from .encoder import encode, encode_topic_name, frame_publish
 from .errors import MalformedPacket, RemoteProtocolError, UnsupportedProtocolVersion
 from .flows import OWN_IDS_FROM, FlowState
@@ -67,6 +68,16 @@ from .persistence import (
     StoredSession,
 )
 from .properties import EMPTY_PROPERTIES, Properties
+from .queries import (
+    PROTOCOLS,
+    BridgeInfo,
+    BrokerTotals,
+    ClientInfo,
+    RetainedInfo,
+    SessionInfo,
+    SubscriptionInfo,
+    payload_preview,
+)
 from .reader import plain_ack_packet
 from .reasons import REASONS_BY_PACKET, SERVER_ONLY_DISCONNECT_REASONS, ReasonCode, reason_name, v3_connack_code
 from .records import replace
@@ -183,6 +194,7 @@ class NoticeKind(StrEnum):
     UNSUBSCRIBED = "unsubscribed"
     PERSISTENCE = "persistence"
     BRIDGE = "bridge"  # an embedded bridge's connection to its remote broker
+    DYNSEC = "dynsec"  # a change made through $CONTROL/dynamic-security (who, what)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +280,8 @@ class BrokerCore:
         self._row = 0  # the last delivery row handed out
         # Set by the network layer while no commit can be written: 5.0 publishers are told 0x97 (not stored).
         self.store_failing = False
+        # The dynamic security whose state a $CONTROL request changed (the network layer saves it, then resets it).
+        self.dynsec_changed: DynamicSecurity | None = None
 
     # --- persistence ----------------------------------------------------------------------------------------
 
@@ -385,8 +399,15 @@ class BrokerCore:
             subs = tuple(session.subscriptions.items())
             changes.append(
                 SessionSaved(
-                    session.client_id, session.version, session.expiry_interval, session.expires_at, subs,
-                    session.username, session.will, session.will_at, session.bridge,
+                    session.client_id,
+                    session.version,
+                    session.expiry_interval,
+                    session.expires_at,
+                    subs,
+                    session.username,
+                    session.will,
+                    session.will_at,
+                    session.bridge,
                 )
             )
 
@@ -403,7 +424,13 @@ class BrokerCore:
     # --- in-process clients (an embedded bridge's local side) ----------------------------------------------------
 
     def attach(
-        self, client_id: str, sink: Any, now: float, *, receive_maximum: int, expiry: int = NEVER_EXPIRES,
+        self,
+        client_id: str,
+        sink: Any,
+        now: float,
+        *,
+        receive_maximum: int,
+        expiry: int = NEVER_EXPIRES,
         bridge: str | None = None,
     ) -> ServerConnection:
         """A client inside the process: a session under `client_id` (resumed if it exists, `expiry` seconds after
@@ -461,8 +488,10 @@ class BrokerCore:
         client_id = session.client_id
         for entry in session.outgoing.entries():
             p = entry.publish
-            message = entry.context if type(entry.context) is Message else Message(
-                p.topic, p.payload, p.qos, p.retain, p.properties, client_id, now
+            message = (
+                entry.context
+                if type(entry.context) is Message
+                else Message(p.topic, p.payload, p.qos, p.retain, p.properties, client_id, now)
             )
             if entry.state is FlowState.AWAIT_PUBCOMP:
                 sink.restore_released(message, p.retain, p.packet_id)
@@ -1026,7 +1055,7 @@ class BrokerCore:
     def _admit(self, conn: ServerConnection, p: Connect, client_id: str, now: float) -> bool:
         """Checks the CONNECT's credentials against the listener's policy; refuses it (not authorized) if wrong."""
         assert conn.policy is not None
-        result = authenticate(conn.policy, p.username, p.password, conn.certificate)
+        result = authenticate(conn.policy, p.username, p.password, conn.certificate, client_id)
         if result.refusal is None:
             conn.username = result.username
             return True
@@ -1045,17 +1074,17 @@ class BrokerCore:
         # No view: a session restored from the store, or kept from before an ACL was configured. Under an ACL it
         # goes only to the user it was granted to.
         session = self.sessions.get(client_id)
-        acl = conn.policy.acl if conn.policy is not None else None
-        return acl is not None and session is not None and session.username != conn.username
+        checked = conn.policy is not None and conn.policy.controls_access
+        return checked and session is not None and session.username != conn.username
 
     def _attach_acl(self, conn: ServerConnection, client_id: str) -> None:
         policy = conn.policy
-        acl = policy.acl if policy is not None else None
-        if acl is None:
+        view = policy.view(conn.username, client_id) if policy is not None else None
+        if view is None:
             conn.acl = None
             self._views.pop(client_id, None)
         else:
-            view = conn.acl = self._views[client_id] = acl.view(conn.username, client_id)
+            conn.acl = self._views[client_id] = view
             session = self.sessions.get(client_id)
             if session is not None:
                 self._apply_view(session, view, conn)
@@ -1115,6 +1144,36 @@ class BrokerCore:
             why = f"{flt!r}: ACL after a reload"
             self.notices.append(Notice(NoticeKind.UNSUBSCRIBED, conn.client_id, conn.peer, why))
             self._save_session(session)
+
+    def _control(self, conn: ServerConnection, dynsec: DynamicSecurity, topic: str, payload: bytes, now: float) -> None:
+        """A request on a $CONTROL topic: dynamic security's are answered on its response topic (QoS 0, as
+        mosquitto), then the clients whose rights changed are disconnected (5.0: 0x98 administrative action), as
+        mosquitto kicks them; other $CONTROL topics are taken and dropped."""
+        if topic != CONTROL_TOPIC:
+            return
+        result = dynsec.handle(payload, conn.client_id or "", conn.username)
+        for line in result.log:
+            self.notices.append(Notice(NoticeKind.DYNSEC, conn.client_id, conn.peer, line))
+        if result.changed:
+            self.dynsec_changed = dynsec
+        self._route(Message(RESPONSE_TOPIC, result.response, 0, False, EMPTY_PROPERTIES, None, now), now)
+        if result.kick or result.kick_anonymous:
+            self.kick(dynsec, result.kick, result.kick_anonymous, now)
+
+    def kick(self, dynsec: DynamicSecurity, usernames: frozenset[str], anonymous: bool, now: float) -> None:
+        """Disconnects the clients under `dynsec` logged in as one of `usernames` (or without a user name, when
+        `anonymous`), without their wills (mosquitto_kick_client_by_username): they log in again under the new
+        rules."""
+        for other in list(self.connections):
+            policy = other.policy
+            if policy is None or policy.dynsec is not dynsec or not other.connected or other.closed:
+                continue
+            if (other.username is None and anonymous) or (other.username is not None and other.username in usernames):
+                if other.session is not None:
+                    other.session.will = None
+                self._close(
+                    other, now, reason=ReasonCode.ADMINISTRATIVE_ACTION, detail="dynamic security changed its rights"
+                )
 
     def _expire_inflight(self, session: Session, version: int, now: float) -> None:
         """Before re-sending after a reconnect (5.0 3.3.2.3.3): a PUBLISH carries the expiry interval it has left,
@@ -1226,7 +1285,13 @@ class BrokerCore:
             elif session.expiry_interval:
                 # Its re-send after a restart must find the identifier: acknowledged, not delivered again.
                 self.changes.append(IncomingAdded(session.client_id, p.packet_id))
-        if not qos and not p.retain and not props.items:
+        if topic[:1] == "$" and topic[:9] == "$CONTROL/" and conn.policy is not None and conn.policy.dynsec is not None:
+            # Requests to the broker, not messages: answered, never routed (mosquitto's control topics).
+            self._control(conn, conn.policy.dynsec, topic, p.payload, now)
+            if conn.closed:  # the request changed its own rights
+                return
+            matched = True
+        elif not qos and not p.retain and not props.items:
             # A plain QoS 0 message (fan-in, fan-out): when nothing about its subscriptions and their clients
             # needs more than the bytes, they are written without building the broker's Message.
             entries = self.subscriptions.match(topic)
@@ -1239,10 +1304,11 @@ class BrokerCore:
             if not self._route_to(entries, message, now):
                 stats.dropped_no_subscriber += 1
             return
-        message = Message(topic, p.payload, qos, p.retain, props, conn.client_id, now)
-        matched = self._route(message, now)
-        if not matched and not qos:
-            stats.dropped_no_subscriber += 1
+        else:
+            message = Message(topic, p.payload, qos, p.retain, props, conn.client_id, now)
+            matched = self._route(message, now)
+            if not matched and not qos:
+                stats.dropped_no_subscriber += 1
         if qos == 1:
             # PUBACK written directly: the short form is the same in every version.
             assert p.packet_id is not None  # the codec checks: QoS > 0 has a packet id
@@ -1738,8 +1804,12 @@ class BrokerCore:
         assert session is not None
         if self._filters_problem(conn, p.topic_filters, "UNSUBSCRIBE", now):
             return
-        codes = []
+        codes: list[int] = []
         for flt in p.topic_filters:
+            if conn.acl is not None and not conn.acl.may_unsubscribe(flt):
+                # Dynamic security's unsubscribe ACLs (mosquitto): the subscription stays.
+                codes.append(ReasonCode.NOT_AUTHORIZED)
+                continue
             existed = session.subscriptions.pop(flt, None) is not None
             if existed:
                 self.subscriptions.remove(flt, session.client_id)
@@ -1918,6 +1988,107 @@ class BrokerCore:
 
     # --- $SYS ---------------------------------------------------------------------------------------------------
 
+    # --- queries: what the admin API shows (core/queries.py records; read here, nowhere else) --------------
+
+    def client_infos(self) -> list[ClientInfo]:
+        """The connected clients, by client id."""
+        out = []
+        for session in self.sessions.values():
+            conn = session.connection
+            if conn is None or conn.closed or not conn.connected:
+                continue
+            out.append(
+                ClientInfo(
+                    session.client_id,
+                    conn.peer,
+                    conn.username,
+                    PROTOCOLS.get(conn.version, str(conn.version)),
+                    conn.keepalive,
+                    len(session.outgoing),
+                    len(session.queue),
+                    len(session.subscriptions),
+                    conn.bridge,
+                )
+            )
+        return sorted(out, key=lambda c: c.client_id)
+
+    def session_infos(self) -> list[SessionInfo]:
+        out = [
+            SessionInfo(
+                s.client_id,
+                s.connection is not None,
+                s.username,
+                s.expiry_interval,
+                len(s.subscriptions),
+                len(s.outgoing),
+                len(s.queue),
+            )
+            for s in self.sessions.values()
+        ]
+        return sorted(out, key=lambda s: s.client_id)
+
+    def subscription_infos(self) -> list[SubscriptionInfo]:
+        out = [
+            SubscriptionInfo(s.client_id, flt, o.qos, o.no_local, o.retain_as_published, o.retain_handling)
+            for s in self.sessions.values()
+            for flt, o in s.subscriptions.items()
+        ]
+        return sorted(out, key=lambda s: (s.client_id, s.topic_filter))
+
+    def retained_infos(self) -> list[RetainedInfo]:
+        out = []
+        for topic, message in self.retained.items():
+            text, encoding, truncated = payload_preview(message.payload)
+            out.append(RetainedInfo(topic, message.qos, len(message.payload), text, encoding, truncated))
+        return sorted(out, key=lambda r: r.topic)
+
+    def bridge_infos(self) -> list[BridgeInfo]:
+        return [
+            BridgeInfo(
+                link.name,
+                link.connected,
+                link.forwarded[0],
+                link.forwarded[1],
+                link.dropped[0],
+                link.dropped[1],
+                link.reconnects,
+            )
+            for link in sorted(self.links.values(), key=lambda link: link.name)
+        ]
+
+    def totals(self, now: float) -> BrokerTotals:
+        s = self.stats
+        return BrokerTotals(
+            self.connected,
+            len(self.sessions),
+            sum(len(session.subscriptions) for session in self.sessions.values()),
+            len(self.retained),
+            s.publish_received,
+            s.publish_sent,
+            sum(s.publish_received_bytes_qos),
+            sum(s.publish_sent_bytes_qos),
+            now - s.started,
+        )
+
+    def disconnect_client(self, client_id: str, now: float, detail: str) -> bool:
+        """An operator's disconnection (5.0: DISCONNECT 0x98, administrative action); False when not connected."""
+        session = self.sessions.get(client_id)
+        conn = session.connection if session is not None else None
+        if conn is None or conn.closed:
+            return False
+        self._close(conn, now, reason=ReasonCode.ADMINISTRATIVE_ACTION, detail=detail)
+        return True
+
+    def delete_retained(self, topic: str, detail: str) -> bool:
+        """Clears a retained message as an empty retained PUBLISH would (stored too), logged with `detail` (who);
+        False when there is none."""
+        if not self.retained.discard(topic):
+            return False
+        self.notices.append(Notice(NoticeKind.DROPPED, None, "-", f"retained message on {topic!r} cleared {detail}"))
+        if self.changes is not None:
+            self.changes.append(RetainedCleared(topic))
+        return True
+
     def queued(self) -> tuple[int, int]:
         """Messages queued for sessions (beyond their in-flight windows), and their payload bytes."""
         count = size = 0
@@ -2036,6 +2207,11 @@ def _still_admitted(old: AuthPolicy, new: AuthPolicy, conn: ServerConnection) ->
     password, or the same one hashed again) must log in again."""
     if new.uses_certificates:
         return conn.certificate is not None
+    if new.dynsec is not None and conn.username is not None:
+        before = old.dynsec.password_of(conn.username) if old.dynsec is not None else None
+        if before is None or new.dynsec.password_of(conn.username) != before:
+            return False
+        return new.dynsec.still_admitted(conn.username, conn.client_id or "")
     if conn.username is None or new.passwords is None:
         return new.allow_anonymous is not False
     entry = new.passwords.get(conn.username)

@@ -35,6 +35,7 @@ __all__ = [
     "BridgeSettings",
     "BrokerSettings",
     "ConfigError",
+    "DynamicSecuritySettings",
     "LimitsSettings",
     "ListenerSettings",
     "LogFormat",
@@ -290,6 +291,15 @@ class AuthSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class DynamicSecuritySettings:
+    """`[dynamic_security]`: mosquitto's dynamic security (clients, groups, roles changed through $CONTROL)."""
+
+    config_file: str | None = field(
+        default=None, metadata=_key("its dynamic-security.json (mosquitto's plugin_opt_config_file); unset: off")
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class LogSettings:
     """`[log]`: where log lines go and which."""
 
@@ -316,11 +326,12 @@ class MetricsAddress:
 
     host: str
     port: int
+    https: bool = False  # with [metrics] certfile and keyfile
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.https else 'http'}://{host}:{self.port}"
 
 
 def parse_metrics_address(text: str) -> MetricsAddress:
@@ -342,10 +353,22 @@ class MetricsSettings:
     listen: str | None = field(
         default=None, metadata=_key("HOST:PORT of the HTTP endpoint, e.g. 127.0.0.1:9883 (port 0: any free port)")
     )
+    admin_users: tuple[str, ...] | None = field(
+        default=None, metadata=_key("users (password file or dynamic security) who may use /api/v1/ and the dashboard")
+    )
+    readonly_users: tuple[str, ...] | None = field(default=None, metadata=_key("users who may only read /api/v1/"))
+    admin_role: str | None = field(
+        default="admin", metadata=_key("dynamic-security role whose clients may use /api/v1/ and the dashboard")
+    )
+    readonly_role: str | None = field(default=None, metadata=_key("dynamic-security role that may only read"))
+    certfile: str | None = field(default=None, metadata=_key("certificate (PEM): the endpoint speaks HTTPS"))
+    keyfile: str | None = field(default=None, metadata=_key("private key of certfile (PEM)"))
 
     def __post_init__(self) -> None:
         if self.listen is not None:
             parse_metrics_address(self.listen)
+        if (self.certfile is None) != (self.keyfile is None):
+            raise ValueError("certfile and keyfile go together (HTTPS needs both)")
 
 
 #: mosquitto's persistence file name (its `persistence_file` default).
@@ -397,9 +420,7 @@ class BridgeRemoteSettings:
     cert: str | None = field(default=None, metadata=_key("client certificate (PEM)"))
     key: str | None = field(default=None, metadata=_key("private key of cert (PEM)"))
     insecure: bool = field(default=False, metadata=_key("do not check the remote's host name (implies TLS)"))
-    tls_version: str | None = field(
-        default=None, metadata=_key("lowest TLS version", choices=("tlsv1.2", "tlsv1.3"))
-    )
+    tls_version: str | None = field(default=None, metadata=_key("lowest TLS version", choices=("tlsv1.2", "tlsv1.3")))
     alpn: str | None = field(default=None, metadata=_key("TLS ALPN protocol"))
 
 
@@ -443,6 +464,9 @@ class BrokerSettings:
     )
     limits: LimitsSettings = field(default_factory=LimitsSettings, metadata=_key("limits"))
     auth: AuthSettings = field(default_factory=AuthSettings, metadata=_key("authentication and ACL"))
+    dynamic_security: DynamicSecuritySettings = field(
+        default_factory=DynamicSecuritySettings, metadata=_key("users, groups and roles changed at run time")
+    )
     log: LogSettings = field(default_factory=LogSettings, metadata=_key("logging"))
     sys: SysSettings = field(default_factory=SysSettings, metadata=_key("$SYS topics"))
     metrics: MetricsSettings = field(default_factory=MetricsSettings, metadata=_key("metrics and health endpoint"))
@@ -846,6 +870,7 @@ class _Translator:
         self.log: dict[str, Any] = {}
         self.sys: dict[str, Any] = {}
         self.persistence: dict[str, Any] = {}  # "_on", "_location", "_file" as mosquitto.conf gave them
+        self.dynsec: dict[str, Any] = {}  # "_line" (the plugin line), "config_file"
         self.listeners: list[dict[str, Any]] = []  # each with "_port", "_address", "_protocol", "_domain"
         self.default: dict[str, Any] = {}  # settings given before any `listener` line (the default listener's)
         self.unsupported: list[Unsupported] = []
@@ -984,6 +1009,14 @@ class _Translator:
             return True
         if key in _SNAPSHOT_KEYS:
             return True  # every acknowledged change is committed: stronger than any autosave setting
+        if key in ("plugin", "auth_plugin"):
+            if not value.rsplit("/", 1)[-1].startswith("mosquitto_dynamic_security"):
+                return f"{key} {value}: only mosquitto's dynamic security plugin is built in"
+            self.dynsec["_line"] = self.here
+            return True
+        if key == "plugin_opt_config_file" and "_line" in self.dynsec:
+            self.dynsec["config_file"] = value
+            return True
         return f"{key} is not supported"
 
     def _bridge_line(self, b: dict[str, Any], key: str, value: str) -> bool | str:
@@ -1111,7 +1144,11 @@ class _Translator:
                 bridges.append(BridgeSettings(remote=BridgeRemoteSettings(**remote), **b))
             except ValueError as exc:
                 self.unsupported.append(replace(bridge_line, why=f"bridge left out: {exc}"))
+        dynsec_line = self.dynsec.pop("_line", None)
+        if dynsec_line is not None and "config_file" not in self.dynsec:
+            self.unsupported.append(replace(dynsec_line, why="the plugin needs plugin_opt_config_file (left off)"))
         settings = BrokerSettings(
+            dynamic_security=DynamicSecuritySettings(**self.dynsec),
             bridge=tuple(bridges),
             listener=tuple(records),
             limits=LimitsSettings(**self.limits),

@@ -1,4 +1,5 @@
-"""Reading the password and ACL files (the parsing is core's: core/passwords.py, core/acl.py).
+"""Reading the password and ACL files and dynamic security's JSON, writing the latter (the parsing is core's:
+core/passwords.py, core/acl.py, core/dynsec.py).
 
 Used at start-up and on reload: a file that is missing, unreadable or wrong raises `AuthFileError` with one line
 naming the file, the line and what is wrong, and nothing is applied.
@@ -6,13 +7,22 @@ naming the file, the line and what is wrong, and nothing is applied.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from mqtt_cli.core.acl import Acl, AclFileError, parse_acl_file
 from mqtt_cli.core.auth import AuthPolicy
+from mqtt_cli.core.dynsec import DynamicSecurity, DynsecError
 from mqtt_cli.core.passwords import PasswordFileError, PasswordTable, parse_password_file
 
-__all__ = ["AuthFileError", "load_acl_file", "load_password_file", "load_policy"]
+__all__ = [
+    "AuthFileError",
+    "load_acl_file",
+    "load_dynsec_file",
+    "load_password_file",
+    "load_policy",
+    "save_dynsec_file",
+]
 
 
 class AuthFileError(Exception):
@@ -49,6 +59,29 @@ def load_acl_file(path: Path) -> Acl:
         raise AuthFileError(f"ACL file {path}, {exc}") from None
 
 
+def load_dynsec_file(path: Path) -> DynamicSecurity:
+    """A dynamic-security.json (mosquitto's format), salts for new passwords from os.urandom."""
+    if not path.exists():
+        raise AuthFileError(
+            f"dynamic security file {path} does not exist: make one with `mosquitto_ctrl dynsec init {path} admin`"
+        )
+    text = _read(path, "dynamic security file")
+    try:
+        return DynamicSecurity.from_json(text, os.urandom)
+    except DynsecError as exc:
+        raise AuthFileError(f"dynamic security file {path}: {exc}") from None
+
+
+def save_dynsec_file(path: Path, dynsec: DynamicSecurity) -> None:
+    """Writes the state as mosquitto does: to PATH.new readable by its owner only, then renamed over PATH (a crash
+    leaves the old file or the new one). OSError to the caller."""
+    new = path.with_name(path.name + ".new")
+    fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(dynsec.dumps())
+    os.replace(new, path)
+
+
 def load_policy(
     *,
     allow_anonymous: bool | None = None,
@@ -56,6 +89,7 @@ def load_policy(
     acl_file: Path | None = None,
     use_identity_as_username: bool = False,
     use_subject_as_username: bool = False,
+    dynsec: DynamicSecurity | None = None,
 ) -> AuthPolicy:
     """An AuthPolicy with its files read (both read before anything is returned: all or nothing)."""
     passwords = load_password_file(password_file) if password_file is not None else None
@@ -68,4 +102,5 @@ def load_policy(
         use_subject_as_username=use_subject_as_username,
         password_file=str(password_file) if password_file is not None else None,
         acl_file=str(acl_file) if acl_file is not None else None,
+        dynsec=dynsec,
     )

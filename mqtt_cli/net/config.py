@@ -16,6 +16,7 @@ from pathlib import Path
 
 import tomli_w
 
+from mqtt_cli.core.admin import AdminUsers
 from mqtt_cli.core.auth import AuthPolicy
 from mqtt_cli.core.bridge import parse_rule
 from mqtt_cli.core.broker import BrokerConfig
@@ -31,7 +32,7 @@ from mqtt_cli.core.config import (
     to_table,
     translate_mosquitto,
 )
-from mqtt_cli.net.auth_files import AuthFileError, load_policy
+from mqtt_cli.net.auth_files import AuthFileError, load_dynsec_file, load_policy
 from mqtt_cli.net.bridge import side_config
 from mqtt_cli.net.embedded import EmbeddedConfig
 from mqtt_cli.net.server import ListenerTLS, ServeOptions, ServerError, listener_policy, listener_record, tls_context
@@ -180,6 +181,9 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
         auth=broker_policy,
         metrics=None if settings.metrics.listen is None else parse_metrics_address(settings.metrics.listen),
         persistence=settings.persistence,
+        dynsec_file=_path(settings.dynamic_security.config_file),
+        admin_users=_admin_users(settings),
+        metrics_tls=_metrics_tls(settings),
     )
     for i, spec in enumerate(listeners):
         try:
@@ -188,6 +192,16 @@ def serve_options(settings: BrokerSettings, source: str, *, instance: str, versi
             raise ConfigError(f"{source}: listener[{i}]: {exc}") from None
     options.bridges = [_bridge(b, f"{source}: bridge[{i}]") for i, b in enumerate(settings.bridge)]
     return options
+
+
+def _admin_users(settings: BrokerSettings) -> AdminUsers:
+    m = settings.metrics
+    return AdminUsers(frozenset(m.admin_users or ()), frozenset(m.readonly_users or ()), m.admin_role, m.readonly_role)
+
+
+def _metrics_tls(settings: BrokerSettings) -> ListenerTLS | None:
+    m = settings.metrics
+    return None if m.certfile is None else ListenerTLS(Path(m.certfile), _path(m.keyfile))
 
 
 def _bridge(b: BridgeSettings, where: str) -> EmbeddedConfig:
@@ -222,10 +236,13 @@ def _policies(settings: BrokerSettings, source: str) -> tuple[AuthPolicy, list[A
     from [auth]; without it, a listener setting one is an error rather than ignored."""
     auth = settings.auth
     try:
+        dynsec_file = _path(settings.dynamic_security.config_file)
+        # One state for every listener (mosquitto's plugin is global), read again on reload.
+        dynsec = load_dynsec_file(dynsec_file) if dynsec_file is not None else None
         broker = load_policy(
             allow_anonymous=auth.allow_anonymous, password_file=_path(auth.password_file),
             acl_file=_path(auth.acl_file), use_identity_as_username=auth.use_identity_as_username,
-            use_subject_as_username=auth.use_subject_as_username,
+            use_subject_as_username=auth.use_subject_as_username, dynsec=dynsec,
         )  # fmt: skip
         own: list[AuthPolicy | None] = []
         for i, lst in enumerate(settings.listener):
@@ -240,7 +257,7 @@ def _policies(settings: BrokerSettings, source: str) -> tuple[AuthPolicy, list[A
                 own.append(load_policy(
                     allow_anonymous=lst.allow_anonymous if lst.allow_anonymous is not None else auth.allow_anonymous,
                     password_file=_path(lst.password_file or auth.password_file),
-                    acl_file=_path(lst.acl_file or auth.acl_file), **identity,
+                    acl_file=_path(lst.acl_file or auth.acl_file), dynsec=dynsec, **identity,
                 ))  # fmt: skip
             elif lst.use_identity_as_username or lst.use_subject_as_username:
                 own.append(dataclasses.replace(broker, **identity))

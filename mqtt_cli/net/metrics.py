@@ -1,7 +1,9 @@
-"""The broker's HTTP endpoint for monitoring: GET /metrics, /healthz, /readyz (docs/broker.md).
+"""The broker's HTTP endpoint for monitoring: GET /metrics, /healthz, /readyz (docs/broker.md); also the admin
+API and the dashboard (net/admin_api.py), with credentials.
 
-A small HTTP/1.1 server on trio with h11 (sans-IO): GET and HEAD only, one request per connection (answered
-with Connection: close), requests bounded in size and time. The figures are core/metrics.py's, from the
+A small HTTP/1.1 server on trio with h11 (sans-IO): GET and HEAD (DELETE for the admin API), one request per
+connection (answered with Connection: close), requests bounded in size and time, over TLS when given a
+certificate. The figures are core/metrics.py's, from the
 broker's own counters, plus the process's CPU, memory and descriptors read here from /proc/self.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import ssl
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -30,12 +33,20 @@ from mqtt_cli.core.metrics import (
     render,
     wants_openmetrics,
 )
+from mqtt_cli.net.admin_api import AdminSource, answer, is_admin_path
 
 __all__ = ["MetricsSource", "bind_metrics", "open_metrics", "process_figures"]
 
 MAX_REQUEST = 8192  # bytes of request line and headers; more is answered 431
 REQUEST_TIMEOUT = 10.0  # seconds for a client to send its request
-_REASONS = {200: b"OK", 404: b"Not Found", 405: b"Method Not Allowed", 503: b"Service Unavailable"}
+_REASONS = {
+    200: b"OK",
+    401: b"Unauthorized",
+    403: b"Forbidden",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    503: b"Service Unavailable",
+}
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -48,6 +59,8 @@ class MetricsSource:
     ready: Callable[[], bool]
     connected: Callable[[], Iterable[ConnectedClients]]
     log_lines_lost: Callable[[], int] | None = None  # the broker's log (net/log.py), when it has one
+    admin: AdminSource | None = None  # the admin API and dashboard
+    tls: ssl.SSLContext | None = None  # HTTPS
 
 
 def process_figures() -> ProcessFigures:
@@ -90,7 +103,7 @@ async def open_metrics(
             for sock in sockets:
                 nursery.start_soon(trio.serve_listeners, _handler(source), [sock])
             try:
-                yield MetricsAddress(host, port)
+                yield MetricsAddress(host, port, source.tls is not None)
             finally:
                 nursery.cancel_scope.cancel()
                 for sock in sockets:
@@ -103,7 +116,10 @@ async def open_metrics(
 
 
 def _handler(source: MetricsSource) -> Callable[[trio.SocketStream], Any]:
-    async def handle(stream: trio.SocketStream) -> None:
+    async def handle(raw: trio.SocketStream) -> None:
+        stream: trio.abc.Stream = raw
+        if source.tls is not None:
+            stream = trio.SSLStream(raw, source.tls, server_side=True)
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError, h11.ProtocolError):
             try:
                 with trio.move_on_after(REQUEST_TIMEOUT):
@@ -115,7 +131,7 @@ def _handler(source: MetricsSource) -> Callable[[trio.SocketStream], Any]:
     return handle
 
 
-async def _serve_one(stream: trio.SocketStream, source: MetricsSource) -> None:
+async def _serve_one(stream: trio.abc.Stream, source: MetricsSource) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST)
     size = 0
     while True:
@@ -142,6 +158,11 @@ async def _serve_one(stream: trio.SocketStream, source: MetricsSource) -> None:
     method = event.method.decode("ascii", "replace")
     path = event.target.decode("ascii", "replace").split("?", 1)[0]
     headers = {name.decode("ascii", "replace").lower(): value.decode("latin-1") for name, value in event.headers}
+    if source.admin is not None and is_admin_path(path):
+        got = answer(source.admin, method, path, headers.get("authorization", ""))
+        body = got.body.decode()
+        await _answer(stream, conn, got.status, body, got.content_type, head=method == "HEAD", extra=got.headers)
+        return
     if path not in ("/metrics", "/healthz", "/readyz"):
         await _answer(stream, conn, 404, "not found: try /metrics, /healthz or /readyz\n", head=method == "HEAD")
         return
@@ -168,7 +189,7 @@ async def _serve_one(stream: trio.SocketStream, source: MetricsSource) -> None:
 
 
 async def _answer(
-    stream: trio.SocketStream,
+    stream: trio.abc.Stream,
     conn: h11.Connection,
     status: int,
     body: str,

@@ -24,6 +24,7 @@ from typing import Any
 import trio
 from trio.lowlevel import checkpoint, wait_readable
 
+from mqtt_cli.core.admin import AdminUsers
 from mqtt_cli.core.auth import (
     OPEN_POLICY,
     AuthPolicy,
@@ -43,9 +44,12 @@ from mqtt_cli.core.config import (
     listener_from_url,
     parse_listener_url,
 )
+from mqtt_cli.core.dynsec import DynamicSecurity
 from mqtt_cli.core.metrics import ConnectedClients
 from mqtt_cli.core.persistence import Change, Pending
 from mqtt_cli.core.server import ServerConnection
+from mqtt_cli.net.admin_api import AdminSource
+from mqtt_cli.net.auth_files import save_dynsec_file
 from mqtt_cli.net.committer import CommitThread
 from mqtt_cli.net.embedded import EmbeddedBridge, EmbeddedConfig
 from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
@@ -187,6 +191,9 @@ class ServeOptions:
     metrics: MetricsAddress | None = None  # the HTTP endpoint for monitoring (net/metrics.py)
     persistence: PersistenceSettings = field(default_factory=PersistenceSettings)  # path None: nothing kept
     bridges: list[EmbeddedConfig] = field(default_factory=list)  # [[bridge]]: net/embedded.py
+    dynsec_file: Path | None = None  # [dynamic_security] config_file: written after each change
+    admin_users: AdminUsers = field(default_factory=AdminUsers)  # who may use the admin API (net/admin_api.py)
+    metrics_tls: ListenerTLS | None = None  # certificate and key: the metrics endpoint speaks HTTPS
 
     def default_tls(self) -> ListenerTLS:
         return ListenerTLS(self.tls_cert, self.tls_key, self.tls_cafile, self.require_certificate)
@@ -368,12 +375,27 @@ class BrokerServer:
             sending, self._bridges_to_send = self._bridges_to_send, []
             for bridge in sending:
                 bridge.send_now()
+        if core.dynsec_changed is not None:
+            self._save_dynsec(core.dynsec_changed)
+            core.dynsec_changed = None
         if core.notices:
             report = self.options.on_notice
             while core.notices:
                 notice = core.notices.popleft()
                 if report is not None:
                     report(notice)
+
+    def _save_dynsec(self, dynsec: DynamicSecurity) -> None:
+        """A $CONTROL request changed dynamic security: its file is written at once (a small file, as mosquitto
+        writes it, in the loop), so a restart or a reload finds the change."""
+        path = self.options.dynsec_file
+        if path is None:
+            return
+        try:
+            save_dynsec_file(path, dynsec)
+        except OSError as exc:
+            why = f"cannot write the dynamic security file {path}: {exc.strerror or exc} (kept until a restart)"
+            self.core.notices.append(Notice(NoticeKind.ERROR, None, "-", why))
 
     # --- persistence ------------------------------------------------------------------------------------------
 
@@ -929,7 +951,17 @@ class BrokerServer:
         """Listens and serves until `stop` is set, then shuts down gracefully. The metrics endpoint, when asked
         for, answers from before the listeners are bound (/readyz: 503) to after they are closed."""
         lost = self.options.log_lines_lost  # the log outlives reloads: its count is the start's
-        source = MetricsSource(lambda: self.core, lambda: self.ready, self.connected_clients, lost)
+        admin = AdminSource(
+            lambda: self.core,
+            lambda: self.options.auth,
+            lambda: self.options.admin_users,
+            self.listener_infos,
+            self._flush,
+            trio.current_time,
+        )
+        files = self.options.metrics_tls
+        tls = tls_context(files, "the metrics endpoint (certfile, keyfile)") if files is not None else None
+        source = MetricsSource(lambda: self.core, lambda: self.ready, self.connected_clients, lost, admin, tls)
         address = self.options.metrics
         sockets = None
         if address is not None:
@@ -991,6 +1023,15 @@ class BrokerServer:
                 self._start_bridge(config)
                 changes.append(f"bridge {name} added")
         return changes
+
+    def listener_infos(self) -> list[dict[str, Any]]:
+        """The listeners as the admin API shows them: where, and how many clients are connected there."""
+        out = []
+        for lst in self.listeners:
+            where = lst.bound[0].url if lst.bound else lst.spec.url
+            connected = sum(1 for conn in lst.connections if conn.connected and not conn.closed)
+            out.append({"url": where, "connected": connected})
+        return out
 
     def connected_clients(self) -> list[ConnectedClients]:
         """Connected clients by listener and protocol level (the metrics endpoint's gauge)."""
