@@ -19,7 +19,9 @@ import trio
 from mqtt_cli.core.config import BrokerSettings, ConfigError, LogLevel, Translation
 from mqtt_cli.net.config import ConfigSource, FileProblem, check_files, serve_options
 from mqtt_cli.net.log import BrokerLog, LogError
+from mqtt_cli.net.process import PidFile, RunAs
 from mqtt_cli.net.server import BrokerServer, Listener, ServeOptions, ServerError
+from mqtt_cli.net.store import store_files
 
 __all__ = ["Serving", "checked_options", "unsupported_error"]
 
@@ -72,10 +74,30 @@ class Serving:
         options = checked_options(settings, self.source.label, instance=self.instance, version=self.version)
         options.ready_file = self.ready_file
         options.on_listening = self.on_listening
-        if self.log is not None:
-            options.on_notice = self.log.notice
-            options.log_lines_lost = self.log.lines_lost
+        self.wire(options)
         return settings, options
+
+    def wire(self, options: ServeOptions) -> None:
+        """The server's lines go to the log: notices, and packets while it takes debug lines (else they are not
+        even decoded)."""
+        log = self.log
+        if log is not None:
+            options.on_notice = log.notice
+            options.log_lines_lost = log.lines_lost
+            options.on_packet = log.packet if log.wants(LogLevel.debug) else None
+
+    def become(self, user: RunAs, settings: BrokerSettings, pid_file: PidFile | None) -> None:
+        """Once bound, as root: what was made as root is given to `user` (the log file, the pid file, the
+        persistence files), then the process runs as `user` for good."""
+        owned = [Path(settings.log.file)] if settings.log.file is not None else []
+        if pid_file is not None:
+            owned.append(pid_file.path)
+        if settings.persistence.path is not None:
+            owned.extend(store_files(Path(settings.persistence.path)))
+        user.give(owned)
+        user.switch()
+        if self.log is not None:
+            self.log.message(LogLevel.info, "user", f"running as user {user.name!r} (uid {user.uid})")
 
     async def run(self, options: ServeOptions) -> None:
         """Serves until SIGINT or SIGTERM; ServerError when it cannot start."""
@@ -85,6 +107,8 @@ class Serving:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         stop = trio.Event()
         server = BrokerServer(options)
+        if self.log is not None:
+            self.log.topic_sink = server.publish_log  # log_dest topic
         async with trio.open_nursery() as nursery:
 
             async def watch_signals(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
