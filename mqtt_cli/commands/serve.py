@@ -310,8 +310,11 @@ def serve(
     error = None
     try:
         trio.run(serving.run, options)
-    except* (ServerError, ProcessError) as group:  # raised inside the nursery, hence grouped
-        error = str(group.exceptions[0])
+    except* (ServerError, ProcessError) as group:  # raised inside the nursery (or nurseries), hence grouped
+        first: BaseException = group
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        error = str(first)
     finally:
         log.close()
         if pid_file is not None:

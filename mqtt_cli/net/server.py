@@ -667,6 +667,7 @@ class BrokerServer:
         if listener is not None:
             listener.active += 1
         admitted = False
+        peer = "-"
         try:
             peer = _peer(stream, spec)
             policy = listener.policy if listener is not None else OPEN_POLICY
@@ -681,8 +682,9 @@ class BrokerServer:
                     self._notice_refused(peer, f"WebSocket: {exc}" if str(exc) else "WebSocket: upgrade too slow")
                     return None
             admitted = listener is None or not listener.closed  # else closed while this one was upgrading
-        except _GONE:
-            pass  # a failed TLS handshake, a peer gone during the upgrade: that connection only
+        except _GONE as exc:  # a failed TLS handshake, a peer gone during the upgrade: that connection only
+            if isinstance(exc.__cause__, ssl.SSLError):
+                self._notice_refused(peer, f"TLS handshake failed: {_ssl_reason(exc.__cause__)}")
         finally:
             if not admitted:
                 self._uncount(listener)
@@ -741,7 +743,9 @@ class BrokerServer:
                             full = False
                             continue
                         full = len(data) == READ_SIZE
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    if isinstance(exc.__cause__, ssl.SSLError) and not conn.connected:
+                        self._notice_refused(conn.peer, f"TLS handshake failed: {_ssl_reason(exc.__cause__)}")
                     data = b""
                 if not data:
                     break
@@ -1224,6 +1228,14 @@ def _ready_entry(b: Listener) -> dict[str, Any]:
     if b.path is not None:
         entry["path"] = b.path
     return entry
+
+
+def _ssl_reason(exc: ssl.SSLError) -> str:
+    """OpenSSL's reason in words ("unsupported protocol", "certificate verify failed: certificate revoked")."""
+    reason = (exc.reason or str(exc)).lower().replace("_", " ")
+    if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
+        reason += f": {exc.verify_message}"
+    return reason.removeprefix("sslv3 alert ").removeprefix("tlsv13 alert ")
 
 
 def _write_ready_file(path: Path, bound: list[Listener], metrics: MetricsAddress | None = None) -> None:
