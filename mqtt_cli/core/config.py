@@ -824,6 +824,9 @@ _OUR_BEHAVIOUR = {
     "memory_limit": "0",
     "upgrade_outgoing_qos": "false",
     "set_tcp_nodelay": "true",  # trio sets TCP_NODELAY on every connection
+    "queue_qos0_messages": "false",  # QoS 0 is not queued for an offline client (mosquitto's default)
+    "allow_duplicate_messages": "false",  # overlapping subscriptions deliver once, at the highest QoS
+    "check_retain_source": "false",  # a retained message is not checked again against its publisher's ACL
 }
 _BRIDGE_KEYS = frozenset(
     [

@@ -213,7 +213,8 @@ class BrokerLog:
         if sink is not None and self.settings.topic and level is not LogLevel.debug and not self._publishing:
             self._publishing = True
             try:
-                text = line if self.settings.format is LogFormat.json else f"{self._stamp(now, True)}: {line}"
+                stamp = str(int(now)) if self.settings.timestamp_format is None else self._stamp(now, True)
+                text = line if self.settings.format is LogFormat.json else f"{stamp}: {line}"  # (mosquitto's form)
                 sink(log_topic(level, fields["event"]), text)
             finally:
                 self._publishing = False
