@@ -74,17 +74,17 @@ class Serving:
         options = checked_options(settings, self.source.label, instance=self.instance, version=self.version)
         options.ready_file = self.ready_file
         options.on_listening = self.on_listening
-        self.wire(options)
+        self.wire(options, settings)
         return settings, options
 
-    def wire(self, options: ServeOptions) -> None:
-        """The server's lines go to the log: notices, and packets while it takes debug lines (else they are not
-        even decoded)."""
+    def wire(self, options: ServeOptions, settings: BrokerSettings) -> None:
+        """The server's lines go to the log: notices, and packets while `settings` (the log's, once applied) take
+        debug lines; else packets are not even decoded."""
         log = self.log
         if log is not None:
             options.on_notice = log.notice
             options.log_lines_lost = log.lines_lost
-            options.on_packet = log.packet if log.wants(LogLevel.debug) else None
+            options.on_packet = log.packet if settings.log.level is LogLevel.debug else None
 
     def become(self, user: RunAs, settings: BrokerSettings, pid_file: PidFile | None) -> None:
         """Once bound, as root: what was made as root is given to `user` (the log file, the pid file, the

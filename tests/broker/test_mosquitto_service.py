@@ -24,10 +24,19 @@ from typing import Any
 import paho.mqtt.client as paho
 import pytest
 
+from tests.broker.test_config import DEADLINE, SERVE, Ours, start, wait_for, wait_line
 from tests.brokers import HOST, free_port
-from tests.broker.test_config import DEADLINE, SERVE, Ours, start, started, wait_for, wait_line  # noqa: F401
 
 EXAMPLE = Path("/usr/share/doc/mosquitto/examples/mosquitto.conf")
+
+
+@pytest.fixture
+def brokers() -> Iterator[list[Ours]]:
+    """The brokers a test started (`start`), stopped after it."""
+    found: list[Ours] = []
+    yield found
+    for broker in found:
+        broker.stop()
 
 
 @pytest.fixture
@@ -63,7 +72,7 @@ def make_pki(where: Path) -> None:
     revoked = x509.load_pem_x509_certificate((where / "revoked.pem").read_bytes())
     issuer = x509.load_pem_x509_certificate(ca.cert_pem.bytes())
     key: Any = serialization.load_pem_private_key(ca.private_key_pem.bytes(), None)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     entry = x509.RevokedCertificateBuilder().serial_number(revoked.serial_number).revocation_date(now).build()
     crl = (
         x509.CertificateRevocationListBuilder().issuer_name(issuer.subject).last_update(now)
@@ -112,8 +121,8 @@ capath /etc/ssl/certs
 crlfile {where}/crl.pem
 require_certificate true
 tls_version tlsv1.2
-ciphers ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256
-ciphers_tls1.3 TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256
+ciphers ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256
+ciphers_tls1.3 TLS_CHACHA20_POLY1305_SHA256
 
 listener {legacy} {HOST}
 certfile {where}/server.pem
@@ -124,7 +133,7 @@ tls_version tlsv1.1
 
 def tls_handshake(port: int, ca: Path, *, cert: str | None = None, maximum: ssl.TLSVersion | None = None,
                   where: Path | None = None) -> str:  # fmt: skip
-    """A TLS client's handshake, then an MQTT CONNECT: "connected", or why not."""
+    """A TLS client's handshake, then an MQTT CONNECT: "connected CIPHER", or why not."""
     ctx = ssl.create_default_context(cafile=str(ca))
     if maximum is not None:
         with warnings.catch_warnings():
@@ -135,16 +144,21 @@ def tls_handshake(port: int, ca: Path, *, cert: str | None = None, maximum: ssl.
     if cert is not None and where is not None:
         ctx.load_cert_chain(where / f"{cert}.pem", where / f"{cert}.key")
     try:
-        with socket.create_connection((HOST, port), timeout=5) as raw:
-            with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
-                tls.sendall(b"\x10\x0d\x00\x04MQTT\x04\x02\x00\x3c\x00\x01c")  # CONNECT, client id "c"
-                answer = tls.recv(4)
-                return "connected" if answer == b"\x20\x02\x00\x00" else f"answer {answer!r}"
+        with (
+            socket.create_connection((HOST, port), timeout=5) as raw,
+            ctx.wrap_socket(raw, server_hostname="localhost") as tls,
+        ):
+            tls.sendall(b"\x10\x0d\x00\x04MQTT\x04\x02\x00\x3c\x00\x01c")  # CONNECT, client id "c"
+            answer = tls.recv(4)
+            cipher = tls.cipher()
+            if answer != b"\x20\x02\x00\x00":
+                return f"answer {answer!r}"
+            return f"connected {cipher[0] if cipher else ''}"
     except (ssl.SSLError, OSError) as exc:
         return f"refused: {exc}"
 
 
-def test_production_mosquitto_conf_runs_as_it_is(workdir: Path, started: list[Ours]) -> None:
+def test_production_mosquitto_conf_runs_as_it_is(workdir: Path, brokers: list[Ours]) -> None:
     """pid file, user mosquitto, the TLS policy (CRL, minimum version), subscriptions in the log file, and the
     same file valid for Debian's mosquitto."""
     make_pki(workdir)
@@ -155,7 +169,7 @@ def test_production_mosquitto_conf_runs_as_it_is(workdir: Path, started: list[Ou
     run = data / "run"  # the ready file's: written again by the broker once it runs as mosquitto
     run.mkdir()
     os.chown(run, pwd.getpwnam("mosquitto").pw_uid, -1)
-    broker = start(started, run, "--mosquitto-conf", str(conf))  # no --ignore-unsupported
+    broker = start(brokers, run, "--mosquitto-conf", str(conf))  # no --ignore-unsupported
     assert "mqtt: error" not in broker.stderr.read_text() and "warning" not in broker.stderr.read_text()
 
     assert int((data / "broker.pid").read_text()) == broker.proc.pid
@@ -164,20 +178,25 @@ def test_production_mosquitto_conf_runs_as_it_is(workdir: Path, started: list[Ou
 
     # The TLS listener: a good certificate connects, the revoked one and TLS 1.1 are refused.
     ca = workdir / "ca.pem"
-    assert tls_handshake(tls, ca, cert="good", where=workdir) == "connected"
+    # The cipher lists: a TLS 1.3 client gets the one suite of ciphers_tls1.3 (OpenSSL's first would be AES-256), a
+    # TLS 1.2 client one of `ciphers` (OpenSSL's first would be an AES-256 one).
+    assert tls_handshake(tls, ca, cert="good", where=workdir) == "connected TLS_CHACHA20_POLY1305_SHA256"
+    twelve = tls_handshake(tls, ca, cert="good", where=workdir, maximum=ssl.TLSVersion.TLSv1_2)
+    assert twelve in ("connected ECDHE-ECDSA-AES128-GCM-SHA256", "connected ECDHE-RSA-AES128-GCM-SHA256"), twelve
     # (TLS 1.3: the client's handshake is over before the server checks its certificate; it sees the end.)
-    assert tls_handshake(tls, ca, cert="revoked", where=workdir) != "connected"
+    assert not tls_handshake(tls, ca, cert="revoked", where=workdir).startswith("connected")
     log = data / "broker.log"
     wait_line(log, r"refused +- 127\.0\.0\.1:\d+ TLS handshake failed: certificate verify failed: certificate revoked")
     old = tls_handshake(tls, ca, cert="good", where=workdir, maximum=ssl.TLSVersion.TLSv1_1)
     assert old.startswith("refused"), old
     wait_line(log, r"TLS handshake failed: unsupported protocol")
     # ... where tls_version tlsv1.1 lets the same client in: the refusal above is the policy, not this OpenSSL.
-    assert tls_handshake(legacy, ca, maximum=ssl.TLSVersion.TLSv1_1) == "connected"
+    assert tls_handshake(legacy, ca, maximum=ssl.TLSVersion.TLSv1_1).startswith("connected")
 
     # A SUBSCRIBE and an UNSUBSCRIBE in the log file, with client, filter, QoS and result.
     sub = subprocess.run(["mosquitto_sub", "-h", HOST, "-p", str(plain), "-i", "auditor", "-t", "site/#", "-q", "1",
-                          "-C", "1", "-W", "2", "-U", "site/#"], capture_output=True, text=True, timeout=DEADLINE)  # fmt: skip
+                          "-C", "1", "-W", "2", "-U", "site/#"],
+                         capture_output=True, text=True, timeout=DEADLINE)  # fmt: skip
     assert sub.returncode in (0, 27)  # 27: the -W timeout, with nothing published
     (line,) = wait_line(log, r" subscribe +auditor ")
     assert "SUBSCRIBE 'site/#' QoS 1: granted QoS 1" in line
@@ -196,7 +215,7 @@ def test_production_mosquitto_conf_runs_as_it_is(workdir: Path, started: list[Ou
     assert broker.stop() == 0
     assert not (data / "broker.pid").exists() or int((data / "broker.pid").read_text()) != broker.proc.pid
     (run / "ready.json").unlink()
-    again = start(started, run, "--mosquitto-conf", str(conf))
+    again = start(brokers, run, "--mosquitto-conf", str(conf))
     kept = subprocess.run(["mosquitto_sub", "-h", HOST, "-p", str(plain), "-t", "site/kept", "-C", "1", "-W", "5",
                            "-i", "reader"],
                           capture_output=True, text=True, timeout=DEADLINE)  # fmt: skip
@@ -270,7 +289,7 @@ def publish(port: int, topic: str, count: int) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["text", "json"])
-def test_flood_to_a_queue_of_10_logs_start_count_and_stop(tmp_path: Path, started: list[Ours], fmt: str) -> None:
+def test_flood_to_a_queue_of_10_logs_start_count_and_stop(tmp_path: Path, brokers: list[Ours], fmt: str) -> None:
     port = free_port()
     conf = tmp_path / "broker.toml"
     log = tmp_path / "broker.log"
@@ -278,7 +297,7 @@ def test_flood_to_a_queue_of_10_logs_start_count_and_stop(tmp_path: Path, starte
         f'[[listener]]\nurl = "mqtt://{HOST}:{port}"\n[limits]\nmax_queued_messages = 10\n'
         f'[log]\nlevel = "info"\nformat = "{fmt}"\nfile = "{log}"\ndrop_interval = 0.5\ntopic = true\n'
     )
-    start(started, tmp_path / "run", "--config", str(conf))
+    start(brokers, tmp_path / "run", "--config", str(conf))
     watcher = Collector(port, "$SYS/broker/log/#", "watcher")
     slow = Collector(port, "flood/#", "slow", clean=False)
     slow.close()  # its session keeps a queue of 10
@@ -310,10 +329,10 @@ def test_flood_to_a_queue_of_10_logs_start_count_and_stop(tmp_path: Path, starte
     watcher.close()
 
 
-def test_debug_logs_every_packet_in_mosquittos_words(tmp_path: Path, started: list[Ours]) -> None:
+def test_debug_logs_every_packet_in_mosquittos_words(tmp_path: Path, brokers: list[Ours]) -> None:
     port = free_port()
     log = tmp_path / "broker.log"
-    start(started, tmp_path / "run", "--listen", f"mqtt://{HOST}:{port}", "--log-level", "debug", "--log-file",
+    start(brokers, tmp_path / "run", "--listen", f"mqtt://{HOST}:{port}", "--log-level", "debug", "--log-file",
           str(log))  # fmt: skip
     done = subprocess.run(["mosquitto_pub", "-h", HOST, "-p", str(port), "-i", "dbg", "-t", "a/b", "-m", "hello",
                            "-q", "1"], timeout=DEADLINE)  # fmt: skip
@@ -326,5 +345,5 @@ def test_debug_logs_every_packet_in_mosquittos_words(tmp_path: Path, started: li
     for words in ("packet       dbg 127.0.0.1:", "Received CONNECT from dbg", "Sending CONNACK to dbg (0, 0)",
                   "Received PUBLISH from dbg (d0, q1, r0, m1, 'a/b', ... (5 bytes))", "Sending PUBACK to dbg (m1, rc0)",
                   "Received SUBSCRIBE from reader", "    a/# (QoS 2)",
-                  "subscribe    reader 127.0.0.1:"):  # (subscriptions are logged at debug without being asked)  # fmt: skip
+                  "subscribe    reader 127.0.0.1:"):  # (at debug, subscriptions are logged unasked)  # fmt: skip
         assert words in text, (words, text)
