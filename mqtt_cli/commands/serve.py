@@ -299,6 +299,7 @@ def serve(
         user = run_as(settings.process.user)  # before anything is written: a user that does not exist stops here
         log = serving.log = BrokerLog(settings.log)  # opened once everything else is known to be good
         serving.wire(options, settings)
+        serving.process = settings.process
         pid_file = None if settings.process.pid_file is None else PidFile(Path(settings.process.pid_file))
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)

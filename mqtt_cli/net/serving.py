@@ -16,7 +16,7 @@ from pathlib import Path
 
 import trio
 
-from mqtt_cli.core.config import BrokerSettings, ConfigError, LogLevel, Translation
+from mqtt_cli.core.config import BrokerSettings, ConfigError, LogLevel, ProcessSettings, Translation
 from mqtt_cli.net.config import ConfigSource, FileProblem, check_files, serve_options
 from mqtt_cli.net.log import BrokerLog, LogError
 from mqtt_cli.net.process import PidFile, RunAs
@@ -63,6 +63,7 @@ class Serving:
     ready_file: Path | None = None
     on_listening: Callable[[list[Listener]], None] | None = None
     log: BrokerLog | None = None  # opened by the caller once the configuration is known to be good
+    process: ProcessSettings | None = None  # the start's pid file and user, which a reload cannot change
 
     def options(self, translation: Translation | None = None) -> tuple[BrokerSettings, ServeOptions]:
         """The configuration (read now unless given), with the flags applied, checked (ConfigError, FileProblem)."""
@@ -142,6 +143,8 @@ class Serving:
         except (ConfigError, FileProblem, ServerError) as exc:
             self.log.message(LogLevel.error, "reload", f"reload failed, the configuration is unchanged: {exc}")
             return False
+        if self.process is not None and settings.process != self.process:
+            changes.append("process (pid_file, user) changed: takes effect at the next start")
         try:
             self.log.reconfigure(settings.log)  # its file was checked: this fails only if it went away since
         except LogError as exc:

@@ -10,6 +10,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -347,3 +348,22 @@ def test_debug_logs_every_packet_in_mosquittos_words(tmp_path: Path, brokers: li
                   "Received SUBSCRIBE from reader", "    a/# (QoS 2)",
                   "subscribe    reader 127.0.0.1:"):  # (at debug, subscriptions are logged unasked)  # fmt: skip
         assert words in text, (words, text)
+
+
+def test_pid_file_written_removed_and_kept_across_a_reload(tmp_path: Path, brokers: list[Ours]) -> None:
+    port = free_port()
+    conf = tmp_path / "broker.toml"
+    pid = tmp_path / "run" / "sub" / "broker.pid"  # its directory made
+    log = tmp_path / "broker.log"
+    conf.write_text(
+        f'[[listener]]\nurl = "mqtt://{HOST}:{port}"\n[log]\nfile = "{log}"\n[process]\npid_file = "{pid}"\n'
+    )
+    broker = start(brokers, tmp_path / "ours", "--config", str(conf))
+    assert int(pid.read_text()) == broker.proc.pid
+    conf.write_text(conf.read_text().replace("broker.pid", "other.pid"))
+    broker.signal(signal.SIGHUP)
+    (line,) = wait_line(log, "configuration reloaded")
+    assert "process (pid_file, user) changed: takes effect at the next start" in line
+    assert int(pid.read_text()) == broker.proc.pid and not pid.with_name("other.pid").exists()
+    assert broker.stop() == 0
+    assert not pid.exists()
