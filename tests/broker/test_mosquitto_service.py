@@ -231,11 +231,11 @@ def test_production_mosquitto_conf_runs_as_it_is(workdir: Path, brokers: list[Ou
     mosquitto_runs(production_conf(workdir, free_port(), free_port(), free_port(), theirs), theirs)
 
 
-def mosquitto_runs(text: str, where: Path) -> None:
+def mosquitto_runs(text: str, where: Path, *args: str) -> None:
     """Debian's mosquitto (2.0: no test flag) started on `text` for a moment: it must stay up and log no error."""
     conf = where / "theirs.conf"
     conf.write_text(text)
-    proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(["mosquitto", "-c", str(conf), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         time.sleep(1.5)
         assert proc.poll() is None, proc.communicate()[0].decode(errors="replace")
@@ -256,6 +256,15 @@ def test_stock_and_example_files_start_with_nothing_named(workdir: Path) -> None
         assert printed.returncode == 0, printed.stderr
         assert printed.stderr == "" and "not translated" not in printed.stdout, printed.stderr
     assert [line for line in EXAMPLE.read_text().splitlines() if line.strip() and not line.startswith("#")] == []
+    # Both run in Debian's mosquitto, the stock file's paths moved into a directory of the test's and the port
+    # a free one (`-p`: the listener mosquitto opens when the file has none).
+    data = workdir / "data"
+    stock = Path("/etc/mosquitto/mosquitto.conf").read_text()
+    for system in ("/run/mosquitto/", "/var/lib/mosquitto/", "/var/log/mosquitto/"):
+        stock = stock.replace(system, f"{data}/")
+    assert f"pid_file {data}/mosquitto.pid" in stock and f"log_dest file {data}/mosquitto.log" in stock
+    mosquitto_runs(stock, data, "-p", str(free_port()))
+    mosquitto_runs(EXAMPLE.read_text(), data, "-p", str(free_port()))
 
 
 class Collector:
