@@ -1594,7 +1594,7 @@ class BrokerCore:
             else:
                 self.stats.dropped_buffer_full += 1
                 session.dropped += 1
-                self._dropped(session, "its connection's buffer is full")
+                self._dropped(session, "its connection's send buffer is full", "")
             return
         if qos and (session.queue or not session.outgoing.window_open):
             self._enqueue(session, Delivery(message, qos, retain, sids, row))
@@ -1677,20 +1677,20 @@ class BrokerCore:
         dropped = session.enqueue(delivery, self.limits)
         if dropped is not None:
             self.stats.dropped_queue_full += 1
-            self._dropped(session, "its queue is full")
+            self._dropped(session, "its queue is full", f" ({self._queue_limits_text()})")
             if dropped.row and self.changes is not None:
                 self.changes.append(DeliveryDone(session.client_id, dropped.row))
         elif self._dropping and (session.connection is None or not session.connection.wants_drain):
             self._drops_end(session)
 
-    def _dropped(self, session: Session, why: str) -> None:
+    def _dropped(self, session: Session, why: str, limits: str) -> None:
         """A message dropped for `session`: a notice when dropping starts, then at most one per drop_log_interval
         with the count (never one per message: a flood would flood the log too)."""
         episode = self._dropping.get(session.client_id)
         now = self._clock
         if episode is None:
             self._dropping[session.client_id] = _DropEpisode(now)
-            detail = f"outgoing messages are being dropped: {why} ({self._queue_limits_text()})"
+            detail = f"outgoing messages are being dropped: {why}{limits}"
             self.notices.append(Notice(NoticeKind.DROPPED, session.client_id, _peer_of(session), detail))
             return
         episode.total += 1
@@ -1795,13 +1795,13 @@ class BrokerCore:
             if topic_filter_error(flt) is not None:
                 code = ReasonCode.TOPIC_FILTER_INVALID if version == 5 else _V3_SUBACK_FAILURE
                 codes.append(code)
-                detail = f"SUBSCRIBE {flt!r} QoS {sub.qos}: refused, not a valid topic filter (0x{code:02X})"
+                detail = f"SUBSCRIBE {flt!r} QoS {sub.qos}: refused, not a valid topic filter"
                 notices.append(Notice(NoticeKind.REFUSED, conn.client_id, conn.peer, detail, code))
                 continue
             if conn.acl is not None and not conn.acl.may_subscribe(flt):
                 # Our one difference from mosquitto's acl_file (which grants and then filters every delivery).
                 code = ReasonCode.NOT_AUTHORIZED if version == 5 else _V3_SUBACK_FAILURE
-                detail = f"SUBSCRIBE {flt!r} QoS {sub.qos}: refused by the ACL (0x{code:02X})"
+                detail = f"SUBSCRIBE {flt!r} QoS {sub.qos}: refused by the ACL"
                 notices.append(Notice(NoticeKind.REFUSED, conn.client_id, conn.peer, detail, code))
                 codes.append(code)
                 continue

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from mqtt_cli.core.auth import OPEN_POLICY
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice, NoticeKind
-from mqtt_cli.core.packets import Connect, Publish, Subscription, Unsubscribe
+from mqtt_cli.core.packets import Connect, Publish, Subscribe, Subscription, Unsubscribe
 from mqtt_cli.core.persistence import SessionRemoved
 from mqtt_cli.core.properties import Properties
 from tests.core.test_broker import Client
@@ -138,3 +138,17 @@ def test_drops_for_a_full_queue_are_noticed_when_they_start_counted_and_when_the
     assert stop.detail == "outgoing messages are no longer dropped: 23 dropped in 19 s"
     assert broker.stats.dropped_queue_full == 23
     assert len([p for p in got if isinstance(p, Publish)]) == 10
+
+
+def test_a_subscription_the_acl_refuses_is_noticed_with_its_reason_code() -> None:
+    from tests.core.test_broker_auth import Conn, policy
+
+    broker = BrokerCore(BrokerConfig(sys_interval=0))
+    alice = Conn(broker, policy())
+    alice.connect("alice")
+    notices(broker)
+    alice.send(Subscribe(1, (Subscription("c/#", 1), Subscription("a/#", 1))))
+    assert [(n.kind, n.detail, n.reason_code) for n in notices(broker)] == [
+        (NoticeKind.REFUSED, "SUBSCRIBE 'c/#' QoS 1: refused by the ACL", 0x87),
+        (NoticeKind.SUBSCRIBE, "SUBSCRIBE 'a/#' QoS 1: granted QoS 1", None),
+    ]
