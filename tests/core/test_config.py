@@ -436,3 +436,35 @@ def test_certificate_identity_rules() -> None:
     no_ca = {"url": "mqtts://h", "certfile": "c", "keyfile": "k", "use_identity_as_username": True}
     with pytest.raises(ConfigError, match=r"listener\[0\]: a certificate identity as user name needs cafile"):
         check(load_config({"listener": [no_ca]}, "b.toml"), "b.toml")
+
+
+def test_mosquitto_service_options_translated() -> None:
+    text = (
+        "pid_file /run/m.pid\nuser mosquitto\npersistent_client_expiration 2w\nuse_username_as_clientid true\n"
+        "allow_zero_length_clientid false\nauto_id_prefix site-\nlog_type subscribe\nlog_dest topic\n"
+        "log_timestamp_format %H:%M\nqueue_qos0_messages false\nallow_duplicate_messages false\n"
+        "check_retain_source false\nqueue_qos0_messages true\nlistener 8883\ncertfile /s.pem\nkeyfile /s.key\n"
+        "cafile /ca.pem\ncapath /etc/ssl/certs\ncrlfile /crl.pem\ntls_version tlsv1.3\nciphers HIGH\n"
+        "ciphers_tls1.3 TLS_AES_256_GCM_SHA384\n"
+    )
+    result = translate_mosquitto(text, "m.conf")
+    assert [(u.line, u.why) for u in result.unsupported] == [
+        (13, "only queue_qos0_messages false (this broker's behaviour)")
+    ]
+    s = result.settings
+    assert (s.process.pid_file, s.process.user) == ("/run/m.pid", "mosquitto")
+    assert s.limits.persistent_client_expiration == 14 * 86400
+    assert (s.auth.use_username_as_clientid, s.auth.allow_zero_length_clientid, s.auth.auto_id_prefix) == (
+        True, False, "site-"
+    )  # fmt: skip
+    assert (s.log.subscriptions, s.log.topic, s.log.timestamp_format) == (True, True, "%H:%M")
+    assert s.log.level is LogLevel.info  # subscribe adds the subscription lines, not a level
+    (lst,) = s.listener
+    assert lst.url == "mqtts://0.0.0.0:8883"
+    assert (lst.capath, lst.crlfile, lst.tls_version, lst.ciphers, lst.ciphers_tls13) == (
+        "/etc/ssl/certs", "/crl.pem", "tlsv1.3", "HIGH", "TLS_AES_256_GCM_SHA384"
+    )  # fmt: skip
+    check(s, "m.conf")
+    plain = load_config({"listener": [{"url": "mqtt://127.0.0.1:1883", "crlfile": "/crl.pem"}]}, "b.toml")
+    with pytest.raises(ConfigError, match=r"listener\[0\]\.crlfile: only for mqtts:// and wss:// listeners"):
+        check(plain, "b.toml")
