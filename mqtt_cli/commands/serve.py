@@ -237,6 +237,7 @@ def serve(
     from mqtt_cli.core.config import BrokerSettings, ConfigError, override, override_listeners, parse_metrics_address
     from mqtt_cli.net.config import ConfigSource, FileProblem, toml_text, writable
     from mqtt_cli.net.log import BrokerLog, LogError
+    from mqtt_cli.net.process import PidFile, ProcessError, run_as
     from mqtt_cli.net.server import Listener, ServerError
     from mqtt_cli.net.serving import Serving, checked_options, unsupported_error
 
@@ -307,21 +308,30 @@ def serve(
             writable(ready_file, "ready file")
         serving = Serving(source, apply_flags, os.urandom(4).hex(), version_text(), ready_file, listening)
         settings, options = serving.options(translation)
+        user = run_as(settings.process.user)  # before anything is written: a user that does not exist stops here
         log = serving.log = BrokerLog(settings.log)  # opened once everything else is known to be good
-        options.on_notice = log.notice
-        options.log_lines_lost = log.lines_lost
+        serving.wire(options, settings)
+        serving.process = settings.process
+        pid_file = None if settings.process.pid_file is None else PidFile(Path(settings.process.pid_file))
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
-    except (FileProblem, LogError) as exc:
+    except (FileProblem, LogError, ProcessError) as exc:
         fail(str(exc))
+    if user is not None:
+        options.on_bound = lambda: serving.become(user, settings, pid_file)
 
     error = None
     try:
         trio.run(serving.run, options)
-    except* ServerError as group:  # raised inside the nursery, hence grouped
-        error = str(group.exceptions[0])
+    except* (ServerError, ProcessError) as group:  # raised inside the nursery (or nurseries), hence grouped
+        first: BaseException = group
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        error = str(first)
     finally:
         log.close()
+        if pid_file is not None:
+            pid_file.remove()
     if error is not None:
         fail(error)
 

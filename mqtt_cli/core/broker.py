@@ -125,6 +125,13 @@ class BrokerConfig:
     # Say why, for debugging: a Reason String in the DISCONNECT and CONNACK we send, and a refusing CONNACK for a
     # malformed 5.0 CONNECT. Off by default, as mosquitto (both are optional in 5.0: 3.14.2.2.3, 3.1.4).
     reason_strings: bool = False
+    # Seconds a disconnected session that would never expire (3.1.1 persistent, 5.0 0xFFFFFFFF) is kept (0: for
+    # ever): mosquitto's persistent_client_expiration.
+    persistent_client_expiration: float = 0
+    use_username_as_clientid: bool = False  # the user name replaces the client id (none: refused, as mosquitto)
+    allow_zero_length_clientid: bool = True  # an empty client id gets one assigned (3.1.1 clean, 5.0)
+    auto_id_prefix: str = "auto-"  # assigned ids: prefix, instance, number
+    drop_log_interval: float = 10.0  # seconds between the notices counting one client's dropped messages
 
 
 def _by_qos() -> list[int]:
@@ -191,7 +198,9 @@ class NoticeKind(StrEnum):
     REFUSED = "refused"
     ERROR = "error"  # a protocol error closed the connection, or the broker failed at something (persistence)
     DROPPED = "dropped"
-    UNSUBSCRIBED = "unsubscribed"
+    UNSUBSCRIBED = "unsubscribed"  # a subscription the broker removed (an ACL after a reload)
+    SUBSCRIBE = "subscribe"  # a client's SUBSCRIBE, one notice a filter with its result
+    UNSUBSCRIBE = "unsubscribe"  # a client's UNSUBSCRIBE, one notice a filter with its result
     PERSISTENCE = "persistence"
     BRIDGE = "bridge"  # an embedded bridge's connection to its remote broker
     DYNSEC = "dynsec"  # a change made through $CONTROL/dynamic-security (who, what)
@@ -230,6 +239,17 @@ class _HeldRelease:
 
     def __init__(self, packet_id: int) -> None:
         self.packet_id = packet_id
+
+
+class _DropEpisode:
+    """Messages dropped for one client since dropping started, and since its last notice."""
+
+    __slots__ = ("last_notice", "since", "total", "unsaid")
+
+    def __init__(self, now: float) -> None:
+        self.since = self.last_notice = now
+        self.total = 1
+        self.unsaid = 0
 
 
 class _TimerKind(Enum):
@@ -282,6 +302,9 @@ class BrokerCore:
         self.store_failing = False
         # The dynamic security whose state a $CONTROL request changed (the network layer saves it, then resets it).
         self.dynsec_changed: DynamicSecurity | None = None
+        # Clients whose messages are being dropped (a full queue or buffer): logged when it starts, counted while
+        # it goes on, and when it stops (mosquitto: "Outgoing messages are being dropped for client X").
+        self._dropping: dict[str, _DropEpisode] = {}
 
     # --- persistence ----------------------------------------------------------------------------------------
 
@@ -318,8 +341,9 @@ class BrokerCore:
             session.expiry_interval = stored.expiry_interval
             session.expires_at = stored.expires_at
             connected = session.expires_at is None and stored.will_at is None
-            if session.expires_at is None and session.expiry_interval != NEVER_EXPIRES:
-                session.expires_at = now + session.expiry_interval
+            idle = self._idle_expiry(session)
+            if session.expires_at is None and idle is not None:
+                session.expires_at = now + idle
             if session.expires_at is not None:
                 self._schedule(session.expires_at, _TimerKind.EXPIRE, session.client_id)
             if stored.will is not None:
@@ -916,15 +940,21 @@ class BrokerCore:
             self._protocol_error(conn, MalformedPacket(f"CONNECT {problem}", packet=p, packet_type=1), now)
             return
         assigned = None
-        if not client_id:
+        if not client_id and not c.use_username_as_clientid:
             if version == 3 or (version == 4 and not p.clean_start):
                 # 3.1 has no empty ids; 3.1.1 allows one only with a clean session [MQTT-3.1.3-8].
                 self._refuse(
                     conn, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client identifier without a clean session", now
                 )
                 return
+            if not c.allow_zero_length_clientid:
+                self._refuse(
+                    conn, ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client identifier (allow_zero_length_clientid "
+                    "is false)", now,
+                )  # fmt: skip
+                return
             self._assigned += 1
-            client_id = f"auto-{c.instance}-{self._assigned}"
+            client_id = f"{c.auto_id_prefix}{c.instance}-{self._assigned}"
             if version == 5:
                 assigned = client_id
         if version == 5 and (props.maximum_packet_size or 5) < 5:
@@ -960,6 +990,15 @@ class BrokerCore:
             keepalive = server_keepalive = c.max_keepalive
         if conn.policy is not None and not self._admit(conn, p, client_id, now):
             return
+        if c.use_username_as_clientid:
+            # After authentication, as mosquitto: the user name it logged in with (or its certificate's identity).
+            username = conn.username if conn.policy is not None else p.username
+            if not username:
+                conn.client_id = client_id or None  # for the log line
+                self._refuse(conn, ReasonCode.NOT_AUTHORIZED, "no user name to use as the client id "
+                             "(use_username_as_clientid)", now)  # fmt: skip
+                return
+            client_id = username
         conn.client_id = client_id
         conn.keepalive = keepalive
         self.stats.clients_total += 1
@@ -1621,6 +1660,7 @@ class BrokerCore:
             else:
                 self.stats.dropped_buffer_full += 1
                 session.dropped += 1
+                self._dropped(session, "its connection's send buffer is full", "")
             return
         if qos and (session.queue or not session.outgoing.window_open):
             self._enqueue(session, Delivery(message, qos, retain, sids, row))
@@ -1703,8 +1743,49 @@ class BrokerCore:
         dropped = session.enqueue(delivery, self.limits)
         if dropped is not None:
             self.stats.dropped_queue_full += 1
+            self._dropped(session, "its queue is full", f" ({self._queue_limits_text()})")
             if dropped.row and self.changes is not None:
                 self.changes.append(DeliveryDone(session.client_id, dropped.row))
+        elif self._dropping and (session.connection is None or not session.connection.wants_drain):
+            self._drops_end(session)
+
+    def _dropped(self, session: Session, why: str, limits: str) -> None:
+        """A message dropped for `session`: a notice when dropping starts, then at most one per drop_log_interval
+        with the count (never one per message: a flood would flood the log too)."""
+        episode = self._dropping.get(session.client_id)
+        now = self._clock
+        if episode is None:
+            self._dropping[session.client_id] = _DropEpisode(now)
+            detail = f"outgoing messages are being dropped: {why}{limits}"
+            self.notices.append(Notice(NoticeKind.DROPPED, session.client_id, _peer_of(session), detail))
+            return
+        episode.total += 1
+        episode.unsaid += 1
+        if now - episode.last_notice >= self.config.drop_log_interval:
+            detail = (
+                f"{episode.unsaid} more outgoing messages dropped in {now - episode.last_notice:.0f} s "
+                f"({episode.total} since dropping started): {why}"
+            )
+            episode.unsaid = 0
+            episode.last_notice = now
+            self.notices.append(Notice(NoticeKind.DROPPED, session.client_id, _peer_of(session), detail))
+
+    def _drops_end(self, session: Session) -> None:
+        """The client's queue and buffer take messages again: the end of its dropping, if it was dropping."""
+        episode = self._dropping.pop(session.client_id, None)
+        if episode is not None:
+            detail = (
+                f"outgoing messages are no longer dropped: {episode.total} dropped in "
+                f"{self._clock - episode.since:.0f} s"
+            )
+            self.notices.append(Notice(NoticeKind.DROPPED, session.client_id, _peer_of(session), detail))
+
+    def _queue_limits_text(self) -> str:
+        limits = self.limits
+        parts = [f"max_queued_messages {limits.max_messages}"] if limits.max_messages else []
+        if limits.max_bytes:
+            parts.append(f"max_queued_bytes {limits.max_bytes}")
+        return ", ".join(parts) or "no queue limit"
 
     def _pump(self, session: Session, now: float) -> None:
         """Sends queued deliveries while the client's window and our buffer allow."""
@@ -1725,6 +1806,15 @@ class BrokerCore:
                     self.changes.append(DeliveryDone(session.client_id, d.row))
                 continue
             self._send_message(conn, session, d.message, d.qos, d.retain, d.subscription_ids, now, d.row)
+        if self._dropping and not conn.wants_drain and session.client_id in self._dropping and self._has_room(session):
+            self._drops_end(session)
+
+    def _has_room(self, session: Session) -> bool:
+        limits = self.limits
+        queue = session.queue
+        return (not limits.max_messages or len(queue) < limits.max_messages) and (
+            not limits.max_bytes or session.queued_bytes < limits.max_bytes
+        )
 
     # --- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------------------------------------
 
@@ -1765,15 +1855,21 @@ class BrokerCore:
         sid = p.properties.subscription_identifier if version == 5 else None
         codes = []
         retained: list[tuple[Message, int, bool, tuple[int, ...]]] = []
+        notices = self.notices
         for sub in p.subscriptions:
             flt = sub.topic_filter
             if topic_filter_error(flt) is not None:
-                codes.append(ReasonCode.TOPIC_FILTER_INVALID if version == 5 else _V3_SUBACK_FAILURE)
+                code = ReasonCode.TOPIC_FILTER_INVALID if version == 5 else _V3_SUBACK_FAILURE
+                codes.append(code)
+                detail = f"SUBSCRIBE {flt!r} QoS {sub.qos}: refused, not a valid topic filter"
+                notices.append(Notice(NoticeKind.REFUSED, conn.client_id, conn.peer, detail, code))
                 continue
             if conn.acl is not None and not conn.acl.may_subscribe(flt):
                 # Our one difference from mosquitto's acl_file (which grants and then filters every delivery).
-                self.notices.append(Notice(NoticeKind.REFUSED, conn.client_id, conn.peer, f"SUBSCRIBE {flt!r}: ACL"))
-                codes.append(ReasonCode.NOT_AUTHORIZED if version == 5 else _V3_SUBACK_FAILURE)
+                code = ReasonCode.NOT_AUTHORIZED if version == 5 else _V3_SUBACK_FAILURE
+                detail = f"SUBSCRIBE {flt!r} QoS {sub.qos}: refused by the ACL"
+                notices.append(Notice(NoticeKind.REFUSED, conn.client_id, conn.peer, detail, code))
+                codes.append(code)
                 continue
             if conn.bridge:
                 # A 3.x bridge has no subscription options: the flag asks for what 5.0 bridges ask for (mosquitto).
@@ -1783,6 +1879,9 @@ class BrokerCore:
             is_new = self.subscriptions.add(flt, session.client_id, opts)
             session.subscriptions[flt] = opts
             codes.append(sub.qos)
+            replaced = "" if is_new else ", replacing the one it had"
+            detail = f"SUBSCRIBE {flt!r} QoS {sub.qos}: granted QoS {sub.qos}{replaced}"
+            notices.append(Notice(NoticeKind.SUBSCRIBE, conn.client_id, conn.peer, detail))
             group, real = parse_shared(flt)
             if group is not None or sub.retain_handling == 2 or (sub.retain_handling == 1 and not is_new):
                 continue  # no retained messages for shared subscriptions (4.8.2) or when not asked for
@@ -1814,6 +1913,8 @@ class BrokerCore:
             if existed:
                 self.subscriptions.remove(flt, session.client_id)
             codes.append(0x00 if existed else 0x11)
+            detail = f"UNSUBSCRIBE {flt!r}: {'removed' if existed else 'no such subscription (0x11)'}"
+            self.notices.append(Notice(NoticeKind.UNSUBSCRIBE, conn.client_id, conn.peer, detail))
         self._save_session(session)
         self._send(conn, UnsubAck(p.packet_id, tuple(codes) if conn.version == 5 else ()))
 
@@ -1899,12 +2000,23 @@ class BrokerCore:
         if session.expiry_interval == 0:
             self._end_session(session, now)
             return
-        if session.expiry_interval != NEVER_EXPIRES:
-            session.expires_at = now + session.expiry_interval
+        idle = self._idle_expiry(session)
+        if idle is not None:
+            session.expires_at = now + idle
             self._schedule(session.expires_at, _TimerKind.EXPIRE, session.client_id)
         self._save_session(session)
 
+    def _idle_expiry(self, session: Session) -> float | None:
+        """Seconds a disconnected client's session is kept: its expiry interval, or for one that never expires,
+        persistent_client_expiration (None: for ever). An embedded bridge's local session is the broker's own."""
+        if session.expiry_interval != NEVER_EXPIRES:
+            return session.expiry_interval
+        limit = self.config.persistent_client_expiration
+        return limit if limit and session.bridge is None else None
+
     def _end_session(self, session: Session, now: float) -> None:
+        if self._dropping:
+            self._drops_end(session)
         if session.will is not None and session.connection is None and session.will_at is not None:
             # A delayed will goes out at once when the session ends first (3.1.3.2.2).
             session.will_at = None
@@ -2164,6 +2276,12 @@ class BrokerCore:
         figures.update(self.load.topics())
         return figures
 
+    def publish_log(self, topic: str, line: str, now: float) -> None:
+        """A log line to its `$SYS/broker/log/...` topic (mosquitto's log_dest topic): QoS 0, not retained, so a
+        log never fills a queue or the store."""
+        payload = line.encode("utf-8", "backslashreplace")
+        self._route(Message(topic, payload, 0, False, EMPTY_PROPERTIES, None, now), now)
+
     def _publish_sys(self, now: float) -> None:
         self.load.update(self.load_counters(), now)
         for topic, value in self.sys_figures(now).items():
@@ -2171,6 +2289,11 @@ class BrokerCore:
             if old is not None and old.payload == value.encode():
                 continue  # unchanged: no traffic, as mosquitto
             self._route(Message(topic, value.encode(), 0, True, EMPTY_PROPERTIES, None, now), now)
+
+
+def _peer_of(session: Session) -> str:
+    conn = session.connection
+    return conn.peer if conn is not None else "-"
 
 
 def refusal_name(code: int) -> str:

@@ -44,6 +44,7 @@ __all__ = [
     "MetricsAddress",
     "MetricsSettings",
     "PersistenceSettings",
+    "ProcessSettings",
     "ProtocolVersion",
     "Scheme",
     "SyncMode",
@@ -118,6 +119,8 @@ class LogLevel(StrEnum):
 
 
 ALL_VERSIONS = (ProtocolVersion.v31, ProtocolVersion.v311, ProtocolVersion.v5)
+#: A TLS listener's lowest version, by mosquitto's names.
+TLS_VERSIONS = ("tlsv1.1", "tlsv1.2", "tlsv1.3")
 #: A listener URL's port when it gives none.
 DEFAULT_PORTS = {Scheme.MQTT: 1883, Scheme.MQTTS: 8883, Scheme.WS: 8080, Scheme.WSS: 8081}
 SCHEME_NAMES = {"mqtt": Scheme.MQTT, "tcp": Scheme.MQTT, "mqtts": Scheme.MQTTS, "ssl": Scheme.MQTTS}
@@ -156,6 +159,20 @@ class ListenerSettings:
     )
     use_subject_as_username: bool = field(
         default=False, metadata=_key("the client certificate's subject is the user name (password not checked)")
+    )
+    # TLS policy of an mqtts:// or wss:// listener (mosquitto's names; ciphers_tls1.3 is ciphers_tls13 here).
+    tls_version: str | None = field(
+        default=None, metadata=_key("lowest TLS version accepted (unset: tlsv1.2)", choices=TLS_VERSIONS)
+    )
+    ciphers: str | None = field(default=None, metadata=_key("TLS 1.2 cipher list, OpenSSL's syntax"))
+    ciphers_tls13: str | None = field(
+        default=None, metadata=_key("TLS 1.3 cipher suites, colon-separated (e.g. TLS_AES_256_GCM_SHA384)")
+    )
+    crlfile: str | None = field(
+        default=None, metadata=_key("certificate revocation list (PEM): a revoked client certificate is refused")
+    )
+    capath: str | None = field(
+        default=None, metadata=_key("directory of CA certificates (c_rehash'd) client certificates are checked against")
     )
 
     @property
@@ -268,6 +285,11 @@ class LimitsSettings:
     max_topic_levels: int = field(
         default=200, metadata=_key("levels a topic name or filter may have (mosquitto's limit; 0: no limit)", 0, 65535)
     )
+    persistent_client_expiration: int = field(
+        default=0,
+        metadata=_key("seconds a disconnected session that would never expire (3.1.1 persistent, 5.0 expiry "
+                      "0xFFFFFFFF) is kept (0: for ever)", 0),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +310,13 @@ class AuthSettings:
     use_subject_as_username: bool = field(
         default=False, metadata=_key("on every listener, the client certificate's subject is the user name")
     )
+    use_username_as_clientid: bool = field(
+        default=False, metadata=_key("a client's user name is its client id (a client without one is refused)")
+    )
+    allow_zero_length_clientid: bool = field(
+        default=True, metadata=_key("3.1.1 and 5.0 clients may connect with an empty client id (one is assigned)")
+    )
+    auto_id_prefix: str = field(default="auto-", metadata=_key("prefix of the client ids the broker assigns"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +339,31 @@ class LogSettings:
     syslog_address: str = field(default="/dev/log", metadata=_key("syslog's unix datagram socket"))
     syslog_facility: str = field(
         default="daemon", metadata=_key("syslog facility", choices=("daemon", "user", *(f"local{i}" for i in range(8))))
+    )
+    subscriptions: bool = field(
+        default=False,
+        metadata=_key("SUBSCRIBE and UNSUBSCRIBE logged at info: client, filter, QoS, result (always at debug)"),
+    )
+    topic: bool = field(
+        default=False, metadata=_key("each line also published to $SYS/broker/log/<E|W|N|I|D|M/...> (QoS 0)")
+    )
+    drop_interval: float = field(
+        default=10.0,
+        metadata=_key("while a client's messages are dropped (full queue), seconds between the lines counting them",
+                      0.1),
+    )  # fmt: skip
+    timestamp_format: str | None = field(
+        default=None, metadata=_key("strftime format of a text line's time (unset: ISO 8601 in a file)")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSettings:
+    """`[process]`: the broker as a system service."""
+
+    pid_file: str | None = field(default=None, metadata=_key("write the broker's process id there (removed at exit)"))
+    user: str | None = field(
+        default=None, metadata=_key("started as root: bind the listeners, then run as this user (its group too)")
     )
 
 
@@ -474,6 +528,7 @@ class BrokerSettings:
         default_factory=PersistenceSettings, metadata=_key("what survives a restart")
     )
     bridge: tuple[BridgeSettings, ...] = field(default=(), metadata=_key("bridges to other brokers"))
+    process: ProcessSettings = field(default_factory=ProcessSettings, metadata=_key("pid file and user"))
 
 
 #: Sections later issues add: named so that a file using them is told when, not "unknown section".
@@ -645,8 +700,13 @@ def check(settings: BrokerSettings, source: str) -> BrokerSettings:
         address = parse_listener_url(lst.url)
         if address.scheme.tls and (lst.certfile is None or lst.keyfile is None):
             raise ConfigError(f"{source}: {path}: {lst.url} needs certfile and keyfile (or --tls-cert and --tls-key)")
-        if lst.require_certificate and lst.cafile is None:
+        if lst.require_certificate and lst.cafile is None and lst.capath is None:
             raise ConfigError(f"{source}: {path}.require_certificate: needs cafile to check client certificates")
+        tls_keys = [k for k in _LISTENER_TLS_POLICY if getattr(lst, k) is not None]
+        if tls_keys and not address.scheme.tls:
+            raise ConfigError(f"{source}: {path}.{tls_keys[0]}: only for mqtts:// and wss:// listeners")
+        if lst.crlfile is not None and lst.cafile is None and lst.capath is None:
+            raise ConfigError(f"{source}: {path}.crlfile: needs cafile (or capath) to check client certificates")
         if lst.mode is not None and address.scheme is not Scheme.UNIX:
             raise ConfigError(f"{source}: {path}.mode: only for unix:// listeners")
         if (lst.use_identity_as_username or lst.use_subject_as_username) and not address.scheme.tls:
@@ -670,7 +730,7 @@ def check(settings: BrokerSettings, source: str) -> BrokerSettings:
     for i, lst in enumerate(settings.listener):
         identity = lst.use_identity_as_username or lst.use_subject_as_username
         identity = identity or auth.use_identity_as_username or auth.use_subject_as_username
-        if identity and parse_listener_url(lst.url).scheme.tls and lst.cafile is None:
+        if identity and parse_listener_url(lst.url).scheme.tls and lst.cafile is None and lst.capath is None:
             raise ConfigError(
                 f"{source}: listener[{i}]: a certificate identity as user name needs cafile (--tls-cafile) to check "
                 "client certificates against"
@@ -777,14 +837,16 @@ _LIMIT_KEYS = {
     "max_queued_bytes": "max_queued_bytes",
     "max_topic_alias": "max_topic_alias",
 }
-_LISTENER_FILES = {"cafile": "cafile", "certfile": "certfile", "keyfile": "keyfile"}
+_LISTENER_FILES = {
+    "cafile": "cafile", "certfile": "certfile", "keyfile": "keyfile", "capath": "capath", "crlfile": "crlfile",
+    "ciphers": "ciphers", "ciphers_tls1.3": "ciphers_tls13",
+}  # fmt: skip
+_LISTENER_TLS_POLICY = ("tls_version", "ciphers", "ciphers_tls13", "crlfile", "capath")
 _LISTENER_BOOLS = ("require_certificate", "use_identity_as_username", "use_subject_as_username")
 _AUTH_KEYS = ("allow_anonymous", "password_file", "acl_file")
 _LOG_TYPES = {
     "debug": LogLevel.debug,
     "all": LogLevel.debug,
-    "subscribe": LogLevel.debug,
-    "unsubscribe": LogLevel.debug,
     "websockets": LogLevel.debug,
     "information": LogLevel.info,
     "notice": LogLevel.info,
@@ -799,6 +861,9 @@ _OUR_BEHAVIOUR = {
     "memory_limit": "0",
     "upgrade_outgoing_qos": "false",
     "set_tcp_nodelay": "true",  # trio sets TCP_NODELAY on every connection
+    "queue_qos0_messages": "false",  # QoS 0 is not queued for an offline client (mosquitto's default)
+    "allow_duplicate_messages": "false",  # overlapping subscriptions deliver once, at the highest QoS
+    "check_retain_source": "false",  # a retained message is not checked again against its publisher's ACL
 }
 _BRIDGE_KEYS = frozenset(
     [
@@ -868,6 +933,7 @@ class _Translator:
         self.limits: dict[str, Any] = {}
         self.auth: dict[str, Any] = {}
         self.log: dict[str, Any] = {}
+        self.process: dict[str, Any] = {}
         self.sys: dict[str, Any] = {}
         self.persistence: dict[str, Any] = {}  # "_on", "_location", "_file" as mosquitto.conf gave them
         self.dynsec: dict[str, Any] = {}  # "_line" (the plugin line), "config_file"
@@ -913,8 +979,26 @@ class _Translator:
         if key in _OUR_BEHAVIOUR:
             ours = _OUR_BEHAVIOUR[key]
             return True if value == ours else f"only {key} {ours} (this broker's behaviour)"
-        if key == "user":
-            return "this broker does not change user: start it as that user (systemd: User=)"
+        if key in ("user", "pid_file"):
+            self.process[key] = value
+            return True
+        if key == "persistent_client_expiration":
+            self.limits[key] = _duration(value, key)
+            return True
+        if key in ("use_username_as_clientid", "allow_zero_length_clientid"):
+            self.auth[key] = _bool(value, key)
+            return True
+        if key == "auto_id_prefix":
+            self.auth[key] = value
+            return True
+        if key == "tls_version":
+            if value not in TLS_VERSIONS:
+                return f"tls_version is one of {', '.join(TLS_VERSIONS)}"
+            self._target()[key] = value
+            return True
+        if key == "log_timestamp_format":
+            self.log["timestamp_format"] = value
+            return True
         if key == "connection":
             self.in_bridge = True
             self.bridges.append({"name": value, "_line": self.here, "topics": [], "remote": {}})
@@ -941,7 +1025,7 @@ class _Translator:
                 return "socket_domain is ipv4 or ipv6"
             self._target()["_domain"] = value
             return True
-        if key == "http_dir" or key == "capath":
+        if key == "http_dir":
             return f"{key} is not supported"
         if key in _LISTENER_FILES:
             self._target()[_LISTENER_FILES[key]] = value
@@ -981,6 +1065,10 @@ class _Translator:
         if key == "log_dest":
             return self._log_dest(value)
         if key == "log_type":
+            if value in ("subscribe", "unsubscribe", "all"):
+                self.log["subscriptions"] = True
+                if value != "all":
+                    return True
             level = _LOG_TYPES.get(value)
             if level is None:
                 return f"log_type {value} is not known"
@@ -1096,10 +1184,12 @@ class _Translator:
             self.log["file"] = arg.strip()
         elif kind == "syslog":
             self.log["syslog"] = True
+        elif kind == "topic":
+            self.log["topic"] = True
         elif kind in ("stderr", "none"):
             pass
         else:
-            return f"log_dest {kind} is not supported (file, syslog, stderr, none)"
+            return f"log_dest {kind} is not supported (file, syslog, topic, stderr, none)"
         return True
 
     def finish(self) -> Translation:
@@ -1156,6 +1246,7 @@ class _Translator:
             log=log,
             sys=SysSettings(**self.sys),
             persistence=_persistence_of(self.persistence),
+            process=ProcessSettings(**self.process),
         )
         return Translation(settings, tuple(self.unsupported))
 
@@ -1190,6 +1281,16 @@ def _int(value: str, key: str, lo: int, hi: int | None = None) -> int:
         rng = f"from {lo} to {hi}" if hi is not None else f">= {lo}"
         raise ValueError(f"{key} must be an integer {rng}, not {value!r}")
     return int(value)
+
+
+_DURATION_UNITS = {"h": 3600, "d": 86400, "w": 7 * 86400, "m": 30 * 86400, "y": 365 * 86400}
+
+
+def _duration(value: str, key: str) -> int:
+    """mosquitto's period: a whole number and a unit, h(ours), d(ays), w(eeks), m(onths: 30 days), y(ears)."""
+    if not re.fullmatch(r"\d+[hdwmy]", value):
+        raise ValueError(f"{key} must be a whole number and a unit h, d, w, m or y (e.g. 14d), not {value!r}")
+    return int(value[:-1]) * _DURATION_UNITS[value[-1]]
 
 
 def _bool(value: str, key: str) -> bool:

@@ -25,7 +25,9 @@ from typing import Any, TextIO
 from mqtt_cli.core.broker import Notice
 from mqtt_cli.core.config import LogFormat, LogLevel, LogSettings
 
-__all__ = ["BrokerLog", "LineWriter", "LogError", "LostLines", "notice_level", "stderr_descriptor", "write_all"]
+__all__ = [
+    "BrokerLog", "LineWriter", "LogError", "LostLines", "log_topic", "notice_level", "stderr_descriptor", "write_all",
+]  # fmt: skip
 
 _FACILITIES = {"user": 1, "daemon": 3, **{f"local{i}": 16 + i for i in range(8)}}
 _SEVERITY = {LogLevel.debug: 7, LogLevel.info: 6, LogLevel.warning: 4, LogLevel.error: 3}
@@ -36,9 +38,24 @@ class LogError(Exception):
     """The log file cannot be opened (one line)."""
 
 
+_INFO_KINDS = frozenset({"connected", "disconnected", "subscribe", "unsubscribe"})
+_SUBSCRIPTION_KINDS = frozenset({"subscribe", "unsubscribe"})
+
+
 def notice_level(kind: str) -> LogLevel:
-    """Connections coming and going are information; everything else a client caused is a warning."""
-    return LogLevel.info if kind in ("connected", "disconnected") else LogLevel.warning
+    """Connections coming and going and subscription changes are information; everything else a client caused
+    (refused, dropped, failed) is a warning."""
+    return LogLevel.info if kind in _INFO_KINDS else LogLevel.warning
+
+
+def log_topic(level: LogLevel, event: str) -> str:
+    """mosquitto's topic for a log line (log_dest topic): $SYS/broker/log/ and E, W, N (connections), I, D, or
+    M/subscribe and M/unsubscribe."""
+    if event in _SUBSCRIPTION_KINDS:
+        return f"$SYS/broker/log/M/{event}"
+    if level is LogLevel.info:
+        return "$SYS/broker/log/N" if event in ("connected", "disconnected") else "$SYS/broker/log/I"
+    return "$SYS/broker/log/" + {LogLevel.debug: "D", LogLevel.warning: "W"}.get(level, "E")
 
 
 @dataclass(slots=True)
@@ -98,6 +115,10 @@ class BrokerLog:
         self._out = LineWriter(self._stderr)
         self._syslog: socket.socket | None = None
         self._console: Any = None
+        # log_dest topic: where lines are published (the broker's, once it runs), and whether one is being
+        # published now (what that causes is logged, not published again).
+        self.topic_sink: Callable[[str, str], None] | None = None
+        self._publishing = False
         self._open(settings)
 
     @property
@@ -155,7 +176,11 @@ class BrokerLog:
 
     def notice(self, n: Notice) -> None:
         level = notice_level(n.kind)
-        if not self.wants(level):
+        if n.kind in _SUBSCRIPTION_KINDS:  # mosquitto's log_type subscribe/unsubscribe, or everything at debug
+            settings = self.settings
+            if not (settings.subscriptions or settings.level is LogLevel.debug):
+                return
+        elif not self.wants(level):
             return
         fields: dict[str, Any] = {"event": n.kind, "client_id": n.client_id, "peer": n.peer}
         if n.detail:
@@ -163,6 +188,11 @@ class BrokerLog:
         if n.reason_code is not None:
             fields["reason_code"] = n.reason_code
         self._emit(level, fields)
+
+    def packet(self, client_id: str | None, peer: str, line: str) -> None:
+        """A packet in or out, at debug (mosquitto's -v lines); asked for only while debug lines are wanted."""
+        if self.wants(LogLevel.debug):
+            self._emit(LogLevel.debug, {"event": "packet", "client_id": client_id, "peer": peer, "detail": line})
 
     def message(self, level: LogLevel, event: str, detail: str) -> None:
         """A line about the broker itself (listening, reload, ...)."""
@@ -178,6 +208,16 @@ class BrokerLog:
         now = time.time()
         line = self._plain(level, fields, now)
         self._write(self._shown(fields, line, now))
+        sink = self.topic_sink
+        # Not debug lines, as mosquitto: a packet line per log message sent to a subscriber would never end.
+        if sink is not None and self.settings.topic and level is not LogLevel.debug and not self._publishing:
+            self._publishing = True
+            try:
+                stamp = str(int(now)) if self.settings.timestamp_format is None else self._stamp(now, True)
+                text = line if self.settings.format is LogFormat.json else f"{stamp}: {line}"  # (mosquitto's form)
+                sink(log_topic(level, fields["event"]), text)
+            finally:
+                self._publishing = False
         if self._syslog is not None:
             priority = _FACILITIES[self.settings.syslog_facility] * 8 + _SEVERITY[level]
             data = f"<{priority}>{time.strftime('%b %d %H:%M:%S', time.localtime(now))} mqtt-serve[{os.getpid()}]: "
@@ -197,9 +237,14 @@ class BrokerLog:
             return self._console_line(fields, now)
         if self.settings.format is LogFormat.json:
             return line + "\n"
-        return (
-            time.strftime("%Y-%m-%dT%H:%M:%S " if self._file >= 0 else "%H:%M:%S ", time.localtime(now)) + line + "\n"
-        )
+        return self._stamp(now, self._file >= 0) + " " + line + "\n"
+
+    def _stamp(self, now: float, dated: bool) -> str:
+        """A text line's time: log_timestamp_format's, else ISO 8601 (a terminal's: the time of day only)."""
+        fmt = self.settings.timestamp_format
+        if fmt is None:
+            fmt = "%Y-%m-%dT%H:%M:%S" if dated else "%H:%M:%S"
+        return time.strftime(fmt, time.localtime(now))
 
     def _write(self, text: str) -> None:
         """`text` (a line, or "" to say only what was lost) to the file or standard error (LineWriter: a line that
@@ -224,7 +269,7 @@ class BrokerLog:
         from rich.text import Text
 
         kind = fields["event"]
-        line = Text(time.strftime("%H:%M:%S ", time.localtime(now)), style="dim")
+        line = Text(self._stamp(now, False) + " ", style="dim")
         line.append(f"{kind:<12}", style=_STYLES.get(kind, ""))
         if "peer" in fields:
             client_id = fields["client_id"]

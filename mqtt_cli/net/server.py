@@ -54,6 +54,8 @@ from mqtt_cli.net.committer import CommitThread
 from mqtt_cli.net.embedded import EmbeddedBridge, EmbeddedConfig
 from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
 from mqtt_cli.net.store import Store, StoreError
+from mqtt_cli.net.tls13 import set_tls13_ciphersuites
+from mqtt_cli.net.trace import BrokerTrace
 from mqtt_cli.net.transports import receive_direct, send_direct, tcp_socket
 from mqtt_cli.net.websocket import CloseReason, HandshakeRefused, WebSocketStream
 
@@ -104,6 +106,12 @@ class ListenerTLS:
     key: Path | None = None
     cafile: Path | None = None
     require_certificate: bool = False
+    # Its policy (mosquitto's listener options): the lowest version, cipher lists, revocation list, CA directory.
+    tls_version: str | None = None
+    ciphers: str | None = None
+    ciphers_tls13: str | None = None
+    crlfile: Path | None = None
+    capath: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,9 +166,11 @@ def listener_record(settings: ListenerSettings, auth: AuthPolicy | None = None) 
     address = parse_listener_url(settings.url)
     tls = None
     own = settings.certfile or settings.keyfile or settings.cafile or settings.require_certificate
-    if address.scheme.tls and own:
+    policy = [getattr(settings, key) for key in ("tls_version", "ciphers", "ciphers_tls13", "crlfile", "capath")]
+    if address.scheme.tls and (own or any(v is not None for v in policy)):
         tls = ListenerTLS(_path(settings.certfile), _path(settings.keyfile), _path(settings.cafile),
-                          settings.require_certificate)  # fmt: skip
+                          settings.require_certificate, settings.tls_version, settings.ciphers,
+                          settings.ciphers_tls13, _path(settings.crlfile), _path(settings.capath))  # fmt: skip
     versions = None
     if set(settings.versions) != set(ALL_VERSIONS):
         versions = frozenset(v.level for v in settings.versions)
@@ -194,6 +204,9 @@ class ServeOptions:
     dynsec_file: Path | None = None  # [dynamic_security] config_file: written after each change
     admin_users: AdminUsers = field(default_factory=AdminUsers)  # who may use the admin API (net/admin_api.py)
     metrics_tls: ListenerTLS | None = None  # certificate and key: the metrics endpoint speaks HTTPS
+    # Every packet each way as mosquitto's debug lines (client id or None, peer, line); None: not decoded at all.
+    on_packet: Callable[[str | None, str, str], None] | None = None
+    on_bound: Callable[[], None] | None = None  # once every listener is bound, before any accepts (drop root)
 
     def default_tls(self) -> ListenerTLS:
         return ListenerTLS(self.tls_cert, self.tls_key, self.tls_cafile, self.require_certificate)
@@ -212,11 +225,44 @@ def tls_context(files: ListenerTLS, where: str = "an mqtts:// or wss:// listener
             ctx.load_verify_locations(files.cafile)
         except (OSError, ssl.SSLError) as exc:
             raise ServerError(f"cannot load the CA file {files.cafile}: {exc}") from None
+    if files.capath is not None:
+        if not files.capath.is_dir():
+            raise ServerError(f"capath {files.capath} is not a directory")
+        ctx.load_verify_locations(capath=files.capath)
+    _tls_policy(ctx, files, where)
     if files.require_certificate:
-        if files.cafile is None:
+        if files.cafile is None and files.capath is None:
             raise ServerError(f"{where}: requiring certificates needs a CA file (--tls-cafile) to check them against")
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
+
+
+_TLS_VERSIONS = {"tlsv1.1": ssl.TLSVersion.TLSv1_1, "tlsv1.2": ssl.TLSVersion.TLSv1_2,
+                 "tlsv1.3": ssl.TLSVersion.TLSv1_3}  # fmt: skip
+
+
+def _tls_policy(ctx: ssl.SSLContext, files: ListenerTLS, where: str) -> None:
+    """A listener's TLS policy onto its context: lowest version, cipher lists, revocation list (mosquitto checks
+    the client certificate itself against it, as OpenSSL's X509_V_FLAG_CRL_CHECK does here)."""
+    if files.tls_version is not None:
+        ctx.minimum_version = _TLS_VERSIONS[files.tls_version]
+        if files.tls_version == "tlsv1.1":
+            ctx.set_ciphers("DEFAULT:@SECLEVEL=0")  # OpenSSL's default level refuses TLS 1.1's signatures
+    if files.ciphers is not None:
+        try:
+            ctx.set_ciphers(files.ciphers)
+        except ssl.SSLError:
+            raise ServerError(f"{where}: ciphers {files.ciphers!r}: no cipher OpenSSL knows") from None
+    if files.ciphers_tls13 is not None:
+        error = set_tls13_ciphersuites(ctx, files.ciphers_tls13)
+        if error is not None:
+            raise ServerError(f"{where}: ciphers_tls1.3 {files.ciphers_tls13!r}: {error}")
+    if files.crlfile is not None:
+        try:
+            ctx.load_verify_locations(files.crlfile)
+        except (OSError, ssl.SSLError) as exc:
+            raise ServerError(f"cannot load the revocation list {files.crlfile}: {exc}") from None
+        ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
 
 
 def _tls_for(spec: Listener, options: ServeOptions, policy: AuthPolicy) -> ssl.SSLContext:
@@ -272,10 +318,11 @@ class _Conn:
     a moment after its buffer empties (so a busy subscriber keeps one), then ends.
     """
 
-    __slots__ = ("closing", "sock", "stream", "wake", "writing")
+    __slots__ = ("closing", "sock", "stream", "trace", "wake", "writing")
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
+    def __init__(self, stream: trio.abc.Stream, trace: BrokerTrace | None = None) -> None:
         self.stream = stream
+        self.trace = trace  # its packets decoded for the log's debug lines; None unless the log takes them
         # The TCP socket for non-blocking sends outside any task (transports.send_direct); None for TLS, WebSocket,
         # Unix.
         self.sock = tcp_socket(stream)
@@ -352,6 +399,8 @@ class BrokerServer:
                         sent = send_direct(sock, out)
                     except OSError:  # would block, or the peer is gone: the writer finds out which
                         sent = 0
+                    if net.trace is not None:
+                        net.trace.sent(out[:sent], conn.version, conn.client_id, conn.peer)
                     if sent == len(out):
                         out.clear()
                         if conn.wants_drain:
@@ -384,6 +433,8 @@ class BrokerServer:
                 notice = core.notices.popleft()
                 if report is not None:
                     report(notice)
+            if core.dirty:  # log lines published to $SYS/broker/log/... (log_dest topic)
+                self._flush()
 
     def _save_dynsec(self, dynsec: DynamicSecurity) -> None:
         """A $CONTROL request changed dynamic security: its file is written at once (a small file, as mosquitto
@@ -591,6 +642,8 @@ class BrokerServer:
                 while conn.out:
                     data = bytes(conn.out)
                     conn.out.clear()
+                    if net.trace is not None:
+                        net.trace.sent(data, conn.version, conn.client_id, conn.peer)
                     await stream.send_all(data)
                     if conn.wants_drain:
                         core.drained(conn, trio.current_time())
@@ -636,6 +689,7 @@ class BrokerServer:
         if listener is not None:
             listener.active += 1
         admitted = False
+        peer = "-"
         try:
             peer = _peer(stream, spec)
             policy = listener.policy if listener is not None else OPEN_POLICY
@@ -650,8 +704,9 @@ class BrokerServer:
                     self._notice_refused(peer, f"WebSocket: {exc}" if str(exc) else "WebSocket: upgrade too slow")
                     return None
             admitted = listener is None or not listener.closed  # else closed while this one was upgrading
-        except _GONE:
-            pass  # a failed TLS handshake, a peer gone during the upgrade: that connection only
+        except _GONE as exc:  # a failed TLS handshake, a peer gone during the upgrade: that connection only
+            if isinstance(exc.__cause__, ssl.SSLError):
+                self._notice_refused(peer, f"TLS handshake failed: {_ssl_reason(exc.__cause__)}")
         finally:
             if not admitted:
                 self._uncount(listener)
@@ -665,7 +720,11 @@ class BrokerServer:
             listener.connections.add(conn)
         else:
             conn = core.open(peer, trio.current_time())
-        conn.context = _Conn(stream)
+        on_packet = self.options.on_packet
+        if on_packet is None:
+            conn.context = _Conn(stream)
+        else:
+            conn.context = _Conn(stream, BrokerTrace(lambda line: on_packet(conn.client_id, conn.peer, line)))
         return conn
 
     def _uncount(self, listener: OpenListener | None) -> None:
@@ -706,11 +765,15 @@ class BrokerServer:
                             full = False
                             continue
                         full = len(data) == READ_SIZE
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    if isinstance(exc.__cause__, ssl.SSLError) and not conn.connected:
+                        self._notice_refused(conn.peer, f"TLS handshake failed: {_ssl_reason(exc.__cause__)}")
                     data = b""
                 if not data:
                     break
                 now = self._clock.current_time()
+                if net.trace is not None:
+                    net.trace.received(data, conn.client_id, conn.peer)
                 core.receive(conn, data, now, batch)
                 del data  # not held while idle (up to READ_SIZE)
                 while conn.backlog is not None:
@@ -728,6 +791,8 @@ class BrokerServer:
                                 sent = send_direct(sock, out)
                             except OSError:  # would block, or the peer is gone: _flush finds out which
                                 sent = 0
+                            if net.trace is not None:
+                                net.trace.sent(out[:sent], conn.version, conn.client_id, conn.peer)
                             del out[:sent]
                     core.receive_rest(conn, now, batch)
                 self._flush()
@@ -759,6 +824,10 @@ class BrokerServer:
         conn.context = None
         with trio.CancelScope(shield=True), trio.move_on_after(1), contextlib.suppress(*_GONE):
             await trio.aclose_forcefully(net.stream)
+
+    def publish_log(self, topic: str, line: str) -> None:
+        """A log line to `topic` (log_dest topic); it goes out with the next flush."""
+        self.core.publish_log(topic, line, self._clock.current_time())
 
     def _notice_refused(self, peer: str, detail: str) -> None:
         report = self.options.on_notice
@@ -1052,6 +1121,8 @@ class BrokerServer:
         try:
             for spec in opts.listeners:
                 opened.append(await self._bind(spec))
+            if opts.on_bound is not None:
+                opts.on_bound()
         except BaseException:
             for listener in opened:
                 await self._discard(listener)
@@ -1198,6 +1269,14 @@ def _ready_entry(b: Listener) -> dict[str, Any]:
     if b.path is not None:
         entry["path"] = b.path
     return entry
+
+
+def _ssl_reason(exc: ssl.SSLError) -> str:
+    """OpenSSL's reason in words ("unsupported protocol", "certificate verify failed: certificate revoked")."""
+    reason = (exc.reason or str(exc)).lower().replace("_", " ")
+    if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
+        reason += f": {exc.verify_message}"
+    return reason.removeprefix("sslv3 alert ").removeprefix("tlsv13 alert ")
 
 
 def _write_ready_file(path: Path, bound: list[Listener], metrics: MetricsAddress | None = None) -> None:

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import trio
 
-from mqtt_cli.core.config import BrokerSettings, ConfigError, LogLevel, Translation
+from mqtt_cli.core.config import BrokerSettings, ConfigError, LogLevel, ProcessSettings, Translation
 from mqtt_cli.net.config import ConfigSource, FileProblem, check_files, serve_options
 from mqtt_cli.net.log import BrokerLog, LogError
+from mqtt_cli.net.process import PidFile, RunAs
 from mqtt_cli.net.server import BrokerServer, Listener, ServeOptions, ServerError
+from mqtt_cli.net.store import store_files
 from mqtt_cli.net.takeover import TakeoverError, mosquitto_db_path, skipped_mosquitto_db, summary, take_over_file
 
 __all__ = ["Serving", "checked_options", "unsupported_error"]
@@ -62,6 +64,7 @@ class Serving:
     ready_file: Path | None = None
     on_listening: Callable[[list[Listener]], None] | None = None
     log: BrokerLog | None = None  # opened by the caller once the configuration is known to be good
+    process: ProcessSettings | None = None  # the start's pid file and user, which a reload cannot change
 
     def options(self, translation: Translation | None = None) -> tuple[BrokerSettings, ServeOptions]:
         """The configuration (read now unless given), with the flags applied, checked (ConfigError, FileProblem)."""
@@ -73,10 +76,30 @@ class Serving:
         options = checked_options(settings, self.source.label, instance=self.instance, version=self.version)
         options.ready_file = self.ready_file
         options.on_listening = self.on_listening
-        if self.log is not None:
-            options.on_notice = self.log.notice
-            options.log_lines_lost = self.log.lines_lost
+        self.wire(options, settings)
         return settings, options
+
+    def wire(self, options: ServeOptions, settings: BrokerSettings) -> None:
+        """The server's lines go to the log: notices, and packets while `settings` (the log's, once applied) take
+        debug lines; else packets are not even decoded."""
+        log = self.log
+        if log is not None:
+            options.on_notice = log.notice
+            options.log_lines_lost = log.lines_lost
+            options.on_packet = log.packet if settings.log.level is LogLevel.debug else None
+
+    def become(self, user: RunAs, settings: BrokerSettings, pid_file: PidFile | None) -> None:
+        """Once bound, as root: what was made as root is given to `user` (the log file, the pid file, the
+        persistence files), then the process runs as `user` for good."""
+        owned = [Path(settings.log.file)] if settings.log.file is not None else []
+        if pid_file is not None:
+            owned.append(pid_file.path)
+        if settings.persistence.path is not None:
+            owned.extend(store_files(Path(settings.persistence.path)))
+        user.give(owned)
+        user.switch()
+        if self.log is not None:
+            self.log.message(LogLevel.info, "user", f"running as user {user.name!r} (uid {user.uid})")
 
     async def run(self, options: ServeOptions) -> None:
         """Serves until SIGINT or SIGTERM; ServerError when it cannot start."""
@@ -87,6 +110,8 @@ class Serving:
         await self.take_over(options)
         stop = trio.Event()
         server = BrokerServer(options)
+        if self.log is not None:
+            self.log.topic_sink = server.publish_log  # log_dest topic
         async with trio.open_nursery() as nursery:
 
             async def watch_signals(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -139,6 +164,8 @@ class Serving:
         except (ConfigError, FileProblem, ServerError) as exc:
             self.log.message(LogLevel.error, "reload", f"reload failed, the configuration is unchanged: {exc}")
             return False
+        if self.process is not None and settings.process != self.process:
+            changes.append("process (pid_file, user) changed: takes effect at the next start")
         try:
             self.log.reconfigure(settings.log)  # its file was checked: this fails only if it went away since
         except LogError as exc:

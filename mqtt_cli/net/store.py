@@ -67,7 +67,7 @@ from mqtt_cli.core.properties import WILL, Properties, decode_properties, encode
 from mqtt_cli.core.session import Message, SubscriptionOptions
 from mqtt_cli.net.changefile import CHANGES_SUFFIX, ChangeFile, Tag, changes_path, read
 
-__all__ = ["SCHEMA_VERSION", "Restored", "Store", "StoreError"]
+__all__ = ["SCHEMA_VERSION", "Restored", "Store", "StoreError", "store_files"]
 
 #: Bumped by any change of the tables below; an older file is migrated on open, a newer one moved aside.
 SCHEMA_VERSION = 6
@@ -569,11 +569,19 @@ def _aside_name(path: Path) -> Path:
     return aside
 
 
+_COMPANIONS = ("-wal", "-shm", CHANGES_SUFFIX)  # SQLite's files and the change file, after the database's name
+
+
+def store_files(path: Path) -> list[Path]:
+    """The database at `path` and the files that go with it (which may not exist)."""
+    return [path, *(path.with_name(path.name + suffix) for suffix in _COMPANIONS)]
+
+
 def _move_aside(path: Path) -> Path:
     """The database and the files that go with it (SQLite's, and the change file) moved aside together."""
     aside = _aside_name(path)
     os.replace(path, aside)
-    for suffix in ("-wal", "-shm", CHANGES_SUFFIX):
+    for suffix in _COMPANIONS:
         extra = path.with_name(path.name + suffix)
         if extra.exists():
             os.replace(extra, aside.with_name(aside.name + suffix))

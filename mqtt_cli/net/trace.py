@@ -140,3 +140,80 @@ def trace_connection(conn: ClientConnection, write: Callable[[str], None]) -> No
 
     conn.data_to_send = traced_send  # type: ignore[method-assign]
     conn.receive_data = traced_receive  # type: ignore[method-assign]
+
+
+def describe_broker(packet: object, sending: bool, client_id: str) -> list[str]:
+    """mosquitto's debug lines (`mosquitto -v`, log_type debug) for one packet the broker sends or receives."""
+    if sending:
+        head = f"Sending {{}} to {client_id}"
+    else:
+        head = f"Received {{}} from {client_id}"
+    if isinstance(packet, Publish):
+        return [
+            head.format("PUBLISH") + f" (d{int(packet.dup)}, q{packet.qos}, r{int(packet.retain)}, "
+            f"m{packet.packet_id or 0}, '{packet.topic}', ... ({len(packet.payload)} bytes))"
+        ]
+    if isinstance(packet, (PubAck, PubRec)):
+        name = "PUBACK" if isinstance(packet, PubAck) else "PUBREC"
+        if sending:
+            return [head.format(name) + f" (m{packet.packet_id}, rc{packet.reason_code})"]
+        rc = f", RC:{packet.reason_code}" if isinstance(packet, PubAck) else ""
+        return [head.format(name) + f" (Mid: {packet.packet_id}{rc})"]
+    if isinstance(packet, (PubRel, PubComp)):
+        name = "PUBREL" if isinstance(packet, PubRel) else "PUBCOMP"
+        if sending:
+            return [head.format(name) + f" (m{packet.packet_id})"]
+        rc = f", RC:{packet.reason_code}" if isinstance(packet, PubComp) else ""
+        return [head.format(name) + f" (Mid: {packet.packet_id}{rc})"]
+    if isinstance(packet, Subscribe):
+        return [head.format("SUBSCRIBE")] + [f"    {s.topic_filter} (QoS {s.qos})" for s in packet.subscriptions]
+    if isinstance(packet, Unsubscribe):
+        return [head.format("UNSUBSCRIBE")] + [f"    {f}" for f in packet.topic_filters]
+    if isinstance(packet, ConnAck):
+        return [head.format("CONNACK") + f" ({int(packet.session_present)}, {packet.reason_code})"]
+    if isinstance(packet, Disconnect) and sending:
+        return [head.format("DISCONNECT") + f" (rc{packet.reason_code})"]
+    names = {Connect: "CONNECT", Disconnect: "DISCONNECT", PingReq: "PINGREQ", PingResp: "PINGRESP",
+             SubAck: "SUBACK", UnsubAck: "UNSUBACK"}  # fmt: skip
+    return [head.format(names.get(type(packet), type(packet).__name__.upper()))]
+
+
+class BrokerTrace:
+    """One broker connection's packets each way, decoded a second time from the bytes received and sent, as
+    `describe_broker` lines to `write(line)`. Made only while the log takes debug lines: off, it costs nothing."""
+
+    __slots__ = ("_broken", "_in", "_out", "write")
+
+    def __init__(self, write: Callable[[str], None]) -> None:
+        self.write = write
+        self._in = PacketReader(None, strict=False)  # learns the version from the CONNECT
+        self._out: PacketReader | None = None  # made at the first bytes sent, with the version of the connection
+        self._broken: set[bool] = set()
+
+    def received(self, data: bytes | bytearray, client_id: str | None, peer: str) -> None:
+        self._lines(self._in, data, False, client_id, peer)
+
+    def sent(self, data: bytes | bytearray, version: int, client_id: str | None, peer: str) -> None:
+        if self._out is None:
+            self._out = PacketReader(version, strict=False)
+        self._lines(self._out, data, True, client_id, peer)
+
+    def _lines(self, reader: PacketReader, data: bytes | bytearray, sending: bool, client_id: str | None,
+               peer: str) -> None:  # fmt: skip
+        if not data or sending in self._broken:
+            return
+        try:
+            packets = reader.feed(bytes(data))
+        except RemoteProtocolError as err:  # broken framing: said once, then nothing more that way
+            self._broken.add(sending)
+            self.write(f"{'Sending' if sending else 'Received'} bad data {'to' if sending else 'from'} "
+                       f"{client_id or peer}: {err}")  # fmt: skip
+            return
+        for packet in packets:
+            if isinstance(packet, RemoteProtocolError):
+                self.write(f"{'Sending' if sending else 'Received'} a bad packet {'to' if sending else 'from'} "
+                           f"{client_id or peer}: {packet}")  # fmt: skip
+                continue
+            who = client_id or (packet.client_id if isinstance(packet, Connect) and packet.client_id else peer)
+            for line in describe_broker(packet, sending, who):
+                self.write(line)

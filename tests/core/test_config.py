@@ -289,8 +289,8 @@ def test_mosquitto_bridges_and_user_are_named_with_their_line_persistence_honour
     lines = dict(unsupported)
     assert not {4, 5, 6} & set(lines)  # persistence, persistence_location, autosave_interval
     assert s.persistence == PersistenceSettings(path="/var/lib/mosquitto/mqtt-cli.db")
-    assert lines[7] == "pid_file is not supported"
-    assert "start it as that user" in lines[8]
+    assert not {7, 8} & set(lines)  # pid_file, user
+    assert (s.process.pid_file, s.process.user) == ("/run/mosquitto/mosquitto.pid", "mosquitto")
     assert not set(range(10, 17)) & set(lines)  # the connection block is a [[bridge]] now
     (bridge,) = s.bridge
     assert bridge.name == "cloud" and bridge.topics == ('sensors/# out 1 "" site7/',)
@@ -338,12 +338,17 @@ def test_mosquitto_default_listener_settings_without_port() -> None:
 
 
 def test_mosquitto_bad_values_are_named() -> None:
-    result = translate_mosquitto("max_keepalive soon\nallow_anonymous yes\nlistener\nlog_dest topic\n", "m.conf")
+    result = translate_mosquitto(
+        "max_keepalive soon\nallow_anonymous yes\nlistener\nlog_dest dlt\npersistent_client_expiration 14\n"
+        "tls_version sslv3\n", "m.conf"
+    )  # fmt: skip
     assert [(u.line, u.why) for u in result.unsupported] == [
         (1, "max_keepalive must be an integer >= 0, not 'soon'"),
         (2, "allow_anonymous must be true or false, not 'yes'"),
         (3, "listener needs a value"),
-        (4, "log_dest topic is not supported (file, syslog, stderr, none)"),
+        (4, "log_dest dlt is not supported (file, syslog, topic, stderr, none)"),
+        (5, "persistent_client_expiration must be a whole number and a unit h, d, w, m or y (e.g. 14d), not '14'"),
+        (6, "tls_version is one of tlsv1.1, tlsv1.2, tlsv1.3"),
     ]
     assert (
         str(result.unsupported[0])
@@ -390,14 +395,16 @@ def test_debian_example_with_every_option_uncommented() -> None:
                 "use_identity_as_username", "use_subject_as_username", "log_dest", "log_type",
                 "connection_messages", "log_timestamp", "include_dir", "retain_available", "message_size_limit",
                 "max_topic_alias", "port", "bind_address", "persistence", "persistence_file",
-                "persistence_location", "autosave_interval", "autosave_on_changes"}  # fmt: skip
+                "persistence_location", "autosave_interval", "autosave_on_changes", "pid_file", "user",
+                "persistent_client_expiration", "use_username_as_clientid", "allow_zero_length_clientid",
+                "auto_id_prefix", "log_timestamp_format"}  # fmt: skip
     for number, line in enumerate(text.splitlines(), 1):
         if not line or line.startswith("#"):
             continue
         key, _, value = line.partition(" ")
         if key in honoured and value and "<" not in value:
             assert number not in named, line
-        elif key in {"connection", "address", "topic", "pid_file"}:
+        elif key in {"connection", "address", "topic"}:
             assert number in named, line
     assert all(u.why for u in result.unsupported)
 
@@ -433,3 +440,35 @@ def test_certificate_identity_rules() -> None:
     no_ca = {"url": "mqtts://h", "certfile": "c", "keyfile": "k", "use_identity_as_username": True}
     with pytest.raises(ConfigError, match=r"listener\[0\]: a certificate identity as user name needs cafile"):
         check(load_config({"listener": [no_ca]}, "b.toml"), "b.toml")
+
+
+def test_mosquitto_service_options_translated() -> None:
+    text = (
+        "pid_file /run/m.pid\nuser mosquitto\npersistent_client_expiration 2w\nuse_username_as_clientid true\n"
+        "allow_zero_length_clientid false\nauto_id_prefix site-\nlog_type subscribe\nlog_dest topic\n"
+        "log_timestamp_format %H:%M\nqueue_qos0_messages false\nallow_duplicate_messages false\n"
+        "check_retain_source false\nqueue_qos0_messages true\nlistener 8883\ncertfile /s.pem\nkeyfile /s.key\n"
+        "cafile /ca.pem\ncapath /etc/ssl/certs\ncrlfile /crl.pem\ntls_version tlsv1.3\nciphers HIGH\n"
+        "ciphers_tls1.3 TLS_AES_256_GCM_SHA384\n"
+    )
+    result = translate_mosquitto(text, "m.conf")
+    assert [(u.line, u.why) for u in result.unsupported] == [
+        (13, "only queue_qos0_messages false (this broker's behaviour)")
+    ]
+    s = result.settings
+    assert (s.process.pid_file, s.process.user) == ("/run/m.pid", "mosquitto")
+    assert s.limits.persistent_client_expiration == 14 * 86400
+    assert (s.auth.use_username_as_clientid, s.auth.allow_zero_length_clientid, s.auth.auto_id_prefix) == (
+        True, False, "site-"
+    )  # fmt: skip
+    assert (s.log.subscriptions, s.log.topic, s.log.timestamp_format) == (True, True, "%H:%M")
+    assert s.log.level is LogLevel.info  # subscribe adds the subscription lines, not a level
+    (lst,) = s.listener
+    assert lst.url == "mqtts://0.0.0.0:8883"
+    assert (lst.capath, lst.crlfile, lst.tls_version, lst.ciphers, lst.ciphers_tls13) == (
+        "/etc/ssl/certs", "/crl.pem", "tlsv1.3", "HIGH", "TLS_AES_256_GCM_SHA384"
+    )  # fmt: skip
+    check(s, "m.conf")
+    plain = load_config({"listener": [{"url": "mqtt://127.0.0.1:1883", "crlfile": "/crl.pem"}]}, "b.toml")
+    with pytest.raises(ConfigError, match=r"listener\[0\]\.crlfile: only for mqtts:// and wss:// listeners"):
+        check(plain, "b.toml")
