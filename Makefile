@@ -69,6 +69,8 @@ $(STAMP): pyproject.toml
 		echo "creating $(VENV) with $(PYTHON)"; \
 		$(PYTHON) -m venv --clear $(VENV); \
 	fi
+	@# a .venv made before the distribution was named mqttkit holds it as mqtt-cli: one `mqtt`, one version
+	@$(BIN)/python -m pip uninstall --quiet --yes mqtt-cli >/dev/null 2>&1 || true
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,spark]'
 	@touch $@
 
@@ -89,10 +91,9 @@ lint: $(STAMP) ## ruff check, then mypy (strict, on the packages [tool.mypy] nam
 serve: install ## run the broker (ARGS="..." passes options)
 	$(BIN)/mqtt serve $(ARGS)
 
+# shiv packs it; scripts/build_zipapp.py then gives it an entry point that skips shiv's bootstrap once unpacked.
 zipapp: $(STAMP) ## build dist/mqtt.pyz (ZIPAPP=path to change), one file with its dependencies (shiv)
-	@mkdir -p $(dir $(ZIPAPP))
-	$(BIN)/shiv --console-script mqtt --output-file $(ZIPAPP) --python '/usr/bin/env python3' \
-		--reproducible --compressed . --quiet --disable-pip-version-check
+	$(BIN)/python scripts/build_zipapp.py $(ZIPAPP)
 	@echo "built $(ZIPAPP)"
 
 completions: $(STAMP) ## regenerate completions/ from the app
