@@ -45,11 +45,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _results import results_dir  # noqa: E402
+
 from mqtt_cli.core import ConnAck, Connect, Disconnect, PubAck, PubComp, Publish, PubRec, PubRel, encode  # noqa: E402
 from tests.capture.pcapwriter import ACK, FIN, PSH, SYN, ethernet, ipv4, tcp  # noqa: E402
 
 MQTT = str(Path(sys.executable).parent / "mqtt")
-RESULTS = ROOT / "benchmarks" / "results"
 PORT = 1883
 TARGET = 1.5
 
@@ -320,8 +321,7 @@ def small(rounds: int, compare: Path | None) -> int:
     load_after = os.getloadavg()
     model = _cpu_model()
     say(f"CPU: {model}, {os.cpu_count()} CPUs; load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS / f"pipeline-small-{datetime.date.today().isoformat()}"
+    stem = results_dir() / f"pipeline-small-{datetime.date.today().isoformat()}"
     results = {"cpu": model, "times": times, "medians": medians, "bare": bare, "bare_tiny": bare_tiny,
                "load": [load_before, load_after]}  # fmt: skip
     stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
@@ -339,7 +339,10 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=200)
     parser.add_argument("--run", help=argparse.SUPPRESS)  # internal: MASTER CAPTURE TABLE REPORT, prints JSON
     parser.add_argument("--args", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="2,000 PUBLISH packets over 10 connections")
     args = parser.parse_args()
+    if args.quick:
+        args.publishes, args.connections = 2_000, 10
     if args.small:
         return small(args.rounds, args.compare)
     if args.run:
@@ -428,8 +431,7 @@ def main() -> int:
         say("report queries on local[2] (s): " + ", ".join(f"{k} {v:.2f}" for k, v in two["report_seconds"].items()))
     results["load_after"] = os.getloadavg()
     say(f"load average before/after: {results['load_before'][0]:.2f} / {results['load_after'][0]:.2f}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS / f"pipeline-{results['date']}"
+    stem = results_dir() / f"pipeline-{results['date']}"
     stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
     header = (
         f"# benchmarks/pipeline.py --publishes {args.publishes} --connections {args.connections}, {results['date']}"

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/startup.py [-n 30] [--builds compiled,pure] [--goal-ms 60] [--max-ms 150]
                                            [--one-shot-max-ms 60] [--skip-version]
+    .venv/bin/python benchmarks/startup.py --zipapp dist/mqtt.pyz [-n 10] [--zipapp-max-ratio 1.5]
 
 One-shot clients (issue 20): ``mqtt pub -t x -m y`` at QoS 0 and 1, ``mqtt sub -C 1`` (a retained message)
 and ``mqtt rr`` (a responder answers), each against ``mqtt serve`` and against mosquitto, beside Debian's
@@ -18,6 +19,13 @@ Then ``mqtt --version`` through the installed console script (.venv/bin/mqtt) an
 ``python -m mqtt_cli``, for comparison ``--version`` answered by typer (``mqtt --version completions bash``
 skips the fast path) and ``mqtt --help`` (typer and rich), and the import cost of the libraries the CLI stands
 on (``python -X importtime``). With --max-ms, exits 1 when a ``--version`` median is above it.
+
+--zipapp PATH (`make zipapp` first): the zipapp against the installed command (.venv/bin/mqtt), one-shot
+``mqtt pub`` QoS 0 to mosquitto and ``--version``, interleaved, median of -n runs (10 is the issue's measure).
+The zipapp runs with the interpreter the venv is made from (what ``/usr/bin/env python3`` finds where
+python3 is that interpreter) and through its own ``#!/usr/bin/env python3`` (whatever python3 the PATH gives:
+a pyenv shim, say, costs its own start); its first run, which unpacks it into a temporary SHIV_ROOT, is not
+counted. Prints the ratios to the installed command (goal: at most 1.5x); --zipapp-max-ratio exits 1 above it.
 
 mqtt_cli is byte-compiled first, as pip does when it installs a wheel (with PYTHONDONTWRITEBYTECODE set, an
 editable install would otherwise compile its modules from source on every run).
@@ -264,6 +272,51 @@ def one_shot(runs: int, limit: float | None, goal: float, builds: list[str]) -> 
     return over
 
 
+def zipapp_vs_installed(pyz: Path, runs: int, max_ratio: float | None) -> list[str]:
+    """Start-up of the zipapp against the installed console script; returns what is over `max_ratio`."""
+    base_python = getattr(sys, "_base_executable", sys.executable)  # the venv's own interpreter, not its link
+    with tempfile.TemporaryDirectory() as tmp, brokers(Path(tmp)) as ports:
+        port = ports.get("mosquitto", ports["mqtt serve"])
+        at = ["-h", "127.0.0.1", "-p", str(port)]
+        # The installed command runs this checkout (PYTHONPATH, as elsewhere here), the zipapp its own copy of it.
+        zipapp_env = {k: v for k, v in _env(SHIV_ROOT=str(Path(tmp) / "shiv")).items() if k != "PYTHONPATH"}
+        subprocess.run([str(pyz), "--version"], check=True, env=zipapp_env, stdout=subprocess.DEVNULL)  # unpacks it
+        commands = {
+            "installed (.venv/bin/mqtt)": [str(BIN / "mqtt")],
+            f"zipapp ({Path(base_python).name} {pyz.name})": [base_python, str(pyz)],
+            f"zipapp (./{pyz.name}, its #! line)": [str(pyz)],
+        }
+        envs = {name: _env() if name.startswith("installed") else zipapp_env for name in commands}
+        builds = {name: subprocess.run([*cmd, "--version"], capture_output=True, text=True, env=envs[name])
+                  .stdout.strip() for name, cmd in commands.items()}  # fmt: skip
+        work = {"pub QoS 0": ["pub", *at, "-t", "bench/x", "-m", "y"], "--version": ["--version"]}
+        times: dict[tuple[str, str], list[float]] = {(n, w): [] for n in commands for w in work}
+        cpu: dict[tuple[str, str], list[float]] = {(n, w): [] for n in commands for w in work}
+        for round_ in range(runs + 1):  # the first round warms up
+            for what, args in work.items():
+                for name, cmd in commands.items():
+                    elapsed, used = run_timed(name, [*cmd, *args], envs[name])
+                    if round_:
+                        times[(name, what)].append(elapsed)
+                        cpu[(name, what)].append(used)
+    over = []
+    print(f"the zipapp against the installed command, median of {runs} interleaved runs (ms), wall and CPU")
+    for name, version in builds.items():
+        print(f"  {name}: {version}")
+    print(f"{'command':<44} {'what':<10} {'wall':>7} {'ratio':>6} {'CPU':>7} {'ratio':>6}")
+    for what in work:
+        ref = statistics.median(times[(next(iter(commands)), what)])
+        ref_cpu = statistics.median(cpu[(next(iter(commands)), what)])
+        for name in commands:
+            wall, used = statistics.median(times[(name, what)]), statistics.median(cpu[(name, what)])
+            print(f"{name:<44} {what:<10} {wall:7.1f} {wall / ref:6.2f} {used:7.1f} {used / ref_cpu:6.2f}")
+            if max_ratio is not None and name.startswith("zipapp (") and "#!" not in name and wall / ref > max_ratio:
+                over.append(f"{name} {what}: {wall / ref:.2f}x the installed command > {max_ratio}x")
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print()
+    return over
+
+
 def import_ms(module: str) -> float:
     """Cumulative import time in ms of ``module`` in a fresh interpreter (``-X importtime``)."""
     proc = subprocess.run(
@@ -298,7 +351,12 @@ def main() -> int:
     parser.add_argument("--builds", help="our builds to run, of compiled,pure (default: both when the compiled "
                         "build is current, else pure)")  # fmt: skip
     parser.add_argument("--skip-version", action="store_true", help="only the one-shot clients")
+    parser.add_argument("--zipapp", type=Path, help="only the zipapp (make zipapp) against the installed command")
+    parser.add_argument("--zipapp-max-ratio", type=float, help="--zipapp: fail when its median is above this ratio")
+    parser.add_argument("--quick", action="store_true", help="3 runs of each (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.runs = 3
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the brokers are stopped on the way out
 
     mqtt = BIN / "mqtt"
@@ -312,6 +370,13 @@ def main() -> int:
     if "compiled" in builds and not compiled_build_current():
         parser.error("--builds compiled: no current compiled build (make compiled), or it is stale")
     print(_machine())
+    if args.zipapp:
+        if not args.zipapp.is_file():
+            parser.error(f"--zipapp {args.zipapp}: no such file (make zipapp writes dist/mqtt.pyz)")
+        over = zipapp_vs_installed(args.zipapp.resolve(), args.runs, args.zipapp_max_ratio)
+        for line in over:
+            print(line, file=sys.stderr)
+        return 1 if over else 0
     over = one_shot(args.runs, args.one_shot_max_ms, args.goal_ms, builds)
     if args.skip_version:
         for line in over:

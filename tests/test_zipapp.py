@@ -6,8 +6,8 @@ package index (or pip's cache of it); about 10 s here.
 
 import os
 import re
-import sys
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
