@@ -4,7 +4,9 @@ replaced by one that starts `mqtt` at the cost of an installed command once shiv
     .venv/bin/python scripts/build_zipapp.py dist/mqtt.pyz
 
 shiv's zipapp unpacks its site-packages on the first run (to ~/.shiv/mqtt.pyz_<build id>/, or under $SHIV_ROOT)
-and imports from there. Its bootstrap does that on every run: it imports zipfile, json, pathlib, subprocess,
+and imports from there; --compile-pyc has that first run byte-compile them too, as pip does when it installs
+(else, with PYTHONDONTWRITEBYTECODE set, every run would compile every module it imports from source).
+shiv's own bootstrap runs on every run: it imports zipfile, json, pathlib, subprocess,
 shutil, compileall and hashlib, reads the archive's directory and environment.json, and runs the console script
 through runpy, which costs more than the command's own start. The entry point written here knows the build id
 (it is fixed when the archive is built), so when the unpacked copy is there it puts it on sys.path and calls
@@ -58,7 +60,8 @@ else:
 def run_shiv(source: Path, output: Path) -> None:
     shiv = Path(sys.executable).parent / "shiv"
     cmd = [str(shiv), "--console-script", "mqtt", "--output-file", str(output), "--python", INTERPRETER,
-           "--reproducible", "--compressed", str(source), "--quiet", "--disable-pip-version-check"]  # fmt: skip
+           "--reproducible", "--compressed", "--compile-pyc", str(source), "--quiet",
+           "--disable-pip-version-check"]  # fmt: skip
     subprocess.run(cmd, check=True)
 
 

@@ -82,6 +82,8 @@ def test_zipapp_unpacks_once_then_starts_without_shivs_bootstrap(pyz: Path, tmp_
     assert first.returncode == 0, first.stderr
     (unpacked,) = root.glob("mqtt.pyz_*/site-packages")  # the first run unpacks here (README says so)
     assert (unpacked / "mqtt_cli" / "__init__.py").is_file()
+    # ...and byte-compiles (with PYTHONDONTWRITEBYTECODE set, nothing would write byte code later)
+    assert list((unpacked / "mqtt_cli" / "__pycache__").glob("__init__.*.pyc"))
     again = subprocess.run(
         [sys.executable, "-X", "importtime", str(pyz), "--version"], capture_output=True, text=True, env=env,
         timeout=120,
