@@ -155,7 +155,7 @@ def main() -> int:
     print(text)
     out = results_dir() / "clients.txt"
     out.write_text(text)
-    print(f"wrote {out.relative_to(ROOT)}")
+    print(f"wrote {out}")
     return 0
 
 
