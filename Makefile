@@ -27,7 +27,8 @@ ARGS ?=
 COMPILED_SOURCES := $(addprefix mqtt_cli/core/,encoder.py decoder.py reader.py topics.py broker.py session.py flows.py server.py lifecycle.py persistence.py changelog.py packed.py)
 COMPILED_STAMP := mqtt_cli/compiled.stamp
 
-.PHONY: help install system-deps web-deps compiled test lint serve zipapp completions bench fuzz clean distclean
+.PHONY: help install system-deps web-deps compiled test lint serve zipapp completions bench bench-quick fuzz clean \
+	distclean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -69,6 +70,8 @@ $(STAMP): pyproject.toml
 		echo "creating $(VENV) with $(PYTHON)"; \
 		$(PYTHON) -m venv --clear $(VENV); \
 	fi
+	@# a .venv made before the distribution was named mqttkit holds it as mqtt-cli: one `mqtt`, one version
+	@$(BIN)/python -m pip uninstall --quiet --yes mqtt-cli >/dev/null 2>&1 || true
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,spark]'
 	@touch $@
 
@@ -89,10 +92,9 @@ lint: $(STAMP) ## ruff check, then mypy (strict, on the packages [tool.mypy] nam
 serve: install ## run the broker (ARGS="..." passes options)
 	$(BIN)/mqtt serve $(ARGS)
 
+# shiv packs it; scripts/build_zipapp.py then gives it an entry point that skips shiv's bootstrap once unpacked.
 zipapp: $(STAMP) ## build dist/mqtt.pyz (ZIPAPP=path to change), one file with its dependencies (shiv)
-	@mkdir -p $(dir $(ZIPAPP))
-	$(BIN)/shiv --console-script mqtt --output-file $(ZIPAPP) --python '/usr/bin/env python3' \
-		--reproducible --compressed . --quiet --disable-pip-version-check
+	$(BIN)/python scripts/build_zipapp.py $(ZIPAPP)
 	@echo "built $(ZIPAPP)"
 
 completions: $(STAMP) ## regenerate completions/ from the app
@@ -105,11 +107,23 @@ completions: $(STAMP) ## regenerate completions/ from the app
 fuzz: $(STAMP) ## coverage-guided fuzzing of the codec and the broker core (SECONDS=600 per target)
 	$(BIN)/python scripts/fuzz.py --seconds $(or $(SECONDS),600) $(ARGS)
 
-bench: $(STAMP) ## run every script in benchmarks/
+# The load generator is the project's own `mqtt bench`; MQTTLOAD_DIR=DIR (the C generator mqttload's source)
+# makes the broker benchmarks use that instead (benchmarks/_loadgen.py).
+bench: $(STAMP) ## run every script in benchmarks/ (figures: docs/PERFORMANCE.md)
 	@rc=0; for script in benchmarks/*.py; do \
 		case $${script##*/} in _*) continue ;; esac; \
 		echo "== $$script"; $(BIN)/python $$script || { rc=1; echo "== $$script FAILED" >&2; }; \
 	done; exit $$rc
+
+# Each script's --quick: small counts, one rep. Raw results go to a temporary directory (MQTT_BENCH_RESULTS),
+# not benchmarks/results/, which holds the figures of docs/PERFORMANCE.md.
+bench-quick: $(STAMP) ## every benchmark once, briefly: does this machine run them all (a few minutes)
+	@results=$$(mktemp -d); rc=0; start=$$(date +%s); for script in benchmarks/*.py; do \
+		case $${script##*/} in _*) continue ;; esac; \
+		echo "== $$script --quick"; t0=$$(date +%s); \
+		MQTT_BENCH_RESULTS=$$results $(BIN)/python $$script --quick || { rc=1; echo "== $$script FAILED" >&2; }; \
+		echo "== $$script: $$(( $$(date +%s) - t0 )) s"; \
+	done; rm -rf "$$results"; echo "make bench-quick: $$(( $$(date +%s) - start )) s in all"; exit $$rc
 
 clean: ## remove build output and caches (keeps .venv)
 	rm -rf dist build .pytest_cache .ruff_cache .hypothesis ./*.egg-info

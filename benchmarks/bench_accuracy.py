@@ -1,11 +1,13 @@
-"""`mqtt bench` against the C generator `mqttload` (../shared/bench), in the same run, against one mosquitto.
+"""`mqtt bench` against the C generator `mqttload`, in the same run, against one mosquitto.
 
     .venv/bin/python benchmarks/bench_accuracy.py [--mqttload PATH | --bench-src DIR] [--count 200000]
                                                   [--reps 1] [--only fanin0,fanin1,lat,conn] [--conns 20000]
+    .venv/bin/python benchmarks/bench_accuracy.py --quick     # small counts (make bench-quick)
 
-mqttload is built from its source in a temporary directory (gcc -O2; nothing of it is copied into this
-repository) unless --mqttload names a binary. mosquitto runs with ../shared/bench/mosquitto.conf's settings (no
-queue or inflight caps, persistence off) on a free port. Scenarios, each tool back to back:
+mqttload is built from its source (--bench-src, default $MQTTLOAD_DIR) in a temporary directory (gcc -O2;
+nothing of it is copied into this repository) unless --mqttload names a binary. Without either, only `mqtt
+bench`'s figures are measured and printed (the ratios need mqttload). mosquitto runs with benchmarks/_loadgen.py's
+settings (no queue or inflight caps, persistence off) on a free port. Scenarios, each tool back to back:
 
 * fanin0 / fanin1: fan-in 1 publisher -> 1 subscriber, QoS 0 / 1, 64 B, --count messages as fast as possible
   (`mqttload thru --fanin`, `mqtt bench pubsub -c 1 --subs 1 -I 0 -L COUNT --workers 2`; window 100 both).
@@ -34,18 +36,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from _loadgen import ENV_C_TOOL, mosquitto_conf  # noqa: E402
+
 from tests.brokers import MOSQUITTO, free_port, wait_for_port  # noqa: E402
 
 BENCH = [sys.executable, "-m", "mqtt_cli", "bench"]
-CONF = """listener {port} 127.0.0.1
-allow_anonymous true
-max_queued_messages 0
-max_inflight_messages 0
-persistence false
-log_dest stderr
-log_type error
-connection_messages false
-"""
 
 
 def build_mqttload(src: Path, tmp: Path) -> Path:
@@ -57,7 +52,7 @@ def build_mqttload(src: Path, tmp: Path) -> Path:
 def start_broker(tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     conf = tmp / f"m{port}.conf"
-    conf.write_text(CONF.format(port=port))
+    conf.write_text(mosquitto_conf(port))
     proc = subprocess.Popen([MOSQUITTO, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for_port(port, proc, 10)
     return proc, port
@@ -128,29 +123,41 @@ def held_rss(port: int, conns: int, workers: int) -> tuple[int, int]:
             proc.kill()
 
 
+def ratio(ours: dict[str, Any], theirs: dict[str, Any], field: str) -> float | None:
+    """Ours over mqttload's figure, or None without mqttload (or without a figure)."""
+    if not theirs.get(field) or ours.get(field) is None:
+        return None
+    return round(float(ours[field]) / float(theirs[field]), 3)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mqttload")
-    ap.add_argument("--bench-src", default=str(REPO.parent.parent / "shared" / "bench"))
+    ap.add_argument("--bench-src", default=os.environ.get(ENV_C_TOOL), help=f"mqttload's source (${ENV_C_TOOL})")
     ap.add_argument("--count", type=int, default=200_000)
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--only", default="fanin0,fanin1,lat,conn")
     ap.add_argument("--conns", type=int, default=20_000)
     ap.add_argument("--lat-seconds", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="2,000 messages, 2 s of latency, 200 connections")
     a = ap.parse_args()
+    if a.quick:
+        a.count, a.lat_seconds, a.conns = 2_000, 2, 200
     only = set(a.only.split(","))
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        mqttload = a.mqttload or str(build_mqttload(Path(a.bench_src), tmp))
+        mqttload = a.mqttload or (str(build_mqttload(Path(a.bench_src), tmp)) if a.bench_src else None)
+        if mqttload is None:
+            print(f"no mqttload (--mqttload, --bench-src or {ENV_C_TOOL}): mqtt bench's figures alone, no ratios")
         for rep in range(a.reps):
             for qos in (0, 1):
                 if f"fanin{qos}" not in only:
                     continue
                 broker, port = start_broker(tmp)
                 try:
-                    c = run_json([mqttload, "thru", "--port", str(port), "--fanin", "--pubs", "1", "--subs", "1",
-                                  "--qos", str(qos), "--size", "64", "--count", str(a.count)])  # fmt: skip
+                    thru = ["thru", "--fanin", "--pubs", "1", "--subs", "1", "--qos", str(qos), "--size", "64"]
+                    c = run_json([mqttload, *thru, "--port", str(port), "--count", str(a.count)]) if mqttload else {}
                     o = ours(port, tmp, "pubsub", "-c", "1", "--subs", "1", "-q", str(qos), "-s", "64", "-I", "0",
                              "-L", str(a.count), "--workers", "2")  # fmt: skip
                 finally:
@@ -161,15 +168,15 @@ def main() -> None:
                                                          "delivered_per_s")},
                      "ours": {k: o.get(k) for k in ("sent", "delivered", "lost", "published_per_s", "delivered_per_s",
                                                     "p50_us", "p99_us")},
-                     "ratio_published": round(o["published_per_s"] / c["published_per_s"], 3),
-                     "ratio_delivered": round(o["delivered_per_s"] / c["delivered_per_s"], 3)}  # fmt: skip
+                     "ratio_published": ratio(o, c, "published_per_s"),
+                     "ratio_delivered": ratio(o, c, "delivered_per_s")}  # fmt: skip
                 print(json.dumps(r), flush=True)
                 results.append(r)
             if "lat" in only:
                 broker, port = start_broker(tmp)
                 try:
                     c = run_json([mqttload, "lat", "--port", str(port), "--rate", "1000", "--seconds",
-                                  str(a.lat_seconds), "--qos", "1", "--size", "64"])  # fmt: skip
+                                  str(a.lat_seconds), "--qos", "1", "--size", "64"]) if mqttload else {}  # fmt: skip
                     o = ours(port, tmp, "pubsub", "-c", "1", "--subs", "1", "-q", "1", "-s", "64", "--rate", "1000",
                              "--duration", str(a.lat_seconds), "--workers", "2")  # fmt: skip
                 finally:
@@ -179,8 +186,8 @@ def main() -> None:
                      "mqttload": {k: c.get(k) for k in ("sent", "received", "p50_us", "p90_us", "p99_us", "max_us")},
                      "ours": {k: o.get(k) for k in ("sent", "delivered", "lost", "p50_us", "p90_us", "p99_us",
                                                     "max_us")},
-                     "ratio_p50": round(o["p50_us"] / c["p50_us"], 3),
-                     "ratio_p99": round(o["p99_us"] / c["p99_us"], 3)}  # fmt: skip
+                     "ratio_p50": ratio(o, c, "p50_us"),
+                     "ratio_p99": ratio(o, c, "p99_us")}  # fmt: skip
                 print(json.dumps(r), flush=True)
                 results.append(r)
             if "conn" in only:

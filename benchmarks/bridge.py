@@ -4,7 +4,7 @@
                                           [--modes flood,backlog,embedded] [--protocol 311|5] [--profile-ours DIR]
 
 Each measurement starts two fresh Debian mosquittos on 127.0.0.1 (free ports, their own config files in a
-temporary directory; ../shared/bench/mosquitto.conf: no queue or inflight caps, persistence off):
+temporary directory; benchmarks/_loadgen.py's settings: no queue or inflight caps, persistence off):
 
 * "mosquitto": the first (local) broker's config has a `connection` section bridging to the second (remote)
   with `topic bench/# out QOS`, `cleansession false` (a persistent bridge, like ours), otherwise mosquitto's
@@ -71,9 +71,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _loadgen import MOSQUITTO, MOSQUITTO_SETTINGS
+from _results import results_dir
+
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT.parent / "shared" / "bench"
-MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 HOST = "127.0.0.1"
 EXTRA_OURS: list[str] = ["--quiet", *os.environ.get("BRIDGE_BENCH_ARGS", "").split()]
 TARGETS = {0: 0.5, 1: 1.0}  # ours / mosquitto, issue #6
@@ -104,10 +105,7 @@ MAX_INFLIGHT: int | None = None  # --max-inflight: the brokers' max_inflight_mes
 
 
 def base_conf() -> str:
-    text = (BENCH / "mosquitto.conf").read_text() if (BENCH / "mosquitto.conf").exists() else ""
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("listener")]
-    if not lines:
-        lines = ["allow_anonymous true", "max_queued_messages 0", "max_inflight_messages 0", "persistence false"]
+    lines = MOSQUITTO_SETTINGS.splitlines()
     if MAX_INFLIGHT is not None:
         lines = [ln for ln in lines if not ln.startswith("max_inflight_messages")]
         lines.append(f"max_inflight_messages {MAX_INFLIGHT}")
@@ -250,7 +248,7 @@ def run_one(
             if kind == "yardstick":
                 cmd = [
                     sys.executable,
-                    str(ROOT / "benchmarks" / "relay_yardstick.py"),
+                    str(ROOT / "benchmarks" / "_relay_yardstick.py"),
                     str(lport),
                     str(rport),
                     str(qos),
@@ -445,11 +443,14 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument(
         "--yardstick", action="store_true",
-        help="also run benchmarks/relay_yardstick.py, the least a bridge can do (3.1.1, QoS 0/1), as a third bridge",
+        help="also run benchmarks/_relay_yardstick.py, the least a bridge can do (3.1.1, QoS 0/1), as a third bridge",
     )  # fmt: skip
     parser.add_argument("--profile-ours", type=Path, default=None)
     parser.add_argument("--no-save", action="store_true", help="do not write to benchmarks/results")
+    parser.add_argument("--quick", action="store_true", help="one rep of 2,000 messages at QoS 1, 1 s idle")
     args = parser.parse_args()
+    if args.quick:
+        args.reps, args.count, args.qos, args.idle = 1, 2_000, "1", 1.0
     global MAX_INFLIGHT, PROTOCOL, BRIDGE_CONF_SHOWN
     MAX_INFLIGHT = args.max_inflight
     PROTOCOL = args.protocol
@@ -469,7 +470,7 @@ def main() -> int:
     tests = [(mode, qos) for mode in modes for qos in qoses if mode != "backlog" or qos > 0]
     rows: list[dict[str, Any]] = []
     day = time.strftime("%Y-%m-%d")
-    raw_out = ROOT / "benchmarks" / "results" / f"bridge-{day}.jsonl"
+    raw_out = results_dir() / f"bridge-{day}.jsonl"
     version = code_version()
     python = interpreter()
     for rep in range(args.reps):
@@ -551,7 +552,7 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     if not args.no_save:
-        with (ROOT / "benchmarks" / "results" / f"bridge-{day}.txt").open("a") as f:
+        with (results_dir() / f"bridge-{day}.txt").open("a") as f:
             f.write(text + "\n\n")
         print(f"raw results: {raw_out}")
     return 0

@@ -95,7 +95,10 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--events", action="store_true", help="also run with events instead of callbacks, interleaved")
+    parser.add_argument("--quick", action="store_true", help="2,000 messages, one rep (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.count, args.reps = 2_000, 1
     runs: list[float] = []
     event_runs: list[float] = []
     for _ in range(args.reps):

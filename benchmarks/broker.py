@@ -1,14 +1,14 @@
-"""Our broker against Debian's mosquitto, in the same run, with the neutral C load generator of ../shared/bench.
+"""Our broker against Debian's mosquitto, in the same run, under the same load.
 
     .venv/bin/python benchmarks/broker.py [--reps 3] [--count 200000] [--conns 10000] [--only fanin,fanout,lat,conns]
     .venv/bin/python benchmarks/broker.py --builds [same options]
     .venv/bin/python benchmarks/broker.py --acl [--reps 3] [--count 100000]
     .venv/bin/python benchmarks/broker.py --metrics [--reps 5] [--count 200000]
+    .venv/bin/python benchmarks/broker.py --quick          # every test once, briefly (make bench-quick)
 
-From a git worktree, set MQTT_BENCH_DIR=/path/to/shared/bench (the default is ../shared/bench beside the tree).
-
-Both brokers run pinned to CPU 0 (mosquitto with ../shared/bench/mosquitto.conf, our `mqtt serve` with the same
-limits: --max-queued-messages 0 --max-inflight 0), the generator on CPU 1; `matrix.sh` interleaves the runs so
+The load is `mqtt bench`, or the C generator mqttload when MQTTLOAD_DIR names its source (benchmarks/_loadgen.py).
+Both brokers run pinned to CPU 0 (mosquitto with _loadgen.MOSQUITTO_SETTINGS, our `mqtt serve` with the same
+limits: --max-queued-messages 0 --max-inflight 0), the generator on CPU 1; _loadgen.matrix interleaves the runs so
 every broker sees the same machine. Prints, for each test of --only (fan-in and fan-out at QoS 0/1/2, 64 B and
 1 KiB; p99 latency at 1,000 msg/s; kB per idle connection), the medians and our figure as a ratio of mosquitto's
 with issue #20's goal (marked * when met), the most messages any run lost (the goal is 0), and each broker's CPU
@@ -25,7 +25,7 @@ issue's target is a ratio of at least 0.98.
 --acl: fan-in (1 publisher to 1 subscriber on bench/#) and fan-out (1 publisher to 10 subscribers), QoS 1, 64 B,
 each broker with an ACL of 1,000 `pattern` lines (999 that match nothing the load generator publishes, and
 `pattern readwrite bench/#` last, so every check goes through them all in mosquitto's list) and the same broker
-without one: four brokers, runs interleaved, mqttload driven directly (not matrix.sh, which runs every QoS).
+without one: four brokers, runs interleaved (not the whole matrix, which runs every QoS).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -43,9 +42,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from _loadgen import MOSQUITTO, MOSQUITTO_SETTINGS, LoadGen, matrix, mosquitto_conf, pin
+from _results import results_dir
+
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = Path(os.environ.get("MQTT_BENCH_DIR", ROOT.parent / "shared" / "bench"))  # set it from a git worktree
-MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 
 # Issue #20's goals: (test key) -> (unit, goal ratio ours/mosquitto, higher is better). Every fan-in and fan-out
 # row at least mosquitto's rate (fan-out QoS 0 1.5x), p99 latency at 1,000 msg/s QoS 1 at most 1.5x; idle
@@ -95,8 +95,8 @@ ACL_PATTERNS = 1000
 
 
 def acl_file(path: Path) -> Path:
-    """1,000 pattern lines binding the client id, the one granting what mqttload publishes last."""
-    # mqttload sends no user name, and patterns with %u do not apply to such clients: %c only.
+    """1,000 pattern lines binding the client id, the one granting what the load generator publishes last."""
+    # The load generators send no user name, and patterns with %u do not apply to such clients: %c only.
     lines = [f"pattern {('readwrite', 'read', 'write')[i % 3]} tenants/%c/device{i}/#" for i in range(999)]
     lines.append("pattern readwrite bench/#")
     assert len(lines) == ACL_PATTERNS
@@ -104,12 +104,12 @@ def acl_file(path: Path) -> Path:
     return path
 
 
-def acl_mode(args: argparse.Namespace, work: Path) -> int:
+def acl_mode(args: argparse.Namespace, work: Path, load: LoadGen) -> int:
     """Ours and mosquitto, each with and without the ACL; prints medians and the cost of the ACL for each."""
     import socket
 
     acl = acl_file(work / "acl")
-    base = (BENCH / "mosquitto.conf").read_text()
+    base = MOSQUITTO_SETTINGS
     if os.geteuid() == 0:
         base += "user root\n"  # else mosquitto becomes user mosquitto, who cannot read the ACL in our directory
     targets = {}
@@ -118,15 +118,11 @@ def acl_mode(args: argparse.Namespace, work: Path) -> int:
     ]:  # fmt: skip
         if label.startswith("mosquitto"):
             conf = work / f"{label}.conf"
-            conf.write_text(
-                base.replace("listener 1883", f"listener {port}") + (f"acl_file {acl}\n" if with_acl else "")
-            )
-            cmd = ["taskset", "-c", "0", MOSQUITTO, "-c", str(conf)]
+            conf.write_text(f"listener {port} 127.0.0.1\n{base}" + (f"acl_file {acl}\n" if with_acl else ""))
+            cmd = [*pin(0), MOSQUITTO, "-c", str(conf)]
         else:
             cmd = [
-                "taskset",
-                "-c",
-                "0",
+                *pin(0),
                 sys.executable,
                 "-m",
                 "mqtt_cli",
@@ -157,21 +153,15 @@ def acl_mode(args: argparse.Namespace, work: Path) -> int:
                     if time.monotonic() > deadline or procs[label].poll() is not None:
                         raise SystemExit(f"benchmarks/broker.py: {label} did not start") from None
                     time.sleep(0.1)
-        loads = {
-            "fanin": ["--fanin", "--pubs", "1", "--subs", "1"],
-            "fanout": ["--fanout", "--pubs", "1", "--subs", "10"],
-        }
+        loads = {"fanin": 1, "fanout": 10}  # subscribers of the one publisher
         labels = list(targets)
         for rep_no in range(args.reps):
-            for test, shape in loads.items():
+            for test, subs in loads.items():
                 for k in range(len(labels)):
-                    label = labels[(k + rep_no) % len(labels)]  # the order rotates each rep, as matrix.sh does
+                    label = labels[(k + rep_no) % len(labels)]  # the order rotates each rep, as matrix() does
                     port = targets[label][0]
-                    cmd = ["taskset", "-c", "1", str(work / "bench" / "mqttload"), "thru", *shape, "--qos", "1",
-                           "--size", "64", "--count", str(args.count), "--timeout", "300", "--port", str(port),
-                           "--broker-pid", str(procs[label].pid)]  # fmt: skip
-                    out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
-                    row = json.loads(out.splitlines()[-1]) if out else {"error": "no output"}
+                    row = load.thru(port, pattern=test, pubs=1, subs=subs, qos=1, size=64, count=args.count,
+                                    broker_pid=procs[label].pid)  # fmt: skip
                     row.update(
                         label=label, rep=rep_no + 1, test=test, acl_patterns=ACL_PATTERNS if "acl" in label else 0
                     )
@@ -203,8 +193,7 @@ def stop_brokers(procs: dict[str, subprocess.Popen[bytes]]) -> None:
 
 def save_rows(name: str, rows: list[dict[str, object]]) -> Path:
     """Appends the raw rows to benchmarks/results/NAME-DATE.jsonl (kept with the figures they gave)."""
-    out_path = ROOT / "benchmarks" / "results" / f"{name}-{time.strftime('%Y-%m-%d')}.jsonl"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path = results_dir() / f"{name}-{time.strftime('%Y-%m-%d')}.jsonl"
     with out_path.open("a") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
@@ -226,14 +215,14 @@ def start_broker(label: str, port: int, cmd: list[str], env: dict[str, str] | No
             time.sleep(0.1)
 
 
-def metrics_mode(args: argparse.Namespace, work: Path) -> int:
+def metrics_mode(args: argparse.Namespace, load: LoadGen) -> int:
     """Fan-in QoS 0 with the metrics endpoint on (scraped every second) and off; prints medians and the ratio."""
     import threading
     import urllib.request
 
     metrics_port = 18876
     serve = [
-        "taskset", "-c", "0", sys.executable, "-m", "mqtt_cli", "serve", "--max-queued-messages", "0",
+        *pin(0), sys.executable, "-m", "mqtt_cli", "serve", "--max-queued-messages", "0",
         "--max-inflight", "0", "--sys-interval", "0",
     ]  # fmt: skip
     targets = {
@@ -263,11 +252,8 @@ def metrics_mode(args: argparse.Namespace, work: Path) -> int:
             for k in range(len(labels)):
                 label = labels[(k + rep_no) % len(labels)]
                 port = targets[label][0]
-                cmd = ["taskset", "-c", "1", str(work / "bench" / "mqttload"), "thru", "--fanin", "--pubs", "1",
-                       "--subs", "1", "--qos", "0", "--size", "64", "--count", str(args.count), "--timeout", "300",
-                       "--port", str(port), "--broker-pid", str(procs[label].pid)]  # fmt: skip
-                out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
-                row = json.loads(out.splitlines()[-1]) if out else {"error": "no output"}
+                row = load.thru(port, pattern="fanin", pubs=1, subs=1, qos=0, size=64, count=args.count,
+                                broker_pid=procs[label].pid)  # fmt: skip
                 row.update(label=label, rep=rep_no + 1, test="fanin-qos0-metrics")
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr)
@@ -283,51 +269,53 @@ def metrics_mode(args: argparse.Namespace, work: Path) -> int:
     return 0
 
 
-def builds_mode(args: argparse.Namespace, work: Path) -> int:
+def builds_mode(args: argparse.Namespace, work: Path, load: LoadGen) -> int:
     """The whole matrix (--only) for mosquitto and our broker twice, pure Python (MQTT_CLI_PURE=1) and compiled
-    (make install's mypyc build), interleaved by matrix.sh; prints each build against mosquitto."""
+    (make install's mypyc build), interleaved; prints each build against mosquitto."""
     sys.path.insert(0, str(ROOT))
     from mqtt_cli import buildmode
 
     if not Path(buildmode.STAMP).exists():
         print("benchmarks/broker.py --builds: no compiled build (make install with a C compiler)", file=sys.stderr)
         return 2
-    # `env` picks the build: the compiled one only runs when MQTT_CLI_PURE is not set at all.
+    # The environment picks the build: the compiled one only runs when MQTT_CLI_PURE is not set at all.
+    plain = {k: v for k, v in LoadGen.env().items() if k != buildmode.ENV_PURE}
     targets = {
         "mosquitto": (18877, mosquitto_command(work, 18877)),
-        "pure": (18878, f"env {buildmode.ENV_PURE}=1 {serve_command(18878)}"),
-        "compiled": (18879, f"env -u {buildmode.ENV_PURE} {serve_command(18879)}"),
+        "pure": (18878, serve_command(18878)),
+        "compiled": (18879, serve_command(18879)),
     }
-    return matrix_mode(args, work, targets, "broker-builds")
+    env = {"pure": {**plain, buildmode.ENV_PURE: "1"}, "compiled": plain}
+    return matrix_mode(args, work, load, targets, "broker-builds", env)
 
 
-def mosquitto_command(work: Path, port: int) -> str:
+def mosquitto_command(work: Path, port: int) -> list[str]:
     conf = work / f"mosquitto-{port}.conf"
-    conf.write_text((BENCH / "mosquitto.conf").read_text().replace("listener 1883", f"listener {port}"))
-    return f"taskset -c 0 {MOSQUITTO} -c {conf}"
+    conf.write_text(mosquitto_conf(port))
+    return [*pin(0), MOSQUITTO, "-c", str(conf)]
 
 
-def serve_command(port: int) -> str:
-    """Our broker with mosquitto.conf's limits, the tree this script is in first on the path (a worktree's)."""
-    return (
-        f"env PYTHONPATH={ROOT} taskset -c 0 {sys.executable} -m mqtt_cli serve --port {port} "
-        "--max-queued-messages 0 --max-inflight 0 --sys-interval 0"
-    )
+def serve_command(port: int) -> list[str]:
+    """Our broker with mosquitto's limits (start it with LoadGen.env(): this checkout first on the path)."""
+    return [*pin(0), sys.executable, "-m", "mqtt_cli", "serve", "--port", str(port), "--max-queued-messages", "0",
+            "--max-inflight", "0", "--sys-interval", "0"]  # fmt: skip
 
 
-def matrix_mode(args: argparse.Namespace, work: Path, targets: dict[str, tuple[int, str]], name: str) -> int:
-    """Runs matrix.sh on `targets` (label -> port, command; mosquitto first) and prints the table of goals."""
-    raw = work / "results.jsonl"
-    cmd = ["bash", str(work / "bench" / "matrix.sh")]
-    for label, (port, command) in targets.items():
-        cmd += ["--target", f"{label}:{port}:{command}"]
-    cmd += ["--reps", str(args.reps), "--only", args.only, "--count", str(args.count), "--conns", str(args.conns),
-            "--out", str(raw)]  # fmt: skip
-    subprocess.run(cmd, check=False, cwd=ROOT, stdout=subprocess.DEVNULL)
-    rows = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()] if raw.exists() else []
+def matrix_mode(
+    args: argparse.Namespace,
+    work: Path,
+    load: LoadGen,
+    targets: dict[str, tuple[int, list[str]]],
+    name: str,
+    env: dict[str, dict[str, str]] | None = None,
+) -> int:
+    """Runs the matrix on `targets` (label -> port, command; mosquitto first) and prints the table of goals."""
+    rows = matrix(load, targets, reps=args.reps, only=args.only.split(","), count=args.count, conns=args.conns,
+                  out=work / "results.jsonl", lat_seconds=args.lat_seconds,
+                  env=env or {label: LoadGen.env() for label in targets})  # fmt: skip
     out_path = save_rows(name, rows)
     print_goals(rows, list(targets))
-    print(f"load average {os.getloadavg()[0]:.2f} at the end; raw results: {out_path}")
+    print(f"load: {load.name}; load average {os.getloadavg()[0]:.2f} at the end; raw results: {out_path}")
     return 0
 
 
@@ -399,24 +387,24 @@ def main() -> int:
     parser.add_argument("--acl", action="store_true", help="QoS 1 fan-in/fan-out with 1,000 ACL patterns vs none")
     parser.add_argument("--metrics", action="store_true", help="fan-in QoS 0 with the metrics endpoint scraped vs off")
     parser.add_argument("--builds", action="store_true", help="the matrix for mosquitto, our pure and compiled builds")
+    parser.add_argument("--lat-seconds", type=float, default=10, help="seconds of each latency run")
+    parser.add_argument("--quick", action="store_true", help="every test once, briefly (reps 1, 2,000 messages)")
     args = parser.parse_args()
+    if args.quick:
+        args.reps, args.count, args.conns, args.lat_seconds = 1, 2_000, 200, 2
     unknown = set(args.only.split(",")) - {"fanin", "fanout", "lat", "conns"}
     if unknown:
         parser.error(f"--only: unknown test {sorted(unknown)[0]!r} (fanin, fanout, lat, conns)")
-    if not (BENCH / "matrix.sh").exists():
-        print(f"benchmarks/broker.py: {BENCH} is missing (the shared load generator)", file=sys.stderr)
-        return 2
     work = Path(tempfile.mkdtemp(prefix="mqtt-bench-"))
-    shutil.copytree(BENCH, work / "bench")
-    subprocess.run(["make", "-s", "-C", str(work / "bench"), "mqttload"], check=True)
+    load = LoadGen(work)
     if args.acl:
-        return acl_mode(args, work)
+        return acl_mode(args, work, load)
     if args.metrics:
-        return metrics_mode(args, work)
+        return metrics_mode(args, load)
     if args.builds:
-        return builds_mode(args, work)
+        return builds_mode(args, work, load)
     targets = {"mosquitto": (18860, mosquitto_command(work, 18860)), "ours": (18861, serve_command(18861))}
-    return matrix_mode(args, work, targets, "broker")
+    return matrix_mode(args, work, load, targets, "broker")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _results import results_dir  # noqa: E402
+
 from tests.brokers import start_mosquitto  # noqa: E402
 
 MQTT = str(Path(sys.executable).parent / "mqtt")
@@ -90,7 +92,10 @@ def main() -> int:
     parser.add_argument("--lines", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--oneshot-runs", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="2,000 lines, one run, 3 one-shot runs (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.lines, args.runs, args.oneshot_runs = 2_000, 1, 3
     n = args.lines
     compileall.compile_dir(ROOT / "mqtt_cli", quiet=1)
     data = b"".join(b"%d\n" % i for i in range(n))
@@ -148,9 +153,9 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     print()
     print(text)
-    out = ROOT / "benchmarks" / "results" / "clients.txt"
+    out = results_dir() / "clients.txt"
     out.write_text(text)
-    print(f"wrote {out.relative_to(ROOT)}")
+    print(f"wrote {out}")
     return 0
 
 

@@ -158,7 +158,10 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help=f"exit 1 if below {TARGET:,}/s")
     parser.add_argument("--builds", action="store_true", help="pure Python against the compiled build")
     parser.add_argument("--rounds", type=int, default=3, help="--builds: processes of each build, alternating")
+    parser.add_argument("--quick", action="store_true", help="5,000 packets, one repeat (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.count, args.repeat, args.rounds = 5_000, 1, 1
     if args.builds:
         return builds(args.count, args.repeat, args.rounds)
     results = run(args.count, args.repeat)

@@ -175,7 +175,10 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each tool (best kept)")
     parser.add_argument("--baseline", type=Path, help="another checkout of mqtt-cli to run beside this one")
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="5,000 packets, no large capture, one run")
     args = parser.parse_args()
+    if args.quick:
+        args.packets, args.tshark_packets, args.big_mb, args.repeat = 5_000, 1_000, 0, 1
 
     with tempfile.TemporaryDirectory(prefix="mqtt-dump-bench-") as tmp:
         small = Path(tmp) / "small.pcap"

@@ -2,15 +2,16 @@
 
     .venv/bin/python benchmarks/idle_memory.py [--reps 3] [--conns 5000]
     .venv/bin/python benchmarks/idle_memory.py --breakdown [--conns 1000] [--pure]
+    .venv/bin/python benchmarks/idle_memory.py --quick          # one rep of 200 connections (make bench-quick)
 
-Default: ../shared/bench's matrix.sh `conns` test (N clean-session MQTT 3.1.1 clients, keep alive 60, connected by
-mqttload on CPU 1 and held silent), each broker started fresh on CPU 0: mosquitto (../shared/bench/mosquitto.conf),
-`mqtt serve` with MQTT_CLI_PURE=1 and `mqtt serve` compiled (make install's mypyc build), rotating order. Prints the
-median of (VmRSS while held - VmRSS before) / connections for each, in kB; the issue's goal is 5 kB. RSS is the
-process's user memory (kernel socket buffers are not in it).
+Default: benchmarks/_loadgen.py's matrix, its `conns` test (N clean-session clients, keep alive 60, connected by
+the load generator on CPU 1 and held silent), each broker started fresh on CPU 0: mosquitto (_loadgen's
+settings), `mqtt serve` with MQTT_CLI_PURE=1 and `mqtt serve` compiled (make install's mypyc build, when there),
+rotating order. Prints the median of (VmRSS while held - VmRSS before) / connections for each, in kB; the
+issue's goal is 5 kB. RSS is the process's user memory (kernel socket buffers are not in it).
 
---breakdown: our broker in this process (trio, tracemalloc on) with mqttload's N idle clients; prints the Python
-bytes allocated and still held per connection, by source line, largest first, and the RSS growth beside it (with
+--breakdown: our broker in this process (trio, tracemalloc on) with the load generator's N idle clients; prints the
+Python bytes allocated and still held per connection, by source line, largest first, and the RSS growth beside it (with
 tracemalloc's own overhead in it: the tracemalloc figure is the one to compare with the default mode's).
 """
 
@@ -18,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,35 +28,30 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from broker import BENCH, MOSQUITTO, ROOT, kb_per_conn, save_rows
+from _loadgen import LoadGen, matrix
+from broker import ROOT, kb_per_conn, mosquitto_command, save_rows, serve_command
 
 GOAL_KB = 5.0
 
 
-def matrix_mode(args: argparse.Namespace, work: Path) -> int:
+def matrix_mode(args: argparse.Namespace, work: Path, load: LoadGen) -> int:
     sys.path.insert(0, str(ROOT))
     from mqtt_cli import buildmode
 
-    if not Path(buildmode.STAMP).exists():
-        print("benchmarks/idle_memory.py: no compiled build (make install with a C compiler)", file=sys.stderr)
-        return 2
-    conf = work / "mosquitto.conf"
-    conf.write_text((BENCH / "mosquitto.conf").read_text().replace("listener 1883", "listener 18880"))
-    serve = f"taskset -c 0 {sys.executable} -m mqtt_cli serve --max-queued-messages 0 --max-inflight 0 --sys-interval 0"
-    raw = work / "results.jsonl"
-    cmd = [
-        "bash", str(work / "bench" / "matrix.sh"),
-        "--target", f"mosquitto:18880:taskset -c 0 {MOSQUITTO} -c {conf}",
-        "--target", f"pure:18881:env {buildmode.ENV_PURE}=1 {serve} --port 18881",
-        "--target", f"compiled:18882:env -u {buildmode.ENV_PURE} {serve} --port 18882",
-        "--reps", str(args.reps), "--only", "conns", "--conns", str(args.conns), "--out", str(raw),
-    ]  # fmt: skip
-    subprocess.run(cmd, check=False, cwd=ROOT, stdout=subprocess.DEVNULL)
-    rows = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()]
+    plain = {k: v for k, v in LoadGen.env().items() if k != buildmode.ENV_PURE}
+    targets = {"mosquitto": (18880, mosquitto_command(work, 18880)), "pure": (18881, serve_command(18881))}
+    env = {"mosquitto": plain, "pure": {**plain, buildmode.ENV_PURE: "1"}}
+    if Path(buildmode.STAMP).exists():
+        targets["compiled"] = (18882, serve_command(18882))
+        env["compiled"] = plain
+    else:
+        print("benchmarks/idle_memory.py: no compiled build (make install with a C compiler): pure Python only")
+    rows = matrix(load, targets, reps=args.reps, only=["conns"], count=0, conns=args.conns,
+                  out=work / "results.jsonl", env=env)  # fmt: skip
     out = save_rows("idle-memory", rows)
-    print(f"{args.conns:,} idle connections{'kB each':>12}{'x mosquitto':>13}{'goal':>9}")
+    print(f"{args.conns:,} idle connections ({load.name}){'kB each':>12}{'x mosquitto':>13}{'goal':>9}")
     mosq = kb_per_conn([r for r in rows if r["label"] == "mosquitto"])
-    for label in ("mosquitto", "pure", "compiled"):
+    for label in targets:
         kb = kb_per_conn([r for r in rows if r["label"] == label])
         goal = "" if label == "mosquitto" else f"<={GOAL_KB:g} kB"
         print(f"{label:<24}{kb:>12.2f}{kb / mosq:>13.1f}{goal:>9}")
@@ -66,7 +60,7 @@ def matrix_mode(args: argparse.Namespace, work: Path) -> int:
     return 0
 
 
-def breakdown_mode(args: argparse.Namespace, work: Path) -> int:
+def breakdown_mode(args: argparse.Namespace, load: LoadGen) -> int:
     if args.pure:
         os.environ["MQTT_CLI_PURE"] = "1"  # before mqtt_cli is imported
     sys.path.insert(0, str(ROOT))
@@ -76,7 +70,6 @@ def breakdown_mode(args: argparse.Namespace, work: Path) -> int:
     from mqtt_cli.core.broker import BrokerConfig
     from mqtt_cli.net.server import BrokerServer, Listener, Scheme, ServeOptions
 
-    mqttload = str(work / "bench" / "mqttload")
     n = args.conns
 
     def rss_kb() -> int:
@@ -84,9 +77,9 @@ def breakdown_mode(args: argparse.Namespace, work: Path) -> int:
             return next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
 
     async def hold(server: BrokerServer, port: int, count: int, seconds: float) -> trio.Process:
+        argv, _ = load.conns_command(port, count=count, hold=seconds)
         proc = await trio.lowlevel.open_process(
-            [mqttload, "conns", "--count", str(count), "--hold", str(seconds), "--port", str(port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=LoadGen.env()
         )  # fmt: skip
         while sum(1 for c in server.core.connections if c.connected) < count:
             await trio.sleep(0.05)
@@ -135,16 +128,15 @@ def main() -> int:
     parser.add_argument("--conns", type=int, default=None, help="connections held (5,000; --breakdown: 1,000)")
     parser.add_argument("--breakdown", action="store_true", help="in-process tracemalloc figures by source line")
     parser.add_argument("--pure", action="store_true", help="--breakdown: the pure-Python build")
+    parser.add_argument("--quick", action="store_true", help="one rep of 200 connections")
     args = parser.parse_args()
+    if args.quick:
+        args.reps, args.conns = 1, args.conns or 200
     if args.conns is None:
         args.conns = 1000 if args.breakdown else 5000
-    if not (BENCH / "matrix.sh").exists():
-        print(f"benchmarks/idle_memory.py: {BENCH} is missing (the shared load generator)", file=sys.stderr)
-        return 2
     work = Path(tempfile.mkdtemp(prefix="mqtt-bench-"))
-    shutil.copytree(BENCH, work / "bench")
-    subprocess.run(["make", "-s", "-C", str(work / "bench"), "mqttload"], check=True)
-    return breakdown_mode(args, work) if args.breakdown else matrix_mode(args, work)
+    load = LoadGen(work)
+    return breakdown_mode(args, load) if args.breakdown else matrix_mode(args, work, load)
 
 
 if __name__ == "__main__":

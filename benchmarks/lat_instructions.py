@@ -1,16 +1,18 @@
 """Instructions per message of the broker at a low rate (issue #20's latency goal), counted by valgrind's callgrind.
 
     .venv/bin/python benchmarks/lat_instructions.py [--messages 200] [--qos 0,1] [--floor]
+    .venv/bin/python benchmarks/lat_instructions.py --quick     # 20 messages at QoS 1 (make bench-quick)
 
-From a git worktree, set MQTT_BENCH_DIR=/path/to/shared/bench (the default is ../shared/bench beside the tree).
-Needs valgrind (callgrind_control, callgrind_annotate). MQTT_CLI_PURE=1 counts the pure-Python build.
+Needs valgrind (callgrind_control, callgrind_annotate; `make install` as root installs it). MQTT_CLI_PURE=1
+counts the pure-Python build. The load is benchmarks/_loadgen.py's (`mqtt bench`, or mqttload with MQTTLOAD_DIR).
 
 At 1,000 messages a second each message is alone, so it costs whole wake-ups of the broker (the PUBLISH read,
 and at QoS 1 the subscriber's PUBACK read), and p99 latency follows what runs between the wake-up and the
 delivery's send() with cold caches. Timing that on a shared machine is noise; the user-space instructions a
 message costs are not. This runs `mqtt serve` under callgrind with instrumentation off, warms it with one
-second of `mqttload lat`, then counts --messages messages at 10 a second and prints instructions per message for
-each --qos, less what the idle broker ran (its timers) in as long a time, counted just before. Valgrind slows the
+second of latency load (one publisher, one subscriber), then counts --messages messages at 10 a second and prints
+instructions per message for each --qos, less what the idle broker ran (its timers) in as long a time, counted
+just before. Valgrind slows the
 broker about 50x, more on a loaded machine: a message that waits for the one before shares its wake-ups and
 costs less, so a run where more than 1% of the messages took longer than the interval says so (too low).
 
@@ -22,7 +24,6 @@ the difference between two run lengths (start-up cancels out).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -34,8 +35,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _loadgen import LoadGen
+
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = Path(os.environ.get("MQTT_BENCH_DIR", ROOT.parent / "shared" / "bench"))
 RATE = 10  # messages a second under valgrind (about 50x slower): each one alone, as at 1,000/s without it
 
 # The trio floor: N round trips between two tasks over a socket pair (argv[1]: N).
@@ -92,8 +96,8 @@ def free_port() -> int:
         return port
 
 
-def broker_per_message(work: Path, qos: int, messages: int) -> tuple[float, dict[str, object]]:
-    """Instructions per message of `mqtt serve` under callgrind, and mqttload's JSON line."""
+def broker_per_message(load: LoadGen, work: Path, qos: int, messages: int) -> tuple[float, dict[str, object]]:
+    """Instructions per message of `mqtt serve` under callgrind, and the load generator's record."""
     port = free_port()
     out = work / f"callgrind-qos{qos}.out"
     cmd = [
@@ -105,9 +109,7 @@ def broker_per_message(work: Path, qos: int, messages: int) -> tuple[float, dict
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(port, proc, 300)
-        load = [str(work / "bench" / "mqttload"), "lat", "--rate", str(RATE), "--qos", str(qos), "--size", "64",
-                "--port", str(port)]  # fmt: skip
-        subprocess.run([*load, "--seconds", "1"], capture_output=True, check=False)  # warm-up, not counted
+        load.lat(port, rate=RATE, seconds=1, qos=qos, size=64)  # warm-up, not counted
         time.sleep(2)  # its connections' ends done before the idle count
 
         def counted(run: Callable[[], object]) -> tuple[int, float]:
@@ -126,17 +128,13 @@ def broker_per_message(work: Path, qos: int, messages: int) -> tuple[float, dict
         # as the load takes, and taken off, so that the figure is what the messages cost.
         seconds = messages / RATE
         idle, idle_took = counted(lambda: time.sleep(seconds))
-        done: list[subprocess.CompletedProcess[str]] = []
-        busy, took = counted(
-            lambda: done.append(
-                subprocess.run([*load, "--seconds", str(seconds)], capture_output=True, text=True, check=False)
-            )
-        )
+        done: list[dict[str, object]] = []
+        busy, took = counted(lambda: done.append(load.lat(port, rate=RATE, seconds=seconds, qos=qos, size=64)))
     finally:
         proc.terminate()
         proc.wait(120)
-    row: dict[str, object] = json.loads(done[0].stdout.strip().splitlines()[-1])
-    received = row.get("received")
+    row = done[0]
+    received = row.get("received", row.get("delivered"))  # (mqttload's name, mqtt bench's)
     if not isinstance(received, int) or not received or row.get("lost"):
         raise SystemExit(f"benchmarks/lat_instructions.py: the load did not complete: {row}")
     return (busy - idle * took / idle_took) / received, row
@@ -160,21 +158,21 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=200)
     parser.add_argument("--qos", default="0,1")
     parser.add_argument("--floor", action="store_true", help="also count trio's two wake-ups alone")
+    parser.add_argument("--quick", action="store_true", help="20 messages at QoS 1")
     args = parser.parse_args()
+    if args.quick:
+        args.messages, args.qos = 20, "1"
     for tool in ("valgrind", "callgrind_control", "callgrind_annotate"):
         if shutil.which(tool) is None:
             print(f"benchmarks/lat_instructions.py: {tool} is missing (install valgrind)", file=sys.stderr)
             return 2
-    if not (BENCH / "mqttload.c").exists():
-        print(f"benchmarks/lat_instructions.py: {BENCH} is missing (the shared load generator)", file=sys.stderr)
-        return 2
     work = Path(tempfile.mkdtemp(prefix="mqtt-lat-instr-"))
-    shutil.copytree(BENCH, work / "bench")
-    subprocess.run(["make", "-s", "-C", str(work / "bench"), "mqttload"], check=True)
+    load = LoadGen(work)
     build = "pure Python" if os.environ.get("MQTT_CLI_PURE") else "as built (mqtt --version)"
-    print(f"user-space instructions per message, {args.messages} messages at {RATE}/s under callgrind, {build}")
+    print(f"user-space instructions per message, {args.messages} messages at {RATE}/s under callgrind, {build}, "
+          f"load: {load.name}")  # fmt: skip
     for qos in (int(q) for q in args.qos.split(",")):
-        per_message, row = broker_per_message(work, qos, args.messages)
+        per_message, row = broker_per_message(load, work, qos, args.messages)
         p99 = row.get("p99_us")
         late = isinstance(p99, int | float) and p99 >= 1e6 / RATE
         print(f"  QoS {qos}: {per_message:,.0f}" + (f" (too low: p99 latency {p99:,.0f} us)" if late else ""))

@@ -94,7 +94,10 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--quick", action="store_true", help="one rep of 2,000 messages (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.reps, args.count = 1, 2_000
     pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
     with tempfile.TemporaryDirectory() as tmp:
         ready = Path(tmp) / "ready.json"

@@ -1,16 +1,17 @@
 """What the metrics endpoint costs the broker: fan-in QoS 0 with it on and scraped every second, against off.
 
     .venv/bin/python benchmarks/metrics_cost.py [--rounds 6] [--count 200000] [--scrapes 300]
+    .venv/bin/python benchmarks/metrics_cost.py --quick     # 1 round of 2,000 messages, 20 scrapes
 
 Two `mqtt serve` processes (the same limits as benchmarks/broker.py's, pinned to CPU 0), one with
---metrics-listen; the C load generator of ../shared/bench (CPU 1) runs fan-in, 1 publisher to 1 subscriber, QoS
+--metrics-listen; benchmarks/_loadgen.py's load generator (CPU 1) runs fan-in, 1 publisher to 1 subscriber, QoS
 0, 64 B. Three arms a round, their order rotating: "on" (a scraper thread of this process, CPU 1, GETs /metrics
 every second with Prometheus's Accept header), "on idle" (the same broker, not scraped: what separates the cost
 of scraping from the difference between two processes) and "off" (the other broker). The scraper is quiet
 outside "on" runs (both brokers share CPU 0, so scraping the idle one would slow the other).
 
 Printed, same run: the median delivered/s of each arm and their ratio (the issue's target: >= 0.98), the
-broker's CPU time per delivered message in each arm (from the generator's --broker-pid probe: steadier than the
+broker's CPU time per delivered message in each arm (read from /proc around each run: steadier than the
 rate on a loaded machine), and the CPU time of one scrape (--scrapes back-to-back GETs of the "on" broker once
 the rounds are done, CPU from /proc/PID/stat) as a share of the CPU the broker spends in a second of fan-in.
 Raw rows go to benchmarks/results/metrics-cost-DATE.jsonl.
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -32,7 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from broker import BENCH, median, save_rows, start_broker, stop_brokers
+from _loadgen import LoadGen, pin
+from broker import median, save_rows, start_broker, stop_brokers
 
 ACCEPT = {"Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"}
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -73,17 +74,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=6, help="on/off pairs (at least 6 for a median worth reading)")
     parser.add_argument("--count", type=int, default=200_000, help="messages per run")
     parser.add_argument("--scrapes", type=int, default=300, help="back-to-back scrapes timed for the cost of one")
+    parser.add_argument("--quick", action="store_true", help="1 round of 2,000 messages, 20 scrapes")
     args = parser.parse_args()
-    if not (BENCH / "mqttload.c").exists():
-        print(f"benchmarks/metrics_cost.py: {BENCH} is missing (the shared load generator)", file=sys.stderr)
-        return 2
+    if args.quick:
+        args.rounds, args.count, args.scrapes = 1, 2_000, 20
     work = Path(tempfile.mkdtemp(prefix="mqtt-metrics-cost-"))
-    shutil.copytree(BENCH, work / "bench")
-    subprocess.run(["make", "-s", "-C", str(work / "bench"), "mqttload"], check=True)
-    os.sched_setaffinity(0, {1})  # the scraper beside the generator, off the brokers' CPU
+    load = LoadGen(work)
+    if (os.cpu_count() or 1) > 1:
+        os.sched_setaffinity(0, {1})  # the scraper beside the generator, off the brokers' CPU
     metrics_port = 18886
     serve = [
-        "taskset", "-c", "0", sys.executable, "-m", "mqtt_cli", "serve", "--max-queued-messages", "0",
+        *pin(0), sys.executable, "-m", "mqtt_cli", "serve", "--max-queued-messages", "0",
         "--max-inflight", "0", "--sys-interval", "0",
     ]  # fmt: skip
     targets = {
@@ -98,7 +99,7 @@ def main() -> int:
     size = 0
     try:
         for label, (port, cmd) in targets.items():
-            procs[label] = start_broker(label, port, cmd)
+            procs[label] = start_broker(label, port, cmd, LoadGen.env())
         scraper.thread.start()
         arms = ["on", "on idle", "off"]
         for round_no in range(args.rounds):
@@ -108,12 +109,12 @@ def main() -> int:
                 port = targets[broker][0]
                 if label == "on":
                     scraper.active.set()
-                cmd = ["taskset", "-c", "1", str(work / "bench" / "mqttload"), "thru", "--fanin", "--pubs", "1",
-                       "--subs", "1", "--qos", "0", "--size", "64", "--count", str(args.count), "--timeout", "300",
-                       "--port", str(port), "--broker-pid", str(procs[broker].pid)]  # fmt: skip
-                out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
+                try:
+                    row = load.thru(port, pattern="fanin", pubs=1, subs=1, qos=0, size=64, count=args.count,
+                                    broker_pid=procs[broker].pid)  # fmt: skip
+                except RuntimeError as e:
+                    row = {"error": str(e)}
                 scraper.active.clear()
-                row = json.loads(out.splitlines()[-1]) if out else {"error": "no output"}
                 row.update(label=label, round=round_no + 1, test="fanin-qos0-metrics-cost")
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr)

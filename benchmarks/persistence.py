@@ -2,13 +2,15 @@
 
     .venv/bin/python benchmarks/persistence.py [--mode fanin,restart] [--reps 2] [--count 20000]
         [--queued 1000000] [--retained 100000] [--sessions 1000] [--size 64] [--restart-reps 2]
+    .venv/bin/python benchmarks/persistence.py --quick     # both modes, once, small (make bench-quick)
 
 fanin: 1 publisher to 1 subscriber, QoS 1 and QoS 2, 64 B, against three brokers started once and measured in
-turn (the order rotating each rep, as ../shared/bench/matrix.sh does): ours without persistence, ours with
+turn (the order rotating each rep, as benchmarks/_loadgen.py's matrix does): ours without persistence, ours with
 `--persistence FILE` (the default `synchronous = normal`), and Debian's mosquitto with `persistence true`
-(../shared/bench/mosquitto.conf plus a persistence location). Two loads, each driving all three brokers:
-- `clean`: the C generator ../shared/bench/mqttload (clean sessions). Nothing is stored (no persistent session,
-  no retained message): this measures the acknowledgements held back until a commit, for every QoS 1/2 message.
+(_loadgen's settings plus a persistence location). Two loads, each driving all three brokers:
+- `clean`: _loadgen's load generator (clean sessions; `mqtt bench`, or mqttload with MQTTLOAD_DIR). Nothing is
+  stored (no persistent session, no retained message): this measures the acknowledgements held back until a
+  commit, for every QoS 1/2 message.
 - `persistent`: `mqtt bench pubsub --no-clean -V 311` (new sessions each run): the subscriber's session is
   persistent. QoS 1: a message the (online) subscriber acknowledges within net/server.py's COMMIT_LINGER is never
   written (the publisher's PUBACK waits for that acknowledgement instead of a commit); one acknowledged later is
@@ -47,13 +49,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from broker import BENCH, MOSQUITTO, ROOT, median, start_broker
+from _loadgen import MOSQUITTO, LoadGen, mosquitto_conf, pin
+from _results import results_dir
+from broker import ROOT, median, start_broker
 
 PORTS = {"ours off": 18880, "ours on": 18881, "mosquitto persist": 18882}
 
 
 def serve_cmd(port: int, *extra: str) -> list[str]:
-    return ["taskset", "-c", "0", sys.executable, "-m", "mqtt_cli", "serve", "--port", str(port),
+    return [*pin(0), sys.executable, "-m", "mqtt_cli", "serve", "--port", str(port),
             "--max-queued-messages", "0", "--max-inflight", "0", "--sys-interval", "0", *extra]  # fmt: skip
 
 
@@ -75,16 +79,16 @@ def cpu_s(pid: int) -> float:
 
 def run_load(load: str, qos: int, port: int, pid: int, args: argparse.Namespace, work: Path, label: str) -> dict:
     if load == "clean":
-        cmd = ["taskset", "-c", "1", str(work / "bench" / "mqttload"), "thru", "--fanin", "--pubs", "1", "--subs",
-               "1", "--qos", str(qos), "--size", "64", "--count", str(args.count), "--timeout", "300",
-               "--port", str(port), "--broker-pid", str(pid)]  # fmt: skip
-        out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
-        return json.loads(out.splitlines()[-1]) if out else {"error": "no output"}
+        try:
+            return args.load.thru(port, pattern="fanin", pubs=1, subs=1, qos=qos, size=64, count=args.count,
+                                      broker_pid=pid)  # fmt: skip
+        except RuntimeError as e:
+            return {"error": str(e)}
     result = work / "bench.json"
     # New sessions and topics each run: a session coming back would find the previous run's state (ids in use, a
     # late PUBREL), and the previous runs' sessions, offline and kept, must not match (they would queue it all).
     run = f"{label.replace(' ', '-')}-q{qos}-{time.monotonic_ns()}"
-    cmd = ["taskset", "-c", "1", sys.executable, "-m", "mqtt_cli", "bench", "pubsub", "-h", "127.0.0.1",
+    cmd = [*pin(1), sys.executable, "-m", "mqtt_cli", "bench", "pubsub", "-h", "127.0.0.1",
            "-p", str(port), "-V", "311", "--no-clean", "--prefix", f"{run}-", "-t", f"pbench/{run}/%i",
            "-c", "1", "--subs", "1", "-q", str(qos), "-s", "64", "-L", str(args.count), "-I", "0",
            "--workers", "1", "--quiet", "--json", str(result)]  # fmt: skip
@@ -102,15 +106,14 @@ def fanin(args: argparse.Namespace, work: Path, rows: list[dict]) -> None:
     mdir = work / "mosquitto-db"
     mdir.mkdir()
     conf.write_text(
-        (BENCH / "mosquitto.conf").read_text()
-        .replace("listener 1883", f"listener {PORTS['mosquitto persist']}")
+        mosquitto_conf(PORTS["mosquitto persist"])
         .replace("persistence false", f"persistence true\npersistence_location {mdir}/")
         + ("user root\n" if os.geteuid() == 0 else "")
     )  # fmt: skip
     targets = {
         "ours off": serve_cmd(PORTS["ours off"]),
         "ours on": serve_cmd(PORTS["ours on"], "--persistence", str(work / "ours.db")),
-        "mosquitto persist": ["taskset", "-c", "0", MOSQUITTO, "-c", str(conf)],
+        "mosquitto persist": [*pin(0), MOSQUITTO, "-c", str(conf)],
     }
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
@@ -268,7 +271,11 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=1_000)
     parser.add_argument("--size", type=int, default=64, help="restart: payload bytes")
     parser.add_argument("--restart-reps", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="one rep of 1,000 messages; 10,000 queued, 1,000 retained")
     args = parser.parse_args()
+    if args.quick:
+        args.reps, args.count, args.restart_reps = 1, 1_000, 1
+        args.queued, args.retained, args.sessions = 10_000, 1_000, 100
     modes = set(args.mode.split(","))
     work = Path(tempfile.mkdtemp(prefix="mqtt-bench-persist-"))
     rows: list[dict] = []
@@ -278,17 +285,12 @@ def main() -> int:
     print(f"CPU: {cpu}; {os.cpu_count()} CPUs; load average at start: {os.getloadavg()[0]:.2f}")
     try:
         if "fanin" in modes:
-            if not (BENCH / "mqttload.c").exists():
-                print(f"benchmarks/persistence.py: {BENCH} is missing (the shared load generator)", file=sys.stderr)
-                return 2
-            shutil.copytree(BENCH, work / "bench")
-            subprocess.run(["make", "-s", "-C", str(work / "bench"), "mqttload"], check=True)
+            args.load = LoadGen(work)
             fanin(args, work, rows)
         if "restart" in modes:
             restart(args, work, rows)
     finally:
-        out = ROOT / "benchmarks" / "results" / f"persistence-{time.strftime('%Y-%m-%d')}.jsonl"
-        out.parent.mkdir(parents=True, exist_ok=True)
+        out = results_dir() / f"persistence-{time.strftime('%Y-%m-%d')}.jsonl"
         with out.open("a") as f:
             for row in rows:
                 f.write(json.dumps({**row, "cpu": cpu}) + "\n")

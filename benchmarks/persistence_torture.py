@@ -44,7 +44,10 @@ def main() -> int:
     parser.add_argument("--flood", default="0.2,1.0", help="seconds of flood before each kill: MIN,MAX")
     parser.add_argument("--synchronous", default="normal", choices=["normal", "full"], help="ours: [persistence]")
     parser.add_argument("--seed", type=int, default=18)
+    parser.add_argument("--quick", action="store_true", help="2 kills per broker (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.rounds = 2
     low, high = (float(x) for x in args.flood.split(","))
     print(f"CPU: {cpu_model()}; load average at start: {os.getloadavg()[0]:.2f}", flush=True)
     with tempfile.TemporaryDirectory(prefix="torture-") as tmp:

@@ -112,7 +112,10 @@ def main() -> int:
     parser.add_argument("--retained", type=int, default=100_000)
     parser.add_argument("--against", default="main")
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="2,000 retained, one rep, against HEAD (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.retained, args.reps, args.against = 2_000, 1, "HEAD"
     other = load_other(args.against)
     names = topics(args.retained)
     cpu = next((ln.split(":", 1)[1].strip() for ln in subprocess.run(

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/startup.py [-n 30] [--builds compiled,pure] [--goal-ms 60] [--max-ms 150]
                                            [--one-shot-max-ms 60] [--skip-version]
+    .venv/bin/python benchmarks/startup.py --zipapp dist/mqtt.pyz [-n 10] [--zipapp-max-ratio 1.5]
 
 One-shot clients (issue 20): ``mqtt pub -t x -m y`` at QoS 0 and 1, ``mqtt sub -C 1`` (a retained message)
 and ``mqtt rr`` (a responder answers), each against ``mqtt serve`` and against mosquitto, beside Debian's
@@ -18,6 +19,15 @@ Then ``mqtt --version`` through the installed console script (.venv/bin/mqtt) an
 ``python -m mqtt_cli``, for comparison ``--version`` answered by typer (``mqtt --version completions bash``
 skips the fast path) and ``mqtt --help`` (typer and rich), and the import cost of the libraries the CLI stands
 on (``python -X importtime``). With --max-ms, exits 1 when a ``--version`` median is above it.
+
+--zipapp PATH (`make zipapp` first): the zipapp against the installed command (.venv/bin/mqtt), one-shot
+``mqtt pub`` QoS 0 to mosquitto and ``--version``, interleaved, median of -n runs (10 is the issue's measure).
+The zipapp runs with the venv's interpreter (the installed command's: the same start-up, so the difference is
+the zipapp's own), with the interpreter the venv is made from (its site-packages' .pth files run at each start)
+and through its own ``#!/usr/bin/env python3`` (whatever python3 the PATH gives: a pyenv shim, say, costs its
+own start); its first run, which unpacks it into a temporary SHIV_ROOT, is not counted. Prints the ratios to the
+installed command, also less each interpreter's ``-c pass`` (goal: at most 1.5x); --zipapp-max-ratio exits 1
+when the zipapp under the venv's interpreter is above it.
 
 mqtt_cli is byte-compiled first, as pip does when it installs a wheel (with PYTHONDONTWRITEBYTECODE set, an
 editable install would otherwise compile its modules from source on every run).
@@ -264,6 +274,70 @@ def one_shot(runs: int, limit: float | None, goal: float, builds: list[str]) -> 
     return over
 
 
+def zipapp_vs_installed(pyz: Path, runs: int, max_ratio: float | None) -> list[str]:
+    """Start-up of the zipapp against the installed console script; returns what is over `max_ratio`."""
+    base_python = getattr(sys, "_base_executable", sys.executable)  # the venv's own interpreter, not its link
+    with tempfile.TemporaryDirectory() as tmp, brokers(Path(tmp)) as ports:
+        port = ports.get("mosquitto", ports["mqtt serve"])
+        at = ["-h", "127.0.0.1", "-p", str(port)]
+        # The installed command runs this checkout (PYTHONPATH, as elsewhere here), the zipapp its own copy of it.
+        zipapp_env = {k: v for k, v in _env(SHIV_ROOT=str(Path(tmp) / "shiv")).items() if k != "PYTHONPATH"}
+        subprocess.run([str(pyz), "--version"], check=True, env=zipapp_env, stdout=subprocess.DEVNULL)  # unpacks it
+        venv_python = str(BIN / "python")
+        commands = {
+            "installed (.venv/bin/mqtt)": [str(BIN / "mqtt")],
+            f"zipapp (.venv/bin/python {pyz.name})": [venv_python, str(pyz)],
+            f"zipapp ({Path(base_python).name} {pyz.name})": [base_python, str(pyz)],
+            f"zipapp (./{pyz.name}, its #! line)": [str(pyz)],
+        }
+        # Each interpreter's own start (site and its .pth files included) is the floor under its rows.
+        floors = {venv_python: [venv_python, "-c", "pass"], base_python: [base_python, "-c", "pass"]}
+        floor_of = {name: venv_python if cmd[0] in (str(BIN / "mqtt"), venv_python) else base_python
+                    for name, cmd in commands.items()}  # fmt: skip
+        envs = {name: _env() if name.startswith("installed") else zipapp_env for name in commands}
+        builds = {name: subprocess.run([*cmd, "--version"], capture_output=True, text=True, env=envs[name])
+                  .stdout.strip() for name, cmd in commands.items()}  # fmt: skip
+        work = {"pub QoS 0": ["pub", *at, "-t", "bench/x", "-m", "y"], "--version": ["--version"]}
+        times: dict[tuple[str, str], list[float]] = {(n, w): [] for n in commands for w in work}
+        cpu: dict[tuple[str, str], list[float]] = {(n, w): [] for n in commands for w in work}
+        floor_times: dict[str, list[float]] = {python: [] for python in floors}
+        for round_ in range(runs + 1):  # the first round warms up
+            for python, cmd in floors.items():
+                elapsed, _ = run_timed(python, cmd, zipapp_env)
+                if round_:
+                    floor_times[python].append(elapsed)
+            for what, args in work.items():
+                for name, cmd in commands.items():
+                    elapsed, used = run_timed(name, [*cmd, *args], envs[name])
+                    if round_:
+                        times[(name, what)].append(elapsed)
+                        cpu[(name, what)].append(used)
+    over = []
+    print(f"the zipapp against the installed command, median of {runs} interleaved runs (ms), wall and CPU")
+    for name, version in builds.items():
+        print(f"  {name}: {version}")
+    floor = {python: statistics.median(values) for python, values in floor_times.items()}
+    for python, value in floor.items():
+        print(f"  {python} -c pass (the floor of its rows): {value:.1f} ms")
+    print(f"{'command':<44} {'what':<10} {'wall':>7} {'ratio':>6} {'CPU':>7} {'ratio':>6} {'- floor':>8} {'ratio':>6}")
+    installed = next(iter(commands))
+    for what in work:
+        ref = statistics.median(times[(installed, what)])
+        ref_cpu = statistics.median(cpu[(installed, what)])
+        ref_net = ref - floor[floor_of[installed]]
+        for name in commands:
+            wall, used = statistics.median(times[(name, what)]), statistics.median(cpu[(name, what)])
+            net = wall - floor[floor_of[name]]
+            print(f"{name:<44} {what:<10} {wall:7.1f} {wall / ref:6.2f} {used:7.1f} {used / ref_cpu:6.2f} "
+                  f"{net:8.1f} {net / ref_net:6.2f}")  # fmt: skip
+            # The goal is held by the zipapp under the installed command's own interpreter (same start-up).
+            if max_ratio is not None and floor_of[name] == floor_of[installed] and wall / ref > max_ratio:
+                over.append(f"{name} {what}: {wall / ref:.2f}x the installed command > {max_ratio}x")
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print()
+    return over
+
+
 def import_ms(module: str) -> float:
     """Cumulative import time in ms of ``module`` in a fresh interpreter (``-X importtime``)."""
     proc = subprocess.run(
@@ -298,7 +372,12 @@ def main() -> int:
     parser.add_argument("--builds", help="our builds to run, of compiled,pure (default: both when the compiled "
                         "build is current, else pure)")  # fmt: skip
     parser.add_argument("--skip-version", action="store_true", help="only the one-shot clients")
+    parser.add_argument("--zipapp", type=Path, help="only the zipapp (make zipapp) against the installed command")
+    parser.add_argument("--zipapp-max-ratio", type=float, help="--zipapp: fail when its median is above this ratio")
+    parser.add_argument("--quick", action="store_true", help="3 runs of each (make bench-quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.runs = 3
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the brokers are stopped on the way out
 
     mqtt = BIN / "mqtt"
@@ -312,6 +391,13 @@ def main() -> int:
     if "compiled" in builds and not compiled_build_current():
         parser.error("--builds compiled: no current compiled build (make compiled), or it is stale")
     print(_machine())
+    if args.zipapp:
+        if not args.zipapp.is_file():
+            parser.error(f"--zipapp {args.zipapp}: no such file (make zipapp writes dist/mqtt.pyz)")
+        over = zipapp_vs_installed(args.zipapp.resolve(), args.runs, args.zipapp_max_ratio)
+        for line in over:
+            print(line, file=sys.stderr)
+        return 1 if over else 0
     over = one_shot(args.runs, args.one_shot_max_ms, args.goal_ms, builds)
     if args.skip_version:
         for line in over:

@@ -4,18 +4,18 @@
                                               [--out file,devnull] [--form payload] [--reps 1]
                                               [--mqttload PATH | --bench-src DIR] [--pin]
                                               [--checkout DIR ...] [--path trio,fast]
+    .venv/bin/python benchmarks/sub_keepup.py --quick     # 2,000 messages (make bench-quick)
 
 One Debian mosquitto with its default limits (max_queued_messages 1000, max_inflight_messages 20) on a free
 loopback port. Subscribed to the same topic at QoS 1: `mqtt sub -q 1` (this checkout, `--stats` for its count)
-and `mosquitto_sub -q 1`, both with `-C COUNT`. Then the C generator `mqttload` (from --bench-src, else
-MQTT_BENCH_DIR, else ../shared/bench beside the checkout, as benchmarks/broker.py finds it; built with gcc -O2 in
-a temporary directory unless --mqttload names a binary) publishes COUNT messages of SIZE bytes at QoS 1 with
-WINDOW unacknowledged (`thru --fanout --pubs 1 --subs 1`: its own subscriber is a third one). When a subscriber
-reads too slowly, its queue in the broker fills and the broker drops what does not fit: the count a subscriber
-prints is what reached it. From a git worktree, set MQTT_BENCH_DIR (../shared/bench is not beside it).
+and `mosquitto_sub -q 1`, both with `-C COUNT`. Then one publisher sends COUNT messages of SIZE bytes at QoS 1
+with WINDOW unacknowledged: `mqtt bench pub`, or the C generator mqttload when --mqttload names a binary or
+--bench-src (default $MQTTLOAD_DIR) its source (built with gcc -O2 in a temporary directory; `thru --fanout
+--pubs 1 --subs 1`: its own subscriber is a third one). When a subscriber reads too slowly, its queue in the
+broker fills and the broker drops what does not fit: the count a subscriber prints is what reached it.
 
---out: where `mqtt sub` writes: `file` (a file; each line is then checked: SIZE bytes of mqttload's payload and
-a newline, sequence numbers in order, none twice) or `devnull` (/dev/null). mosquitto_sub always writes to a file.
+--out: where `mqtt sub` writes: `file` (a file; each line is then checked: SIZE bytes of the generator's payload
+and a newline, sequence numbers in order, none twice) or `devnull` (/dev/null). mosquitto_sub always writes to a file.
 --form: the output form of both subscribers: payload (default), verbose (-v), format (-F '%t %p'), json
 (ours --json against mosquitto_sub -F %j; only counted).
 --pin: the broker on CPU 0, the publisher on CPU 1 (the subscribers are not pinned).
@@ -54,9 +54,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from _loadgen import ENV_C_TOOL  # noqa: E402
+
 from tests.brokers import MOSQUITTO, free_port, wait_for_port  # noqa: E402
 
-TOPIC = "bench/t"  # mqttload's fan-out topic (it has no option for another)
+TOPIC = "bench/t"  # mqttload's fan-out topic (it has no option for another); `mqtt bench` is told it
+#: Where each generator's payload holds its sequence number: (struct format, offset). mqtt bench: docs/bench.md.
+SEQUENCE = {"mqttload": ("<Q", 4), "mqtt bench": (">Q", 12)}
 CONF = """listener {port} 127.0.0.1
 allow_anonymous true
 persistence false
@@ -143,8 +147,9 @@ def _alive(proc: subprocess.Popen[bytes]) -> bool:
         return False
 
 
-def check_payload_file(path: Path, size: int) -> tuple[int, str]:
-    """(messages, verdict) of a payload-form output: SIZE-byte mqttload payloads, each with a newline."""
+def check_payload_file(path: Path, size: int, generator: str) -> tuple[int, str]:
+    """(messages, verdict) of a payload-form output: the generator's SIZE-byte payloads, each with a newline."""
+    seq_format, seq_offset = SEQUENCE[generator]
     data = path.read_bytes()
     line = size + 1
     if len(data) % line:
@@ -153,7 +158,7 @@ def check_payload_file(path: Path, size: int) -> tuple[int, str]:
     for pos in range(0, len(data), line):
         if data[pos + size] != 0x0A:
             return pos // line, f"BAD: no newline after message {pos // line}"
-        seq = struct.unpack_from("<Q", data, pos + 4)[0]
+        seq = struct.unpack_from(seq_format, data, pos + seq_offset)[0]
         if seq <= last:
             return pos // line, f"BAD: sequence {seq} after {last}"
         last = seq
@@ -191,7 +196,9 @@ def startup_cpu(checkout: Path, tmp: Path) -> float:
         broker.wait(10)
 
 
-def one_run(mqttload: str, tmp: Path, a: argparse.Namespace, checkout: Path, path: str, out: str, form: str) -> Run:
+def one_run(
+    mqttload: str | None, tmp: Path, a: argparse.Namespace, checkout: Path, path: str, out: str, form: str
+) -> Run:
     port = free_port()
     conf = tmp / f"m{port}.conf"
     conf.write_text(CONF.format(port=port))
@@ -221,16 +228,25 @@ def one_run(mqttload: str, tmp: Path, a: argparse.Namespace, checkout: Path, pat
             procs.append(theirs)
         wait_subscribed(port, 2, broker)
         pub_pin = ["taskset", "-c", "1"] if a.pin else []
-        pub = subprocess.run(
-            [*pub_pin, mqttload, "thru", "--port", str(port), "--fanout", "--pubs", "1", "--subs", "1", "--qos", "1",
-             "--size", str(a.size), "--count", str(a.count), "--window", str(a.window), "--idle", "10",
-             "--timeout", "600"],
-            capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
-        stats = [json.loads(x) for x in pub.stdout.splitlines() if x.startswith("{")]
-        if not stats:
-            raise RuntimeError(f"mqttload: no result (exit {pub.returncode}): {pub.stderr[-500:]}")
-        result = stats[-1]
+        if mqttload:
+            generator = [mqttload, "thru", "--port", str(port), "--fanout", "--pubs", "1", "--subs", "1", "--qos", "1",
+                         "--size", str(a.size), "--count", str(a.count), "--window", str(a.window), "--idle", "10",
+                         "--timeout", "600"]  # fmt: skip
+        else:
+            generator = [sys.executable, "-m", "mqtt_cli", "bench", "pub", "-h", "127.0.0.1", "-p", str(port), "-t",
+                         TOPIC, "-c", "1", "-q", "1", "-s", str(a.size), "-L", str(a.count), "-I", "0", "--inflight",
+                         str(a.window), "--workers", "1", "--quiet", "--json",
+                         str(tmp / f"pub-{port}.json")]  # fmt: skip
+        pub = subprocess.run([*pub_pin, *generator], capture_output=True, text=True, timeout=900,
+                             env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+        result = {}
+        if mqttload:
+            stats = [json.loads(x) for x in pub.stdout.splitlines() if x.startswith("{")]
+            result = stats[-1] if stats else {}
+        elif (tmp / f"pub-{port}.json").exists():
+            result = json.loads((tmp / f"pub-{port}.json").read_text())
+        if not result:
+            raise RuntimeError(f"{generator[0]}: no result (exit {pub.returncode}): {pub.stderr[-500:]}")
         settle(procs, idle=3.0, limit=600)
         for p in procs:
             if _alive(p):
@@ -244,7 +260,7 @@ def one_run(mqttload: str, tmp: Path, a: argparse.Namespace, checkout: Path, pat
         checked = "-"
         if out == "file":
             if form == "payload":
-                n, checked = check_payload_file(ours_path, a.size)
+                n, checked = check_payload_file(ours_path, a.size, "mqttload" if mqttload else "mqtt bench")
             else:
                 n = count_lines(ours_path, form, a.size)
                 checked = "counted"
@@ -297,23 +313,25 @@ def main() -> None:
     ap.add_argument("--form", default="payload")
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--mqttload")
-    ap.add_argument("--bench-src", default=os.environ.get("MQTT_BENCH_DIR", str(REPO.parent / "shared" / "bench")))
+    ap.add_argument("--bench-src", default=os.environ.get(ENV_C_TOOL), help=f"mqttload's source (${ENV_C_TOOL})")
     ap.add_argument("--pin", action="store_true")
     ap.add_argument("--checkout", nargs="+", type=Path, default=[REPO])
     ap.add_argument("--path", default="trio")
+    ap.add_argument("--quick", action="store_true", help="2,000 messages, to a file, payload form")
     a = ap.parse_args()
-    if a.size < 12:
-        ap.error("--size: at least 12 (mqttload's sequence numbers)")
-    if a.mqttload is None and not (Path(a.bench_src) / "mqttload.c").is_file():
-        ap.error(f"--bench-src {a.bench_src}: no mqttload.c there (the shared load generator; set MQTT_BENCH_DIR "
-                 "or give --bench-src or --mqttload)")
+    if a.quick:
+        a.count, a.out = 2_000, "file"
+    if a.size < 20:
+        ap.error("--size: at least 20 (the generators' sequence numbers)")
+    if a.mqttload is None and a.bench_src and not (Path(a.bench_src) / "mqttload.c").is_file():
+        ap.error(f"--bench-src {a.bench_src}: no mqttload.c there")
     outs = a.out.split(",")
     forms = a.form.split(",")
     if bad := [x for x in outs if x not in ("file", "devnull")] + [f for f in forms if f not in FORMS]:
         ap.error(f"unknown --out/--form {bad}")
     tmp = Path(tempfile.mkdtemp(prefix="sub-keepup-"))
     try:
-        mqttload = a.mqttload or build_mqttload(Path(a.bench_src), tmp)
+        mqttload = a.mqttload or (build_mqttload(Path(a.bench_src), tmp) if a.bench_src else None)
         print(f"# CPU: {cpu_model()}; {os.cpu_count()} CPUs; load {os.getloadavg()[0]:.2f} at the start; "
               f"Python {platform.python_version()}; {a.count:,} messages of {a.size} B, QoS 1, "
               f"window {a.window}")  # fmt: skip

@@ -215,7 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subs", type=int, default=100_000, help="number of subscriptions")
     parser.add_argument("--samples", type=int, default=2_000, help="topics per class")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    parser.add_argument("--quick", action="store_true", help="2,000 subscriptions, 100 topics per class")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.subs, args.samples = 2_000, 100
     results = run(args.subs, args.samples)
     if args.json:
         print(json.dumps(results, indent=2))

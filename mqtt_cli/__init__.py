@@ -1,4 +1,4 @@
-"""mqtt-cli: one ``mqtt`` command for everything around MQTT.
+"""mqttkit: one ``mqtt`` command for everything around MQTT.
 
 This module is imported by every part of the package, ``mqtt_cli.core`` included, and by the fast
 ``mqtt --version`` path: it must import nothing but `buildmode`, which picks the compiled or the pure Python
@@ -9,7 +9,9 @@ from mqtt_cli import buildmode
 
 buildmode.select()
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+#: The distribution's name on the package index (`pip install mqttkit`): what `mqtt --version` names.
+DIST_NAME = "mqttkit"
 
 #: The command's name, whatever it was started as (console script, ``python -m mqtt_cli``, zipapp).
 PROG_NAME = "mqtt"
@@ -22,4 +24,4 @@ def version_text() -> str:
     build = buildmode.BUILD
     if buildmode.WHY_PURE:
         build += f": {buildmode.WHY_PURE}"
-    return f"mqtt-cli {__version__} ({build})"
+    return f"{DIST_NAME} {__version__} ({build})"

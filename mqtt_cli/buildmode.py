@@ -53,9 +53,9 @@ BUILD = PURE_BUILD
 WHY_PURE = ""
 
 
-def source_path(module: str) -> str:
-    """The `.py` file of one of the package's modules."""
-    return os.path.join(_PACKAGE_DIR, *module.split(".")[1:]) + ".py"
+def source_path(module: str, package_dir: str = _PACKAGE_DIR) -> str:
+    """The `.py` file of one of the package's modules (in this package, or in a copy of it at `package_dir`)."""
+    return os.path.join(package_dir, *module.split(".")[1:]) + ".py"
 
 
 def _stale(lines: Sequence[str]) -> str:

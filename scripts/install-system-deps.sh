@@ -10,6 +10,7 @@
 #   chromium                      browser tests: MQTT.js against our ws:// listener; the HTML report looked at
 #   nodejs, npm                   npm installs MQTT.js for that test (Makefile's web-deps), when there is no npm
 #   prometheus                    promtool checks `mqtt serve`'s /metrics, and a real Prometheus server scrapes it
+#   valgrind                      benchmarks/lat_instructions.py counts instructions with callgrind
 #
 # As root (with apt-get): installs what is missing with one `apt-get update` first, and keeps the
 # services of the brokers it installed from starting (and stops/disables them should they start anyway):
@@ -37,6 +38,7 @@ have chromium || missing+=(chromium)
 { have node || have nodejs; } || missing+=(nodejs)
 have npm || missing+=(npm)
 have promtool || missing+=(prometheus)
+have valgrind || missing+=(valgrind)  # benchmarks/lat_instructions.py counts instructions with callgrind
 # Debian's python3 has venv but ensurepip only with python3-venv; only apt can help Debian's python.
 if [ "$(command -v "$python" 2>/dev/null)" = /usr/bin/python3 ] || [ "$python" = /usr/bin/python3 ]; then
     /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)

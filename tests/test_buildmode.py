@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mqtt_cli import __version__, buildmode, version_text
+from mqtt_cli import DIST_NAME, __version__, buildmode, version_text
 
 from .conftest import REPO_ROOT, cli_env
 
@@ -34,7 +34,8 @@ def probe(root: Path, **env: str) -> tuple[str, str]:
 
 
 def test_version_names_the_build() -> None:
-    assert re.fullmatch(rf"mqtt-cli {re.escape(__version__)} \((compiled: mypyc|pure Python(: .+)?)\)", version_text())
+    pattern = rf"{DIST_NAME} {re.escape(__version__)} \((compiled: mypyc|pure Python(: .+)?)\)"
+    assert re.fullmatch(pattern, version_text())
     import mqtt_cli.core.reader
 
     assert (buildmode.BUILD == "compiled: mypyc") == str(mqtt_cli.core.reader.__file__).endswith(".so")
@@ -43,11 +44,11 @@ def test_version_names_the_build() -> None:
 def test_pure_switch_imports_the_sources() -> None:
     version, origin = probe(REPO_ROOT, MQTT_CLI_PURE="1")
     assert origin.endswith("reader.py")
-    assert version.startswith(f"mqtt-cli {__version__} (pure Python")
+    assert version.startswith(f"{DIST_NAME} {__version__} (pure Python")
     if Path(buildmode.STAMP).exists():
-        assert version == f"mqtt-cli {__version__} (pure Python: MQTT_CLI_PURE is set)"
+        assert version == f"{DIST_NAME} {__version__} (pure Python: MQTT_CLI_PURE is set)"
         version, origin = probe(REPO_ROOT, MQTT_CLI_PURE="0")  # "0" is not set
-        assert (version, origin.endswith(".so")) == (f"mqtt-cli {__version__} (compiled: mypyc)", True)
+        assert (version, origin.endswith(".so")) == (f"{DIST_NAME} {__version__} (compiled: mypyc)", True)
 
 
 def test_a_build_older_than_its_sources_is_not_used(tmp_path: Path) -> None:
@@ -70,7 +71,7 @@ def test_a_build_older_than_its_sources_is_not_used(tmp_path: Path) -> None:
     version, origin = probe(tmp_path)
     assert origin == str(reader)
     expected = "mqtt_cli.core.reader: the source changed since the build (make install rebuilds it)"
-    assert version == f"mqtt-cli {__version__} (pure Python: {expected})"
+    assert version == f"{DIST_NAME} {__version__} (pure Python: {expected})"
     # The same edit undone (same bytes, a new mtime): the stamp's digest recognises the sources again, so the
     # build would be used; with these empty extension files that import fails loudly rather than running stale code.
     reader.write_text(reader.read_text().removesuffix("\n# edited after the build\n"))
@@ -97,4 +98,4 @@ def test_a_build_of_an_older_layout_is_not_used(tmp_path: Path) -> None:
     version, origin = probe(tmp_path)
     assert origin == str(tmp_path / "mqtt_cli" / "core" / "reader.py")
     expected = "the build compiled other modules than this version names"
-    assert version == f"mqtt-cli {__version__} (pure Python: {expected})"
+    assert version == f"{DIST_NAME} {__version__} (pure Python: {expected})"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from mqtt_cli import __version__, version_text
+from mqtt_cli import DIST_NAME, __version__, version_text
 from mqtt_cli.app import app
 
 from .conftest import REPO_ROOT, Run, cli_env
@@ -81,9 +81,9 @@ def test_version_is_the_installed_distributions() -> None:
     import tomllib
 
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
-    assert project["name"] == "mqtt-cli"
+    assert project["name"] == DIST_NAME == "mqttkit"
     assert project["scripts"]["mqtt"] == "mqtt_cli.__main__:main"
-    assert importlib.metadata.version("mqtt-cli") == __version__
+    assert importlib.metadata.version(DIST_NAME) == __version__
 
 
 def test_version_fast_path_does_not_load_typer(run: Run) -> None:

@@ -25,7 +25,7 @@ def test_make_help_lists_the_targets() -> None:
     result = make("help")
     assert result.returncode == 0, result.stderr
     targets = set(re.findall(r"^  make (\S+)", result.stdout, re.MULTILINE))
-    assert {"install", "test", "serve", "zipapp", "completions", "lint", "bench", "clean"} <= targets
+    assert {"install", "test", "serve", "zipapp", "completions", "lint", "bench", "bench-quick", "clean"} <= targets
 
 
 def test_make_test_fails_when_no_test_is_collected() -> None:

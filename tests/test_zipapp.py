@@ -7,12 +7,13 @@ package index (or pip's cache of it); about 10 s here.
 import os
 import re
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from mqtt_cli import __version__
+from mqtt_cli import DIST_NAME, __version__
 
 from .conftest import REPO_ROOT, cli_env
 
@@ -61,7 +62,7 @@ def test_zipapp_version(pyz: Path) -> None:
     # The zipapp carries the compiled build when the tree has one; it is used where it matches the interpreter.
     build = r"compiled: mypyc|pure Python(: .+)?"
     assert result.returncode == 0, result.stderr
-    assert re.fullmatch(rf"mqtt-cli {re.escape(__version__)} \(({build})\)\n", result.stdout), result.stdout
+    assert re.fullmatch(rf"{DIST_NAME} {re.escape(__version__)} \(({build})\)\n", result.stdout), result.stdout
 
 
 def test_zipapp_help_and_completions(pyz: Path) -> None:
@@ -72,3 +73,27 @@ def test_zipapp_help_and_completions(pyz: Path) -> None:
     result = run_pyz(pyz, "completions", "bash")
     assert result.returncode == 0, result.stderr
     assert result.stdout == (REPO_ROOT / "completions" / "mqtt.bash").read_text()
+
+
+def test_zipapp_unpacks_once_then_starts_without_shivs_bootstrap(pyz: Path, tmp_path: Path) -> None:
+    root = tmp_path / "shiv-root"
+    env = cli_env(SHIV_ROOT=str(root))
+    first = subprocess.run([str(pyz), "--version"], capture_output=True, text=True, env=env, timeout=120)
+    assert first.returncode == 0, first.stderr
+    (unpacked,) = root.glob("mqtt.pyz_*/site-packages")  # the first run unpacks here (README says so)
+    assert (unpacked / "mqtt_cli" / "__init__.py").is_file()
+    # ...and byte-compiles (with PYTHONDONTWRITEBYTECODE set, nothing would write byte code later)
+    assert list((unpacked / "mqtt_cli" / "__pycache__").glob("__init__.*.pyc"))
+    again = subprocess.run(
+        [sys.executable, "-X", "importtime", str(pyz), "--version"], capture_output=True, text=True, env=env,
+        timeout=120,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == first.stdout
+    imported = {line.rsplit("|", 1)[-1].strip() for line in again.stderr.splitlines()}
+    assert "mqtt_cli" in imported
+    assert not {"_bootstrap", "zipfile", "json", "subprocess", "shutil"} & imported  # as shiv's bootstrap does
+    # One of shiv's own settings: its bootstrap runs, and honours it.
+    forced = subprocess.run([str(pyz), "--version"], capture_output=True, text=True, timeout=120,
+                            env=cli_env(SHIV_ROOT=str(root), SHIV_FORCE_EXTRACT="1"))  # fmt: skip
+    assert forced.stdout == first.stdout, forced.stderr

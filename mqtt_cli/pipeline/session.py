@@ -36,6 +36,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mqtt_cli import DIST_NAME
+
 __all__ = [
     "INSTALL_HINT",
     "SMALL_INPUT_CONF",
@@ -51,7 +53,7 @@ __all__ = [
     "start_session",
 ]
 
-INSTALL_HINT = "pip install 'mqtt-cli[spark]'"
+INSTALL_HINT = f"pip install '{DIST_NAME}[spark]'"
 
 #: Settings for a small input (a capture of a few MiB, a table of a few dozen): one shuffle partition and no
 #: adaptive re-planning. Each shuffle partition is a task and each adaptive stage a re-plan, which on little

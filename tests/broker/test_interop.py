@@ -177,7 +177,7 @@ def test_v5_properties_from_mosquitto_pub(any_broker: Broker) -> None:
 
 def test_sys_topics(ours: Broker) -> None:
     sub = Sub(ours, "-t", "$SYS/broker/version", "-C", "1", "-F", "%t %p")
-    assert sub.result()[0].startswith("$SYS/broker/version mqtt-cli ")
+    assert sub.result()[0].startswith("$SYS/broker/version mqttkit ")
     hash_sub = Sub(ours, "-t", "#", "-W", "2", "-F", "%t")
     assert not [t for t in hash_sub.result() if t.startswith("$")]  # '#' never matches $ topics
 

@@ -1,6 +1,6 @@
 """The sample captures (real mosquitto, MQTT.js and paho traffic) against what tshark decodes in them.
 
-For each capture in tests/data/captures (copied from ../shared/captures with their oracles and the judges'
+For each capture in tests/data/captures (copied from a corpus of sample captures with their oracles and its
 comparison script), `mqtt dump --json --port 18841 --port 18842` must give 0 failed in compare_dump.py.
 """
 

@@ -8,6 +8,7 @@ test_cli.py); the tests of splits.py need neither.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,12 +22,13 @@ from mqtt_cli.pipeline.session import missing_requirement
 from ..conftest import REPO_ROOT
 
 DATA = REPO_ROOT / "tests" / "data" / "captures"
-SHARED = Path("/work/shared/captures/corpus")  # more samples with Wireshark's decoding, when present
+#: More sample captures with Wireshark's decoding, when MQTT_CAPTURE_CORPUS names a directory of them.
+SHARED = Path(os.environ.get("MQTT_CAPTURE_CORPUS") or DATA)
 PORTS = ("18841", "18842")
 
 
 def sample_captures() -> list[Path]:
-    """Every sample capture: tests/data/captures, and the shared corpus's files not already there."""
+    """Every sample capture: tests/data/captures, and MQTT_CAPTURE_CORPUS's files not already there."""
     found = {p.name: p for p in sorted(DATA.glob("*.pcap*")) if not p.name.endswith(".jsonl")}
     if SHARED.is_dir():
         for p in sorted(SHARED.glob("*.pcap*")):

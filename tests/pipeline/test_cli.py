@@ -24,7 +24,7 @@ def test_without_pyspark_it_says_what_to_install(run: Run, tmp_path: Path) -> No
     assert result.returncode == 4
     assert (
         result.stderr
-        == "mqtt: error: mqtt analyze needs pyspark (Apache Spark's Python API): pip install 'mqtt-cli[spark]'\n"
+        == "mqtt: error: mqtt analyze needs pyspark (Apache Spark's Python API): pip install 'mqttkit[spark]'\n"
     )
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# ruff: noqa  (copied verbatim from ../shared/captures: the judges' comparison script)
+# ruff: noqa  (copied verbatim from the sample-capture corpus: its comparison script)
 """Compare an `mqtt dump` JSON-lines output with the tshark oracle.
 
     compare_dump.py ORACLE.jsonl[.gz] CANDIDATE.jsonl[.gz] [--examples N]

@@ -1,6 +1,6 @@
 """The least a bridge can do, as a yardstick for benchmarks/bridge.py (`--yardstick`): not a bridge to use.
 
-    python benchmarks/relay_yardstick.py LOCAL_PORT REMOTE_PORT QOS
+    python benchmarks/_relay_yardstick.py LOCAL_PORT REMOTE_PORT QOS
 
 One thread, blocking sockets and a selector, no framework: connects to both brokers on 127.0.0.1 as MQTT 3.1.1
 clients with the bridge flag (persistent sessions), subscribes to bench/# at QOS (0 or 1) on the local broker and
