@@ -25,6 +25,11 @@ LOAD = "Load"
 OUT = "Results"
 
 
+class ClockChoice(enum.StrEnum):
+    kernel = "kernel"
+    user = "user"
+
+
 class Mode(enum.StrEnum):
     conn = "conn"
     pub = "pub"
@@ -45,9 +50,14 @@ def bench(
             rich_help_panel=LOAD,
         ),
     ] = 1,
-    subs: Annotated[int, typer.Option("--subs", min=0, help="pubsub: subscribers.", rich_help_panel=LOAD)] = 1,
+    subs: Annotated[
+        int, typer.Option("--subs", min=0, metavar="N", help="pubsub: subscribers.", rich_help_panel=LOAD)
+    ] = 1,
     interval: Annotated[
-        float, typer.Option("-i", "--interval", min=0, help="Milliseconds between connects.", rich_help_panel=LOAD)
+        float,
+        typer.Option(
+            "-i", "--interval", min=0, metavar="MS", help="Milliseconds between connects.", rich_help_panel=LOAD
+        ),
     ] = 0.0,
     interval_of_msg: Annotated[
         float,
@@ -55,13 +65,16 @@ def bench(
             "-I",
             "--interval-of-msg",
             min=0,
+            metavar="MS",
             rich_help_panel=LOAD,
             help="Milliseconds between messages, per publisher; 0: as fast as the window allows.",
         ),
     ] = 1000.0,
     rate: Annotated[
         float | None,
-        typer.Option("--rate", min=0.001, help="Total target messages/s (instead of -I).", rich_help_panel=LOAD),
+        typer.Option(
+            "--rate", min=0.001, metavar="MSG/S", help="Total target messages/s (instead of -I).", rich_help_panel=LOAD
+        ),
     ] = None,
     topic: Annotated[
         str,
@@ -78,10 +91,12 @@ def bench(
     qos: Annotated[int, typer.Option("-q", "--qos", min=0, max=2, help="QoS.", rich_help_panel=LOAD)] = 0,
     retain: Annotated[bool, typer.Option("-r", "--retain", help="Retain the messages.", rich_help_panel=LOAD)] = False,
     limit: Annotated[
-        int, typer.Option("-L", "--limit", min=0, help="Total messages (0: no limit).", rich_help_panel=LOAD)
+        int,
+        typer.Option("-L", "--limit", min=0, metavar="N", help="Total messages (0: no limit).", rich_help_panel=LOAD),
     ] = 0,
     start_number: Annotated[
-        int, typer.Option("-n", "--startnumber", min=0, help="First client number (%i).", rich_help_panel=LOAD)
+        int,
+        typer.Option("-n", "--startnumber", min=0, metavar="N", help="First client number (%i).", rich_help_panel=LOAD),
     ] = 1,
     clean: Annotated[
         bool,
@@ -100,10 +115,12 @@ def bench(
         int, typer.Option("--inflight", min=1, max=65535, help="QoS 1/2 window per publisher.", rich_help_panel=LOAD)
     ] = 100,
     workers: Annotated[
-        int | None, typer.Option("--workers", min=1, help="Processes (default: CPU count).", rich_help_panel=LOAD)
+        int | None,
+        typer.Option("--workers", min=1, metavar="N", help="Processes (default: CPU count).", rich_help_panel=LOAD),
     ] = None,
     parallel: Annotated[
-        int, typer.Option("--parallel", min=1, help="Handshakes in flight per worker.", rich_help_panel=LOAD)
+        int,
+        typer.Option("--parallel", min=1, metavar="N", help="Handshakes in flight per worker.", rich_help_panel=LOAD),
     ] = 64,
     drain: Annotated[
         float,
@@ -117,24 +134,47 @@ def bench(
     ifaddr: Annotated[
         str | None,
         typer.Option(
-            "--ifaddr", help="Source addresses, comma-separated (default: 127.0.0.x as needed).", rich_help_panel=LOAD
+            "--ifaddr",
+            metavar="ADDRS",
+            help="Source addresses, comma-separated (default: 127.0.0.x as needed).",
+            rich_help_panel=LOAD,
         ),
     ] = None,
     prefix: Annotated[
         str | None, typer.Option("--prefix", help="Client id prefix (default: bench-PID-).", rich_help_panel=LOAD)
     ] = None,
     json_file: Annotated[
-        Path | None, typer.Option("--json", help="Write every figure to this file (JSON).", rich_help_panel=OUT)
+        Path | None,
+        typer.Option("--json", metavar="FILE", help="Write every figure to this file (JSON).", rich_help_panel=OUT),
     ] = None,
     expect: Annotated[
         str | None,
         typer.Option(
             "--expect",
+            metavar="CONDITIONS",
             rich_help_panel=OUT,
             help="Conditions for exit 0, e.g. 'loss=0,p99<5ms,delivered_per_s>=1000'; else exit 9.",
         ),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No live line.", rich_help_panel=OUT)] = False,
+    clock: Annotated[
+        ClockChoice,
+        typer.Option(
+            "--clock",
+            rich_help_panel=OUT,
+            help="Receive times: the kernel's arrival timestamps where it gives them (plain TCP on Linux), or the "
+            "time recv() returned (user), as most load generators measure.",
+        ),
+    ] = ClockChoice.kernel,
+    broker_pid: Annotated[
+        int | None,
+        typer.Option(
+            "--broker-pid",
+            min=1,
+            rich_help_panel=OUT,
+            help="Also report this broker process's CPU use over the run, beside the bench's own.",
+        ),
+    ] = None,
     host: o.Host = None,
     port: o.Port = None,
     url: Annotated[
@@ -162,7 +202,7 @@ def bench(
     Exit codes: 0 done (and every --expect condition met), 2 bad usage, 3 no client could connect, 9 an
     --expect condition not met, 130 interrupted (the summary so far is printed) (docs/exit-codes.md).
     """
-    from mqtt_cli.core.benchstats import HEADER_SIZE, parse_expect, subscription_filter, summary
+    from mqtt_cli.core.benchstats import HEADER_SIZE, Clock, parse_expect, subscription_filter, summary
     from mqtt_cli.net import bench as engine
 
     params: dict[str, Any] = {name: None for name in o.CONNECTION_PARAMS}
@@ -213,6 +253,8 @@ def bench(
         connect_timeout=settings.connect_timeout,
         drain=drain,
         source_addresses=[a.strip() for a in ifaddr.split(",") if a.strip()] if ifaddr else [],
+        clock=Clock(clock.value),
+        broker_pid=broker_pid,
     )
     live = _Live(quiet)
     try:
@@ -226,7 +268,6 @@ def bench(
         mode=mode.value,
         qos=qos,
         size=size,
-        pubs=clients if mode in (Mode.pub, Mode.pubsub) else 0,
         workers=spec.workers,
         interrupted=outcome.interrupted,
     )
@@ -326,12 +367,16 @@ def _render(figures: dict[str, Any], mode: Mode) -> None:
     table = Table(title=f"mqtt bench {mode.value}" + (" (interrupted)" if figures["interrupted"] else ""))
     table.add_column("figure")
     table.add_column("value", justify="right")
-    rows = ["clients", "connected", "failed", "conn_per_s"]
+    rows = ["clients"] if mode is Mode.conn else ["pubs"] if mode is Mode.pub else ["subs"] if mode is Mode.sub else []
+    rows += ["pubs", "subs"] if mode is Mode.pubsub else []
+    rows += ["connected", "failed", "conn_per_s"]
     if mode in (Mode.pub, Mode.pubsub):
         rows += ["sent", "acked", "pub_seconds", "published_per_s"]
     if mode in (Mode.sub, Mode.pubsub):
         rows += ["subscribers", "delivered", "seconds", "delivered_per_s", "lost", "dups", "reordered"]
-        rows += ["min_us", "p50_us", "p90_us", "p99_us", "max_us", "mean_us"]
+        rows += ["min_us", "p50_us", "p90_us", "p99_us", "p999_us", "max_us", "mean_us", "clock"]
+    if mode is not Mode.conn:
+        rows += ["gen_cpu_pct", "broker_cpu_pct"] if figures.get("broker_cpu_pct") is not None else ["gen_cpu_pct"]
     for name in rows:
         value = figures.get(name)
         table.add_row(name, "-" if value is None else f"{value:,}" if isinstance(value, int) else str(value))
