@@ -116,7 +116,9 @@ def bench(
     ] = 100,
     workers: Annotated[
         int | None,
-        typer.Option("--workers", min=1, metavar="N", help="Processes (default: CPU count).", rich_help_panel=LOAD),
+        typer.Option(
+            "--workers", min=1, metavar="N", help="Processes (default: the cores it may run on).", rich_help_panel=LOAD
+        ),
     ] = None,
     parallel: Annotated[
         int,
@@ -248,7 +250,7 @@ def bench(
         sub_qos=qos,
         retain=retain,
         inflight=inflight,
-        workers=min(workers or os.cpu_count() or 1, clients + (subs if mode is Mode.pubsub else 0)),
+        workers=min(workers or _usable_cpus(), clients + (subs if mode is Mode.pubsub else 0)),
         parallel=parallel,
         connect_timeout=settings.connect_timeout,
         drain=drain,
@@ -287,6 +289,13 @@ def bench(
         fail(f"no client could connect to {settings.endpoint} ({_errors(figures)})", EXIT_CONNECT_FAILED)
     if failed:
         fail(f"--expect not met: {', '.join(failed)}", EXIT_EXPECT_NOT_MET)
+
+
+def _usable_cpus() -> int:
+    """The cores this process may run on (taskset narrows them), else the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 def _empty_figures() -> Any:

@@ -57,6 +57,8 @@ _SCM_TIMESTAMPNS = getattr(socket, "SCM_TIMESTAMPNS", _SO_TIMESTAMPNS)
 _TIMESPEC = struct.Struct("@ll")  # struct timespec
 _ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
 _RECV_SIZE = 262144
+_TRIO_TICK = 0.001  # the resolution of trio's sleeps (epoll's timeout is in milliseconds)
+_EXACT_PACING = 0.002  # message gaps below this are timed exactly (see Worker.publisher)
 
 
 class Mode(Enum):
@@ -567,11 +569,25 @@ class Worker:
                 interval = spec.msg_interval
                 next_at = _trio_at(self.start_ns / 1e9)
                 qos = spec.qos
+                pending = 0  # paced messages due and not sent yet (the window was full): sent once it opens
+                # trio's timers tick in milliseconds: a worker's only publisher with gaps shorter than a few of
+                # those sleeps the last part of each gap exactly, so that 10,000 msg/s go one by one, not in bursts
+                # of ten (which the broker would queue, and the latency would show).
+                exact = bool(interval) and interval < _EXACT_PACING and self.publishing == 1
                 while (not count or seq < count) and time.monotonic() < end:
                     if interval:
-                        await trio.sleep_until(next_at)
-                        due = int((trio.current_time() - next_at) / interval) + 1  # late: those due, at once
-                        next_at += due * interval
+                        if not pending:
+                            await trio.sleep_until(next_at - _TRIO_TICK if exact else next_at)
+                            if exact and (ahead := next_at - trio.current_time()) > 0:
+                                time.sleep(ahead)
+                        late = trio.current_time() - next_at
+                        if late >= 0:  # late: those due, at once
+                            n = int(late / interval) + 1
+                            next_at += n * interval
+                            pending += n
+                        due = pending
+                        if not due:
+                            continue
                     else:
                         due = 64
                     if count:
@@ -593,6 +609,7 @@ class Worker:
                     state.inflight += due if qos else 0
                     self.inflight += due if qos else 0
                     await conn.send(b"".join(frames))
+                    pending -= due if interval else 0
                     if not interval:
                         await trio.lowlevel.checkpoint()  # a write the kernel took at once did not yield
                     fig.sent += due

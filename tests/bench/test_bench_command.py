@@ -343,3 +343,29 @@ def test_every_placeholder_names_its_unit() -> None:
                 checked += 1
                 break
     assert checked >= 6
+
+
+def test_a_paced_rate_is_held_when_the_window_fills(tmp_path: Path) -> None:
+    """--rate with QoS 1: messages that fall due while the window is full go out once it opens, not never (the
+    broker stopped for half a second: no acknowledgement, a full window, and still the rate's count in the end)."""
+    broker = start_mosquitto(tmp_path / "m")
+    assert broker.proc is not None
+    out = tmp_path / "f.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqtt_cli", "bench", "pubsub", "--rate", "1000", "--duration", "3", "-q", "1",
+         "--inflight", "10", "--workers", "1", "-p", str(broker.port), "-h", broker.host, "--json", str(out)],
+        cwd=REPO_ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_running(proc, 2)
+        broker.proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.5)
+        broker.proc.send_signal(signal.SIGCONT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        broker.proc.send_signal(signal.SIGCONT)
+        broker.stop()
+    assert proc.returncode == 0, err
+    f = json.loads(out.read_text())
+    assert f["sent"] >= 2950 and f["lost"] == 0, f  # 1,000/s for 3 s; without the catch-up about 2,500
