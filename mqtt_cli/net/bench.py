@@ -26,6 +26,7 @@ import math
 import multiprocessing
 import multiprocessing.connection
 import os
+import platform
 import resource
 import signal
 import socket
@@ -50,9 +51,14 @@ from .transports import Endpoint, open_transport
 _PINGREQ = b"\xc0\x00"
 _IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
 _PER_SOURCE = 20000  # connections per 127.0.0.x source address (the ephemeral port range holds ~28,000)
-# Receive timestamps: Python < 3.14 does not name SO_TIMESTAMPNS; 35 is Linux's on its common architectures
-# (elsewhere setsockopt fails or the record's type differs, and the user clock is used).
-_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
+# Receive timestamps: the socket module may not name SO_TIMESTAMPNS (3.11's does not); 35 is Linux's on the
+# architectures with the generic socket options (SPARC, PA-RISC, Alpha and MIPS number them apart: the user clock).
+_GENERIC_SOCKOPTS = ("x86_64", "i386", "i686", "aarch64", "arm", "riscv", "ppc", "s390", "loongarch")
+_SO_TIMESTAMPNS = getattr(
+    socket,
+    "SO_TIMESTAMPNS",
+    35 if sys.platform == "linux" and platform.machine().lower().startswith(_GENERIC_SOCKOPTS) else None,
+)
 _SCM_TIMESTAMPNS = getattr(socket, "SCM_TIMESTAMPNS", _SO_TIMESTAMPNS)
 _TIMESPEC = struct.Struct("@ll")  # struct timespec
 _ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
@@ -160,9 +166,9 @@ class Closed(Exception):
 
 class Conn:
     """One client's connection. Plain TCP goes straight to the (non-blocking) socket: a write that the kernel
-    takes at once, and a read with data waiting, cost no trip through trio's scheduler, and a read is
-    timestamped as soon as recv() returns (a bench that adds its own delay measures itself). TLS and WebSocket
-    go through their trio stream."""
+    takes at once, and a read with data waiting, cost no trip through trio's scheduler; with `timestamp_arrivals()`
+    a read carries the kernel's arrival time (a bench that times reads itself measures its own delays too). TLS
+    and WebSocket go through their trio stream."""
 
     __slots__ = ("buf", "client_id", "kernel_stamp", "last_sent", "lock", "raw", "stream", "timestamps")
 
