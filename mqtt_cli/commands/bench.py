@@ -50,14 +50,10 @@ def bench(
             rich_help_panel=LOAD,
         ),
     ] = 1,
-    subs: Annotated[
-        int, typer.Option("--subs", min=0, metavar="N", help="pubsub: subscribers.", rich_help_panel=LOAD)
-    ] = 1,
+    subs: Annotated[int, typer.Option("--subs", min=0, help="pubsub: subscribers.", rich_help_panel=LOAD)] = 1,
     interval: Annotated[
         float,
-        typer.Option(
-            "-i", "--interval", min=0, metavar="MS", help="Milliseconds between connects.", rich_help_panel=LOAD
-        ),
+        typer.Option("-i", "--interval", min=0, help="Milliseconds between connects.", rich_help_panel=LOAD),
     ] = 0.0,
     interval_of_msg: Annotated[
         float,
@@ -65,16 +61,13 @@ def bench(
             "-I",
             "--interval-of-msg",
             min=0,
-            metavar="MS",
             rich_help_panel=LOAD,
             help="Milliseconds between messages, per publisher; 0: as fast as the window allows.",
         ),
     ] = 1000.0,
     rate: Annotated[
         float | None,
-        typer.Option(
-            "--rate", min=0.001, metavar="MSG/S", help="Total target messages/s (instead of -I).", rich_help_panel=LOAD
-        ),
+        typer.Option("--rate", min=0.001, help="Total target messages/s (instead of -I).", rich_help_panel=LOAD),
     ] = None,
     topic: Annotated[
         str,
@@ -92,11 +85,11 @@ def bench(
     retain: Annotated[bool, typer.Option("-r", "--retain", help="Retain the messages.", rich_help_panel=LOAD)] = False,
     limit: Annotated[
         int,
-        typer.Option("-L", "--limit", min=0, metavar="N", help="Total messages (0: no limit).", rich_help_panel=LOAD),
+        typer.Option("-L", "--limit", min=0, help="Total messages (0: no limit).", rich_help_panel=LOAD),
     ] = 0,
     start_number: Annotated[
         int,
-        typer.Option("-n", "--startnumber", min=0, metavar="N", help="First client number (%i).", rich_help_panel=LOAD),
+        typer.Option("-n", "--startnumber", min=0, help="First client number (%i).", rich_help_panel=LOAD),
     ] = 1,
     clean: Annotated[
         bool,
@@ -116,13 +109,11 @@ def bench(
     ] = 100,
     workers: Annotated[
         int | None,
-        typer.Option(
-            "--workers", min=1, metavar="N", help="Processes (default: the cores it may run on).", rich_help_panel=LOAD
-        ),
+        typer.Option("--workers", min=1, help="Processes (default: the cores it may run on).", rich_help_panel=LOAD),
     ] = None,
     parallel: Annotated[
         int,
-        typer.Option("--parallel", min=1, metavar="N", help="Handshakes in flight per worker.", rich_help_panel=LOAD),
+        typer.Option("--parallel", min=1, help="Handshakes in flight per worker.", rich_help_panel=LOAD),
     ] = 64,
     drain: Annotated[
         float,
@@ -137,7 +128,6 @@ def bench(
         str | None,
         typer.Option(
             "--ifaddr",
-            metavar="ADDRS",
             help="Source addresses, comma-separated (default: 127.0.0.x as needed).",
             rich_help_panel=LOAD,
         ),
@@ -147,13 +137,12 @@ def bench(
     ] = None,
     json_file: Annotated[
         Path | None,
-        typer.Option("--json", metavar="FILE", help="Write every figure to this file (JSON).", rich_help_panel=OUT),
+        typer.Option("--json", help="Write every figure to this file (JSON).", rich_help_panel=OUT),
     ] = None,
     expect: Annotated[
         str | None,
         typer.Option(
             "--expect",
-            metavar="CONDITIONS",
             rich_help_panel=OUT,
             help="Conditions for exit 0, e.g. 'loss=0,p99<5ms,delivered_per_s>=1000'; else exit 9.",
         ),
