@@ -750,13 +750,14 @@ class Worker:
                         conns[k] = await self.connect(base + k, f"{spec.id_prefix}{number}", (base + k) * ramp)
 
                     setup.start_soon(one)
-            self.report("ready")
-            await self.go.wait()
             # Set-up's objects are never collected again, and nothing is collected while measuring: a pause of
-            # the collector would be counted as latency (main() enables it again).
+            # the collector would be counted as latency (main() enables it again). Done before `ready`, so that
+            # the full collection's tens of milliseconds are not in the run either.
             gc.collect()
             gc.freeze()
             gc.disable()
+            self.report("ready")
+            await self.go.wait()
             for k, conn in conns.items():
                 if conn is None:
                     continue
