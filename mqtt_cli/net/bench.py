@@ -46,6 +46,7 @@ from ..core.encoder import encode
 from ..core.packets import Connect, Disconnect, Subscribe, Subscription
 from .cputime import CpuTime, cpu_time
 from .errors import ClientError, TLSFailed
+from .ticker import Ticker
 from .transports import Endpoint, open_transport
 
 _PINGREQ = b"\xc0\x00"
@@ -63,8 +64,7 @@ _SCM_TIMESTAMPNS = getattr(socket, "SCM_TIMESTAMPNS", _SO_TIMESTAMPNS)
 _TIMESPEC = struct.Struct("@ll")  # struct timespec
 _ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
 _RECV_SIZE = 262144
-_TRIO_TICK = 0.001  # the resolution of trio's sleeps (epoll's timeout is in milliseconds)
-_EXACT_PACING = 0.002  # message gaps below this are timed exactly (see Worker.publisher)
+_EXACT_PACING = 0.002  # message gaps below this are timed by a timerfd (see Worker.publisher)
 
 
 class Mode(Enum):
@@ -563,6 +563,7 @@ class Worker:
         pack = HEADER.pack
         state = _PubState(spec.inflight)
         fig = self.fig
+        ticker: Ticker | None = None
         try:
             async with trio.open_nursery() as nursery:
                 if spec.qos:
@@ -576,16 +577,18 @@ class Worker:
                 next_at = _trio_at(self.start_ns / 1e9)
                 qos = spec.qos
                 pending = 0  # paced messages due and not sent yet (the window was full): sent once it opens
-                # trio's timers tick in milliseconds: a worker's only publisher with gaps shorter than a few of
-                # those sleeps the last part of each gap exactly, so that 10,000 msg/s go one by one, not in bursts
-                # of ten (which the broker would queue, and the latency would show).
-                exact = bool(interval) and interval < _EXACT_PACING and self.publishing == 1
+                # trio's timers tick in milliseconds: gaps shorter than a few of those are timed by the kernel, so
+                # that 10,000 msg/s go one by one, not in bursts of ten (which the broker would queue, and the
+                # latency would show).
+                ticker = Ticker.start(self.start_ns, round(interval * 1e9)) if 0 < interval < _EXACT_PACING else None
                 while (not count or seq < count) and time.monotonic() < end:
-                    if interval:
+                    if ticker is not None:
                         if not pending:
-                            await trio.sleep_until(next_at - _TRIO_TICK if exact else next_at)
-                            if exact and (ahead := next_at - trio.current_time()) > 0:
-                                time.sleep(ahead)
+                            pending = await ticker.wait()
+                        due = pending
+                    elif interval:
+                        if not pending:
+                            await trio.sleep_until(next_at)
                         late = trio.current_time() - next_at
                         if late >= 0:  # late: those due, at once
                             n = int(late / interval) + 1
@@ -632,6 +635,8 @@ class Worker:
         except* (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self._lost(conn)
         finally:
+            if ticker is not None:
+                ticker.close()
             self.publishing -= 1
             if not self.publishing:
                 self.publishers_done.set()

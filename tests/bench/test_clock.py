@@ -62,3 +62,27 @@ def test_without_kernel_timestamps_the_user_clock_is_used() -> None:
 def test_arrival_reads_only_a_timestamp_record() -> None:
     assert arrival(None) is None and arrival([]) is None
     assert arrival([(socket.SOL_SOCKET + 1, 35, b"\x00" * 16)]) is None
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="timerfd is Linux's")
+def test_the_ticker_counts_the_periods_that_ended() -> None:
+    """Sub-millisecond pacing comes from a timerfd: each wait returns how many periods ended (the due messages),
+    with the kernel's precision rather than trio's millisecond sleeps."""
+    from mqtt_cli.net.ticker import Ticker
+
+    async def main() -> tuple[int, int, float]:
+        ticker = Ticker.start(time.monotonic_ns(), 200_000)  # every 0.2 ms, from now
+        assert ticker is not None
+        try:
+            with trio.fail_after(5):
+                first = await ticker.wait()
+                time.sleep(0.05)  # 250 periods end meanwhile
+                backlog = await ticker.wait()
+                t0 = time.monotonic()
+                await ticker.wait()
+                return first, backlog, time.monotonic() - t0
+        finally:
+            ticker.close()
+
+    first, backlog, next_wait = trio.run(main)
+    assert first >= 1 and 200 <= backlog <= 400 and next_wait < 0.05
