@@ -83,7 +83,9 @@ def error_line(err: Any, command: str | None = None) -> str:
 
 #: Placeholders for option names that do not say what the value is.
 _OPTIONS = {"--filter-out": "FILTER", "--unsubscribe": "FILTER", "--out": "DIR", "--local": "URL", "--remote": "URL",
-            "--linger": "MS"}  # fmt: skip
+            "--linger": "MS", "--interval": "MS", "--interval-of-msg": "MS", "--rate": "MSG/S", "--subs": "N",
+            "--limit": "N", "--startnumber": "N", "--workers": "N", "--parallel": "N", "--ifaddr": "ADDRS",
+            "--json": "FILE", "--expect": "CONDITIONS"}  # fmt: skip
 _WORDS = {"CAFILE": "FILE", "CERT": "FILE", "KEY": "FILE", "CAPATH": "DIR", "UNIX": "PATH", "PROPERTY": "KEY=VALUE",
           "COUNT": "N", "REPEAT": "N", "IDENTIFIER": "N", "EXPIRY": "SECONDS", "DELAY": "SECONDS",
           "KEEPALIVE": "SECONDS", "ALPN": "PROTOCOL", "INFLIGHT": "N", "CONNECTIONS": "N", "MESSAGES": "N",

@@ -25,6 +25,11 @@ LOAD = "Load"
 OUT = "Results"
 
 
+class ClockChoice(enum.StrEnum):
+    kernel = "kernel"
+    user = "user"
+
+
 class Mode(enum.StrEnum):
     conn = "conn"
     pub = "pub"
@@ -47,7 +52,8 @@ def bench(
     ] = 1,
     subs: Annotated[int, typer.Option("--subs", min=0, help="pubsub: subscribers.", rich_help_panel=LOAD)] = 1,
     interval: Annotated[
-        float, typer.Option("-i", "--interval", min=0, help="Milliseconds between connects.", rich_help_panel=LOAD)
+        float,
+        typer.Option("-i", "--interval", min=0, help="Milliseconds between connects.", rich_help_panel=LOAD),
     ] = 0.0,
     interval_of_msg: Annotated[
         float,
@@ -78,10 +84,12 @@ def bench(
     qos: Annotated[int, typer.Option("-q", "--qos", min=0, max=2, help="QoS.", rich_help_panel=LOAD)] = 0,
     retain: Annotated[bool, typer.Option("-r", "--retain", help="Retain the messages.", rich_help_panel=LOAD)] = False,
     limit: Annotated[
-        int, typer.Option("-L", "--limit", min=0, help="Total messages (0: no limit).", rich_help_panel=LOAD)
+        int,
+        typer.Option("-L", "--limit", min=0, help="Total messages (0: no limit).", rich_help_panel=LOAD),
     ] = 0,
     start_number: Annotated[
-        int, typer.Option("-n", "--startnumber", min=0, help="First client number (%i).", rich_help_panel=LOAD)
+        int,
+        typer.Option("-n", "--startnumber", min=0, help="First client number (%i).", rich_help_panel=LOAD),
     ] = 1,
     clean: Annotated[
         bool,
@@ -100,10 +108,12 @@ def bench(
         int, typer.Option("--inflight", min=1, max=65535, help="QoS 1/2 window per publisher.", rich_help_panel=LOAD)
     ] = 100,
     workers: Annotated[
-        int | None, typer.Option("--workers", min=1, help="Processes (default: CPU count).", rich_help_panel=LOAD)
+        int | None,
+        typer.Option("--workers", min=1, help="Processes (default: the cores it may run on).", rich_help_panel=LOAD),
     ] = None,
     parallel: Annotated[
-        int, typer.Option("--parallel", min=1, help="Handshakes in flight per worker.", rich_help_panel=LOAD)
+        int,
+        typer.Option("--parallel", min=1, help="Handshakes in flight per worker.", rich_help_panel=LOAD),
     ] = 64,
     drain: Annotated[
         float,
@@ -117,14 +127,17 @@ def bench(
     ifaddr: Annotated[
         str | None,
         typer.Option(
-            "--ifaddr", help="Source addresses, comma-separated (default: 127.0.0.x as needed).", rich_help_panel=LOAD
+            "--ifaddr",
+            help="Source addresses, comma-separated (default: 127.0.0.x as needed).",
+            rich_help_panel=LOAD,
         ),
     ] = None,
     prefix: Annotated[
         str | None, typer.Option("--prefix", help="Client id prefix (default: bench-PID-).", rich_help_panel=LOAD)
     ] = None,
     json_file: Annotated[
-        Path | None, typer.Option("--json", help="Write every figure to this file (JSON).", rich_help_panel=OUT)
+        Path | None,
+        typer.Option("--json", help="Write every figure to this file (JSON).", rich_help_panel=OUT),
     ] = None,
     expect: Annotated[
         str | None,
@@ -135,6 +148,24 @@ def bench(
         ),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No live line.", rich_help_panel=OUT)] = False,
+    clock: Annotated[
+        ClockChoice,
+        typer.Option(
+            "--clock",
+            rich_help_panel=OUT,
+            help="Receive times: the kernel's arrival timestamps where it gives them (plain TCP on Linux), or the "
+            "time recv() returned (user), as most load generators measure.",
+        ),
+    ] = ClockChoice.kernel,
+    broker_pid: Annotated[
+        int | None,
+        typer.Option(
+            "--broker-pid",
+            min=1,
+            rich_help_panel=OUT,
+            help="Also report this broker process's CPU use over the run, beside the bench's own.",
+        ),
+    ] = None,
     host: o.Host = None,
     port: o.Port = None,
     url: Annotated[
@@ -162,7 +193,7 @@ def bench(
     Exit codes: 0 done (and every --expect condition met), 2 bad usage, 3 no client could connect, 9 an
     --expect condition not met, 130 interrupted (the summary so far is printed) (docs/exit-codes.md).
     """
-    from mqtt_cli.core.benchstats import HEADER_SIZE, parse_expect, subscription_filter, summary
+    from mqtt_cli.core.benchstats import HEADER_SIZE, Clock, parse_expect, subscription_filter, summary
     from mqtt_cli.net import bench as engine
 
     params: dict[str, Any] = {name: None for name in o.CONNECTION_PARAMS}
@@ -208,11 +239,13 @@ def bench(
         sub_qos=qos,
         retain=retain,
         inflight=inflight,
-        workers=min(workers or os.cpu_count() or 1, clients + (subs if mode is Mode.pubsub else 0)),
+        workers=min(workers or _usable_cpus(), clients + (subs if mode is Mode.pubsub else 0)),
         parallel=parallel,
         connect_timeout=settings.connect_timeout,
         drain=drain,
         source_addresses=[a.strip() for a in ifaddr.split(",") if a.strip()] if ifaddr else [],
+        clock=Clock(clock.value),
+        broker_pid=broker_pid,
     )
     live = _Live(quiet)
     try:
@@ -226,7 +259,6 @@ def bench(
         mode=mode.value,
         qos=qos,
         size=size,
-        pubs=clients if mode in (Mode.pub, Mode.pubsub) else 0,
         workers=spec.workers,
         interrupted=outcome.interrupted,
     )
@@ -246,6 +278,13 @@ def bench(
         fail(f"no client could connect to {settings.endpoint} ({_errors(figures)})", EXIT_CONNECT_FAILED)
     if failed:
         fail(f"--expect not met: {', '.join(failed)}", EXIT_EXPECT_NOT_MET)
+
+
+def _usable_cpus() -> int:
+    """The cores this process may run on (taskset narrows them), else the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 def _empty_figures() -> Any:
@@ -326,12 +365,16 @@ def _render(figures: dict[str, Any], mode: Mode) -> None:
     table = Table(title=f"mqtt bench {mode.value}" + (" (interrupted)" if figures["interrupted"] else ""))
     table.add_column("figure")
     table.add_column("value", justify="right")
-    rows = ["clients", "connected", "failed", "conn_per_s"]
+    rows = ["clients"] if mode is Mode.conn else ["pubs"] if mode is Mode.pub else ["subs"] if mode is Mode.sub else []
+    rows += ["pubs", "subs"] if mode is Mode.pubsub else []
+    rows += ["connected", "failed", "conn_per_s"]
     if mode in (Mode.pub, Mode.pubsub):
         rows += ["sent", "acked", "pub_seconds", "published_per_s"]
     if mode in (Mode.sub, Mode.pubsub):
         rows += ["subscribers", "delivered", "seconds", "delivered_per_s", "lost", "dups", "reordered"]
-        rows += ["min_us", "p50_us", "p90_us", "p99_us", "max_us", "mean_us"]
+        rows += ["min_us", "p50_us", "p90_us", "p99_us", "p999_us", "max_us", "mean_us", "clock"]
+    if mode is not Mode.conn:
+        rows += ["gen_cpu_pct", "broker_cpu_pct"] if figures.get("broker_cpu_pct") is not None else ["gen_cpu_pct"]
     for name in rows:
         value = figures.get(name)
         table.add_row(name, "-" if value is None else f"{value:,}" if isinstance(value, int) else str(value))

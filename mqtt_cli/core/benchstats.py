@@ -1,10 +1,11 @@
 """The data side of `mqtt bench`: payload layout, latency histogram, loss/duplicate/reorder tracking, the figures
 of a run and their exact merge across worker processes, and `--expect` conditions. Sans-IO: times are numbers
-passed in (nanoseconds of a clock every process shares, CLOCK_MONOTONIC on Linux).
+passed in. Latency is measured on the wall clock (CLOCK_REALTIME, ns), the clock of the kernel's receive
+timestamps; the spans of a run (start, end of publishing, last delivery) on CLOCK_MONOTONIC, every process's.
 
 Payload layout (big-endian, then padding up to the payload size `-s`):
 
-    offset 0  u64  send time, ns (CLOCK_MONOTONIC of the publishing process, taken just before the write)
+    offset 0  u64  send time, ns (CLOCK_REALTIME of the publishing process, taken just before the write)
     offset 8  u32  publisher number (the client number %i, global across workers)
     offset 12 u64  sequence number, from 0, per publisher
     offset 20 ...  padding (0x2e '.'); a payload is never shorter than these 20 bytes
@@ -115,7 +116,7 @@ class Histogram:
 class Tracker:
     """What one subscriber received from each publisher: distinct sequence numbers (a bitmap, for exact
     duplicates), duplicates, and distinct deliveries with a lower sequence number than the previous distinct one
-    (reordered), as ../shared/bench's mqttload counts them."""
+    (reordered), as the C load generator mqttload counts them."""
 
     __slots__ = ("bits", "distinct", "dups", "last", "reordered")
 
@@ -143,6 +144,13 @@ class Tracker:
         self.last[publisher] = seq
 
 
+class Clock(Enum):
+    """Where the receive times of latency samples came from."""
+
+    KERNEL = "kernel"  # the kernel's arrival timestamp of the segment (SO_TIMESTAMPNS)
+    USER = "user"  # the wall clock read when recv() returned
+
+
 class ErrorKind(Enum):
     UNREACHABLE = "unreachable"  # refused, unreachable, DNS: no TCP connection
     TIMEOUT = "timeout"  # no CONNACK in time
@@ -157,7 +165,9 @@ class ErrorKind(Enum):
 class Figures:
     """The counts of a run (or of one worker's part of it). Times are absolute nanoseconds; merged exactly."""
 
-    clients: int = 0  # asked for
+    pubs: int = 0  # publishers asked for
+    subs: int = 0  # subscribers asked for
+    conns: int = 0  # plain connections asked for (conn)
     connected: int = 0
     failed: int = 0
     subscribers: int = 0
@@ -168,6 +178,11 @@ class Figures:
     dups: int = 0
     reordered: int = 0
     foreign: int = 0  # deliveries without a bench payload
+    kernel_samples: int = 0  # latency samples whose receive time is the kernel's (the rest: the user clock's)
+    gen_cpu_ns: int = 0  # the bench's own time on a CPU while publishing and receiving (all its processes)
+    gen_wait_ns: int = 0  # ... and runnable, waiting for a CPU (Linux schedstat; 0 elsewhere)
+    broker_cpu_ns: int | None = None  # the same for the broker, over the same span (--broker-pid)
+    broker_wait_ns: int | None = None
     errors: dict[str, int] = field(default_factory=dict)
     latency: Histogram = field(default_factory=Histogram)
     first_connect_ns: int | None = None
@@ -179,15 +194,18 @@ class Figures:
         self.errors[kind.value] = self.errors.get(kind.value, 0) + n
 
     def merge(self, other: Figures) -> None:
-        for name in ("clients", "connected", "failed", "subscribers", "sent", "acked", "delivered", "distinct",
-                     "dups", "reordered", "foreign"):  # fmt: skip
+        for name in _ADDED:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for kind, n in other.errors.items():
             self.errors[kind] = self.errors.get(kind, 0) + n
         self.latency.merge(other.latency)
         self.first_connect_ns = _pick(min, self.first_connect_ns, other.first_connect_ns)
-        for name in ("last_connack_ns", "pub_end_ns", "last_delivery_ns"):
+        for name in ("last_connack_ns", "pub_end_ns", "last_delivery_ns", "broker_cpu_ns", "broker_wait_ns"):
             setattr(self, name, _pick(max, getattr(self, name), getattr(other, name)))
+
+
+_ADDED = ("pubs", "subs", "conns", "connected", "failed", "subscribers", "sent", "acked", "delivered", "distinct",
+          "dups", "reordered", "foreign", "kernel_samples", "gen_cpu_ns", "gen_wait_ns")  # fmt: skip
 
 
 def _pick(fn: Callable[[int, int], int], a: int | None, b: int | None) -> int | None:
@@ -206,8 +224,10 @@ def merged(parts: Iterable[Figures]) -> Figures:
 
 
 def summary(f: Figures, start_ns: int | None, *, histogram: bool = True) -> dict[str, object]:
-    """Every figure of a run as a flat JSON-ready mapping, named as ../shared/bench's mqttload names them where
-    they mean the same; `start_ns` is when publishing started (all clients connected and subscribed)."""
+    """Every figure of a run as a flat JSON-ready mapping, named as the C load generator mqttload names them
+    where they mean the same; `start_ns` is when publishing started (all clients connected and subscribed).
+    `clients` is what -c asked for: publishers (pub, pubsub), subscribers (sub) or connections (conn); `pubs`
+    and `subs` count the two roles apart, as emqtt-bench does."""
     expected = f.sent * f.subscribers
     lost = max(0, expected - f.distinct) if f.subscribers else 0
 
@@ -222,8 +242,18 @@ def summary(f: Figures, start_ns: int | None, *, histogram: bool = True) -> dict
         else 0.0
     )
     h = f.latency
+    active = max(seconds, pub_seconds)
+
+    def cpu(ns: int | None) -> tuple[float | None, float | None]:
+        if ns is None:
+            return None, None
+        return round(ns / 1e9, 3), round(100 * ns / 1e9 / active, 1) if active else None
+
+    gen_cpu_s, gen_cpu_pct = cpu(f.gen_cpu_ns if f.pubs or f.subs else None)
+    broker_cpu_s, broker_cpu_pct = cpu(f.broker_cpu_ns)
     out: dict[str, object] = {
-        "clients": f.clients, "connected": f.connected, "failed": f.failed, "subscribers": f.subscribers,
+        "clients": (f.pubs or f.conns) or f.subs, "pubs": f.pubs, "subs": f.subs,
+        "connected": f.connected, "failed": f.failed, "subscribers": f.subscribers,
         "sent": f.sent, "acked": f.acked, "delivered": f.delivered, "expected": expected, "lost": lost,
         "dups": f.dups, "reordered": f.reordered, "foreign": f.foreign,
         "seconds": round(seconds, 6), "pub_seconds": round(pub_seconds, 6),
@@ -234,6 +264,11 @@ def summary(f: Figures, start_ns: int | None, *, histogram: bool = True) -> dict
         "samples": h.total, "min_us": h.min_us, "p50_us": h.percentile(50), "p90_us": h.percentile(90),
         "p99_us": h.percentile(99), "p999_us": h.percentile(99.9), "max_us": h.max_us if h.total else None,
         "mean_us": round(h.sum_us / h.total, 1) if h.total else None,
+        "clock": (Clock.KERNEL if f.kernel_samples == h.total else Clock.USER).value if h.total else None,
+        "kernel_samples": f.kernel_samples,
+        "gen_cpu_s": gen_cpu_s, "gen_cpu_pct": gen_cpu_pct,
+        "gen_wait_pct": cpu(f.gen_wait_ns if f.pubs or f.subs else None)[1],
+        "broker_cpu_s": broker_cpu_s, "broker_cpu_pct": broker_cpu_pct, "broker_wait_pct": cpu(f.broker_wait_ns)[1],
         "errors": dict(sorted(f.errors.items())),
     }  # fmt: skip
     if histogram:

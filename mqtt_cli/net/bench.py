@@ -7,21 +7,32 @@ the hot paths write pre-framed PUBLISH packets and scan what the broker sends wi
 Processes: `run()` (in the command's process, no trio) forks `workers` processes. Client k (publishers,
 subscribers, or plain connections) belongs to worker k % workers. Workers report `ready` once every client of
 theirs has connected (or failed); the parent answers `go` with the start time, so that publishing starts
-when every subscriber, in every worker, is subscribed. Workers send their figures every second (`tick`) and at
-the end (`final`); the parent merges them exactly (benchstats.Figures.merge).
+when every subscriber, in every worker, is subscribed. Every second the parent asks every worker for its figures
+at once (`sample`, answered by `tick`), so that a live line adds counts of one moment; at the end the workers
+send `final`; the parent merges them exactly (benchstats.Figures.merge).
+
+Latency: the send time is the wall clock read just before the write; the receive time is the kernel's arrival
+timestamp of the segment (SO_TIMESTAMPNS, read with recvmsg), so that neither the bench's wake-ups nor its
+work between reads count; the wall clock as recv() returned where the kernel gives none (TLS, WebSocket, no
+SO_TIMESTAMPNS, --clock user). The figures say which (`clock`). The collector is frozen after set-up and off
+while measuring: a collection pause would land in the tail.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import multiprocessing
 import multiprocessing.connection
 import os
+import platform
 import resource
 import signal
 import socket
 import ssl
+import struct
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,15 +41,30 @@ from typing import Any
 
 import trio
 
-from ..core.benchstats import HEADER, HEADER_SIZE, PAD_BYTE, ErrorKind, Figures, Tracker, expand_topic
+from ..core.benchstats import HEADER, HEADER_SIZE, PAD_BYTE, Clock, ErrorKind, Figures, Tracker, expand_topic
 from ..core.encoder import encode
 from ..core.packets import Connect, Disconnect, Subscribe, Subscription
+from .cputime import CpuTime, cpu_time
 from .errors import ClientError, TLSFailed
+from .ticker import Ticker
 from .transports import Endpoint, open_transport
 
 _PINGREQ = b"\xc0\x00"
 _IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
 _PER_SOURCE = 20000  # connections per 127.0.0.x source address (the ephemeral port range holds ~28,000)
+# Receive timestamps: the socket module may not name SO_TIMESTAMPNS (3.11's does not); 35 is Linux's on the
+# architectures with the generic socket options (SPARC, PA-RISC, Alpha and MIPS number them apart: the user clock).
+_GENERIC_SOCKOPTS = ("x86_64", "i386", "i686", "aarch64", "arm", "riscv", "ppc", "s390", "loongarch")
+_SO_TIMESTAMPNS = getattr(
+    socket,
+    "SO_TIMESTAMPNS",
+    35 if sys.platform == "linux" and platform.machine().lower().startswith(_GENERIC_SOCKOPTS) else None,
+)
+_SCM_TIMESTAMPNS = getattr(socket, "SCM_TIMESTAMPNS", _SO_TIMESTAMPNS)
+_TIMESPEC = struct.Struct("@ll")  # struct timespec
+_ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
+_RECV_SIZE = 262144
+_EXACT_PACING = 0.002  # message gaps below this are timed by a timerfd (see Worker.publisher)
 
 
 class Mode(Enum):
@@ -80,6 +106,8 @@ class Spec:
     connect_timeout: float = 10.0
     drain: float = 2.0  # seconds without a delivery before giving up on the missing ones
     source_addresses: list[str] = field(default_factory=list)
+    clock: Clock = Clock.KERNEL  # the receive times wanted: the kernel's where it gives them, or the user clock
+    broker_pid: int | None = None  # its CPU time is measured over the run
 
 
 @dataclass
@@ -138,11 +166,11 @@ class Closed(Exception):
 
 class Conn:
     """One client's connection. Plain TCP goes straight to the (non-blocking) socket: a write that the kernel
-    takes at once, and a read with data waiting, cost no trip through trio's scheduler, and a read is
-    timestamped as soon as recv() returns (a bench that adds its own delay measures itself). TLS and WebSocket
-    go through their trio stream."""
+    takes at once, and a read with data waiting, cost no trip through trio's scheduler; with `timestamp_arrivals()`
+    a read carries the kernel's arrival time (a bench that times reads itself measures its own delays too). TLS
+    and WebSocket go through their trio stream."""
 
-    __slots__ = ("buf", "client_id", "last_sent", "lock", "raw", "stream")
+    __slots__ = ("buf", "client_id", "kernel_stamp", "last_sent", "lock", "raw", "stream", "timestamps")
 
     def __init__(self, stream: trio.abc.Stream | None, client_id: str, raw: socket.socket | None = None) -> None:
         self.stream = stream
@@ -151,6 +179,19 @@ class Conn:
         self.last_sent = time.monotonic()
         self.buf = b""
         self.client_id = client_id
+        self.timestamps = False  # the kernel timestamps what arrives (SO_TIMESTAMPNS is on)
+        self.kernel_stamp = False  # the last read's time is the kernel's
+
+    def timestamp_arrivals(self) -> bool:
+        """Asks the kernel to timestamp what arrives on this connection; False where it cannot."""
+        if self.raw is None or _SO_TIMESTAMPNS is None:
+            return False
+        try:
+            self.raw.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        except OSError:
+            return False
+        self.timestamps = True
+        return True
 
     async def send(self, data: bytes) -> None:
         raw = self.raw
@@ -186,23 +227,31 @@ class Conn:
             view = view[n:]
 
     async def receive(self) -> tuple[bytes, int]:
-        """The next bytes, and the time (ns) they were read."""
+        """The next bytes, and when they arrived (wall clock, ns): the kernel's timestamp of the last segment read
+        when it gave one (then `kernel_stamp` is set), else the time recv() returned."""
         raw = self.raw
         if raw is None:
             assert self.stream is not None
             data = await self.stream.receive_some(65536)
-            return data, time.monotonic_ns()
+            return data, time.time_ns()
         waited = False
         while True:
             try:
-                data = raw.recv(262144)
+                if self.timestamps:
+                    data, ancillary, _, _ = raw.recvmsg(_RECV_SIZE, _ANCILLARY)
+                else:
+                    data = raw.recv(_RECV_SIZE)
+                    ancillary = None
             except BlockingIOError:
                 await trio.lowlevel.wait_readable(raw)
                 waited = True
                 continue
             except OSError as err:
                 raise trio.BrokenResourceError(str(err)) from err
-            now = time.monotonic_ns()
+            now = arrival(ancillary)
+            self.kernel_stamp = now is not None
+            if now is None:
+                now = time.time_ns()
             if not waited:
                 await trio.lowlevel.checkpoint()  # data was waiting: let the other clients run too
             return data, now
@@ -223,6 +272,16 @@ class Conn:
             self.raw.close()
         elif self.stream is not None:
             await trio.aclose_forcefully(self.stream)
+
+
+def arrival(ancillary: list[tuple[int, int, bytes]] | None) -> int | None:
+    """The kernel's receive timestamp (CLOCK_REALTIME ns) in recvmsg's ancillary data, or None."""
+    if ancillary:
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == _SCM_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+                sec, nsec = _TIMESPEC.unpack_from(data)
+                return sec * 1_000_000_000 + nsec
+    return None
 
 
 def split_frames(buf: bytes) -> tuple[list[tuple[int, bytes]], int]:
@@ -259,6 +318,7 @@ class Worker:
         self.trackers: list[Tracker] = []
         self.conns: list[Conn] = []
         self.start_ns: int | None = None
+        self.cpu_at_go: CpuTime | None = None
         self.go = trio.Event()
         self.stop = trio.CancelScope()  # Ctrl-C, SIGTERM from the parent, or the parent gone
         self.parent_gone = False
@@ -302,15 +362,13 @@ class Worker:
                 return
             if kind == "go":
                 self.start_ns = value
+                self.cpu_at_go = cpu_time()
                 self.go.set()
+            elif kind == "sample":
+                self.report("tick", Tick(self.snapshot(), self.start_ns, time.monotonic_ns(), self.inflight))
             elif kind == "sent":
                 self.total_sent = value
                 self.sent_known.set()
-
-    async def ticker(self) -> None:
-        while True:
-            await trio.sleep(1.0)
-            self.report("tick", Tick(self.snapshot(), self.start_ns, time.monotonic_ns(), self.inflight))
 
     async def pinger(self) -> None:
         ka = self.spec.keepalive
@@ -365,7 +423,6 @@ class Worker:
         spec = self.spec
         if delay:
             await trio.sleep(delay)
-        self.fig.clients += 1
         now = time.monotonic_ns()
         if self.fig.first_connect_ns is None or now < self.fig.first_connect_ns:
             self.fig.first_connect_ns = now
@@ -425,6 +482,8 @@ class Worker:
         """SUBSCRIBE, and the SUBACK; None (counted) when refused or dropped."""
         spec = self.spec
         packet = Subscribe(1, (Subscription(spec.sub_filter, spec.sub_qos),))
+        if spec.clock is Clock.KERNEL:
+            conn.timestamp_arrivals()
         try:
             await conn.send(encode(packet, spec.version))
             while True:
@@ -460,7 +519,7 @@ class Worker:
         while True:
             frames, now = await conn.read_frames()
             acks = []
-            n = 0
+            n = samples = 0
             for first, body in frames:
                 ptype = first >> 4
                 if ptype == 3:
@@ -475,6 +534,7 @@ class Worker:
                     if len(body) - p >= HEADER_SIZE:
                         sent_ns, publisher, seq = unpack(body, p)
                         record((now - sent_ns) // 1000)
+                        samples += 1
                         see(publisher, seq)
                     else:
                         fig.foreign += 1
@@ -484,7 +544,9 @@ class Worker:
                     raise Closed("DISCONNECT from the broker")
             if n:
                 fig.delivered += n
-                fig.last_delivery_ns = now
+                if conn.kernel_stamp:
+                    fig.kernel_samples += samples
+                fig.last_delivery_ns = time.monotonic_ns()
                 self.last_delivery = time.monotonic()
             if acks:
                 await conn.send(b"".join(acks))
@@ -501,6 +563,7 @@ class Worker:
         pack = HEADER.pack
         state = _PubState(spec.inflight)
         fig = self.fig
+        ticker: Ticker | None = None
         try:
             async with trio.open_nursery() as nursery:
                 if spec.qos:
@@ -513,11 +576,27 @@ class Worker:
                 interval = spec.msg_interval
                 next_at = _trio_at(self.start_ns / 1e9)
                 qos = spec.qos
+                pending = 0  # paced messages due and not sent yet (the window was full): sent once it opens
+                # trio's timers tick in milliseconds: gaps shorter than a few of those are timed by the kernel, so
+                # that 10,000 msg/s go one by one, not in bursts of ten (which the broker would queue, and the
+                # latency would show).
+                ticker = Ticker.start(self.start_ns, round(interval * 1e9)) if 0 < interval < _EXACT_PACING else None
                 while (not count or seq < count) and time.monotonic() < end:
-                    if interval:
-                        await trio.sleep_until(next_at)
-                        due = int((trio.current_time() - next_at) / interval) + 1  # late: those due, at once
-                        next_at += due * interval
+                    if ticker is not None:
+                        if not pending:
+                            pending = await ticker.wait()
+                        due = pending
+                    elif interval:
+                        if not pending:
+                            await trio.sleep_until(next_at)
+                        late = trio.current_time() - next_at
+                        if late >= 0:  # late: those due, at once
+                            n = int(late / interval) + 1
+                            next_at += n * interval
+                            pending += n
+                        due = pending
+                        if not due:
+                            continue
                     else:
                         due = 64
                     if count:
@@ -527,7 +606,7 @@ class Worker:
                             state.wake = trio.Event()
                             await state.wake.wait()
                         due = min(due, state.window - state.inflight)
-                    now = time.monotonic_ns()
+                    now = time.time_ns()  # the wall clock: the kernel's receive timestamps are on it
                     frames = []
                     for _ in range(due):
                         if qos:
@@ -539,6 +618,7 @@ class Worker:
                     state.inflight += due if qos else 0
                     self.inflight += due if qos else 0
                     await conn.send(b"".join(frames))
+                    pending -= due if interval else 0
                     if not interval:
                         await trio.lowlevel.checkpoint()  # a write the kernel took at once did not yield
                     fig.sent += due
@@ -555,6 +635,8 @@ class Worker:
         except* (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self._lost(conn)
         finally:
+            if ticker is not None:
+                ticker.close()
             self.publishing -= 1
             if not self.publishing:
                 self.publishers_done.set()
@@ -566,7 +648,7 @@ class Worker:
     async def _acks(self, conn: Conn, state: _PubState) -> None:
         fig = self.fig
         while True:
-            frames, now = await conn.read_frames()
+            frames, _ = await conn.read_frames()
             acked = 0
             rel = []
             for first, body in frames:
@@ -583,7 +665,7 @@ class Worker:
                 state.inflight -= acked
                 self.inflight -= acked
                 fig.acked += acked
-                state.last_ack_ns = now
+                state.last_ack_ns = time.monotonic_ns()
                 state.wake.set()
 
     # --- idle connections (conn mode, and publishers' keepalive) ---------------------------------------------
@@ -612,11 +694,16 @@ class Worker:
         stop = self.stop
         async with trio.open_nursery() as outer:
             outer.start_soon(self.listen_parent)
-            outer.start_soon(self.ticker)
             outer.start_soon(self.pinger)
             outer.start_soon(self._signals, stop)
-            with stop:
-                await self._run()
+            try:
+                with stop:
+                    await self._run()
+            finally:
+                gc.enable()
+            if self.cpu_at_go is not None and (used := cpu_time()) is not None:
+                used -= self.cpu_at_go
+                self.fig.gen_cpu_ns, self.fig.gen_wait_ns = used.cpu_ns, used.wait_ns
             if not self.parent_gone:
                 self.report("final", self.snapshot())
             with trio.move_on_after(2):
@@ -647,6 +734,7 @@ class Worker:
                 for k in self._mine_subs(subs_n):
 
                     async def sub(k: int = k) -> None:
+                        self.fig.subs += 1
                         conn = await self.connect(k, f"{spec.id_prefix}s{k + spec.start_number}", k * ramp)
                         tracker = await self.subscribe(conn) if conn is not None else None
                         if conn is not None and tracker is not None:
@@ -660,9 +748,19 @@ class Worker:
                     number = spec.start_number + k
 
                     async def one(k: int = k, number: int = number) -> None:
+                        if spec.mode is Mode.CONN:
+                            self.fig.conns += 1
+                        else:
+                            self.fig.pubs += 1
                         conns[k] = await self.connect(base + k, f"{spec.id_prefix}{number}", (base + k) * ramp)
 
                     setup.start_soon(one)
+            # Set-up's objects are never collected again, and nothing is collected while measuring: a pause of
+            # the collector would be counted as latency (main() enables it again). Done before `ready`, so that
+            # the full collection's tens of milliseconds are not in the run either.
+            gc.collect()
+            gc.freeze()
+            gc.disable()
             self.report("ready")
             await self.go.wait()
             for k, conn in conns.items():
@@ -766,8 +864,10 @@ def _worker_main(spec: Spec, index: int, pipe: multiprocessing.connection.Connec
 
 
 def run(spec: Spec, on_tick: Callable[[Tick], None]) -> Outcome:
-    """Runs the bench in `spec.workers` processes; `on_tick` gets the merged figures every second. Ctrl-C
-    (KeyboardInterrupt here) stops the workers, which send what they have: the outcome says `interrupted`."""
+    """Runs the bench in `spec.workers` processes; `on_tick` gets the merged figures of one moment every second.
+    Ctrl-C (KeyboardInterrupt here) stops the workers, which send what they have: the outcome says `interrupted`.
+    The CPU time of this process and of the broker (spec.broker_pid) from the start to the workers' end is
+    added to the figures (each worker measures its own)."""
     total = spec.clients + (spec.subs if spec.mode is Mode.PUBSUB else 0)
     fd_note = raise_fd_limit(total // max(1, spec.workers) + 64)
     ctx = multiprocessing.get_context("fork")
@@ -791,14 +891,19 @@ def run(spec: Spec, on_tick: Callable[[Tick], None]) -> Outcome:
     crash: str | None = None
     stop_deadline: float | None = None
     inflight: dict[int, int] = {}
-    last_tick = time.monotonic()
+    next_sample = time.monotonic() + 1.0
+    sampling: set[int] = set()  # workers asked for their figures that have not answered
+    sampled_ns = 0
+    cpu_at_go: tuple[CpuTime | None, CpuTime | None] = (None, None)
+    cpu_at_end: tuple[CpuTime | None, CpuTime | None] = (None, None)
     try:
         while len(finals) < len(pipes):
             try:
                 live = [p for i, p in enumerate(pipes) if i not in finals]
                 if stop_deadline is not None and time.monotonic() > stop_deadline:
                     break
-                for p in multiprocessing.connection.wait(live, timeout=0.2):
+                wait = max(0.0, min(0.2, next_sample - time.monotonic())) if not sampled_ns else 0.2
+                for p in multiprocessing.connection.wait(live, timeout=wait):
                     i = pipes.index(p)  # type: ignore[arg-type]
                     try:
                         kind, value = p.recv()  # type: ignore[union-attr]
@@ -808,12 +913,14 @@ def run(spec: Spec, on_tick: Callable[[Tick], None]) -> Outcome:
                     if kind == "ready":
                         ready.add(i)
                         if len(ready) == len(pipes):
+                            cpu_at_go = (cpu_time(), cpu_time(spec.broker_pid) if spec.broker_pid else None)
                             start_ns = time.monotonic_ns()
                             for q in pipes:
                                 _tell(q, ("go", start_ns))
                     elif kind == "tick":
                         ticks[i] = value.figures
                         inflight[i] = value.inflight
+                        sampling.discard(i)
                     elif kind == "pubdone":
                         pubdone[i] = value
                         if len(pubdone) == len(pipes):
@@ -822,13 +929,21 @@ def run(spec: Spec, on_tick: Callable[[Tick], None]) -> Outcome:
                                     _tell(q, ("sent", sum(pubdone.values())))
                     elif kind == "final":
                         finals[i] = value
+                        inflight[i] = 0
                     elif kind == "crash":
                         crash = value
                         finals.setdefault(i, ticks.get(i, Figures()))
-                if time.monotonic() - last_tick >= 1.0 and ticks:
-                    last_tick = time.monotonic()
+                sampling.difference_update(finals)
+                if sampled_ns and not sampling:  # every worker answered: the figures of one moment
                     parts = [finals.get(i) or ticks.get(i) or Figures() for i in range(len(pipes))]
-                    on_tick(Tick(_merge(parts), start_ns, time.monotonic_ns(), sum(inflight.values())))
+                    on_tick(Tick(_merge(parts), start_ns, sampled_ns, sum(inflight.values())))
+                    sampled_ns = 0
+                if not sampled_ns and time.monotonic() >= next_sample:
+                    next_sample += 1.0
+                    sampled_ns = time.monotonic_ns()
+                    sampling = {i for i in range(len(pipes)) if i not in finals}
+                    for i in sampling:
+                        _tell(pipes[i], ("sample", None))
             except KeyboardInterrupt:
                 if not interrupted:
                     interrupted = True
@@ -837,6 +952,7 @@ def run(spec: Spec, on_tick: Callable[[Tick], None]) -> Outcome:
                         with contextlib.suppress(OSError):
                             if proc.pid:
                                 os.kill(proc.pid, signal.SIGTERM)
+        cpu_at_end = (cpu_time(), cpu_time(spec.broker_pid) if spec.broker_pid else None)
     finally:
         for proc in procs:
             proc.join(timeout=5)
@@ -846,7 +962,14 @@ def run(spec: Spec, on_tick: Callable[[Tick], None]) -> Outcome:
     parts = [finals.get(i) or ticks.get(i) or Figures() for i in range(len(pipes))]
     if crash and not interrupted:
         raise WorkerFailed(crash)
-    return Outcome(_merge(parts), start_ns, interrupted, fd_note)
+    figures = _merge(parts)
+    (mine, broker), (mine_end, broker_end) = cpu_at_go, cpu_at_end
+    if mine is not None and mine_end is not None:
+        figures.gen_cpu_ns += (mine_end - mine).cpu_ns
+        figures.gen_wait_ns += (mine_end - mine).wait_ns
+    if broker is not None and broker_end is not None:
+        figures.broker_cpu_ns, figures.broker_wait_ns = (broker_end - broker).cpu_ns, (broker_end - broker).wait_ns
+    return Outcome(figures, start_ns, interrupted, fd_note)
 
 
 def _tell(pipe: multiprocessing.connection.Connection, message: tuple[str, Any]) -> None:

@@ -59,6 +59,8 @@ def test_pubsub_counts_are_exact(broker: Broker, tmp_path: Path, qos: int) -> No
     assert (f["sent"], f["acked"], f["delivered"], f["expected"]) == (3000, 3000, 6000, 6000)
     assert (f["lost"], f["dups"], f["reordered"], f["samples"]) == (0, 0, 0, 6000)
     assert (f["connected"], f["failed"], f["subscribers"], f["workers"]) == (5, 0, 2, 2)
+    assert (f["clients"], f["pubs"], f["subs"]) == (3, 3, 2)  # -c 3: publishers and subscribers apart
+    assert (f["clock"], f["kernel_samples"]) == ("kernel", 6000)  # plain TCP on Linux: the kernel's times
     assert f["p50_us"] <= f["p90_us"] <= f["p99_us"] <= f["max_us"]
     assert sum(n for _, _, n in f["histogram"]) == 6000
     assert f["published_per_s"] > 0 and f["delivered_per_s"] > 0
@@ -201,6 +203,7 @@ def test_transports_and_versions(tmp_path: Path, how: str) -> None:
         broker.stop()
     assert code == 0, text
     assert (f["connected"], f["sent"], f["delivered"], f["lost"], f["dups"]) == (4, 1000, 2000, 0, 0)
+    assert (f["clock"], f["kernel_samples"]) == ("user", 0)  # no kernel timestamps through TLS or WebSocket
 
 
 def test_sub_measures_what_another_bench_publishes(mosq: Broker, tmp_path: Path) -> None:
@@ -283,3 +286,86 @@ def _state(pid: int) -> str:
         return next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State"))
     except (FileNotFoundError, StopIteration):
         return "Z"
+
+
+def test_live_lines_add_counts_of_one_moment(mosq: Broker, tmp_path: Path) -> None:
+    """Every worker's figures in a live line are of the same moment: no line shows publishing before every client
+    is connected, and `sent` is not a second of traffic ahead of `delivered` (the two used to be read from
+    different workers' last reports)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "mqtt_cli", "bench", "pubsub", "-c", "4", "--subs", "1", "-i", "150", "--rate", "2000",
+         "--duration", "3.5", "--workers", "2", "-p", str(mosq.port), "-h", mosq.host],
+        cwd=REPO_ROOT, env=cli_env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    ticks = [json.loads(line) for line in proc.stdout.splitlines()]
+    publishing = [t for t in ticks if t["sent"]]
+    assert len(publishing) >= 2, ticks
+    for t in ticks:
+        assert t["connected"] == 5 or not t["sent"], t
+    for t in publishing:
+        assert abs(t["sent"] - t["delivered"]) <= 300, t  # what is in flight at one moment, not 2,000 a second
+
+
+def test_clock_user_and_cpu_beside_the_brokers(mosq: Broker, tmp_path: Path) -> None:
+    """--clock user: receive times as recv() returned (as most load generators take them), and said so;
+    --broker-pid: the broker's CPU use beside the bench's own."""
+    assert mosq.proc is not None
+    code, f, text = bench(mosq, tmp_path, "pubsub", "-I", "0", "-L", "20000", "-q", "1", "--workers", "1",
+                          "--clock", "user", "--broker-pid", str(mosq.proc.pid))  # fmt: skip
+    assert code == 0, text
+    assert (f["clock"], f["kernel_samples"], f["samples"]) == ("user", 0, 20000)
+    assert f["gen_cpu_s"] > 0 and 0 < f["gen_cpu_pct"] <= 110
+    assert f["broker_cpu_s"] > 0 and 0 < f["broker_cpu_pct"] <= 110
+    assert "gen_cpu_pct" in text and "broker_cpu_pct" in text and "clock" in text
+
+
+def test_every_placeholder_names_its_unit() -> None:
+    """-i was shown as a plain number while its help said milliseconds: each option's placeholder says the unit
+    its help names."""
+    import click
+    import typer
+
+    from mqtt_cli.app import app
+
+    group = typer.main.get_command(app)
+    command = group.get_command(click.Context(group), "bench")  # type: ignore[attr-defined]
+    units = {"milliseconds": "MS", "seconds": "SECONDS", "bytes": "BYTES", "messages/s": "MSG/S"}
+    checked = 0
+    for param in command.params:
+        if param.param_type_name != "option" or getattr(param, "is_flag", False):
+            continue
+        text = (param.help or "").lower()
+        first = text.replace(",", " ").split()[:2]
+        for word, metavar in units.items():
+            if word in first or f"in {word}" in text or (word == "messages/s" and word in text):
+                assert (param.metavar or "").split()[0] == metavar, (param.opts, param.metavar, param.help)
+                checked += 1
+                break
+    assert checked >= 6
+
+
+def test_a_paced_rate_is_held_when_the_window_fills(tmp_path: Path) -> None:
+    """--rate with QoS 1: messages that fall due while the window is full go out once it opens, not never (the
+    broker stopped for half a second: no acknowledgement, a full window, and still the rate's count in the end)."""
+    broker = start_mosquitto(tmp_path / "m")
+    assert broker.proc is not None
+    out = tmp_path / "f.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqtt_cli", "bench", "pubsub", "--rate", "1000", "--duration", "3", "-q", "1",
+         "--inflight", "10", "--workers", "1", "-p", str(broker.port), "-h", broker.host, "--json", str(out)],
+        cwd=REPO_ROOT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_running(proc, 2)
+        broker.proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.5)
+        broker.proc.send_signal(signal.SIGCONT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        broker.proc.send_signal(signal.SIGCONT)
+        broker.stop()
+    assert proc.returncode == 0, err
+    f = json.loads(out.read_text())
+    assert f["sent"] >= 2950 and f["lost"] == 0, f  # 1,000/s for 3 s; without the catch-up about 2,500
