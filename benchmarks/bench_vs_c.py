@@ -3,10 +3,11 @@ the broker and the load generator each pinned to a core of their own; with a C l
 is named.
 
     .venv/bin/python benchmarks/bench_vs_c.py [--reps 3] [--count 100000] [--seconds 5] [--only thru,lat]
-                                              [--broker-core 0] [--gen-core 1] [--no-pin] [--out FILE]
+                                              [--broker-core 0] [--gen-core 1] [--no-pin] [--out FILE] [--quick]
 
-MQTT_BENCH_C_TOOL: the path of a built `mqttload` (a neutral C load generator: `mqttload thru` and `mqttload lat`
-with their usual flags). Without it the script runs `mqtt bench` alone. Scenarios, 1 publisher and 1 subscriber,
+MQTTLOAD_DIR: a directory holding the source of the neutral C load generator mqttload (`mqttload thru` and
+`mqttload lat`), built in a temporary directory as benchmarks/_loadgen.py does. Without it the script runs
+`mqtt bench` alone. Scenarios, 1 publisher and 1 subscriber,
 64 B payloads, each tool back to back within a rep (the order alternates from rep to rep), on a fresh mosquitto
 (no queue or inflight caps, persistence off) on a free port:
 
@@ -38,18 +39,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.brokers import MOSQUITTO, free_port, wait_for_port  # noqa: E402
+from _loadgen import MOSQUITTO, LoadGen, mosquitto_conf  # noqa: E402
+from _results import results_dir  # noqa: E402
 
-C_TOOL_ENV = "MQTT_BENCH_C_TOOL"
-CONF = """listener {port} 127.0.0.1
-allow_anonymous true
-max_queued_messages 0
-max_inflight_messages 0
-persistence false
-log_dest stderr
-log_type error
-connection_messages false
-"""
+from tests.brokers import free_port, wait_for_port  # noqa: E402
+
 SCENARIOS = {"thru-q0": ("thru", 0, 0), "thru-q1": ("thru", 1, 0), "thru-q2": ("thru", 2, 0),
              "lat-1000": ("lat", 1, 1000), "lat-10000": ("lat", 1, 10000)}  # fmt: skip
 FIELDS = ("delivered_per_s", "p50_us", "p99_us", "p999_us", "gen_cpu_pct", "broker_cpu_pct")
@@ -80,7 +74,7 @@ class Pinning:
 def start_broker(tmp: Path, pin: Pinning) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     conf = tmp / f"m{port}.conf"
-    conf.write_text(CONF.format(port=port))
+    conf.write_text(mosquitto_conf(port))
     proc = subprocess.Popen(
         pin.broker_cmd([MOSQUITTO, "-c", str(conf)]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )  # taskset execs the broker: proc.pid is its pid
@@ -135,16 +129,15 @@ def main() -> None:
     ap.add_argument("--gen-core", type=int, default=1)
     ap.add_argument("--no-pin", action="store_true", help="no taskset")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--quick", action="store_true", help="one rep, 5,000 messages, 1 s: does it run (make bench-quick)")
     args = ap.parse_args()
-    tool = os.environ.get(C_TOOL_ENV) or None
-    if tool and not os.access(tool, os.X_OK):
-        sys.exit(f"{C_TOOL_ENV}={tool}: not an executable file")
+    if args.quick:
+        args.reps, args.count, args.seconds = 1, 5_000, 1
     pin = Pinning(args.broker_core, args.gen_core, not args.no_pin)
     model = cpu_model()
     today = datetime.date.today().isoformat()
-    out_path = args.out or REPO / "benchmarks" / "results" / f"bench_vs_c-{today}.jsonl"
+    out_path = args.out or results_dir() / f"bench_vs_c-{today}.jsonl"
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    tools = ["mqtt bench", USER_CLOCK, *(["mqttload"] if tool else [])]
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     for name in names:
         if name not in SCENARIOS:
@@ -152,6 +145,8 @@ def main() -> None:
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmpdir, out_path.open("a") as sink:
         tmp = Path(tmpdir)
+        tool = LoadGen(tmp).mqttload  # built from $MQTTLOAD_DIR, or None: `mqtt bench` alone
+        tools = ["mqtt bench", USER_CLOCK, *(["mqttload"] if tool else [])]
         for rep in range(args.reps):
             for name in names:
                 kind, qos, rate = SCENARIOS[name]
