@@ -107,7 +107,15 @@ class Command(typer.core.TyperCommand):
     """typer's command, converting plain option values without pydantic (see the module's docstring)."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        _use_plain(self.get_params(ctx))  # with --help, which typer adds here
+        params = self.get_params(ctx)
+        _use_plain(params)  # with --help, which typer adds here
+        names = {name for p in params for name in (*p.opts, *p.secondary_opts)}
+        if "-D" in names and ("-D" in args or "--property" in args):  # pub, sub, rr: mosquitto's -D (_dprops.py)
+            from ._dprops import gather
+
+            takes_value = {n for p in params if not (getattr(p, "is_flag", False) or getattr(p, "count", False))
+                           for n in p.opts}  # fmt: skip
+            args = gather(args, takes_value.__contains__)
         return super().parse_args(ctx, args)
 
 
