@@ -28,7 +28,7 @@ DProperty = Annotated[
         "-D", "--property", metavar="COMMAND NAME VALUE", show_default=False,
         help="An MQTT 5.0 property, as mosquitto's clients take it (repeatable): -D PUBLISH user-property KEY VALUE, "
         "-D CONNECT session-expiry-interval 60, ... COMMAND: CONNECT, PUBLISH, SUBSCRIBE, UNSUBSCRIBE, DISCONNECT "
-        "or WILL; NAME: the spec's, with hyphens (docs/clients.md).",
+        "or WILL; NAME: the spec's, in lowercase with hyphens.",
     ),
 ]  # fmt: skip
 Host = Annotated[
