@@ -351,3 +351,32 @@ def test_help_placeholders_are_readable(run: Run, mqtt_exe: Path) -> None:
     pub = run([mqtt_exe, "pub", "--help"]).stdout
     assert re.search(r"--qos +-q +0\|1\|2 ", pub) and re.search(r"--port +-p +PORT 1\.\.65535 ", pub), pub
     assert re.search(r"--retain +-r +Retain", pub), pub  # a flag: nothing between its names and its help
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_help_at_ordinary_widths_cuts_nothing_and_breaks_no_sentence(run: Run, columns: int) -> None:
+    """Every command's --help at 80 and 100 columns: every option's names whole (not `--use-identity-as-us…`), no
+    `…` anywhere, and the text wrapped greedily (a hard line break of the source kept, then wrapped, left `7 a
+    message was` alone on a line)."""
+    group = typer.main.get_command(app)
+    paths = [[name] for name in group.commands]  # type: ignore[attr-defined]
+    paths += [[name, sub] for name in ("config", "analyze") for sub in group.commands[name].commands]  # type: ignore[attr-defined]
+    for path in paths:
+        result = run([sys.executable, "-m", "mqtt_cli", *path, "--help"], env=cli_env(COLUMNS=str(columns)))
+        assert result.returncode == 0, (path, result.stderr)
+        text = result.stdout
+        assert "…" not in text, (path, text)
+        assert max(len(line) for line in text.splitlines()) <= columns, (path, text)
+        command = group
+        for name in path:
+            command = command.commands[name]  # type: ignore[attr-defined]
+        for param in command.params:  # type: ignore[attr-defined]
+            if not getattr(param, "hidden", False):
+                for opt in (*param.opts, *param.secondary_opts):
+                    assert re.search(rf"(^|[\s,]){re.escape(opt)}([\s,]|$)", text, re.M), (path, opt, text)
+        # The command's own text (between the usage line and the first panel): each line as full as wrapping makes
+        # it, i.e. the next line's first word would not have fitted after it.
+        prose = text.split("╭")[0].splitlines()[3:]
+        for line, after in zip(prose, prose[1:], strict=False):
+            if line.strip() and after.strip():
+                assert len(line.rstrip()) + 1 + len(after.split()[0]) > columns - 2, (path, line, after)

@@ -118,6 +118,23 @@ class Command(typer.core.TyperCommand):
             args = gather(args, takes_value.__contains__)
         return super().parse_args(ctx, args)
 
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """typer's rich help, but the options laid out by _help.py (nothing cut at 80 columns)."""
+        if self.rich_markup_mode is None:
+            super().format_help(ctx, formatter)
+            return
+        options = [p for p in self.get_params(ctx) if isinstance(p, typer.core.TyperOption) and not p.hidden]
+        for param in options:  # typer prints everything else: usage, text, arguments
+            param.hidden = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            for param in options:
+                param.hidden = False
+        from ._help import print_options
+
+        print_options(self, ctx, options)
+
 
 class Group(typer.core.TyperGroup):
     """typer's group (the app's global options), converting option values as :class:`Command` does."""
