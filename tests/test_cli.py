@@ -1,5 +1,6 @@
 """The ``mqtt`` command's shell: --help, --version, exit codes, start-up discipline."""
 
+import itertools
 import re
 import subprocess
 import sys
@@ -377,6 +378,6 @@ def test_help_at_ordinary_widths_cuts_nothing_and_breaks_no_sentence(run: Run, c
         # The command's own text (between the usage line and the first panel): each line as full as wrapping makes
         # it, i.e. the next line's first word would not have fitted after it.
         prose = text.split("╭")[0].splitlines()[3:]
-        for line, after in zip(prose, prose[1:], strict=False):
+        for line, after in itertools.pairwise(prose):
             if line.strip() and after.strip():
                 assert len(line.rstrip()) + 1 + len(after.split()[0]) > columns - 2, (path, line, after)
