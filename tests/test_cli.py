@@ -267,9 +267,11 @@ def test_password_prompt_rewrite(args: list[str], expected: list[str]) -> None:
 # clients (mosquitto's letter); serve's -l names a listener, pub's reads standard input line by line (mosquitto's).
 # -c: the clients' kept session (mosquitto_pub -c), serve's configuration file (mosquitto -c), passwd's create
 # (mosquitto_passwd -c); -U: sub's unsubscribe (mosquitto_sub -U), passwd's update (mosquitto_passwd -U).
+# mosquitto's letters on both sides: -D is mosquitto_pub's --property and mosquitto_passwd's delete.
 SHORT_EXCEPTIONS = {"-V": {"--version", "--protocol-version"}, "-l": {"--listen", "--stdin-line"},
                     "-i": {"--id", "--client-id"}, "-c": {"--config", "--disable-clean-session", "create"},
-                    "-U": {"--unsubscribe", "update"}}  # fmt: skip
+                    "-U": {"--unsubscribe", "update"},
+                    "-D": {"--property", "delete"}}  # fmt: skip
 
 
 def test_a_short_option_means_the_same_in_every_command() -> None:
