@@ -146,7 +146,7 @@ def merged(base: Properties, extra: Properties) -> Properties:
         return base
     from mqtt_cli.core.properties import PROPERTY_TABLE, Properties
 
-    replaced = {pid for pid, _ in extra if PROPERTY_TABLE[pid].name not in ("user_property",)}
+    replaced = {pid for pid, _ in extra if PROPERTY_TABLE[pid].name != "user_property"}
     return Properties([*((pid, v) for pid, v in base if pid not in replaced), *extra])
 
 

@@ -350,6 +350,8 @@ def plan_rr(
     resolved = client_settings(conn, ctx)
     settings = resolved.settings
     apply_to_settings(settings, given)
+    if (given.publish or given.subscribe) and settings.version in (3, 4):
+        fail("-D PUBLISH and -D SUBSCRIBE need MQTT 5.0 (-V 5)", EXIT_USAGE)
     if check is not None:  # the fast path: may the blocking client run this? (else typer runs it all again)
         check(settings)
     topic = topic or resolved.url_topic

@@ -107,3 +107,7 @@ def test_sub_and_rr_take_d(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
     seen = subprocess.run([*session, "-C", "1", "-W", "10", "-F", "%P|%p"], capture_output=True, text=True, timeout=30)
     printed = seen.stdout
     assert "who:rr|ask" in printed.splitlines(), printed
+    for command in (["rr", "-t", "a", "-e", "b", "-m", "x"], ["sub", "-t", "a"]):
+        kind = "PUBLISH" if command[0] == "rr" else "SUBSCRIBE"
+        bad = mqtt(*command, *at(mosquitto), "-V", "311", "-D", kind, "user-property", "k", "v")
+        assert bad.returncode == 2 and f"-D {kind}" in bad.stderr and "MQTT 5.0" in bad.stderr, bad.stderr
