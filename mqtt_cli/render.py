@@ -2,7 +2,8 @@
 
 For `mqtt dump`: one line per packet (`PacketLines`), the tree of every field (`packet_tree`), JSON lines
 (`JsonLines`, from `mqtt_cli.jsonlines`), the `--stats` summary (`stats_tables`) and a progress bar on
-standard error (`with_progress`).
+standard error (`with_progress`). Tables of any command are printed by `print_whole`: at the terminal's width
+on a terminal, and never cut anywhere else (a file, a pipe).
 Records are the dicts of `mqtt_cli.capture.records`; human output also reads the decoded object the record
 was built from (`rec["_obj"]`: a packet, a protocol error or a stream note).
 """
@@ -37,7 +38,9 @@ __all__ = [
     "hexdump",
     "packet_tree",
     "payload_preview",
+    "print_whole",
     "stats_tables",
+    "titled_table",
     "with_progress",
 ]
 
@@ -403,17 +406,38 @@ class PacketTrees(PacketLines):
 # --- --stats -----------------------------------------------------------------------------------------------
 
 
-def _table(title: str, *columns: str) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
+def titled_table(title: str, *columns: str) -> Table:
+    """A table of the commands' summaries: its title on the left, the first column left-aligned, the others right.
+    At least as wide as its title, which rich would otherwise wrap to the width of narrow columns."""
+    from rich.cells import cell_len
+
+    table = Table(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False,
+                  min_width=cell_len(title))  # fmt: skip
     for n, col in enumerate(columns):
         table.add_column(col, justify="right" if n else "left")
     return table
 
 
+def print_whole(renderable: RenderableType, *, stderr: bool = False) -> None:
+    """Prints `renderable` to standard output (or error): on a terminal at its width, as rich does; anywhere else
+    (`> report.txt`, `| less`) as wide as it needs, where rich would cut it to 80 columns."""
+    from rich.measure import Measurement
+
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:
+        wide = Console(stderr=stderr, highlight=False, width=_UNBOUNDED)
+        needed = Measurement.get(wide, wide.options, renderable).maximum
+        console = Console(stderr=stderr, highlight=False, width=max(1, min(needed, _UNBOUNDED)))
+    console.print(renderable)
+
+
+_UNBOUNDED = 1 << 20  # columns: wider than any table of ours, small enough for rich's measuring
+
+
 def stats_tables(stats: Any, capture: dict[str, int] | None = None, top: int = 15) -> RenderableType:
     """The `--stats` summary: `stats` is a capture.stats.DumpStats, `capture` the dissector's counters."""
     parts: list[RenderableType] = []
-    summary = _table("Summary", "", "count")
+    summary = titled_table("Summary", "", "count")
     if capture:
         summary.add_row("frames", f"{capture['frames']:,}")
         summary.add_row("MQTT connections", f"{capture['connections']:,}")
@@ -427,20 +451,20 @@ def stats_tables(stats: Any, capture: dict[str, int] | None = None, top: int = 1
     summary.add_row("malformed or breaking a rule", f"{stats.malformed:,}")
     summary.add_row("PUBLISH payload bytes", f"{stats.payload_bytes:,}")
     parts.append(summary)
-    by_type = _table("Packets by type", "type", "packets")
+    by_type = titled_table("Packets by type", "type", "packets")
     for name, count in sorted(stats.by_type.items(), key=lambda kv: (-kv[1], kv[0])):
         by_type.add_row(Text(name, style=TYPE_STYLES.get(name, "")), f"{count:,}")
     parts.append(by_type)
     for title, counter, col in (("Clients", stats.by_client, "client"), ("Topics (PUBLISH)", stats.by_topic, "topic")):
         if counter:
             more = f", top {top}" if len(counter) > top else ""
-            table = _table(f"{title}: {len(counter):,}{more}", col, "packets")
+            table = titled_table(f"{title}: {len(counter):,}{more}", col, "packets")
             for name, count in counter.most_common(top):
                 label = "(unknown topic alias)" if name is None else Text(printable(name)) if name else "(empty)"
                 table.add_row(label, f"{count:,}")  # no markup
             parts.append(table)
     if stats.errors:
-        table = _table("Rule breaks and malformed data", "error", "packets")
+        table = titled_table("Rule breaks and malformed data", "error", "packets")
         for name, count in stats.errors.most_common(top):
             table.add_row(Text(printable(name), style="red"), f"{count:,}")
         parts.append(table)
@@ -449,7 +473,7 @@ def stats_tables(stats: Any, capture: dict[str, int] | None = None, top: int = 1
     if stats.flows_dropped:
         title += f" (and {stats.flows_dropped:,} older ones not kept)"
     if flows:
-        table = _table(
+        table = titled_table(
             title + (f", first {top}" if len(flows) > top else ""), "client", "packet id", "QoS", "topic", "waiting for"
         )
         for flow in flows[:top]:

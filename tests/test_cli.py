@@ -1,5 +1,6 @@
 """The ``mqtt`` command's shell: --help, --version, exit codes, start-up discipline."""
 
+import itertools
 import re
 import subprocess
 import sys
@@ -266,9 +267,11 @@ def test_password_prompt_rewrite(args: list[str], expected: list[str]) -> None:
 # clients (mosquitto's letter); serve's -l names a listener, pub's reads standard input line by line (mosquitto's).
 # -c: the clients' kept session (mosquitto_pub -c), serve's configuration file (mosquitto -c), passwd's create
 # (mosquitto_passwd -c); -U: sub's unsubscribe (mosquitto_sub -U), passwd's update (mosquitto_passwd -U).
+# mosquitto's letters on both sides: -D is mosquitto_pub's --property and mosquitto_passwd's delete.
 SHORT_EXCEPTIONS = {"-V": {"--version", "--protocol-version"}, "-l": {"--listen", "--stdin-line"},
                     "-i": {"--id", "--client-id"}, "-c": {"--config", "--disable-clean-session", "create"},
-                    "-U": {"--unsubscribe", "update"}}  # fmt: skip
+                    "-U": {"--unsubscribe", "update"},
+                    "-D": {"--property", "delete"}}  # fmt: skip
 
 
 def test_a_short_option_means_the_same_in_every_command() -> None:
@@ -351,3 +354,32 @@ def test_help_placeholders_are_readable(run: Run, mqtt_exe: Path) -> None:
     pub = run([mqtt_exe, "pub", "--help"]).stdout
     assert re.search(r"--qos +-q +0\|1\|2 ", pub) and re.search(r"--port +-p +PORT 1\.\.65535 ", pub), pub
     assert re.search(r"--retain +-r +Retain", pub), pub  # a flag: nothing between its names and its help
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_help_at_ordinary_widths_cuts_nothing_and_breaks_no_sentence(run: Run, columns: int) -> None:
+    """Every command's --help at 80 and 100 columns: every option's names whole (not `--use-identity-as-us…`), no
+    `…` anywhere, and the text wrapped greedily (a hard line break of the source kept, then wrapped, left `7 a
+    message was` alone on a line)."""
+    group = typer.main.get_command(app)
+    paths = [[name] for name in group.commands]  # type: ignore[attr-defined]
+    paths += [[name, sub] for name in ("config", "analyze") for sub in group.commands[name].commands]  # type: ignore[attr-defined]
+    for path in paths:
+        result = run([sys.executable, "-m", "mqtt_cli", *path, "--help"], env=cli_env(COLUMNS=str(columns)))
+        assert result.returncode == 0, (path, result.stderr)
+        text = result.stdout
+        assert "…" not in text, (path, text)
+        assert max(len(line) for line in text.splitlines()) <= columns, (path, text)
+        command = group
+        for name in path:
+            command = command.commands[name]  # type: ignore[attr-defined]
+        for param in command.params:  # type: ignore[attr-defined]
+            if not getattr(param, "hidden", False):
+                for opt in (*param.opts, *param.secondary_opts):
+                    assert re.search(rf"(^|[\s,]){re.escape(opt)}([\s,]|$)", text, re.M), (path, opt, text)
+        # The command's own text (between the usage line and the first panel): each line as full as wrapping makes
+        # it, i.e. the next line's first word would not have fitted after it.
+        prose = text.split("╭")[0].splitlines()[3:]
+        for line, after in itertools.pairwise(prose):
+            if line.strip() and after.strip():
+                assert len(line.rstrip()) + 1 + len(after.split()[0]) > columns - 2, (path, line, after)

@@ -107,8 +107,33 @@ class Command(typer.core.TyperCommand):
     """typer's command, converting plain option values without pydantic (see the module's docstring)."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        _use_plain(self.get_params(ctx))  # with --help, which typer adds here
+        params = self.get_params(ctx)
+        _use_plain(params)  # with --help, which typer adds here
+        names = {name for p in params for name in (*p.opts, *p.secondary_opts)}
+        if "-D" in names and ("-D" in args or "--property" in args):  # pub, sub, rr: mosquitto's -D (_dprops.py)
+            from ._dprops import gather
+
+            takes_value = {n for p in params if not (getattr(p, "is_flag", False) or getattr(p, "count", False))
+                           for n in p.opts}  # fmt: skip
+            args = gather(args, takes_value.__contains__)
         return super().parse_args(ctx, args)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """typer's rich help, but the options laid out by _help.py (nothing cut at 80 columns)."""
+        if self.rich_markup_mode is None:
+            super().format_help(ctx, formatter)
+            return
+        options = [p for p in self.get_params(ctx) if isinstance(p, typer.core.TyperOption) and not p.hidden]
+        for param in options:  # typer prints everything else: usage, text, arguments
+            param.hidden = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            for param in options:
+                param.hidden = False
+        from ._help import print_options
+
+        print_options(self, ctx, options)
 
 
 class Group(typer.core.TyperGroup):

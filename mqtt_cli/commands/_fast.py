@@ -137,6 +137,7 @@ _PUB = (
     Opt("message_expiry", ("--message-expiry",), N, lo=0, hi=_U32),
     Opt("payload_format", ("--payload-format",), N, lo=0, hi=1),
     Opt("topic_alias", ("--topic-alias",), N, lo=1, hi=65535),
+    Opt("d_property", ("-D", "--property"), L),
 )
 _SUB = (
     Opt("topic", ("-t", "--topic"), L),
@@ -161,6 +162,7 @@ _SUB = (
     Opt("no_retained", ("-R", "--no-retained"), F, False),
     Opt("retained_only", ("--retained-only",), F, False),
     Opt("remove_retained", ("--remove-retained",), F, False, fast=False),
+    Opt("d_property", ("-D", "--property"), L),
 )
 _RR = (
     Opt("topic", ("-t", "--topic"), S),
@@ -177,6 +179,7 @@ _RR = (
     Opt("encoding", ("--format",), S),
     Opt("hex_out", ("--hex",), F, False),
     Opt("no_newline", ("-N", "--no-newline"), F, False),
+    Opt("d_property", ("-D", "--property"), L),
 )
 #: Every option of each client command (its own, then the connection options).
 OPTIONS: dict[str, tuple[Opt, ...]] = {
@@ -235,6 +238,10 @@ def parse(args: list[str], environ: dict[str, str] | os._Environ[str] = os.envir
     if not args or args[0] not in OPTIONS:
         return None
     command, by_name = args[0], _BY_NAME[args[0]]
+    if "-D" in args or "--property" in args:  # mosquitto's -D COMMAND NAME VALUE: one value each (_dprops.py)
+        from ._dprops import gather
+
+        args = gather(args, lambda token: (opt := by_name.get(token)) is not None and opt.kind is not Kind.FLAG)
     given: dict[str, Any] = {}
     i, n = 1, len(args)
     while i < n:
@@ -359,11 +366,11 @@ def _plan(parsed: Parsed) -> Any:
     elif parsed.command == "sub":
         keep = ("topic", "exclude", "qos", "no_local", "retain_as_published", "retain_handling",
                 "subscription_identifier", "unsubscribe", "verbose", "fmt", "json_out", "encoding", "hex_out",
-                "output", "no_retained", "retained_only")  # fmt: skip
+                "output", "no_retained", "retained_only", "d_property")  # fmt: skip
         plan = _plans.plan_sub(parsed, **{k: own[k] for k in keep}, conn=conn, check=_check)
     else:
         keep = ("topic", "response_topic", "message", "file", "stdin_file", "null_message", "qos",
-                "correlation_data", "verbose", "json_out", "encoding", "hex_out")  # fmt: skip
+                "correlation_data", "verbose", "json_out", "encoding", "hex_out", "d_property")  # fmt: skip
         plan = _plans.plan_rr(parsed, **{k: own[k] for k in keep}, conn=conn, check=_check)
     return plan
 
@@ -490,7 +497,6 @@ def _sub(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
 def _receive(client: BlockingClient, plan: Any, p: dict[str, Any], printer: Any) -> int:
     from mqtt_cli.core.events import PongReceived
     from mqtt_cli.core.packets import Subscription
-    from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
     from mqtt_cli.core.topics import matches
     from mqtt_cli.exit_codes import EXIT_USAGE
     from mqtt_cli.net.errors import SubscribeRefused
@@ -505,9 +511,7 @@ def _receive(client: BlockingClient, plan: Any, p: dict[str, Any], printer: Any)
                      p["retain_handling"])
         for f in plan.filters
     ]  # fmt: skip
-    ident = p["subscription_identifier"]
-    props = Properties(subscription_identifiers=[ident]) if ident is not None else EMPTY_PROPERTIES
-    codes = client.subscribe(subs, props, marker=p["retained_only"])
+    codes = client.subscribe(subs, plan.subscribe_props, marker=p["retained_only"])
     refused = [(f, c) for f, c in zip(plan.filters, codes, strict=False) if c >= 0x80]
     if refused:
         from mqtt_cli.core.reasons import reason_name
@@ -562,7 +566,7 @@ def _rr(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
 
 def _request(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
     from mqtt_cli.core.packets import Subscription
-    from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
+    from mqtt_cli.core.properties import EMPTY_PROPERTIES
     from mqtt_cli.core.reasons import reason_name
     from mqtt_cli.net.errors import PublishFailed, SubscribeRefused
 
@@ -573,11 +577,16 @@ def _request(client: BlockingClient, plan: Any, p: dict[str, Any]) -> int:
     correlation_data = p["correlation_data"]
     correlation = correlation_data.encode() if correlation_data is not None else os.urandom(16)
     v5 = client.version == 5
-    codes = client.subscribe([Subscription(plan.response_topic, plan.qos)])
+    codes = client.subscribe([Subscription(plan.response_topic, plan.qos)], plan.subscribe_props if v5 else
+                             EMPTY_PROPERTIES)  # fmt: skip
     if codes[0] >= 0x80:
         why = reason_name(codes[0], 9, client.version)
         raise SubscribeRefused(f"the broker refused the subscription to {plan.response_topic!r}: {why}")
-    props = Properties(response_topic=plan.response_topic, correlation_data=correlation) if v5 else EMPTY_PROPERTIES
+    props = (
+        plan.publish_props.replace(response_topic=plan.response_topic, correlation_data=correlation)
+        if v5
+        else EMPTY_PROPERTIES
+    )
     client.publish(plan.topic, plan.payload, plan.qos, False, props)
     client.wait_acknowledged()
     if client.refused:

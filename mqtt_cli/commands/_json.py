@@ -57,14 +57,16 @@ def message_to_json(p: Publish, received: float) -> str:
 
 def properties_from_json(obj: Any) -> Properties:
     """The "properties" object (Properties.as_json()); the `[[name, value], ...]` list that `mqtt dump --json`
-    wrote until 0.1.0 is read too."""
+    wrote until 0.1.0 is read too. A null, for the object or any property in it, means absent."""
+    if obj is None:
+        return Properties()
     if isinstance(obj, list):
         obj = _from_pairs(obj)
     if not isinstance(obj, dict):
         raise MessageFormatError('"properties" must be an object')
     named: dict[str, Any] = {}
     for name, value in obj.items():
-        if name in _NOT_REPUBLISHED:
+        if name in _NOT_REPUBLISHED or value is None:
             continue
         if name == "user_properties":
             if not isinstance(value, list) or not all(
@@ -96,8 +98,15 @@ def _from_pairs(pairs: list[Any]) -> dict[str, Any]:
     return properties_json(pairs)
 
 
+def _given(obj: dict[str, Any], name: str, default: Any) -> Any:
+    """A member's value, `default` when it is absent or null."""
+    value = obj.get(name)
+    return default if value is None else value
+
+
 def message_from_json(line: str | bytes) -> dict[str, Any]:
-    """topic (or None), payload, qos, retain (None when absent) and properties of one line."""
+    """topic (or None), payload, qos, retain (None when absent) and properties of one line. Every member is
+    optional, and a null member is an absent one ("correlation_data": null is no correlation data)."""
     try:
         obj = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -107,8 +116,8 @@ def message_from_json(line: str | bytes) -> dict[str, Any]:
     topic = obj.get("topic")
     if topic is not None and not isinstance(topic, str):
         raise MessageFormatError('"topic" must be a string')
-    payload = obj.get("payload", "")
-    encoding = obj.get("encoding", "utf-8")
+    payload = _given(obj, "payload", "")
+    encoding = _given(obj, "encoding", "utf-8")
     if not isinstance(payload, str):
         raise MessageFormatError('"payload" must be a string')
     if encoding == "utf-8":
@@ -126,5 +135,5 @@ def message_from_json(line: str | bytes) -> dict[str, Any]:
     retain = obj.get("retain")
     if retain is not None and not isinstance(retain, bool):
         raise MessageFormatError('"retain" must be true or false')
-    props = properties_from_json(obj.get("properties", {}))
+    props = properties_from_json(obj.get("properties"))
     return {"topic": topic, "payload": data, "qos": qos, "retain": retain, "properties": props}

@@ -22,6 +22,15 @@ CRED = "Credentials"
 TLS = "TLS"
 WILL = "Will"
 
+DProperty = Annotated[
+    list[str] | None,
+    typer.Option(
+        "-D", "--property", metavar="COMMAND NAME VALUE", show_default=False,
+        help="An MQTT 5.0 property, as mosquitto's clients take it (repeatable): -D PUBLISH user-property KEY VALUE, "
+        "-D CONNECT session-expiry-interval 60, ... COMMAND: CONNECT, PUBLISH, SUBSCRIBE, UNSUBSCRIBE, DISCONNECT "
+        "or WILL; NAME: the spec's, in lowercase with hyphens.",
+    ),
+]  # fmt: skip
 Host = Annotated[
     str | None,
     typer.Option("-h", "--host", envvar="MQTT_HOST", help="Broker host (default: localhost).", rich_help_panel=CONN),
@@ -219,7 +228,7 @@ CLIENT_COMMANDS = ("pub", "sub", "rr")
 # The connection options that take a value and those that do not (from their definitions), and the
 # options every client command adds: -q/--qos and -t/--topic take a value, --help does not.
 _SHARED_VALUES = " ".join(n for _, opt, _ in _CONNECTION if not _is_flag(opt) for n in _option_names(opt))
-_SHARED_VALUES += " --qos --topic -q -t"
+_SHARED_VALUES += " --qos --topic -q -t --property -D"
 _SHARED_FLAGS = " ".join(n for _, opt, _ in _CONNECTION if _is_flag(opt) for n in _option_names(opt)) + " --help"
 #: The options of each client command that take a value, and those that do not (tests/test_cli.py checks them
 #: against the commands): rewrite_optional_values() must know which tokens are values.

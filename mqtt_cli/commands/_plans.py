@@ -14,6 +14,7 @@ from mqtt_cli.core.records import record
 from mqtt_cli.exit_codes import EXIT_PUBLISH_FAILED, EXIT_USAGE
 
 from . import fail
+from ._dprops import apply_to_settings, merged, parse_properties
 from ._settings import client_settings, parse_user_properties, stdin_closed
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ def plan_pub(
     message_expiry: int | None,
     payload_format: int | None,
     topic_alias: int | None,
+    d_property: list[str] | None,
     conn: dict[str, Any],
     check: Callable[[ClientSettings], None] | None = None,
 ) -> PubPlan:
@@ -104,8 +106,10 @@ def plan_pub(
             fail('--json-lines gives each payload with its "encoding": drop --format', EXIT_USAGE)
     if repeat > 1 and (stdin_line or json_lines):
         fail("--repeat works with -m, -f, -s and -n, not with -l or --json-lines", EXIT_USAGE)
+    given = parse_properties(d_property)
     resolved = client_settings(conn, ctx)
     settings = resolved.settings
+    apply_to_settings(settings, given)
     if check is not None:  # the fast path: may the blocking client run this? (else typer runs it all again)
         check(settings)
     topic = topic or resolved.url_topic
@@ -117,11 +121,14 @@ def plan_pub(
         if err := topic_name_error(topic):
             fail(f"-t {topic!r}: {err}", EXIT_USAGE)
     qos_value = qos if qos is not None else int(resolved.profile.get("qos", 0))
-    props = message_properties(
-        user_property, content_type, response_topic, correlation_data, message_expiry, payload_format, topic_alias
+    props = merged(
+        message_properties(
+            user_property, content_type, response_topic, correlation_data, message_expiry, payload_format, topic_alias
+        ),
+        given.publish,
     )
     if props and settings.version in (3, 4):
-        fail("message properties (--content-type, --user-property, ...) need MQTT 5.0 (-V 5)", EXIT_USAGE)
+        fail("message properties (--content-type, --user-property, -D PUBLISH, ...) need MQTT 5.0 (-V 5)", EXIT_USAGE)
 
     if (stdin_file or stdin_line or json_lines) and stdin_closed():
         what = "-s" if stdin_file else "-l" if stdin_line else "--json-lines"
@@ -210,6 +217,8 @@ class SubPlan:
     mode: str  # json, format, verbose or payload
     form: PayloadFormat
     out_file: BinaryIO | None
+    subscribe_props: Properties  # --subscription-identifier, -D SUBSCRIBE
+    unsubscribe_props: Properties  # -D UNSUBSCRIBE
 
 
 def plan_sub(
@@ -231,6 +240,7 @@ def plan_sub(
     output: Path | None,
     no_retained: bool,
     retained_only: bool,
+    d_property: list[str] | None,
     conn: dict[str, Any],
     check: Callable[[ClientSettings], None] | None = None,
 ) -> SubPlan:
@@ -243,8 +253,10 @@ def plan_sub(
     form = parse_format("hex" if hex_out else encoding, SUB_FORMATS)
     if no_retained and retained_only:
         fail("-R skips retained messages and --retained-only prints only them: use one", EXIT_USAGE)
+    given = parse_properties(d_property)
     resolved = client_settings(conn, ctx, reconnect_session_expiry=3600)
     settings = resolved.settings
+    apply_to_settings(settings, given)
     if check is not None:  # the fast path: may the blocking client run this? (else typer runs it all again)
         check(settings)
     filters = list(topic or [])
@@ -257,9 +269,10 @@ def plan_sub(
     for flt in [*filters, *(exclude or []), *(unsubscribe or [])]:
         if err := topic_filter_error(flt):
             fail(f"topic filter {flt!r}: {err}", EXIT_USAGE)
-    v5_only = [n for n, given in (("--no-local", no_local), ("--retain-as-published", retain_as_published),
+    v5_only = [n for n, on in (("--no-local", no_local), ("--retain-as-published", retain_as_published),
                ("--retain-handling", retain_handling != 0),
-               ("--subscription-identifier", subscription_identifier is not None)) if given]  # fmt: skip
+               ("--subscription-identifier", subscription_identifier is not None),
+               ("-D SUBSCRIBE", bool(given.subscribe)), ("-D UNSUBSCRIBE", bool(given.unsubscribe))) if on]  # fmt: skip
     if v5_only and settings.version in (3, 4):
         fail(f"{', '.join(v5_only)} need MQTT 5.0 (-V 5)", EXIT_USAGE)
     if fmt is not None:
@@ -281,7 +294,11 @@ def plan_sub(
             out_file = output.open("ab")  # appended to; opened before connecting, so a bad path is a usage error
         except OSError as err:
             fail(f"--output {output}: {err.strerror}", EXIT_USAGE)
-    return SubPlan(settings, filters, qos_value, v5_only, mode, form, out_file)
+    from mqtt_cli.core.properties import Properties
+
+    ident = Properties(subscription_identifiers=[subscription_identifier] if subscription_identifier else [])
+    return SubPlan(settings, filters, qos_value, v5_only, mode, form, out_file, merged(ident, given.subscribe),
+                   given.unsubscribe)  # fmt: skip
 
 
 # --- rr --------------------------------------------------------------------------------------------------------
@@ -296,6 +313,8 @@ class RrPlan:
     payload: bytes
     mode: str  # json, verbose or payload
     form: PayloadFormat
+    publish_props: Properties  # -D PUBLISH (the response topic and correlation data are added when sending)
+    subscribe_props: Properties  # -D SUBSCRIBE
 
 
 def plan_rr(
@@ -313,6 +332,7 @@ def plan_rr(
     json_out: bool,
     encoding: str | None,
     hex_out: bool,
+    d_property: list[str] | None,
     conn: dict[str, Any],
     check: Callable[[ClientSettings], None] | None = None,
 ) -> RrPlan:
@@ -326,8 +346,12 @@ def plan_rr(
     from ._payload import SUB_FORMATS, parse_format
 
     form = parse_format("hex" if hex_out else encoding, SUB_FORMATS)
+    given = parse_properties(d_property)
     resolved = client_settings(conn, ctx)
     settings = resolved.settings
+    apply_to_settings(settings, given)
+    if (given.publish or given.subscribe) and settings.version in (3, 4):
+        fail("-D PUBLISH and -D SUBSCRIBE need MQTT 5.0 (-V 5)", EXIT_USAGE)
     if check is not None:  # the fast path: may the blocking client run this? (else typer runs it all again)
         check(settings)
     topic = topic or resolved.url_topic
@@ -342,12 +366,13 @@ def plan_rr(
     if stdin_file and stdin_closed():
         fail("-s reads standard input, but it is closed: pipe the request in, or use -m or -f", EXIT_USAGE)
     qos_value = qos if qos is not None else int(resolved.profile.get("qos", 0))
-    from mqtt_cli.core.properties import Properties
 
     from ._payload import read_payload
 
     # room for the response topic and 16 bytes of correlation data the request carries in 5.0
-    room = Properties(response_topic=response_topic, correlation_data=(correlation_data or "").encode() or bytes(16))
+    room = given.publish.replace(
+        response_topic=response_topic, correlation_data=(correlation_data or "").encode() or bytes(16)
+    )
     payload = read_payload(message, file, stdin_file, topic, qos_value, room, settings.version)
     mode = "json" if json_out else "verbose" if verbose else "payload"
-    return RrPlan(settings, topic, response_topic, qos_value, payload, mode, form)
+    return RrPlan(settings, topic, response_topic, qos_value, payload, mode, form, given.publish, given.subscribe)

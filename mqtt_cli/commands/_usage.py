@@ -115,9 +115,31 @@ def _metavar(param: Any) -> str:
     return word
 
 
+def flowing(text: str) -> str:
+    """Help text whose paragraphs flow: the line breaks of the source (a docstring's) joined into spaces, so that
+    the terminal wraps each sentence at its own width (typer keeps them after the first paragraph: "7 a message
+    was" then "refused" on a line of its own). A paragraph starting with \\b, or whose lines are indented or a list
+    ("- ", "* "), keeps its lines."""
+    import inspect
+
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    out = []
+    for para in paragraphs:
+        lines = para.split("\n")
+        kept = para.startswith("\b") or any(line[:1] == " " or line[:2] in ("- ", "* ") for line in lines)
+        out.append(para if kept else " ".join(line.strip() for line in lines))
+    return "\n\n".join(out)
+
+
 def tidy_help(command: Any) -> None:
-    """Readable placeholders for every option of ``command`` (and of its subcommands, for a group)."""
+    """Readable placeholders for every option of ``command`` (and of its subcommands, for a group), and help
+    text that flows (:func:`flowing`)."""
     from . import _coerce
+
+    if getattr(command, "help", None):
+        command.help = flowing(command.help)
+    if getattr(command, "epilog", None):
+        command.epilog = flowing(command.epilog)
 
     # A typer app of its own (config, analyze) builds typer's classes: ours also convert without pydantic and
     # give --help, which click adds when parsing, no placeholder (_coerce.tidy_flags).

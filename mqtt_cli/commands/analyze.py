@@ -402,11 +402,10 @@ def report(
 
         print(json.dumps(result, default=str, ensure_ascii=False))
     else:
-        from rich.console import Console
-
         from mqtt_cli.pipeline.tables import report_tables
+        from mqtt_cli.render import print_whole
 
-        Console(highlight=False).print(report_tables(result))
+        print_whole(report_tables(result))
 
 
 @app.command()

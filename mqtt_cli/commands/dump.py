@@ -281,11 +281,9 @@ def _raw_chunks(path: str) -> Iterator[bytes]:
 
 
 def _print_stats(summary: "DumpStats", capture: dict[str, int] | None, json_lines: bool) -> None:
-    from rich.console import Console
+    from mqtt_cli.render import print_whole, stats_tables
 
-    from mqtt_cli.render import stats_tables
-
-    Console(stderr=json_lines, highlight=False).print(stats_tables(summary, capture))
+    print_whole(stats_tables(summary, capture), stderr=json_lines)
 
 
 def _stdout_gone() -> None:

@@ -88,6 +88,7 @@ def pub(
     topic_alias: Annotated[
         int | None, typer.Option("--topic-alias", min=1, max=65535, help="Topic alias to use.", rich_help_panel=V5)
     ] = None,
+    d_property: o.DProperty = None,
     *,
     conn: dict[str, Any],
 ) -> None:
@@ -103,7 +104,7 @@ def pub(
         null_message=null_message, json_lines=json_lines, encoding=encoding, qos=qos, retain=retain, repeat=repeat,
         repeat_delay=repeat_delay, user_property=user_property, content_type=content_type,
         response_topic=response_topic, correlation_data=correlation_data, message_expiry=message_expiry,
-        payload_format=payload_format, topic_alias=topic_alias, conn=conn,
+        payload_format=payload_format, topic_alias=topic_alias, d_property=d_property, conn=conn,
     )  # fmt: skip
     settings, topic, qos_value, props, payload, form = (
         plan.settings, plan.topic, plan.qos, plan.props, plan.payload, plan.form

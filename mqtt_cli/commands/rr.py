@@ -68,6 +68,7 @@ def rr(
     no_newline: Annotated[
         bool, typer.Option("-N", "--no-newline", help="No newline after the response.", rich_help_panel=OUT)
     ] = False,
+    d_property: o.DProperty = None,
     *,
     conn: dict[str, Any],
 ) -> None:
@@ -85,7 +86,7 @@ def rr(
     plan = plan_rr(
         ctx, topic=topic, response_topic=response_topic, message=message, file=file, stdin_file=stdin_file,
         null_message=null_message, qos=qos, correlation_data=correlation_data, verbose=verbose, json_out=json_out,
-        encoding=encoding, hex_out=hex_out, conn=conn,
+        encoding=encoding, hex_out=hex_out, d_property=d_property, conn=conn,
     )  # fmt: skip
     settings, topic, response_topic, qos_value, payload, mode, form = (
         plan.settings, plan.topic, plan.response_topic, plan.qos, plan.payload, plan.mode, plan.form
@@ -99,7 +100,7 @@ def rr(
         import trio
 
         from mqtt_cli.core.packets import Subscription
-        from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
+        from mqtt_cli.core.properties import EMPTY_PROPERTIES
         from mqtt_cli.core.reasons import reason_name
         from mqtt_cli.net.errors import ConnectionLost, PublishFailed, SubscribeRefused
 
@@ -111,12 +112,15 @@ def rr(
         async with connected(settings) as client:  # stops on SIGINT/SIGTERM, then says goodbye
             with trio.move_on_after(timeout) as waited:
                 v5 = client.version == 5
-                codes = await client.subscribe([Subscription(response_topic, qos_value)])
+                sub_props = plan.subscribe_props if v5 else EMPTY_PROPERTIES
+                codes = await client.subscribe([Subscription(response_topic, qos_value)], sub_props)
                 if codes[0] >= 0x80:
                     why = reason_name(codes[0], 9, client.version)
                     raise SubscribeRefused(f"the broker refused the subscription to {response_topic!r}: {why}")
                 props = (
-                    Properties(response_topic=response_topic, correlation_data=correlation) if v5 else EMPTY_PROPERTIES
+                    plan.publish_props.replace(response_topic=response_topic, correlation_data=correlation)
+                    if v5
+                    else EMPTY_PROPERTIES
                 )
                 await client.publish(topic, payload, qos_value, False, props)
                 await client.wait_acknowledged()

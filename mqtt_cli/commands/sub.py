@@ -133,6 +133,7 @@ def sub(
     remove_retained: Annotated[
         bool, typer.Option("--remove-retained", help="Clear each retained message received.", rich_help_panel=STOP)
     ] = False,
+    d_property: o.DProperty = None,
     *,
     conn: dict[str, Any],
 ) -> None:
@@ -148,7 +149,7 @@ def sub(
         ctx, topic=topic, exclude=exclude, qos=qos, no_local=no_local, retain_as_published=retain_as_published,
         retain_handling=retain_handling, subscription_identifier=subscription_identifier, unsubscribe=unsubscribe,
         verbose=verbose, fmt=fmt, json_out=json_out, encoding=encoding, hex_out=hex_out, output=output,
-        no_retained=no_retained, retained_only=retained_only, conn=conn,
+        no_retained=no_retained, retained_only=retained_only, d_property=d_property, conn=conn,
     )  # fmt: skip
     settings, filters, qos_value, v5_only, mode, form, out_file = (
         plan.settings, plan.filters, plan.qos, plan.v5_only, plan.mode, plan.form, plan.out_file
@@ -175,7 +176,6 @@ def sub(
 
         from mqtt_cli.core.events import PongReceived
         from mqtt_cli.core.packets import Subscription
-        from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
         from mqtt_cli.core.topics import matches
         from mqtt_cli.net.errors import ConnectionLost, SubscribeRefused
 
@@ -193,18 +193,14 @@ def sub(
                 if v5_only and client.version != 5:
                     fail(f"the broker speaks MQTT 3.1.1: {', '.join(v5_only)} need 5.0", o.EXIT_USAGE)
                 if unsubscribe:
-                    await client.unsubscribe(unsubscribe)
+                    await client.unsubscribe(unsubscribe, plan.unsubscribe_props)
                 if not filters:
                     return 0
                 subs = [
                     Subscription(f, qos_value, no_local and client.version == 5, retain_as_published, retain_handling)
                     for f in filters
                 ]
-                props = (
-                    Properties(subscription_identifiers=[subscription_identifier])
-                    if subscription_identifier is not None
-                    else EMPTY_PROPERTIES
-                )
+                props = plan.subscribe_props
                 # Messages can come before SUBACK (a resumed session's queue): they are read and printed while
                 # the subscription is answered, or a full message buffer would hold SUBACK back behind them.
                 outcome: list[int] = []

@@ -263,7 +263,7 @@ class BlockingClient:
         self._sock = None
         try:
             if self.conn.connected:
-                self.conn.disconnect()
+                self.conn.disconnect(properties=self.settings.disconnect_properties)
                 self.conn.events()
                 sock.settimeout(2)
                 sock.sendall(self.conn.data_to_send(time.monotonic()))

@@ -294,7 +294,7 @@ class Client:
         """Sends DISCONNECT (bounded wait for it to be written) and ends the connection; no reconnecting."""
         self._closing = True
         if self.conn.connected and self._conn_scope is not None and not self._ending:
-            self.conn.disconnect()
+            self.conn.disconnect(properties=self.settings.disconnect_properties)
             await self._dispatch(self.conn.events())
             with trio.move_on_after(2):
                 await self._conn_done.wait()

@@ -45,6 +45,8 @@ class ClientSettings:
     reconnect_timeout: float = 300.0  # give up after this long without a connection
     ack_timeout: float = 60.0  # no acknowledgement for this long while waiting for one: give up
     receive_maximum: int = 65535
+    maximum_packet_size: int | None = None  # 5.0: the largest packet we take (None: not said, the protocol's)
+    disconnect_properties: Properties = EMPTY_PROPERTIES  # 5.0: what our DISCONNECT carries
     max_inflight: int = 1024  # our cap on unacknowledged QoS 1/2 messages (3.x brokers state none)
     topic_alias_maximum: int = 64
     auto_topic_aliases: bool = False
@@ -100,6 +102,7 @@ def new_connection(s: ClientSettings) -> ClientConnection:
         will=s.will,
         properties=props,
         receive_maximum=s.receive_maximum,
+        maximum_packet_size=s.maximum_packet_size,
         topic_alias_maximum=s.topic_alias_maximum,
         max_inflight=s.max_inflight,
         auto_topic_aliases=s.auto_topic_aliases,

@@ -101,7 +101,7 @@ _LISTED = {"user_properties": "user_property", "subscription_identifiers": "subs
 
 def properties_from_json(text: str | None) -> Properties:
     """The JSON object `mqtt sub --json` writes (Properties.as_json(); bytes as hex) -> Properties; the
-    `[[name, value], ...]` list of earlier versions is read too."""
+    `[[name, value], ...]` list of earlier versions is read too. A null property is an absent one."""
     if not text:
         return Properties()
     parsed = json.loads(text)
@@ -109,6 +109,8 @@ def properties_from_json(text: str | None) -> Properties:
         pairs: list[tuple[str, Any]] = []
         for name, value in parsed.items():
             single = _LISTED.get(name)
+            if value is None:  # a null property is an absent one
+                continue
             if single is None:
                 pairs.append((name, value))
             elif isinstance(value, list):

@@ -2,8 +2,9 @@
 
     Path("report.html").write_text(report_html(report))
 
-Charts: PUBLISH rate over time (all traffic and the busiest topics and clients), and the distribution of the
-QoS 1 and QoS 2 acknowledgement latencies on a logarithmic axis. Then the report's tables.
+Charts: messages (PUBLISH to the broker) and deliveries (PUBLISH to subscribers) over time, with the messages of
+the busiest topics and publishers, and the distribution of the QoS 1 and QoS 2 acknowledgement latencies on a
+logarithmic axis. Then the report's tables.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ __all__ = ["report_html"]
 _W, _H, _PAD = 760, 220, 44
 _TOP = 10  # space above the plot area
 _RIGHT = 10
-# "all PUBLISH" is drawn in near-black; the busiest topics (solid) and clients (dashed) get one colour each from
-# these ten (Tableau 10: told apart by most readers, colour-blind ones included, the dashes helping): at most 5
-# topics and 5 clients are drawn (report._SERIES), so no two lines share a colour.
+# "all messages" is drawn in near-black, "all deliveries" dashed in grey; the busiest topics (solid) and publishers
+# (dashed) get one colour each from these ten (Tableau 10: told apart by most readers, colour-blind ones included,
+# the dashes helping): at most 5 topics and 5 clients are drawn (report._SERIES), so no two lines share a colour.
 _ALL_COLOUR = "#222222"
+_DELIVERIES_COLOUR = "#999999"
 _COLOURS = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"
 )  # fmt: skip
@@ -159,13 +161,16 @@ def _rate_chart(timeline: dict[str, Any]) -> str:
     step = timeline["step_seconds"]
     if not points:
         return "<p>No PUBLISH with a timestamp.</p>"
-    lines = [("all PUBLISH", [p["messages"] for p in points], _ALL_COLOUR, False)]
+    lines = [("all messages", [p["messages"] for p in points], _ALL_COLOUR, False)]
+    deliveries = [p["deliveries"] for p in points]
+    if any(deliveries):
+        lines.append(("all deliveries", deliveries, _DELIVERIES_COLOUR, True))
     topics = [s for s in timeline["series"] if s["kind"] == "topic"]
     clients = [s for s in timeline["series"] if s["kind"] != "topic"]
     for n, series in enumerate(topics + clients):
         lines.append((series_label(series), series["messages"], _COLOURS[n % len(_COLOURS)], series["kind"] != "topic"))
     top = max(max(values) for _, values, _, _ in lines) or 1
-    y_axis, y_max = _y_axis(f"messages per {step} s", top)
+    y_axis, y_max = _y_axis(f"PUBLISH per {step} s", top)
     width = _W - _RIGHT - _PAD
     # Each bucket is drawn at its middle; the axis spans the buckets' whole time.
     span = len(points) * step
@@ -185,7 +190,8 @@ def _rate_chart(timeline: dict[str, Any]) -> str:
             x, y = coords.split(",")
             svg.append(f'<circle cx="{x}" cy="{y}" r="3" fill="{colour}"/>')
     return (
-        f'<svg width="{_W}" height="{_H}" role="img" aria-label="PUBLISH rate over time">{"".join(svg)}</svg>'
+        f'<svg width="{_W}" height="{_H}" role="img" aria-label="messages and deliveries over time">'
+        f'{"".join(svg)}</svg>'
         + _legend([(name, colour, dashed) for name, _, colour, dashed in lines])
     )
 
@@ -200,7 +206,7 @@ def _latency_chart(name: str, bins: list[dict[str, Any]]) -> str:
     first, last = min(counts), max(counts)
     every = range(first, last + 1)
     top = max(counts.values())
-    y_axis, y_max = _y_axis("messages", top)
+    y_axis, y_max = _y_axis("flows", top)
     width = _W - _RIGHT - _PAD
     slot = width / len(every)
     ticks = []
@@ -228,6 +234,7 @@ def report_html(report: dict[str, Any]) -> str:
     lat = report["latency"]
     ses = report["sessions"]
     k = report["keepalive"]
+    unknown = s["publishes"] - s["messages"] - s["deliveries"]
     body = [
         f"<h1>MQTT traffic report</h1><p class=note>{escape(str(report['table']))}: {_when(s['first_ns'])} to"
         f" {_when(s['last_ns'])}</p>",
@@ -237,13 +244,16 @@ def report_html(report: dict[str, Any]) -> str:
                 ["captures / sources", s["captures"]],
                 ["connections", s["connections"]],
                 ["MQTT packets", s["packets"]],
-                ["PUBLISH", s["publishes"]],
-                ["payload bytes", s["payload_bytes"]],
+                ["messages (PUBLISH to the broker)", s["messages"]],
+                ["their payload bytes", s["message_bytes"]],
+                ["deliveries (PUBLISH to subscribers)", s["deliveries"]],
+                ["their payload bytes", s["delivered_bytes"]],
+                *([["PUBLISH of unknown direction", unknown]] if unknown else []),
                 ["malformed packets", s["malformed"]],
                 ["protocol violations", s["violations"]],
             ],
         ),
-        "<h2>PUBLISH rate over time</h2>",
+        "<h2>Messages and deliveries over time</h2>",
         _rate_chart(report["timeline"]),
         "<h2>Acknowledgement latency</h2>",
         _table(
@@ -266,8 +276,9 @@ def report_html(report: dict[str, Any]) -> str:
         ),
         "<h2>Topics</h2>",
         _table(
-            ["topic", "messages", "payload bytes", "clients"],
-            [[topic_label(r["topic"]), r["messages"], r["payload_bytes"], r["clients"]] for r in report["topics"]],
+            ["topic", "messages", "payload bytes", "publishers", "deliveries", "receivers"],
+            [[topic_label(r["topic"]), r["messages"], r["payload_bytes"], r["publishers"], r["deliveries"],
+              r["receivers"]] for r in report["topics"]],
         ),
         "<h2>Clients</h2>",
         _table(

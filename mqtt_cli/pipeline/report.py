@@ -10,6 +10,11 @@ previous one's start-up (most of a report's time on a small table). The answers 
 (`concurrent=False` runs them one at a time; the tests compare). Topics are counted by `resolved_topic` (the
 topic a 5.0 topic alias stands for); a table written before that column existed is read with `topic`.
 
+A message is a PUBLISH from a client to the broker (`direction` "to_broker"); each copy the broker sends on to a
+subscriber is a delivery ("to_client"). They are counted apart everywhere: one message to three subscribers is
+1 message and 3 deliveries, never 4 of anything. A PUBLISH whose direction the capture does not tell is in
+`summary.publishes` (every PUBLISH packet) only. A table from `record` holds deliveries to the recorder.
+
 Latencies pair a QoS 1/2 PUBLISH with what follows it in its flow: rows of the same connection, sender and
 packet identifier, in `seq` order (the order `mqtt dump` writes them). A PUBLISH followed by a re-send (DUP) of
 itself counts as re-sent, not unacknowledged; the latency is the re-send's.
@@ -92,16 +97,25 @@ QUERIES: dict[str, str] = {
         SELECT count(*) AS packets, count(DISTINCT capture_file) AS captures,
                count(DISTINCT capture_file, stream) AS connections,
                count_if(type = 'PUBLISH') AS publishes,
-               coalesce(sum(CASE WHEN type = 'PUBLISH' THEN payload_len END), 0) AS payload_bytes,
+               count_if(type = 'PUBLISH' AND direction = 'to_broker') AS messages,
+               coalesce(sum(CASE WHEN type = 'PUBLISH' AND direction = 'to_broker' THEN payload_len END), 0)
+                 AS message_bytes,
+               count_if(type = 'PUBLISH' AND direction = 'to_client') AS deliveries,
+               coalesce(sum(CASE WHEN type = 'PUBLISH' AND direction = 'to_client' THEN payload_len END), 0)
+                 AS delivered_bytes,
                min(ts_ns) AS first_ns, max(ts_ns) AS last_ns,
                count_if(type = 'MALFORMED') AS malformed,
                count_if(error IS NOT NULL AND type <> 'MALFORMED') AS violations
         FROM packets""",
     "topics": """
-        SELECT resolved_topic AS topic, count(*) AS messages, sum(payload_len) AS payload_bytes,
-               count(DISTINCT client) AS clients, min(ts_ns) AS first_ns, max(ts_ns) AS last_ns
+        SELECT resolved_topic AS topic, count_if(direction = 'to_broker') AS messages,
+               coalesce(sum(CASE WHEN direction = 'to_broker' THEN payload_len END), 0) AS payload_bytes,
+               count(DISTINCT CASE WHEN direction = 'to_broker' THEN client END) AS publishers,
+               count_if(direction = 'to_client') AS deliveries,
+               count(DISTINCT CASE WHEN direction = 'to_client' THEN client END) AS receivers,
+               min(ts_ns) AS first_ns, max(ts_ns) AS last_ns
         FROM packets WHERE type = 'PUBLISH'
-        GROUP BY resolved_topic ORDER BY messages DESC, topic LIMIT {top}""",
+        GROUP BY resolved_topic ORDER BY messages DESC, deliveries DESC, topic LIMIT {top}""",
     "clients": """
         SELECT coalesce(client, '') AS client, count(DISTINCT capture_file, stream) AS connections,
                count_if(type = 'PUBLISH' AND direction = 'to_broker') AS published,
@@ -113,16 +127,20 @@ QUERIES: dict[str, str] = {
         FROM packets
         GROUP BY coalesce(client, '') ORDER BY published + received DESC, client LIMIT {top}""",
     "timeline": """
-        SELECT (ts_ns - {t0}) DIV {step} AS bucket, count(*) AS messages, sum(payload_len) AS payload_bytes
+        SELECT (ts_ns - {t0}) DIV {step} AS bucket, count_if(direction = 'to_broker') AS messages,
+               coalesce(sum(CASE WHEN direction = 'to_broker' THEN payload_len END), 0) AS payload_bytes,
+               count_if(direction = 'to_client') AS deliveries
         FROM packets WHERE type = 'PUBLISH' AND ts_ns IS NOT NULL
         GROUP BY 1 ORDER BY 1""",
     "timeline_series": """
-        SELECT 'topic' AS kind, resolved_topic AS name, (ts_ns - {t0}) DIV {step} AS bucket, count(*) AS messages,
-               sum(payload_len) AS payload_bytes
-        FROM packets WHERE type = 'PUBLISH' AND ts_ns IS NOT NULL AND resolved_topic IN ({topics}) GROUP BY 1, 2, 3
+        SELECT 'topic' AS kind, resolved_topic AS name, (ts_ns - {t0}) DIV {step} AS bucket, count(*) AS messages
+        FROM packets WHERE type = 'PUBLISH' AND direction = 'to_broker' AND ts_ns IS NOT NULL
+          AND resolved_topic IN ({topics})
+        GROUP BY 1, 2, 3
         UNION ALL
-        SELECT 'client', coalesce(client, ''), (ts_ns - {t0}) DIV {step}, count(*), sum(payload_len)
-        FROM packets WHERE type = 'PUBLISH' AND ts_ns IS NOT NULL AND coalesce(client, '') IN ({clients})
+        SELECT 'client', coalesce(client, ''), (ts_ns - {t0}) DIV {step}, count(*)
+        FROM packets WHERE type = 'PUBLISH' AND direction = 'to_broker' AND ts_ns IS NOT NULL
+          AND coalesce(client, '') IN ({clients})
         GROUP BY 1, 2, 3""",
     "flows": _FLOWS,
     "latency": "SELECT "
@@ -304,7 +322,8 @@ def build_report(spark: Any, path: str, top: int = 20, *, concurrent: bool = Tru
 
 
 def _timeline(run: _Runner, summary: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
-    """Messages and payload bytes per time bucket: all, and for the busiest topics and clients."""
+    """Messages (and their payload bytes) and deliveries per time bucket; the messages of the busiest topics and
+    publishers."""
     first, last = summary["first_ns"], summary["last_ns"]
     if first is None or not summary["publishes"]:
         return {"start_ns": first, "step_seconds": None, "points": [], "series": []}
@@ -312,12 +331,15 @@ def _timeline(run: _Runner, summary: dict[str, Any], report: dict[str, Any]) -> 
     step = next((b for b in _BUCKETS if span / b <= _POINTS), _BUCKETS[-1])
     fmt = {"t0": first, "step": step * 1_000_000_000}
     count = int(span // step) + 1
-    points = [{"t": i * step, "messages": 0, "payload_bytes": 0} for i in range(count)]
-    topics = [t["topic"] for t in report["topics"][:_SERIES] if t["topic"] is not None]
-    clients = [c["client"] for c in report["clients"][:_SERIES] if c["published"] + c["received"]]
+    points = [{"t": i * step, "messages": 0, "payload_bytes": 0, "deliveries": 0} for i in range(count)]
+    topics = [t["topic"] for t in report["topics"] if t["topic"] is not None and t["messages"]][:_SERIES]
+    publishers = sorted((c for c in report["clients"] if c["published"]), key=lambda c: -c["published"])
+    clients = [c["client"] for c in publishers[:_SERIES]]
     got = run.many({"timeline": fmt, "timeline_series": {"topics": _quote(topics), "clients": _quote(clients), **fmt}})
     for row in got["timeline"]:
-        points[row["bucket"]].update(messages=row["messages"], payload_bytes=row["payload_bytes"])
+        points[row["bucket"]].update(
+            messages=row["messages"], payload_bytes=row["payload_bytes"], deliveries=row["deliveries"]
+        )
     series: dict[tuple[str, str], list[int]] = {}
     for row in got["timeline_series"]:
         values = series.setdefault((row["kind"], row["name"]), [0] * count)

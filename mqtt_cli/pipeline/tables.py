@@ -6,7 +6,8 @@ import datetime
 from typing import Any
 
 from rich.console import Group, RenderableType
-from rich.table import Table
+
+from mqtt_cli.render import titled_table as _table
 
 from .report import LATENCY_LABELS, series_label, topic_label
 
@@ -37,11 +38,10 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.3f}"
 
 
-def _table(title: str, *columns: str) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
-    for n, col in enumerate(columns):
-        table.add_column(col, justify="right" if n else "left")
-    return table
+def _unknown_direction(summary: dict[str, Any]) -> list[tuple[str, int]]:
+    """The PUBLISH packets that are neither (no CONNECT nor broker port told their direction), when there are any."""
+    unknown = summary["publishes"] - summary["messages"] - summary["deliveries"]
+    return [("PUBLISH of unknown direction", unknown)] if unknown else []
 
 
 def report_tables(report: dict[str, Any]) -> RenderableType:
@@ -52,8 +52,11 @@ def report_tables(report: dict[str, Any]) -> RenderableType:
         ("captures / sources", s["captures"]),
         ("connections", s["connections"]),
         ("MQTT packets", s["packets"]),
-        ("PUBLISH", s["publishes"]),
-        ("payload bytes", s["payload_bytes"]),
+        ("messages (PUBLISH to the broker)", s["messages"]),
+        ("their payload bytes", s["message_bytes"]),
+        ("deliveries (PUBLISH to subscribers)", s["deliveries"]),
+        ("their payload bytes", s["delivered_bytes"]),
+        *_unknown_direction(s),
         ("first", when(s["first_ns"])),
         ("last", when(s["last_ns"])),
         ("malformed", s["malformed"]),
@@ -66,20 +69,24 @@ def report_tables(report: dict[str, Any]) -> RenderableType:
     if timeline["points"]:
         step = timeline["step_seconds"]
         t = _table(
-            f"PUBLISH over time (one bar: {step} s, from {when(timeline['start_ns'])} UTC)", "", "peak msg/s", ""
-        )
+            f"Messages and deliveries over time (one bar: {step} s, from {when(timeline['start_ns'])} UTC)",
+            "", "peak /s", "",
+        )  # fmt: skip
         t.columns[2].justify = "left"
-        total = [p["messages"] for p in timeline["points"]]
-        t.add_row("all", f"{max(total) / step:,.1f}", sparkline(total))
+        for name in ("messages", "deliveries"):
+            total = [p[name] for p in timeline["points"]]
+            t.add_row(f"all {name}", f"{max(total) / step:,.1f}", sparkline(total))
         for series in timeline["series"]:
             name = series_label(series)
             t.add_row(name, f"{max(series['messages']) / step:,.1f}", sparkline(series["messages"]))
         parts.append(t)
 
-    t = _table("Topics", "topic", "messages", "payload bytes", "clients", "first", "last")
+    t = _table("Topics", "topic", "messages", "payload bytes", "publishers", "deliveries", "receivers", "first",
+               "last")  # fmt: skip
     for row in report["topics"]:
         t.add_row(topic_label(row["topic"]), f"{row['messages']:,}", f"{row['payload_bytes']:,}",
-                  str(row["clients"]), when(row["first_ns"]), when(row["last_ns"]))  # fmt: skip
+                  f"{row['publishers']:,}", f"{row['deliveries']:,}", f"{row['receivers']:,}", when(row["first_ns"]),
+                  when(row["last_ns"]))  # fmt: skip
     parts.append(t)
 
     t = _table("Clients", "client", "connections", "published", "bytes", "received", "bytes")

@@ -432,3 +432,20 @@ def test_progress_bar_on_a_terminal_for_a_large_capture(tmp_path: Path) -> None:
 def test_no_progress_bar_when_stderr_is_not_a_terminal(capture: Path) -> None:
     result = dump("--json", capture)
     assert result.returncode == 0 and result.stderr == b""
+
+
+def test_stats_written_to_a_pipe_or_file_are_not_cut() -> None:
+    """rich cuts a table to 80 columns when its output is no terminal: a long topic came out as `plant/xxx…`."""
+    import sys
+
+    topic = "plant/" + "x" * 120 + "/temp"
+    packet = encode(Publish(topic, b"21.5"), 4).hex()
+    for stderr in (False, True):  # --stats go to standard error with --json
+        result = subprocess.run(
+            [sys.executable, "-m", "mqtt_cli", "dump", "--stats", *(["--json"] if stderr else []), "--hex", packet],
+            capture_output=True, text=True, timeout=60, env=cli_env(COLUMNS=""), cwd=REPO_ROOT,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        text = result.stderr if stderr else result.stdout
+        assert any(line.startswith(topic + " ") for line in text.splitlines()), text
+        assert "…" not in text

@@ -75,6 +75,10 @@ def _sample(opt: Opt) -> str:
 
 def _spellings(opt: Opt) -> list[list[str]]:
     """Every way of giving `opt` the fast parser takes."""
+    if opt.param == "d_property":  # mosquitto's -D COMMAND NAME VALUE: several arguments (_dprops.py)
+        return [[name, *value] for name in opt.names for value in (["PUBLISH", "user-property", "k", "v"],
+                ["connect", "session-expiry-interval", "60"])] + [["-D", "WILL", "content-type", "x", "--property",
+                "SUBSCRIBE", "user-property", "-m", "-D"]]  # fmt: skip
     if opt.kind is Kind.FLAG:
         return [[name] for name in opt.names]
     value = _sample(opt)

@@ -533,3 +533,23 @@ def test_one_json_naming_of_properties_in_dump_sub_and_pub(mqtt: Mqtt, mosquitto
     first["properties"]["message_expiry_interval"] = 86400
     assert (first["topic"], first["payload"], first["properties"]) == (f"{topic}/dumped", "hi", expected)
     assert second["properties"] == {"user_properties": [["a", "b"]], "content_type": "c"}
+
+
+def test_json_lines_take_null_as_absent(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:
+    """`pub --json-lines`: a null member (topic, payload, encoding, qos, retain, properties, any property) is an
+    absent one, as `sub --json` readers and other tools write them."""
+    every_null = {name: None for name in ("payload_format_indicator", "message_expiry_interval", "content_type",
+                                          "response_topic", "correlation_data", "user_properties")}  # fmt: skip
+    lines = [
+        {"topic": f"{topic}/a", "payload": "x", "properties": {**every_null, "content_type": "c"}, "retain": True},
+        {"topic": f"{topic}/b", "payload": None, "encoding": None, "qos": None, "retain": True, "properties": None},
+        {"topic": None, "payload": "z", "dup": None, "received": None, "retain": True, "properties": every_null},
+    ]
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    assert mqtt("pub", *at(mosquitto), "-t", f"{topic}/b", "-m", "old", "-r").returncode == 0
+    pub = mqtt("pub", *at(mosquitto), "-V", "5", "-t", f"{topic}/c", "--json-lines", input=text.encode())
+    assert (pub.returncode, pub.stderr) == (0, "")
+    out = mqtt("sub", *at(mosquitto), "-V", "5", "-t", f"{topic}/#", "--retained-only", "--json")
+    got = {o["topic"]: (o["payload"], o["properties"]) for o in map(json.loads, out.text.splitlines())}
+    # b's null payload is an empty one: retained, it cleared the retained "old"
+    assert got == {f"{topic}/a": ("x", {"content_type": "c"}), f"{topic}/c": ("z", {})}

@@ -21,12 +21,15 @@ from mqtt_cli.core import (
     Publish,
     PubRec,
     PubRel,
+    SubAck,
+    Subscribe,
+    Subscription,
     encode,
 )
 from mqtt_cli.pipeline.html import report_html
 from mqtt_cli.pipeline.ingest import ingest
 from mqtt_cli.pipeline.report import build_report
-from mqtt_cli.pipeline.tables import report_tables, sparkline
+from mqtt_cli.pipeline.tables import report_tables, sparkline, when
 from tests.capture.pcapwriter import Conversation, pcap
 
 from .conftest import dump_records
@@ -128,6 +131,7 @@ def test_topics_clients_and_timeline(known: tuple[dict[str, Any], Path]) -> None
     report, capture = known
     dumped = [r for r in dump_records(capture, "-p", "1883") if r["type"] == "PUBLISH"]
     assert report["summary"]["publishes"] == len(dumped)
+    assert report["summary"]["messages"] == len(dumped) and report["summary"]["deliveries"] == 0  # publishers only
     topics = {row["topic"]: row for row in report["topics"]}
     assert topics["t/a"]["messages"] == 2 and topics["t/a"]["payload_bytes"] == 8
     alpha = next(row for row in report["clients"] if row["client"] == "alpha")
@@ -144,6 +148,9 @@ def test_sample_captures_against_dump_records(spark: Any, samples_table: tuple[P
     records = [rec for capture in captures for rec in dump_records(capture)]
     assert report["summary"]["packets"] == len(records)
     assert report["summary"]["publishes"] == sum(r["type"] == "PUBLISH" for r in records)
+    publishes = [r for r in records if r["type"] == "PUBLISH"]
+    assert report["summary"]["messages"] == sum(r["from_client"] is True for r in publishes)
+    assert report["summary"]["deliveries"] == sum(r["from_client"] is False for r in publishes)
     # No re-sends nor losses in these captures: every QoS 1 PUBLISH meets its PUBACK, every QoS 2 its PUBCOMP.
     assert report["latency"]["qos1_puback"]["count"] == sum(r["type"] == "PUBACK" for r in records)
     assert report["latency"]["qos2_total"]["count"] == sum(r["type"] == "PUBCOMP" for r in records)
@@ -186,3 +193,119 @@ def test_tiny_input_settings_give_the_same_report(
         usual.pop("seconds")
         tiny.pop("seconds")
         assert tiny == usual, table
+
+
+def _cells(line: str) -> list[str]:
+    """A line of a rich table as its cells (columns are apart by "│" or two spaces and more)."""
+    import re
+
+    return [cell for cell in re.split(r"\s*[│┃]\s*|\s{2,}", line.strip()) if cell]
+
+
+# --- messages and deliveries ---------------------------------------------------------------------------------
+
+FAN_OUT_TOPIC = "plant/line1/temp"
+FAN_OUT_START = 1_700_000_000_000_000_000
+
+
+def fan_out_capture(path: Path, messages: int = 160, subscribers: int = 3) -> None:
+    """One publisher sending `messages` QoS 0 messages at 20 a second to a broker that delivers each to
+    `subscribers` subscribers: the broker's side of every connection is port 1883."""
+    pub = Conversation(cport=42000, ts=FAN_OUT_START, step=MS).handshake()
+    pub.send(encode(Connect("publisher")))
+    pub.send(encode(ConnAck()), False)
+    subs = []
+    for n in range(subscribers):
+        sub = Conversation(cport=42001 + n, ts=FAN_OUT_START + (n + 1) * 10 * MS, step=MS).handshake()
+        sub.send(encode(Connect(f"subscriber{n}")))
+        sub.send(encode(ConnAck()), False)
+        sub.send(encode(Subscribe(1, (Subscription(FAN_OUT_TOPIC),))))
+        sub.send(encode(SubAck(1, (0,))), False)
+        subs.append(sub)
+    for k in range(messages):
+        at = FAN_OUT_START + 100 * MS + k * 50 * MS  # 20 a second
+        packet = encode(Publish(FAN_OUT_TOPIC, f"{20 + k % 7}.5".encode()))
+        pub.ts = at
+        pub.send(packet)
+        for n, sub in enumerate(subs):
+            sub.ts = at + (n + 1) * MS // 10
+            sub.send(packet, False)
+    for conv in (pub, *subs):
+        conv.send(encode(Disconnect()))
+        conv.close()
+    frames = sorted((f for conv in (pub, *subs) for f in conv.frames()), key=lambda f: f[0])
+    path.write_bytes(pcap(frames))
+
+
+@pytest.fixture(scope="module")
+def fan_out(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("fan-out")
+    fan_out_capture(tmp / "fan-out.pcap")
+    ingest(spark, [str(tmp / "fan-out.pcap")], str(tmp / "table"))
+    return tmp / "table"
+
+
+def test_a_message_to_three_subscribers_is_one_message_and_three_deliveries(spark: Any, fan_out: Path) -> None:
+    """160 messages at 20 a second, each delivered to three subscribers: 160 messages and 480 deliveries in
+    every table and chart (not 640 PUBLISH called messages), 20 messages a second at the peak."""
+    report = build_report(spark, str(fan_out))
+    s = report["summary"]
+    assert (s["publishes"], s["messages"], s["deliveries"]) == (640, 160, 480)
+    assert s["delivered_bytes"] == 3 * s["message_bytes"] > 0
+    [topic] = report["topics"]
+    assert (topic["topic"], topic["messages"], topic["deliveries"]) == (FAN_OUT_TOPIC, 160, 480)
+    assert (topic["publishers"], topic["receivers"]) == (1, 3)
+    assert topic["payload_bytes"] == s["message_bytes"]
+    clients = {c["client"]: (c["published"], c["received"]) for c in report["clients"]}
+    assert clients == {"publisher": (160, 0), **{f"subscriber{n}": (0, 160) for n in range(3)}}
+    timeline = report["timeline"]
+    assert timeline["step_seconds"] == 1
+    assert sum(p["messages"] for p in timeline["points"]) == 160
+    assert sum(p["deliveries"] for p in timeline["points"]) == 480
+    assert max(p["messages"] for p in timeline["points"]) == 20
+    assert max(p["deliveries"] for p in timeline["points"]) == 60
+    series = {(x["kind"], x["name"]): sum(x["messages"]) for x in timeline["series"]}
+    assert series == {("topic", FAN_OUT_TOPIC): 160, ("client", "publisher"): 160}
+
+    console = Console(record=True, width=200)
+    console.print(report_tables(report))
+    text = console.export_text()
+    lines = [_cells(line) for line in text.splitlines()]
+    assert ["messages (PUBLISH to the broker)", "160"] in lines
+    assert ["deliveries (PUBLISH to subscribers)", "480"] in lines
+    [row] = [cells for cells in lines if cells[:1] == [FAN_OUT_TOPIC]]
+    assert row[1:6] == ["160", row[2], "1", "480", "3"]
+    peaks = {cells[0]: cells[1] for cells in lines if cells and cells[0].startswith("all ")}
+    assert peaks == {"all messages": "20.0", "all deliveries": "60.0"}
+    page = report_html(report)
+    assert "<td>messages (PUBLISH to the broker)</td><td>160</td>" in page
+    assert "<td>deliveries (PUBLISH to subscribers)</td><td>480</td>" in page
+    assert f"<td>{FAN_OUT_TOPIC}</td><td>160</td>" in page
+    assert "all deliveries" in page
+
+
+@pytest.mark.slow
+def test_the_text_report_written_to_a_file_is_not_cut(fan_out: Path, tmp_path: Path) -> None:
+    """`mqtt analyze report t/ > report.txt`: every row whole, however wide (rich cuts to 80 columns when
+    standard output is no terminal)."""
+    import subprocess
+    import sys
+
+    from ..conftest import cli_env
+
+    out = tmp_path / "report.txt"
+    with out.open("w") as stdout:
+        proc = subprocess.run(
+            [sys.executable, "-m", "mqtt_cli", "analyze", "report", "--master", "local[1]", str(fan_out)],
+            stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=180, env=cli_env(COLUMNS=""),
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    first = FAN_OUT_START + 100 * MS + MS  # the publisher's first PUBLISH (each segment comes a step after its time)
+    last = FAN_OUT_START + 100 * MS + 159 * 50 * MS + 3 * MS // 10 + MS  # the last delivery
+    [row] = [line for line in text.splitlines() if line.startswith(FAN_OUT_TOPIC)]
+    cells = _cells(row)
+    assert cells[1:6] == ["160", cells[2], "1", "480", "3"]
+    assert cells[6:] == [when(first), when(last)], row
+    assert max(len(line) for line in text.splitlines()) > 80  # the rows were wider than rich's default
+    assert "…" not in text

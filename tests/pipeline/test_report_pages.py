@@ -201,7 +201,7 @@ def test_the_html_report_in_chromium(spark: Any, pages_table: Path) -> None:
     names = [name for _, _, name in items]
     # The five busiest topics, then the five busiest clients, each the busiest first.
     busiest = [f"topic plant/{n}" for n in range(5, 0, -1)] + [f"client pub{n}" for n in range(5, 0, -1)]
-    assert names == ["all PUBLISH", *busiest], names
+    assert names == ["all messages", *busiest], names
     assert [dashed for dashed, _, _ in items] == [""] * 6 + [" dashed"] * 5
     colours = [colour for _, colour, _ in items]
     assert len(set(colours)) == len(colours), colours
