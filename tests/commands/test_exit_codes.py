@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ..brokers import AUTH_USERS, Broker, free_port
+from ..conftest import missing_path
 from .conftest import Mqtt, ScriptedBroker, popen_mqtt, wait_for_output
 
 WILL_V5 = ["--will-delay", "5", "--will-message-expiry", "3", "--will-content-type", "t", "--will-user-property", "a=b"]
@@ -31,11 +32,11 @@ def at(broker: Broker) -> list[str]:
         (["pub", "-t", "a", "-m", "x", "-L", "http://x"], "scheme"),
         (["pub", "-t", "a", "-m", "x", "-V", "311", "--content-type", "t"], "need MQTT 5.0"),
         (["pub", "-t", "a", "-m", "x", "--user-property", "novalue"], "KEY=VALUE"),
-        (["pub", "-t", "a", "-f", "/no/such/file"], "No such file"),
+        (["pub", "-t", "a", "-f", "{missing}"], "No such file"),
         (["pub", "-t", "a", "-l", "--repeat", "2"], "--repeat"),
         (["pub", "-t", "a", "-m", "x", "-P"], "no terminal"),
         (["pub", "-t", "a", "-m", "x", "-V", "311", "-P", "pw"], "needs a user name"),
-        (["pub", "-t", "a", "-m", "x", "--cafile", "/no/ca.pem"], "--cafile /no/ca.pem: No such file or directory"),
+        (["pub", "-t", "a", "-m", "x", "--cafile", "{missing}"], "--cafile {missing}: No such file or directory"),
         (["pub", "-t", "a", "-m", "x", "--will-payload", "w"], "need --will-topic"),
         (["sub"], "no topic"),
         (["sub", "-t", "a/#/b"], "topic filter"),
@@ -68,6 +69,7 @@ def test_bad_usage_exits_2_before_connecting(mqtt: Mqtt, args: list[str], messag
         cert = tmp_path / "cert.pem"
         trustme.CA().issue_cert("client.example").cert_chain_pems[0].write_to_path(str(cert))
         args = [str(cert) if a == "CERT_ONLY" else a for a in args]
+    args, message = [missing_path(a, tmp_path) for a in args], missing_path(message, tmp_path)
     # Port 1 has no broker: a usage error must be found before any connection is tried.
     result = mqtt(*args, "-p", "1")
     assert result.returncode == 2, (result.returncode, result.stderr)
