@@ -42,6 +42,7 @@ __all__ = [
     "LogSettings",
     "MetricsAddress",
     "MetricsSettings",
+    "Origin",
     "PersistenceSettings",
     "ProtocolVersion",
     "Scheme",
@@ -722,6 +723,29 @@ class Unsupported:
 class Translation:
     settings: BrokerSettings
     unsupported: tuple[Unsupported, ...]
+    #: The mosquitto.conf line that gave each key naming a file (key path: "auth.password_file",
+    #: "listener[1].certfile", "bridge[0].remote.cafile"), for errors about that file.
+    places: Mapping[str, Unsupported] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where each key of a configuration was given, for errors about it: `command line: --FLAG` for a key a flag
+    set, `FILE:LINE: OPTION` for one a mosquitto.conf line gave, `FILE: KEY.PATH` otherwise."""
+
+    source: str
+    places: Mapping[str, Unsupported] = field(default_factory=dict)
+    #: The flags given, by the key path they set (`listener[].certfile`: every listener's).
+    flags: Mapping[str, str] = field(default_factory=dict)
+
+    def of(self, path: str) -> str:
+        flag = self.flags.get(re.sub(r"\[\d+\]", "[]", path))
+        if flag is not None:
+            return f"command line: {flag}"
+        line = self.places.get(path)
+        if line is None:
+            return f"{self.source}: {path}"
+        return f"{line.source}:{line.line}: {line.text.split()[0]}"
 
 
 _INCLUDE = re.compile(r"^\s*include_dir\s+(.+?)\s*$")
@@ -843,6 +867,7 @@ class _Translator:
         self.log_types: list[LogLevel] = []
         self.here = Unsupported("", 0, "", "")  # the line being read
         self.default_lines: list[Unsupported] = []  # lines that set the default listener's settings
+        self.places: dict[str, Unsupported] = {}  # key path -> its line, for the keys that are not in a listener
 
     def feed(self, text: str, source: str, included: Mapping[str, Sequence[tuple[str, str]]]) -> None:
         for number, raw in enumerate(text.splitlines(), 1):
@@ -906,7 +931,9 @@ class _Translator:
         if key == "http_dir" or key == "capath":
             return f"{key} is not supported"
         if key in _LISTENER_FILES:
-            self._target()[_LISTENER_FILES[key]] = value
+            target = self._target()
+            target[_LISTENER_FILES[key]] = value
+            target.setdefault("_places", {})[_LISTENER_FILES[key]] = self.here
             return True
         if key in _LISTENER_BOOLS:
             self._target()[key] = _bool(value, key)
@@ -923,8 +950,10 @@ class _Translator:
             parsed: Any = _bool(value, key) if key == "allow_anonymous" else value
             if self.per_listener and self.listeners:
                 self.listeners[-1][key] = parsed
+                self.listeners[-1].setdefault("_places", {})[key] = self.here
             else:
                 self.auth[key] = parsed
+                self.places[f"auth.{key}"] = self.here
             return True
         if key in _LIMIT_KEYS:
             self.limits[_LIMIT_KEYS[key]] = _int(value, key, 0)
@@ -963,11 +992,13 @@ class _Translator:
             return True
         if key == "persistence_location":
             self.persistence["_location"] = value
+            self.places["persistence.path"] = self.here
             return True
         if key == "persistence_file":
             if "/" in value:
                 return "persistence_file is a file name; give the directory with persistence_location"
             self.persistence["_file"] = value
+            self.places.setdefault("persistence.path", self.here)
             return True
         if key in _SNAPSHOT_KEYS:
             return True  # every acknowledged change is committed: stronger than any autosave setting
@@ -1002,6 +1033,7 @@ class _Translator:
         }  # fmt: skip
         if key in simple:
             remote[simple[key]] = value
+            b.setdefault("_places", {})[simple[key]] = self.here
             return True
         if key == "bridge_tls_version":
             if value not in ("tlsv1.2", "tlsv1.3"):
@@ -1048,6 +1080,7 @@ class _Translator:
             if "file" in self.log:
                 return "only one log file"
             self.log["file"] = arg.strip()
+            self.places["log.file"] = self.here
         elif kind == "syslog":
             self.log["syslog"] = True
         elif kind in ("stderr", "none"):
@@ -1074,6 +1107,8 @@ class _Translator:
             ListenerSettings(url=_mosquitto_url(spec), **{k: v for k, v in spec.items() if not k.startswith("_")})
             for spec in specs
         ]
+        for i, spec in enumerate(specs):
+            self.places.update({f"listener[{i}].{k}": line for k, line in spec.get("_places", {}).items()})
         level = LogLevel.warning
         if self.log_types:
             level = min(self.log_types, key=lambda lvl: lvl.rank)
@@ -1081,9 +1116,10 @@ class _Translator:
             level = LogLevel.info  # mosquitto logs connections by default
         self.log.pop("_no_connections", None)
         log = LogSettings(**self.log, level=level)
-        bridges = []
+        bridges: list[BridgeSettings] = []
         for b in self.bridges:
             bridge_line: Unsupported = b.pop("_line")
+            places = {f"bridge[{len(bridges)}].remote.{k}": line for k, line in b.pop("_places", {}).items()}
             wants_notifications = b.pop("_notifications", True)
             if not wants_notifications:
                 b.pop("notification_topic", None)
@@ -1096,6 +1132,7 @@ class _Translator:
                 if not remote.get("url") or not b["topics"]:
                     raise ValueError("a connection needs an address and at least one topic line")
                 bridges.append(BridgeSettings(remote=BridgeRemoteSettings(**remote), **b))
+                self.places.update(places)
             except ValueError as exc:
                 self.unsupported.append(replace(bridge_line, why=f"bridge left out: {exc}"))
         settings = BrokerSettings(
@@ -1107,7 +1144,7 @@ class _Translator:
             sys=SysSettings(**self.sys),
             persistence=_persistence_of(self.persistence),
         )
-        return Translation(settings, tuple(self.unsupported))
+        return Translation(settings, tuple(self.unsupported), self.places)
 
 
 def _persistence_of(p: dict[str, Any]) -> PersistenceSettings:

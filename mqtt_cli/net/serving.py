@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import gc
 import signal
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
 
-from mqtt_cli.core.config import BrokerSettings, ConfigError, LogLevel, Translation
+from mqtt_cli.core.config import BrokerSettings, ConfigError, LogLevel, Origin, Translation
 from mqtt_cli.net.config import ConfigSource, FileProblem, check_files, serve_options
 from mqtt_cli.net.log import BrokerLog, LogError
 from mqtt_cli.net.server import BrokerServer, Listener, ServeOptions, ServerError
@@ -37,16 +37,18 @@ def unsupported_error(source: ConfigSource, count: int) -> ConfigError:
 
 
 def checked_options(
-    settings: BrokerSettings, source: str, *, instance: str = "", version: str = "", files: bool = True
-) -> ServeOptions:
+    settings: BrokerSettings, source: str, *, instance: str = "", version: str = "", files: bool = True,
+    origin: Origin | None = None,
+) -> ServeOptions:  # fmt: skip
     """Every check a start makes before it listens, ConfigError or FileProblem with one line otherwise: the
     configuration's own, cross-key ones included (bridge names, the password and ACL files it names), then with
     `files` the listeners' TLS key pairs and the log file. The start, a reload and --print-config (files=False:
     it may run where the certificates are not, and must not create the log file) come through here, so they
     refuse the same configuration with the same words."""
-    options = serve_options(settings, source, instance=instance, version=version)
+    origin = origin or Origin(source)
+    options = serve_options(settings, source, instance=instance, version=version, origin=origin)
     if files:
-        check_files(settings)
+        check_files(settings, origin)
     return options
 
 
@@ -61,6 +63,10 @@ class Serving:
     ready_file: Path | None = None
     on_listening: Callable[[list[Listener]], None] | None = None
     log: BrokerLog | None = None  # opened by the caller once the configuration is known to be good
+    flags: Mapping[str, str] = field(default_factory=dict)  # the flags given, by key path (Origin.flags)
+
+    def origin(self, translation: Translation) -> Origin:
+        return Origin(self.source.label, translation.places, self.flags)
 
     def options(self, translation: Translation | None = None) -> tuple[BrokerSettings, ServeOptions]:
         """The configuration (read now unless given), with the flags applied, checked (ConfigError, FileProblem)."""
@@ -69,7 +75,8 @@ class Serving:
         if translation.unsupported and not self.source.ignore_unsupported:
             raise unsupported_error(self.source, len(translation.unsupported))
         settings = self.apply_flags(translation.settings)
-        options = checked_options(settings, self.source.label, instance=self.instance, version=self.version)
+        options = checked_options(settings, self.source.label, instance=self.instance, version=self.version,
+                                  origin=self.origin(translation))  # fmt: skip
         options.ready_file = self.ready_file
         options.on_listening = self.on_listening
         if self.log is not None:

@@ -225,6 +225,15 @@ def test_every_key_is_documented_in_broker_md() -> None:
         assert f"`{path}`" in doc, path
 
 
+def test_every_key_is_in_its_own_sections_table() -> None:
+    """A key's row sits under its section's heading (`metrics.listen` under **`[metrics]`**, not `[sys]`)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "broker.md").read_text()
+    for path, *_ in key_docs():
+        row = doc.index(f"| `{path}` |")
+        heading = re.findall(r"^\*\*`\[+(\w+)\]+`\*\*", doc[:row], re.MULTILINE)[-1]
+        assert heading == path.split(".")[0].removesuffix("[]"), (path, heading)
+
+
 # --- mosquitto.conf -------------------------------------------------------------------------------------------
 
 
