@@ -55,6 +55,7 @@ __all__ = [
     "load_config",
     "parse_listener_url",
     "parse_metrics_address",
+    "reads_as_mosquitto",
     "to_table",
     "translate_mosquitto",
 ]
@@ -749,6 +750,17 @@ class Origin:
 
 
 _INCLUDE = re.compile(r"^\s*include_dir\s+(.+?)\s*$")
+_OPTION_LINE = re.compile(r"[a-z_]+(\s+\S.*)?")
+
+
+def reads_as_mosquitto(text: str) -> bool:
+    """Whether `text` (which is not TOML) is a mosquitto.conf: every line an `option value` one, most of the
+    options ones mosquitto has (this translation knows them, honoured or not)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    if not lines or not all(_OPTION_LINE.fullmatch(line) for line in lines):
+        return False
+    unknown = [u for u in translate_mosquitto(text, "").unsupported if u.why == f"{u.text.split()[0]} is not supported"]
+    return len(unknown) * 2 < len(lines)
 
 
 def include_dirs(text: str) -> list[str]:

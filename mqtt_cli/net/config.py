@@ -31,6 +31,7 @@ from mqtt_cli.core.config import (
     include_dirs,
     load_config,
     parse_metrics_address,
+    reads_as_mosquitto,
     to_table,
     translate_mosquitto,
 )
@@ -82,10 +83,16 @@ def read_config(path: Path) -> BrokerSettings:
     except OSError as exc:
         raise FileProblem(f"cannot read the configuration {path}: {exc.strerror or exc}") from None
     try:
-        table = tomllib.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        table = tomllib.loads(text)
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
+        if reads_as_mosquitto(text):  # mosquitto's own `-c`: the habit is worth an answer
+            raise ConfigError(
+                f"{path}: not TOML but a mosquitto.conf; run it with --mosquitto-conf {path}, or translate it once "
+                f"with --mosquitto-conf {path} --print-config"
+            ) from None
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     return load_config(table, str(path))
 

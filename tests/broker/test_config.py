@@ -326,6 +326,26 @@ def test_a_file_the_configuration_names_is_reported_with_its_key(
     assert done.stderr.startswith(f"mqtt: error: {message}") and done.stderr.count("\n") == 1, done.stderr
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("# mosquitto\npid_file /run/mosquitto/mosquitto.pid\npersistence true\nlistener 1883\n"
+         "allow_anonymous false\npassword_file /etc/mosquitto/passwd\ninclude_dir /etc/mosquitto/conf.d\n",
+         "{conf}: not TOML but a mosquitto.conf; run it with --mosquitto-conf {conf}"),
+        ("not toml at all\n", "{conf}: not valid TOML: "),
+        ("[limits]\nmax_keepalive 60\n", "{conf}: not valid TOML: "),  # a TOML file with a slip stays one
+    ],
+)  # fmt: skip
+def test_a_mosquitto_conf_given_to_config_is_named(tmp_path: Path, content: str, message: str) -> None:
+    """mosquitto's `-c` habit: `mqtt serve -c mosquitto.conf` says what the file is and which option reads it."""
+    conf = tmp_path / "mosquitto.conf"
+    conf.write_text(content)
+    done = serve_fails("-c", str(conf))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"mqtt: error: {message.replace('{conf}', str(conf))}"), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+
+
 def test_copying_the_example_gives_no_open_broker(tmp_path: Path) -> None:
     """No listener of docs/broker.example.toml accepts a client without a user name and password."""
     from mqtt_cli.net.config import read_config
