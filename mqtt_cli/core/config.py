@@ -12,7 +12,6 @@ brings them, never silently ignored.
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 import typing
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .bridge import BridgeRuleError, parse_rule
+from .suggest import did_you_mean
 from .topics import topic_name_error
 
 if TYPE_CHECKING:
@@ -215,8 +215,9 @@ def listener_from_url(url: str) -> ListenerSettings:
         elif key == "mode" and address.scheme is Scheme.UNIX:
             values["mode"] = _mode(text)
         else:
-            known = "versions, max_connections" + (", mode" if address.scheme is Scheme.UNIX else "")
-            raise ValueError(f"unknown setting {key!r}; known: {known}")
+            known = ["versions", "max_connections", *(["mode"] if address.scheme is Scheme.UNIX else [])]
+            hint = f"{hint} " if (hint := did_you_mean(key, known)) else ""
+            raise ValueError(f"unknown setting {key!r}; {hint}known: {', '.join(known)}")
     return ListenerSettings(url.partition("?")[0], **values)
 
 
@@ -473,8 +474,7 @@ def _build(cls: type[_R], table: Any, path: str, source: str) -> _R:
         if f is None:
             if not path and key in RESERVED_SECTIONS:
                 raise ConfigError(f"{source}: [{key}] is not supported yet (issue {RESERVED_SECTIONS[key]})")
-            near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-            hint = f"did you mean {near[0]!r}? " if near else ""
+            hint = f"{hint} " if (hint := did_you_mean(key, known)) else ""
             where_in = f"in [{path}]" if path else "at the top level"
             raise ConfigError(f"{source}: {key_path}: unknown key; {hint}known {where_in}: {', '.join(known)}")
         values[key] = _value(hints[key], f.metadata, value, key_path, source)
@@ -514,8 +514,7 @@ def _value(kind: Any, meta: Mapping[str, Any], value: Any, path: str, source: st
     if isinstance(kind, type) and issubclass(kind, Enum):
         allowed = [m.value for m in kind]
         if not isinstance(value, str) or value not in allowed:
-            near = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.6)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
+            hint = f"; {hint}" if (hint := did_you_mean(str(value), allowed)) else ""
             raise ConfigError(f"{source}: {path}: must be one of {', '.join(map(repr, allowed))}, not {value!r}{hint}")
         return kind(value)
     if kind is bool:
@@ -538,8 +537,7 @@ def _value(kind: Any, meta: Mapping[str, Any], value: Any, path: str, source: st
             raise ConfigError(f"{source}: {path}: must be a string, not {_shown(value)}")
         choices = meta.get("choices")
         if choices and value not in choices:
-            near = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
+            hint = f"; {hint}" if (hint := did_you_mean(value, choices)) else ""
             raise ConfigError(f"{source}: {path}: must be one of {', '.join(choices)}, not {value!r}{hint}")
         if meta.get("bridge_rule"):
             try:
