@@ -16,6 +16,7 @@ from pathlib import Path
 
 import trio
 
+from mqtt_cli.core.changes import field_changes
 from mqtt_cli.core.config import BrokerSettings, ConfigError, LogLevel, Origin, Translation
 from mqtt_cli.net.config import ConfigSource, FileProblem, check_files, serve_options
 from mqtt_cli.net.log import BrokerLog, LogError
@@ -125,6 +126,8 @@ class Serving:
         except (ConfigError, FileProblem, ServerError) as exc:
             self.log.message(LogLevel.error, "reload", f"reload failed, the configuration is unchanged: {exc}")
             return False
+        if log := field_changes(self.log.settings, settings.log):
+            changes.append(f"log: {', '.join(log)}")
         try:
             self.log.reconfigure(settings.log)  # its file was checked: this fails only if it went away since
         except LogError as exc:

@@ -509,6 +509,28 @@ def _listeners(*ports: int) -> str:
     return "".join(f'[[listener]]\nurl = "mqtt://{HOST}:{port}"\n\n' for port in ports)
 
 
+def test_sighup_log_line_names_what_changed(tmp_path: Path, started: list[Ours]) -> None:
+    """Each reload's line: "no change" only when nothing changed; else the settings, with their old and new values."""
+    a = free_port()
+    config = tmp_path / "broker.toml"
+    config.write_text(_listeners(a))
+    broker = start(started, tmp_path / "run", "--config", str(config))
+    broker.wait_ready()
+    reloads = [
+        (_listeners(a), "no change"),
+        (_listeners(a) + '[limits]\nmax_keepalive = 60\n[sys]\ninterval = 2\n',
+         "limits: max_keepalive 65535 -> 60, sys_interval 10.0 -> 2.0"),
+        (f'[[listener]]\nurl = "mqtt://{HOST}:{a}"\nversions = ["5"]\nmax_connections = 3\n[limits]\n'
+         'max_keepalive = 60\n[sys]\ninterval = 2\n[log]\nlevel = "info"\n',
+         f"listener mqtt://{HOST}:{a}: versions unset -> 5, max_connections 0 -> 3; log: level warning -> info"),
+    ]  # fmt: skip
+    for n, (content, said) in enumerate(reloads, 1):
+        config.write_text(content)
+        broker.signal(signal.SIGHUP)
+        line = wait_line(broker.stderr, "configuration reloaded", n)[-1]
+        assert line.endswith(f"configuration reloaded: {said}"), line
+
+
 def test_sighup_opens_and_closes_listeners_without_touching_the_others(tmp_path: Path, started: list[Ours]) -> None:
     a, b = free_port(), free_port()
     config = tmp_path / "broker.toml"
@@ -576,7 +598,7 @@ def test_failed_reload_keeps_everything_and_logs_one_line(tmp_path: Path, starte
         # And a good file is taken again.
         config.write_text(_listeners(a) + "[limits]\nmax_keepalive = 120\n")
         broker.signal(signal.SIGHUP)
-        wait_line(broker.stderr, "configuration reloaded: limits changed")
+        wait_line(broker.stderr, "configuration reloaded: limits: max_keepalive 60 -> 120")
         assert mosquitto_pub(a, "-k", "120").returncode == 0
     finally:
         blocker.close()
@@ -926,7 +948,12 @@ def test_auth_from_the_file_and_reloaded(tmp_path: Path, started: list[Ours]) ->
         broker.signal(signal.SIGHUP)
         assert bob.disconnected.wait(DEADLINE)
         assert str(bob.reason) == "Administrative action"
-        wait_line(broker.stderr, "configuration reloaded")
+        # The log line says what changed, not "no change".
+        (line,) = wait_line(broker.stderr, "configuration reloaded")
+        assert line.endswith(
+            f"configuration reloaded: password file {passwd}: bob removed; ACL file {acl}: 1 line added, 2 removed; "
+            "1 client disconnected, 1 subscription removed"
+        ), line
         assert not alice.disconnected.is_set()
         assert mosquitto_pub(port, "-u", "alice", "-P", "alice-pw", "-t", "a/2", "-q", "1").returncode == 0
         assert mosquitto_pub(port, "-u", "bob", "-P", "bob-pw").returncode != 0
