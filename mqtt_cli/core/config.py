@@ -753,12 +753,12 @@ _OPTION_LINE = re.compile(r"[a-z_]+(\s+\S.*)?")
 
 def reads_as_mosquitto(text: str) -> bool:
     """Whether `text` (which is not TOML) is a mosquitto.conf: every line an `option value` one, most of the
-    options ones mosquitto has (this translation knows them, honoured or not)."""
+    options ones mosquitto has."""
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
     if not lines or not all(_OPTION_LINE.fullmatch(line) for line in lines):
         return False
-    unknown = [u for u in translate_mosquitto(text, "").unsupported if u.why == f"{u.text.split()[0]} is not supported"]
-    return len(unknown) * 2 < len(lines)
+    known = [line for line in lines if line.split()[0] in MOSQUITTO_OPTIONS]
+    return len(known) * 2 > len(lines)
 
 
 def include_dirs(text: str) -> list[str]:
@@ -840,6 +840,25 @@ _BRIDGE_KEYS = frozenset(
         "username",
     ]
 )
+#: Every option mosquitto 2.0 has (mosquitto.conf(5)), honoured here or not: an unknown name is a typo, and gets a
+#: "did you mean" (and a file of such lines reads as a mosquitto.conf).
+MOSQUITTO_OPTIONS = _BRIDGE_KEYS | frozenset(
+    [
+        "acl_file", "allow_anonymous", "allow_duplicate_messages", "allow_zero_length_clientid", "auth_opt_",
+        "auth_plugin", "auth_plugin_deny_special_chars", "auto_id_prefix", "autosave_interval", "autosave_on_changes",
+        "bind_address", "bind_interface", "cafile", "capath", "certfile", "check_retain_source", "ciphers",
+        "ciphers_tls1.3", "clientid_prefixes", "connection", "connection_messages", "crlfile", "dhparamfile",
+        "http_dir", "include_dir", "keyfile", "listener", "log_dest", "log_facility", "log_timestamp",
+        "log_timestamp_format", "log_type", "max_connections", "max_inflight_bytes", "max_inflight_messages",
+        "max_keepalive", "max_packet_size", "max_qos", "max_queued_bytes", "max_queued_messages", "max_topic_alias",
+        "memory_limit", "message_size_limit", "mount_point", "password_file", "per_listener_settings", "persistence",
+        "persistence_file", "persistence_location", "persistent_client_expiration", "pid_file", "plugin",
+        "plugin_opt_", "port", "protocol", "psk_file", "psk_hint", "queue_qos0_messages", "require_certificate",
+        "retain_available", "set_tcp_nodelay", "socket_domain", "sys_interval", "tls_engine", "tls_engine_kpass_sha1",
+        "tls_keyform", "tls_version", "upgrade_outgoing_qos", "use_identity_as_username", "use_subject_as_username",
+        "use_username_as_clientid", "user", "websockets_headers_size", "websockets_log_level",
+    ]
+)  # fmt: skip
 # Snapshot timing: this broker commits what it acknowledges, so there is no snapshot to time.
 _SNAPSHOT_KEYS = frozenset(["autosave_interval", "autosave_on_changes"])
 #: The database file when mosquitto.conf names none: not mosquitto's own `mosquitto.db`, whose format is not ours
@@ -1012,6 +1031,9 @@ class _Translator:
             return True
         if key in _SNAPSHOT_KEYS:
             return True  # every acknowledged change is committed: stronger than any autosave setting
+        if key not in MOSQUITTO_OPTIONS and not key.startswith(("auth_opt_", "plugin_opt_")):
+            hint = f"; {hint}" if (hint := did_you_mean(key, MOSQUITTO_OPTIONS)) else ""
+            return f"{key} is not a mosquitto option{hint}"
         return f"{key} is not supported"
 
     def _bridge_line(self, b: dict[str, Any], key: str, value: str) -> bool | str:
