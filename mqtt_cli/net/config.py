@@ -127,7 +127,7 @@ def _read_text(path: Path) -> str:
 
 
 #: Heads the sections --print-config comments out.
-DEFAULTS_NOTE = "# Sections at their defaults are commented out: uncomment or add one (docs/broker.md) to change it.\n"
+_DEFAULTS_NOTE = "# Sections at their defaults are commented out: uncomment or add one (docs/broker.md) to change it.\n"
 
 
 def toml_text(settings: BrokerSettings) -> str:
@@ -135,7 +135,7 @@ def toml_text(settings: BrokerSettings) -> str:
     add any documented section (an empty `bridge = []` or `[metrics]` would make a `[[bridge]]` or `[metrics]`
     added below it invalid TOML); read back, it gives the same records."""
     defaults, table = BrokerSettings(), to_table(settings)
-    parts = [DEFAULTS_NOTE]
+    parts = [_DEFAULTS_NOTE]
     for f in dataclasses.fields(settings):
         value = getattr(settings, f.name)
         text = tomli_w.dumps({f.name: table[f.name]}) if value != () else f"[[{f.name}]]\n"
@@ -161,7 +161,7 @@ _REMOTE_FILES = {"password_file": "password file", "cafile": "CA file", "capath"
                  "cert": "certificate", "key": "private key"}  # fmt: skip
 
 
-def readable(name: str, what: str, place: str) -> str | None:
+def _readable(name: str, what: str, place: str) -> str | None:
     """Why the file (or directory) `name` cannot be read, as one line starting with `place`; None if it can."""
     path = os.path.expanduser(name)
     try:
@@ -186,7 +186,7 @@ def check_files(settings: BrokerSettings, origin: Origin | None = None) -> None:
             continue
         for key, what in _LISTENER_FILES.items():
             name = getattr(lst, key)
-            if name is not None and (problem := readable(name, what, origin.of(f"listener[{i}].{key}"))):
+            if name is not None and (problem := _readable(name, what, origin.of(f"listener[{i}].{key}"))):
                 raise FileProblem(problem)
         try:
             tls_context(record.tls or ListenerTLS(), f"listener {lst.url}")
@@ -261,7 +261,7 @@ def _bridge(b: BridgeSettings, path: str, origin: Origin) -> EmbeddedConfig:
     host = socket.gethostname().split(".")[0] or "localhost"
     for key, what in _REMOTE_FILES.items():
         name = getattr(b.remote, key)
-        if name is not None and (problem := readable(name, what, origin.of(f"{path}.remote.{key}"))):
+        if name is not None and (problem := _readable(name, what, origin.of(f"{path}.remote.{key}"))):
             raise ConfigError(problem)
     where = f"{origin.source}: {path}"
     table = to_table(b.remote)
