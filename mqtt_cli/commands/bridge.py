@@ -313,6 +313,11 @@ def _read_config(path: Path) -> list[dict[str, Any]]:
     except OSError as err:
         fail(f"--config {path}: {err.strerror}", EXIT_USAGE)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        from mqtt_cli.core.config import reads_as_mosquitto
+
+        if isinstance(err, tomllib.TOMLDecodeError) and reads_as_mosquitto(path.read_text()):
+            fail(f"--config {path}: not TOML but a mosquitto.conf; its bridges (connection blocks) run inside the "
+                 f"broker: mqtt serve --mosquitto-conf {path}", EXIT_USAGE)  # fmt: skip
         fail(f"--config {path}: not valid TOML: {err}", EXIT_USAGE)
     bridges = data.get("bridge")
     unknown = sorted(set(data) - {"bridge"})

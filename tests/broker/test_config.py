@@ -337,13 +337,19 @@ def test_a_file_the_configuration_names_is_reported_with_its_key(
     ],
 )  # fmt: skip
 def test_a_mosquitto_conf_given_to_config_is_named(tmp_path: Path, content: str, message: str) -> None:
-    """mosquitto's `-c` habit: `mqtt serve -c mosquitto.conf` says what the file is and which option reads it."""
+    """mosquitto's `-c` habit: `mqtt serve -c mosquitto.conf` says what the file is and which option reads it;
+    so does `mqtt bridge --config` (mosquitto's bridges are connection blocks of the broker's file)."""
     conf = tmp_path / "mosquitto.conf"
     conf.write_text(content)
     done = serve_fails("-c", str(conf))
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"mqtt: error: {message.replace('{conf}', str(conf))}"), done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
+    bridge = subprocess.run([*SERVE[:-1], "bridge", "--config", str(conf)], capture_output=True, text=True,
+                            timeout=DEADLINE)  # fmt: skip
+    assert bridge.returncode == 2 and bridge.stderr.count("\n") == 1, bridge.stderr
+    said = "not TOML but a mosquitto.conf" in bridge.stderr and f"mqtt serve --mosquitto-conf {conf}" in bridge.stderr
+    assert said == message.startswith("{conf}: not TOML"), bridge.stderr
 
 
 def test_copying_the_example_gives_no_open_broker(tmp_path: Path) -> None:
