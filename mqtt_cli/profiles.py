@@ -18,6 +18,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from pathlib import Path
 
 __all__ = ["PROFILE_KEYS", "ProfileError", "config_path", "load_config", "load_profile", "save_config"]
@@ -108,7 +109,7 @@ def load_config(path: Path | str | None = None) -> dict[str, Any]:
 def check_value(key: str, value: Any, where: str) -> Any:
     expected = PROFILE_KEYS.get(key)
     if expected is None:
-        raise ProfileError(f"{where}: unknown key {key!r} (known: {', '.join(PROFILE_KEYS)})")
+        raise ProfileError(f"{where}: unknown key {key!r}{_hint(key, PROFILE_KEYS)} (known: {', '.join(PROFILE_KEYS)})")
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
@@ -134,11 +135,19 @@ def load_profile(name: str | None, path: Path | str | None = None) -> dict[str, 
             return {}
     if name not in profiles:
         known = ", ".join(sorted(profiles)) or "none"
-        raise ProfileError(f"no profile {name!r} in {path} (profiles: {known}); create it with `mqtt config set`")
+        hint = _hint(name, profiles)
+        raise ProfileError(f"no profile {name!r} in {path}{hint} (profiles: {known}); create it with `mqtt config set`")
     profile = profiles[name]
     if not isinstance(profile, dict):
         raise ProfileError(f"{path}: profiles.{name} must be a table")
     return {k: check_value(k, v, f"{path}: profile {name!r}") for k, v in profile.items()}
+
+
+def _hint(word: str, names: Iterable[str]) -> str:
+    """`; did you mean 'host'?` or "" (difflib is imported only for an error)."""
+    from mqtt_cli.core.suggest import did_you_mean
+
+    return f"; {hint}" if (hint := did_you_mean(word, names)) else ""
 
 
 def save_config(data: dict[str, Any], path: Path | None = None) -> Path:

@@ -18,6 +18,14 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
+#: In a parametrized case, a path that does not exist: `missing_path` puts the test's own tmp_path there (an
+#: absolute path such as /nonexistent may exist: on Debian it is the home of system users).
+MISSING = "{missing}"
+
+
+def missing_path(text: str, tmp_path: Path) -> str:
+    """`text` with MISSING replaced by a path under `tmp_path` that does not exist."""
+    return text.replace(MISSING, str(tmp_path / "missing"))
 
 
 def cli_env(**extra: str) -> dict[str, str]:

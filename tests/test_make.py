@@ -28,6 +28,19 @@ def test_make_help_lists_the_targets() -> None:
     assert {"install", "test", "serve", "zipapp", "completions", "lint", "bench", "bench-quick", "clean"} <= targets
 
 
+def test_readme_names_every_step_of_make_test() -> None:
+    """README's sentence on `make test` names each tool its lint step runs (ruff and mypy), then the suite."""
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    lint = makefile[makefile.index("\nlint:") :].split("\n\n")[0]
+    tools = re.findall(r"\$\(BIN\)/(\w+)", lint)
+    assert tools == ["ruff", "mypy"], lint
+    readme = (REPO_ROOT / "README.md").read_text()
+    sentence = re.search(r"`make test` runs ([^.]*)\.", readme)
+    assert sentence is not None
+    for tool in tools:
+        assert tool in sentence.group(1), sentence.group(0)
+
+
 def test_make_test_fails_when_no_test_is_collected() -> None:
     # -o: take install and lint as done, so that only the pytest step runs (selecting nothing).
     result = make(

@@ -18,8 +18,8 @@ from typer._click import exceptions as click_exceptions
 
 from mqtt_cli import PROG_NAME
 
-#: How close a mistyped option or command must be to a real one to be suggested (difflib's ratio; click's own
-#: 0.6 suggests --host and --qos for --bogus).
+#: How close a mistyped option or command must be to a real one to be suggested (difflib's ratio, stricter than
+#: core/suggest.py's for keys: click's own 0.6 suggests --host and --qos for --bogus).
 SUGGEST_CUTOFF = 0.8
 
 
@@ -37,9 +37,9 @@ def _hint(param: Any, ctx: Any) -> str:
 
 
 def _close(word: str, choices: list[str]) -> list[str]:
-    import difflib  # only when there is an error to show
+    from mqtt_cli.core.suggest import close_to  # only when there is an error to show
 
-    return difflib.get_close_matches(word, choices, n=3, cutoff=SUGGEST_CUTOFF)
+    return close_to(word, choices, n=3, cutoff=SUGGEST_CUTOFF)
 
 
 def _sentence(text: str) -> str:

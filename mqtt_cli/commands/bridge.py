@@ -311,6 +311,13 @@ def bridge(
 # --- configuration -------------------------------------------------------------------------------------------
 
 
+def _hint(key: str, names: Any) -> str:
+    """`; did you mean 'topics'?` or ""."""
+    from mqtt_cli.core.suggest import did_you_mean
+
+    return f"; {hint}" if (hint := did_you_mean(key, names)) else ""
+
+
 def _read_config(path: Path) -> list[dict[str, Any]]:
     import tomllib
 
@@ -319,25 +326,33 @@ def _read_config(path: Path) -> list[dict[str, Any]]:
     except OSError as err:
         fail(f"--config {path}: {err.strerror}", EXIT_USAGE)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        from mqtt_cli.core.config import reads_as_mosquitto
+
+        if isinstance(err, tomllib.TOMLDecodeError) and reads_as_mosquitto(path.read_text()):
+            fail(f"--config {path}: not TOML but a mosquitto.conf; its bridges (connection blocks) run inside the "
+                 f"broker: mqtt serve --mosquitto-conf {path}", EXIT_USAGE)  # fmt: skip
         fail(f"--config {path}: not valid TOML: {err}", EXIT_USAGE)
     bridges = data.get("bridge")
     unknown = sorted(set(data) - {"bridge"})
     if unknown:
-        fail(f"--config {path}: unknown top-level key {unknown[0]!r} (bridges go in [[bridge]] tables)", EXIT_USAGE)
+        why = f"unknown top-level key {unknown[0]!r}{_hint(unknown[0], ['bridge'])}"
+        fail(f"--config {path}: {why} (bridges go in [[bridge]] tables)", EXIT_USAGE)
     if not isinstance(bridges, list) or not bridges or not all(isinstance(b, dict) for b in bridges):
         fail(f"--config {path}: no [[bridge]] table", EXIT_USAGE)
     for i, b in enumerate(bridges):
         where = f"--config {path}: bridge {i + 1}"
         for key in b:
             if key not in BRIDGE_KEYS:
-                fail(f"{where}: unknown key {key!r} (known: {', '.join(BRIDGE_KEYS)})", EXIT_USAGE)
+                known = f"{_hint(key, BRIDGE_KEYS)} (known: {', '.join(BRIDGE_KEYS)})"
+                fail(f"{where}: unknown key {key!r}{known}", EXIT_USAGE)
         for side in ("local", "remote"):
             table = b.get(side)
             if not isinstance(table, dict):
                 fail(f"{where}: no [bridge.{side}] table", EXIT_USAGE)
             for key in table:
                 if key not in SIDE_KEYS:
-                    fail(f"{where}: [bridge.{side}]: unknown key {key!r} (known: {', '.join(SIDE_KEYS)})", EXIT_USAGE)
+                    known = f"{_hint(key, SIDE_KEYS)} (known: {', '.join(SIDE_KEYS)})"
+                    fail(f"{where}: [bridge.{side}]: unknown key {key!r}{known}", EXIT_USAGE)
             _check_types(table, SIDE_TYPES, f"{where}: [bridge.{side}]")
         _check_types(b, BRIDGE_TYPES, where)
     return bridges

@@ -32,7 +32,7 @@ def _convert(key: str, raw: str) -> Any:
 
     kind = PROFILE_KEYS.get(key)
     if kind is None:
-        fail(f"unknown key {key!r}; known: {', '.join(PROFILE_KEYS)}", EXIT_USAGE)
+        fail(f"unknown key {key!r}; {_hint(key, PROFILE_KEYS)}known: {', '.join(PROFILE_KEYS)}", EXIT_USAGE)
     if kind is bool:
         if raw.lower() in ("true", "yes", "1", "on"):
             return True
@@ -45,6 +45,13 @@ def _convert(key: str, raw: str) -> Any:
         except ValueError:
             fail(f"{key} must be a number, not {raw!r}", EXIT_USAGE)
     return raw
+
+
+def _hint(key: str, names: Any) -> str:
+    """`did you mean 'host'? ` or ""."""
+    from mqtt_cli.core.suggest import did_you_mean
+
+    return f"{hint} " if (hint := did_you_mean(key, names)) else ""
 
 
 # ignore_unknown_options: a VALUE that looks like an option (`config set keepalive -5`, a password starting
@@ -71,7 +78,8 @@ def set_(
     section = profiles.setdefault(profile, {})
     if unset:
         if key not in section:
-            fail(f"profile {profile!r} has no key {key!r}", EXIT_USAGE)
+            has = f"it has {', '.join(section)}" if section else "it has none"
+            fail(f"profile {profile!r} has no key {key!r}; {_hint(key, section)}{has}", EXIT_USAGE)
         del section[key]
     else:
         assert value is not None

@@ -234,7 +234,14 @@ def serve(
     import trio
 
     from mqtt_cli import version_text
-    from mqtt_cli.core.config import BrokerSettings, ConfigError, override, override_listeners, parse_metrics_address
+    from mqtt_cli.core.config import (
+        BrokerSettings,
+        ConfigError,
+        Origin,
+        override,
+        override_listeners,
+        parse_metrics_address,
+    )
     from mqtt_cli.net.config import ConfigSource, FileProblem, toml_text, writable
     from mqtt_cli.net.log import BrokerLog, LogError
     from mqtt_cli.net.process import PidFile, ProcessError, run_as
@@ -288,6 +295,15 @@ def serve(
             "syslog": syslog or None,
         })  # fmt: skip
 
+    # The flags naming files, by the key they set: an error about such a file names the flag.
+    file_flags = {
+        "listener[].certfile": ("--tls-cert", tls_cert), "listener[].keyfile": ("--tls-key", tls_key),
+        "listener[].cafile": ("--tls-cafile", tls_cafile), "auth.password_file": ("--password-file", password_file),
+        "auth.acl_file": ("--acl-file", acl_file), "log.file": ("--log-file", log_file),
+        "persistence.path": ("--persistence", persistence),
+    }  # fmt: skip
+    flags = {key: flag for key, (flag, value) in file_flags.items() if value is not None}
+
     def listening(bound: list[Listener]) -> None:
         assert serving.log is not None  # opened before the broker starts
         serving.log.status(f"mqtt serve: listening on {', '.join(b.url for b in bound)}")
@@ -298,7 +314,8 @@ def serve(
             say(f"mqtt: {'warning' if ignore_unsupported or print_config else 'error'}: {line}")
         if print_config:
             settings = apply_flags(translation.settings)
-            checked_options(settings, source.label, files=False)  # what a start would refuse, refused here too
+            # What a start would refuse, refused here too.
+            checked_options(settings, source.label, files=False, origin=Origin(source.label, translation.places, flags))
             comments = "".join(f"# not translated: {line}\n" for line in translation.unsupported)
             sys.stdout.write(comments + toml_text(settings))
             raise typer.Exit(0)
@@ -306,7 +323,7 @@ def serve(
             raise unsupported_error(source, len(translation.unsupported))
         if ready_file is not None:
             writable(ready_file, "ready file")
-        serving = Serving(source, apply_flags, os.urandom(4).hex(), version_text(), ready_file, listening)
+        serving = Serving(source, apply_flags, os.urandom(4).hex(), version_text(), ready_file, listening, flags=flags)
         settings, options = serving.options(translation)
         user = run_as(settings.process.user)  # before anything is written: a user that does not exist stops here
         log = serving.log = BrokerLog(settings.log)  # opened once everything else is known to be good

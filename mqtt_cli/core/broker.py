@@ -87,7 +87,7 @@ from .session import Delivery, Message, QueueLimits, Session, SubscriptionOption
 from .topics import TopicTrie, TrieEntry, parse_shared, topic_filter_error
 from .wire import control_character
 
-__all__ = ["NEVER_EXPIRES", "BrokerConfig", "BrokerCore", "BrokerStats", "Notice", "NoticeKind"]
+__all__ = ["NEVER_EXPIRES", "BrokerConfig", "BrokerCore", "BrokerStats", "Notice", "NoticeKind", "PolicyEffect"]
 
 NEVER_EXPIRES = 0xFFFFFFFF
 MATCH_CACHE_TOPICS = 4096  # topics whose subscription matches are remembered (emptied when full)
@@ -98,6 +98,14 @@ _SERVER_TO_CLIENT_ONLY = frozenset({2, 9, 11, 13})  # CONNACK, SUBACK, UNSUBACK,
 # The per-packet and per-delivery checks read the state itself: `conn.closed` is a property (a call in pure Python).
 _CONNECTED: Final = ConnectionState.CONNECTED
 _CLOSED: Final = ConnectionState.CLOSED
+
+
+@dataclass(slots=True)
+class PolicyEffect:
+    """What a reload's new authentication policy did to the connections under the old one."""
+
+    disconnected: int = 0  # clients it no longer admits
+    unsubscribed: int = 0  # subscriptions its ACL no longer allows
 
 
 @dataclass(slots=True)
@@ -1153,16 +1161,23 @@ class BrokerCore:
         if gone:
             self._save_session(session)
 
-    def replace_policy(self, old: AuthPolicy, new: AuthPolicy, now: float) -> None:
-        """A reload: every connection under `old` goes on under `new` (see apply_policy)."""
+    def replace_policy(
+        self, old: AuthPolicy, new: AuthPolicy, now: float, effect: PolicyEffect | None = None
+    ) -> PolicyEffect:
+        """A reload: every connection under `old` goes on under `new` (see apply_policy); what that did, added to
+        `effect` when given (a reload of several listeners counts once)."""
+        effect = effect if effect is not None else PolicyEffect()
         for conn in [c for c in self.connections if c.policy is old]:
-            self.apply_policy(conn, new, now)
+            self.apply_policy(conn, new, now, effect)
+        return effect
 
-    def apply_policy(self, conn: ServerConnection, new: AuthPolicy, now: float) -> None:
+    def apply_policy(
+        self, conn: ServerConnection, new: AuthPolicy, now: float, effect: PolicyEffect | None = None
+    ) -> None:
         """A reload, for one connection. A client the new policy would not admit (its user gone from the password
         file or given another password hash, anonymous access now refused) is disconnected (5.0: 0x98
         administrative action, as mosquitto); otherwise it gets the new ACL at once, and loses the subscriptions
-        the new ACL no longer lets it read from (the filters SUBSCRIBE would now refuse)."""
+        the new ACL no longer lets it read from (the filters SUBSCRIBE would now refuse). Counted in `effect`."""
         old = conn.policy
         conn.policy = new
         if old is None or not conn.connected or conn.closed or conn.client_id is None:
@@ -1171,9 +1186,12 @@ class BrokerCore:
             self._close(
                 conn, now, reason=ReasonCode.ADMINISTRATIVE_ACTION, detail="no longer authorized after a reload"
             )
+            if effect is not None:
+                effect.disconnected += 1
             return
-        self._attach_acl(conn, conn.client_id)
         session = conn.session
+        had = len(session.subscriptions) if session is not None else 0
+        self._attach_acl(conn, conn.client_id)
         view = conn.acl
         if session is None or view is None:
             return
@@ -1183,6 +1201,8 @@ class BrokerCore:
             why = f"{flt!r}: ACL after a reload"
             self.notices.append(Notice(NoticeKind.UNSUBSCRIBED, conn.client_id, conn.peer, why))
             self._save_session(session)
+        if effect is not None:
+            effect.unsubscribed += had - len(session.subscriptions)  # here or by _attach_acl's _apply_view
 
     def _control(self, conn: ServerConnection, dynsec: DynamicSecurity, topic: str, payload: bytes, now: float) -> None:
         """A request on a $CONTROL topic: dynamic security's are answered on its response topic (QoS 0, as

@@ -12,7 +12,6 @@ brings them, never silently ignored.
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 import typing
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .bridge import BridgeRuleError, parse_rule
+from .suggest import did_you_mean
 from .topics import topic_name_error
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ __all__ = [
     "LogSettings",
     "MetricsAddress",
     "MetricsSettings",
+    "Origin",
     "PersistenceSettings",
     "ProcessSettings",
     "ProtocolVersion",
@@ -56,6 +57,7 @@ __all__ = [
     "load_config",
     "parse_listener_url",
     "parse_metrics_address",
+    "reads_as_mosquitto",
     "to_table",
     "translate_mosquitto",
 ]
@@ -231,8 +233,9 @@ def listener_from_url(url: str) -> ListenerSettings:
         elif key == "mode" and address.scheme is Scheme.UNIX:
             values["mode"] = _mode(text)
         else:
-            known = "versions, max_connections" + (", mode" if address.scheme is Scheme.UNIX else "")
-            raise ValueError(f"unknown setting {key!r}; known: {known}")
+            known = ["versions", "max_connections", *(["mode"] if address.scheme is Scheme.UNIX else [])]
+            hint = f"{hint} " if (hint := did_you_mean(key, known)) else ""
+            raise ValueError(f"unknown setting {key!r}; {hint}known: {', '.join(known)}")
     return ListenerSettings(url.partition("?")[0], **values)
 
 
@@ -563,8 +566,7 @@ def _build(cls: type[_R], table: Any, path: str, source: str) -> _R:
         if f is None:
             if not path and key in RESERVED_SECTIONS:
                 raise ConfigError(f"{source}: [{key}] is not supported yet (issue {RESERVED_SECTIONS[key]})")
-            near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-            hint = f"did you mean {near[0]!r}? " if near else ""
+            hint = f"{hint} " if (hint := did_you_mean(key, known)) else ""
             where_in = f"in [{path}]" if path else "at the top level"
             raise ConfigError(f"{source}: {key_path}: unknown key; {hint}known {where_in}: {', '.join(known)}")
         values[key] = _value(hints[key], f.metadata, value, key_path, source)
@@ -604,8 +606,7 @@ def _value(kind: Any, meta: Mapping[str, Any], value: Any, path: str, source: st
     if isinstance(kind, type) and issubclass(kind, Enum):
         allowed = [m.value for m in kind]
         if not isinstance(value, str) or value not in allowed:
-            near = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.6)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
+            hint = f"; {hint}" if (hint := did_you_mean(str(value), allowed)) else ""
             raise ConfigError(f"{source}: {path}: must be one of {', '.join(map(repr, allowed))}, not {value!r}{hint}")
         return kind(value)
     if kind is bool:
@@ -628,8 +629,7 @@ def _value(kind: Any, meta: Mapping[str, Any], value: Any, path: str, source: st
             raise ConfigError(f"{source}: {path}: must be a string, not {_shown(value)}")
         choices = meta.get("choices")
         if choices and value not in choices:
-            near = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
+            hint = f"; {hint}" if (hint := did_you_mean(value, choices)) else ""
             raise ConfigError(f"{source}: {path}: must be one of {', '.join(choices)}, not {value!r}{hint}")
         if meta.get("bridge_rule"):
             try:
@@ -819,9 +819,43 @@ class Unsupported:
 class Translation:
     settings: BrokerSettings
     unsupported: tuple[Unsupported, ...]
+    #: The mosquitto.conf line that gave each key naming a file (key path: "auth.password_file",
+    #: "listener[1].certfile", "bridge[0].remote.cafile"), for errors about that file.
+    places: Mapping[str, Unsupported] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where each key of a configuration was given, for errors about it: `command line: --FLAG` for a key a flag
+    set, `FILE:LINE: OPTION` for one a mosquitto.conf line gave, `FILE: KEY.PATH` otherwise."""
+
+    source: str
+    places: Mapping[str, Unsupported] = field(default_factory=dict)
+    #: The flags given, by the key path they set (`listener[].certfile`: every listener's).
+    flags: Mapping[str, str] = field(default_factory=dict)
+
+    def of(self, path: str) -> str:
+        flag = self.flags.get(re.sub(r"\[\d+\]", "[]", path))
+        if flag is not None:
+            return f"command line: {flag}"
+        line = self.places.get(path)
+        if line is None:
+            return f"{self.source}: {path}"
+        return f"{line.source}:{line.line}: {line.text.split()[0]}"
 
 
 _INCLUDE = re.compile(r"^\s*include_dir\s+(.+?)\s*$")
+_OPTION_LINE = re.compile(r"[a-z_]+(\s+\S.*)?")
+
+
+def reads_as_mosquitto(text: str) -> bool:
+    """Whether `text` (which is not TOML) is a mosquitto.conf: every line an `option value` one, most of the
+    options ones mosquitto has."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    if not lines or not all(_OPTION_LINE.fullmatch(line) for line in lines):
+        return False
+    known = [line for line in lines if line.split()[0] in MOSQUITTO_OPTIONS]
+    return len(known) * 2 > len(lines)
 
 
 def include_dirs(text: str) -> list[str]:
@@ -908,6 +942,25 @@ _BRIDGE_KEYS = frozenset(
         "username",
     ]
 )
+#: Every option mosquitto 2.0 has (mosquitto.conf(5)), honoured here or not: an unknown name is a typo, and gets a
+#: "did you mean" (and a file of such lines reads as a mosquitto.conf).
+MOSQUITTO_OPTIONS = _BRIDGE_KEYS | frozenset(
+    [
+        "acl_file", "allow_anonymous", "allow_duplicate_messages", "allow_zero_length_clientid", "auth_opt_",
+        "auth_plugin", "auth_plugin_deny_special_chars", "auto_id_prefix", "autosave_interval", "autosave_on_changes",
+        "bind_address", "bind_interface", "cafile", "capath", "certfile", "check_retain_source", "ciphers",
+        "ciphers_tls1.3", "clientid_prefixes", "connection", "connection_messages", "crlfile", "dhparamfile",
+        "http_dir", "include_dir", "keyfile", "listener", "log_dest", "log_facility", "log_timestamp",
+        "log_timestamp_format", "log_type", "max_connections", "max_inflight_bytes", "max_inflight_messages",
+        "max_keepalive", "max_packet_size", "max_qos", "max_queued_bytes", "max_queued_messages", "max_topic_alias",
+        "memory_limit", "message_size_limit", "mount_point", "password_file", "per_listener_settings", "persistence",
+        "persistence_file", "persistence_location", "persistent_client_expiration", "pid_file", "plugin",
+        "plugin_opt_", "port", "protocol", "psk_file", "psk_hint", "queue_qos0_messages", "require_certificate",
+        "retain_available", "set_tcp_nodelay", "socket_domain", "sys_interval", "tls_engine", "tls_engine_kpass_sha1",
+        "tls_keyform", "tls_version", "upgrade_outgoing_qos", "use_identity_as_username", "use_subject_as_username",
+        "use_username_as_clientid", "user", "websockets_headers_size", "websockets_log_level",
+    ]
+)  # fmt: skip
 # Snapshot timing: this broker commits what it acknowledges, so there is no snapshot to time.
 _SNAPSHOT_KEYS = frozenset(["autosave_interval", "autosave_on_changes"])
 #: The database file in mosquitto.conf's persistence_location: never mosquitto's own file (its persistence_file),
@@ -947,6 +1000,7 @@ class _Translator:
         self.log_types: list[LogLevel] = []
         self.here = Unsupported("", 0, "", "")  # the line being read
         self.default_lines: list[Unsupported] = []  # lines that set the default listener's settings
+        self.places: dict[str, Unsupported] = {}  # key path -> its line, for the keys that are not in a listener
 
     def feed(self, text: str, source: str, included: Mapping[str, Sequence[tuple[str, str]]]) -> None:
         for number, raw in enumerate(text.splitlines(), 1):
@@ -1028,7 +1082,9 @@ class _Translator:
         if key == "http_dir":
             return f"{key} is not supported"
         if key in _LISTENER_FILES:
-            self._target()[_LISTENER_FILES[key]] = value
+            target = self._target()
+            target[_LISTENER_FILES[key]] = value
+            target.setdefault("_places", {})[_LISTENER_FILES[key]] = self.here
             return True
         if key in _LISTENER_BOOLS:
             self._target()[key] = _bool(value, key)
@@ -1045,8 +1101,10 @@ class _Translator:
             parsed: Any = _bool(value, key) if key == "allow_anonymous" else value
             if self.per_listener and self.listeners:
                 self.listeners[-1][key] = parsed
+                self.listeners[-1].setdefault("_places", {})[key] = self.here
             else:
                 self.auth[key] = parsed
+                self.places[f"auth.{key}"] = self.here
             return True
         if key in _LIMIT_KEYS:
             self.limits[_LIMIT_KEYS[key]] = _int(value, key, 0)
@@ -1089,11 +1147,13 @@ class _Translator:
             return True
         if key == "persistence_location":
             self.persistence["_location"] = value
+            self.places["persistence.path"] = self.here
             return True
         if key == "persistence_file":
             if "/" in value:
                 return "persistence_file is a file name; give the directory with persistence_location"
             self.persistence["_file"] = value
+            self.places.setdefault("persistence.path", self.here)
             return True
         if key in _SNAPSHOT_KEYS:
             return True  # every acknowledged change is committed: stronger than any autosave setting
@@ -1105,6 +1165,9 @@ class _Translator:
         if key == "plugin_opt_config_file" and "_line" in self.dynsec:
             self.dynsec["config_file"] = value
             return True
+        if key not in MOSQUITTO_OPTIONS and not key.startswith(("auth_opt_", "plugin_opt_")):
+            hint = f"; {hint}" if (hint := did_you_mean(key, MOSQUITTO_OPTIONS)) else ""
+            return f"{key} is not a mosquitto option{hint}"
         return f"{key} is not supported"
 
     def _bridge_line(self, b: dict[str, Any], key: str, value: str) -> bool | str:
@@ -1136,6 +1199,7 @@ class _Translator:
         }  # fmt: skip
         if key in simple:
             remote[simple[key]] = value
+            b.setdefault("_places", {})[simple[key]] = self.here
             return True
         if key == "bridge_tls_version":
             if value not in ("tlsv1.2", "tlsv1.3"):
@@ -1182,6 +1246,7 @@ class _Translator:
             if "file" in self.log:
                 return "only one log file"
             self.log["file"] = arg.strip()
+            self.places["log.file"] = self.here
         elif kind == "syslog":
             self.log["syslog"] = True
         elif kind == "topic":
@@ -1210,6 +1275,8 @@ class _Translator:
             ListenerSettings(url=_mosquitto_url(spec), **{k: v for k, v in spec.items() if not k.startswith("_")})
             for spec in specs
         ]
+        for i, spec in enumerate(specs):
+            self.places.update({f"listener[{i}].{k}": line for k, line in spec.get("_places", {}).items()})
         level = LogLevel.warning
         if self.log_types:
             level = min(self.log_types, key=lambda lvl: lvl.rank)
@@ -1217,9 +1284,10 @@ class _Translator:
             level = LogLevel.info  # mosquitto logs connections by default
         self.log.pop("_no_connections", None)
         log = LogSettings(**self.log, level=level)
-        bridges = []
+        bridges: list[BridgeSettings] = []
         for b in self.bridges:
             bridge_line: Unsupported = b.pop("_line")
+            places = {f"bridge[{len(bridges)}].remote.{k}": line for k, line in b.pop("_places", {}).items()}
             wants_notifications = b.pop("_notifications", True)
             if not wants_notifications:
                 b.pop("notification_topic", None)
@@ -1232,6 +1300,7 @@ class _Translator:
                 if not remote.get("url") or not b["topics"]:
                     raise ValueError("a connection needs an address and at least one topic line")
                 bridges.append(BridgeSettings(remote=BridgeRemoteSettings(**remote), **b))
+                self.places.update(places)
             except ValueError as exc:
                 self.unsupported.append(replace(bridge_line, why=f"bridge left out: {exc}"))
         dynsec_line = self.dynsec.pop("_line", None)
@@ -1248,7 +1317,7 @@ class _Translator:
             persistence=_persistence_of(self.persistence),
             process=ProcessSettings(**self.process),
         )
-        return Translation(settings, tuple(self.unsupported))
+        return Translation(settings, tuple(self.unsupported), self.places)
 
 
 def _persistence_of(p: dict[str, Any]) -> PersistenceSettings:

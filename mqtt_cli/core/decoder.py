@@ -39,6 +39,7 @@ from .packets import (
     UnsubAck,
     Unsubscribe,
     Will,
+    fixed_flags_valid,
 )
 from .properties import EMPTY_PROPERTIES, WILL, decode_properties
 from .reasons import REASONS_BY_PACKET, V3_SUBACK_CODES
@@ -384,8 +385,8 @@ def decode_body(first: int, data: bytes, pos: int, end: int, version: int, lenie
     if decoder is None:
         raise MalformedPacket("packet type 0 is reserved", packet_type=0)
     errs: _Errs = LenientErrors() if lenient else []
-    required = REQUIRED_FLAGS[ptype]
-    if required >= 0 and first & 0x0F != required:
+    if not fixed_flags_valid(ptype, first & 0x0F, version):
+        required = REQUIRED_FLAGS[ptype]
         errs.append(
             MalformedPacket(
                 f"{PACKET_NAMES[ptype]} fixed-header flags are 0x{first & 15:X}; they must be 0x{required:X}"

@@ -35,6 +35,7 @@ __all__ = [
     "UnsubAck",
     "Unsubscribe",
     "Will",
+    "fixed_flags_valid",
 ]
 
 
@@ -62,6 +63,18 @@ PACKET_NAMES = tuple(t.name for t in PacketType)
 
 # Fixed-header flags every packet but PUBLISH (-1) must carry (2.1.3), by packet type.
 REQUIRED_FLAGS = (0, 0, 0, -1, 0, 0, 2, 0, 2, 0, 2, 0, 0, 0, 0, 0)
+# MQTT 3.1 (protocol level 3) let a sender set DUP (0x8) on a PUBREL, SUBSCRIBE or UNSUBSCRIBE it sends again
+# (3.1 section 2.1); 3.1.1 made their flags fixed [MQTT-2.2.2-1]. Flags 0xA are those of such a resend.
+_DUP_IN_31: frozenset[int] = frozenset({int(PacketType.PUBREL), int(PacketType.SUBSCRIBE), int(PacketType.UNSUBSCRIBE)})
+
+
+def fixed_flags_valid(ptype: int, flags: int, version: int) -> bool:
+    """Whether a packet of type `ptype` may carry these fixed-header flags in protocol level `version`: the
+    one rule of both roles (what a client and a server read), and of `mqtt dump`."""
+    required = REQUIRED_FLAGS[ptype]
+    if required < 0 or flags == required:
+        return True
+    return version == 3 and flags == required | 0x8 and ptype in _DUP_IN_31
 
 
 # Protocol level -> the protocol name that goes with it (3.1 is "MQIsdp").

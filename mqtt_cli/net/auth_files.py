@@ -26,21 +26,26 @@ __all__ = [
 
 
 class AuthFileError(Exception):
-    """A password or ACL file that cannot be used; the message is the one line to show."""
+    """A password or ACL file that cannot be used; the message is the one line to show, `path` the file (for the
+    caller to name the setting that gave it)."""
+
+    def __init__(self, message: str, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 def _read(path: Path, what: str) -> str:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise AuthFileError(f"{what} {path} does not exist") from None
+        raise AuthFileError(f"{what} {path} does not exist", path) from None
     except OSError as exc:
-        raise AuthFileError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
+        raise AuthFileError(f"cannot read the {what} {path}: {exc.strerror or exc}", path) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise AuthFileError(f"{what} {path}, line {line}: not UTF-8 text") from None
+        raise AuthFileError(f"{what} {path}, line {line}: not UTF-8 text", path) from None
 
 
 def load_password_file(path: Path) -> PasswordTable:
@@ -48,7 +53,7 @@ def load_password_file(path: Path) -> PasswordTable:
     try:
         return parse_password_file(text)
     except PasswordFileError as exc:
-        raise AuthFileError(f"password file {path}, {exc}") from None
+        raise AuthFileError(f"password file {path}, {exc}", path) from None
 
 
 def load_acl_file(path: Path) -> Acl:
@@ -56,7 +61,7 @@ def load_acl_file(path: Path) -> Acl:
     try:
         return parse_acl_file(text)
     except AclFileError as exc:
-        raise AuthFileError(f"ACL file {path}, {exc}") from None
+        raise AuthFileError(f"ACL file {path}, {exc}", path) from None
 
 
 def load_dynsec_file(path: Path) -> DynamicSecurity:

@@ -34,7 +34,8 @@ from mqtt_cli.core.auth import (
     unsafe_listener_error,
 )
 from mqtt_cli.core.bridge import source_filters
-from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice, NoticeKind
+from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice, NoticeKind, PolicyEffect
+from mqtt_cli.core.changes import effect_changes, field_changes, policy_changes
 from mqtt_cli.core.config import (
     ALL_VERSIONS,
     ListenerSettings,
@@ -987,9 +988,12 @@ class BrokerServer:
         self.options = options
         options.on_notice = options.on_notice or callbacks[0]
         options.on_listening = options.on_listening or callbacks[1]
+        effect = PolicyEffect()
         for listener in kept:
             spec = wanted[_where(listener.spec)]
             if spec != listener.spec or spec.auth is not listener.spec.auth:
+                if settings := field_changes(listener.spec, spec, skip=("host", "port", "auth")):
+                    changes.append(f"listener {listener.spec.url}: {', '.join(settings)}")
                 listener.spec = spec
                 listener.bound = [replace(spec, host=b.host, port=b.port) for b in listener.bound]
             if id(listener) in contexts:
@@ -997,11 +1001,13 @@ class BrokerServer:
             # Password and ACL files were read again: the connections go on under the new policy (mosquitto's
             # reload: who may no longer connect is disconnected, the others get the new ACL at once).
             policy = policies[id(listener)]
-            self.core.replace_policy(listener.policy, policy, trio.current_time())
+            changes += [c for c in policy_changes(listener.policy, policy) if c not in changes]
+            self.core.replace_policy(listener.policy, policy, trio.current_time(), effect)
             listener.policy = policy
+        changes += effect_changes(effect)
         self.core.reconfigure(options.broker, trio.current_time())
-        if options.broker != old_broker:
-            changes.append("limits changed")
+        if limits := field_changes(old_broker, options.broker, skip=("instance", "version")):
+            changes.append(f"limits: {', '.join(limits)}")
         for listener in added:
             self._start(listener)
             changes.append(f"listener {', '.join(b.url for b in listener.bound)} opened")

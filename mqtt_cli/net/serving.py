@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import gc
 import signal
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
 
-from mqtt_cli.core.config import BrokerSettings, ConfigError, LogLevel, ProcessSettings, Translation
+from mqtt_cli.core.changes import field_changes
+from mqtt_cli.core.config import BrokerSettings, ConfigError, LogLevel, Origin, ProcessSettings, Translation
 from mqtt_cli.net.config import ConfigSource, FileProblem, check_files, serve_options
 from mqtt_cli.net.log import BrokerLog, LogError
 from mqtt_cli.net.process import PidFile, RunAs
@@ -40,16 +41,18 @@ def unsupported_error(source: ConfigSource, count: int) -> ConfigError:
 
 
 def checked_options(
-    settings: BrokerSettings, source: str, *, instance: str = "", version: str = "", files: bool = True
-) -> ServeOptions:
+    settings: BrokerSettings, source: str, *, instance: str = "", version: str = "", files: bool = True,
+    origin: Origin | None = None,
+) -> ServeOptions:  # fmt: skip
     """Every check a start makes before it listens, ConfigError or FileProblem with one line otherwise: the
     configuration's own, cross-key ones included (bridge names, the password and ACL files it names), then with
     `files` the listeners' TLS key pairs and the log file. The start, a reload and --print-config (files=False:
     it may run where the certificates are not, and must not create the log file) come through here, so they
     refuse the same configuration with the same words."""
-    options = serve_options(settings, source, instance=instance, version=version)
+    origin = origin or Origin(source)
+    options = serve_options(settings, source, instance=instance, version=version, origin=origin)
     if files:
-        check_files(settings)
+        check_files(settings, origin)
     return options
 
 
@@ -65,6 +68,10 @@ class Serving:
     on_listening: Callable[[list[Listener]], None] | None = None
     log: BrokerLog | None = None  # opened by the caller once the configuration is known to be good
     process: ProcessSettings | None = None  # the start's pid file and user, which a reload cannot change
+    flags: Mapping[str, str] = field(default_factory=dict)  # the flags given, by key path (Origin.flags)
+
+    def origin(self, translation: Translation) -> Origin:
+        return Origin(self.source.label, translation.places, self.flags)
 
     def options(self, translation: Translation | None = None) -> tuple[BrokerSettings, ServeOptions]:
         """The configuration (read now unless given), with the flags applied, checked (ConfigError, FileProblem)."""
@@ -73,7 +80,8 @@ class Serving:
         if translation.unsupported and not self.source.ignore_unsupported:
             raise unsupported_error(self.source, len(translation.unsupported))
         settings = self.apply_flags(translation.settings)
-        options = checked_options(settings, self.source.label, instance=self.instance, version=self.version)
+        options = checked_options(settings, self.source.label, instance=self.instance, version=self.version,
+                                  origin=self.origin(translation))  # fmt: skip
         options.ready_file = self.ready_file
         options.on_listening = self.on_listening
         self.wire(options, settings)
@@ -166,6 +174,8 @@ class Serving:
             return False
         if self.process is not None and settings.process != self.process:
             changes.append("process (pid_file, user) changed: takes effect at the next start")
+        if log := field_changes(self.log.settings, settings.log):
+            changes.append(f"log: {', '.join(log)}")
         try:
             self.log.reconfigure(settings.log)  # its file was checked: this fails only if it went away since
         except LogError as exc:

@@ -96,9 +96,7 @@ async def open_transport(endpoint: Endpoint, ssl_context: ssl.SSLContext | None 
             try:
                 await tls.do_handshake()
             except trio.BrokenResourceError as err:
-                cause = err.__cause__
-                what = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or cause or err
-                raise TLSFailed(f"TLS handshake with {endpoint} failed: {what}") from None
+                raise tls_failure(endpoint, err.__cause__ or err) from None
             stream = tls
         if endpoint.scheme in ("ws", "wss"):
             port = endpoint.port
@@ -110,6 +108,54 @@ async def open_transport(endpoint: Endpoint, ssl_context: ssl.SSLContext | None 
         await trio.aclose_forcefully(stream)
         raise
     return stream
+
+
+# What to try, by OpenSSL's verify code (X509_V_ERR_*) of the broker's certificate.
+_SELF_SIGNED = "the broker's certificate is self-signed: give it with --cafile FILE to trust it, or --insecure to skip the check (testing only)"  # noqa: E501
+_UNKNOWN_CA = "the broker's certificate is signed by a CA this system does not trust: give that CA with --cafile FILE (or --capath DIR)"  # noqa: E501
+_VERIFY_ADVICE = {
+    18: _SELF_SIGNED,  # depth zero self-signed certificate
+    19: _UNKNOWN_CA,  # self-signed certificate in the chain
+    20: _UNKNOWN_CA,  # unable to get local issuer certificate
+    21: _UNKNOWN_CA,  # unable to verify the first certificate
+    2: _UNKNOWN_CA,  # unable to get issuer certificate
+    10: "the broker's certificate has expired: it needs a new one (--insecure skips the check, testing only)",
+    9: "the broker's certificate is not valid yet: check the clocks of both machines",
+}
+#: What to try, by a fragment of OpenSSL's reason for a handshake that failed otherwise.
+_REASON_ADVICE = (
+    (("UNEXPECTED_EOF", "WRONG_VERSION_NUMBER", "HTTP_REQUEST", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE"),
+     "not-tls"),
+    (("UNKNOWN_CA",), "the broker does not trust the client certificate given with --cert (it names a CA the broker "
+                      "does not know)"),
+    (("CERTIFICATE_REQUIRED", "BAD_CERTIFICATE", "HANDSHAKE_FAILURE"),
+     "the broker likely wants a client certificate it trusts: give --cert and --key"),
+    (("PROTOCOL_VERSION", "UNSUPPORTED_PROTOCOL", "NO_PROTOCOLS_AVAILABLE"),
+     "the broker and this client share no TLS version: see --tls-version"),
+    (("NO_APPLICATION_PROTOCOL",), "the broker accepts none of the --alpn protocols given"),
+)  # fmt: skip
+
+
+def tls_failure(endpoint: Endpoint, cause: BaseException) -> TLSFailed:
+    """The error for a TLS handshake that failed: what went wrong, and what to try (as the plain-to-TLS case
+    says "is it a TLS port?")."""
+    code = getattr(cause, "verify_code", None)
+    what = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or str(cause) or repr(cause)
+    advice = _VERIFY_ADVICE.get(code) if isinstance(code, int) else None
+    if code in (62, 64):  # host name or IP address mismatch
+        advice = (f"the broker's certificate is not for {endpoint.host}: connect with a name it was issued for "
+                  "(--insecure skips the check, testing only)")  # fmt: skip
+    if advice is None:
+        reason = str(getattr(cause, "reason", None) or cause).upper()
+        eof = isinstance(cause, ssl.SSLEOFError | ConnectionError) or not isinstance(cause, ssl.SSLError)
+        kind = next((a for fragments, a in _REASON_ADVICE if any(f in reason for f in fragments)), None)
+        if kind == "not-tls" or (kind is None and eof):
+            plain = {"mqtts": "mqtt://", "wss": "ws://"}.get(endpoint.scheme, "a plain URL")
+            what = f"{what} (the broker closed the connection during the TLS handshake)" if eof else what
+            advice = f"is it a plain (not TLS) port? use {plain}, or the broker's TLS port (8883 for MQTT)"
+        else:
+            advice = kind
+    return TLSFailed(f"TLS handshake with {endpoint} failed: {what}" + (f"; {advice}" if advice else ""))
 
 
 def _os_reason(err: OSError) -> str:

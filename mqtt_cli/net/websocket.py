@@ -46,6 +46,8 @@ __all__ = ["SUBPROTOCOLS", "CloseReason", "FrameError", "HandshakeRefused", "Web
 SUBPROTOCOLS = ("mqtt", "mqttv3.1")
 READ_SIZE = 65536
 CLOSE_TIMEOUT = 1.0  # seconds a closing handshake may take before the transport is closed anyway
+# A server that closes in answer to the upgrade request most often does not speak WebSocket there.
+_NOT_WEBSOCKET = "is it a WebSocket listener? a plain MQTT port takes mqtt:// (mqtts:// over TLS)"
 
 
 class HandshakeRefused(Exception):
@@ -191,9 +193,10 @@ class WebSocketStream(trio.abc.Stream):
         try:
             head, leftover = await _read_head(stream)
         except trio.BrokenResourceError as err:
-            raise ConnectFailed(f"WebSocket upgrade with {where} failed: {err}") from None
+            raise ConnectFailed(f"WebSocket upgrade with {where} failed: {err}; {_NOT_WEBSOCKET}") from None
         except HandshakeRefused:
-            raise ConnectFailed(f"{where} closed the connection during the WebSocket upgrade") from None
+            closed = f"{where} closed the connection during the WebSocket upgrade"
+            raise ConnectFailed(f"{closed}; {_NOT_WEBSOCKET}") from None
         try:
             ws.receive_data(head)
             events = list(ws.events())
@@ -205,7 +208,8 @@ class WebSocketStream(trio.abc.Stream):
                 self.subprotocol = event.subprotocol
                 return self
             if isinstance(event, RejectConnection):
-                raise ConnectFailed(f"{where} refused the WebSocket upgrade (HTTP {event.status_code})")
+                hint = "; is the path right? (often /mqtt: ws://HOST:PORT/mqtt)" if event.status_code == 404 else ""
+                raise ConnectFailed(f"{where} refused the WebSocket upgrade (HTTP {event.status_code}){hint}")
         raise ConnectFailed(f"WebSocket upgrade with {where} failed: no answer to the upgrade request")
 
     @classmethod

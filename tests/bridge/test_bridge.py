@@ -20,6 +20,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from tests.broker.conftest import start_ours
 from tests.brokers import AUTH_USERS, Broker, free_port, start_mosquitto
+from tests.conftest import missing_path
 
 from .helpers import RUNNING, BridgeProcess, Watcher, publish
 
@@ -356,11 +357,12 @@ def test_print_config_round_trip_and_config_errors(tmp_path: Path) -> None:
         ("session_expiry = true", "session_expiry = true: expected an integer"),
         ("url = 5", "url = 5: expected a string or a list of strings"),
         ('client_id = ""', "client_id is empty"),
-        ('cafile = "/nope"', "[bridge.local]: cafile /nope: No such file or directory"),
+        ('cafile = "{missing}"', "[bridge.local]: cafile {missing}: No such file or directory"),
     ],
 )
 def test_config_values_are_checked(tmp_path: Path, line: str, message: str) -> None:
     conf = tmp_path / "b.toml"
+    line, message = missing_path(line, tmp_path), missing_path(message, tmp_path)
     url = "" if line.startswith("url") else 'url = "mqtt://127.0.0.1:1"\n'
     conf.write_text(f'[[bridge]]\ntopics = ["a"]\n[bridge.local]\n{url}{line}\n[bridge.remote]\nurl = "mqtt://x"\n')
     r = mqtt("bridge", "--config", str(conf))
@@ -391,8 +393,9 @@ def test_tls_options_imply_tls_as_for_the_clients(tmp_path: Path) -> None:
         ).stdout  # fmt: skip
     assert got.strip() == "t/1 over tls"
     assert bridge.stop() == 0
-    missing = mqtt("bridge", "--local", local.url, "--remote", remote.url, "-t", "a", "--remote-cafile", "/nope")
-    expected = "mqtt: error: bridge: remote: --remote-cafile /nope: No such file or directory"
+    nowhere = tmp_path / "missing"
+    missing = mqtt("bridge", "--local", local.url, "--remote", remote.url, "-t", "a", "--remote-cafile", str(nowhere))
+    expected = f"mqtt: error: bridge: remote: --remote-cafile {nowhere}: No such file or directory"
     assert missing.returncode == 2 and expected in missing.stderr
 
 

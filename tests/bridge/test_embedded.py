@@ -17,6 +17,7 @@ import pytest
 
 from tests.broker.conftest import start_ours
 from tests.brokers import Broker, start_mosquitto
+from tests.conftest import missing_path
 
 from .helpers import RUNNING, Watcher, publish
 
@@ -224,8 +225,8 @@ def test_sighup_adds_removes_and_changes_bridges(tmp_path: Path) -> None:
         ),
         (
             '[[bridge]]\nname = "x"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["mqtt://h"]\n'
-            'password_file = "/nonexistent"\n',
-            "bridge[0].remote: password file /nonexistent: No such file or directory",
+            'password_file = "{missing}"\n',
+            "bridge[0].remote.password_file: cannot read the password file {missing}: No such file or directory",
         ),
     ],
 )
@@ -233,6 +234,7 @@ def test_sighup_adds_removes_and_changes_bridges(tmp_path: Path) -> None:
 def test_config_errors_name_the_key(tmp_path: Path, body: str, message: str, mode: str) -> None:
     """A start and --print-config refuse the same files with the same line (cross-key checks included)."""
     conf = tmp_path / "broker.toml"
+    body, message = missing_path(body, tmp_path), missing_path(message, tmp_path)
     conf.write_text(body)
     flag = ["--port", "0"] if mode == "start" else ["--print-config"]
     result = subprocess.run(
@@ -253,13 +255,14 @@ def test_config_errors_name_the_key(tmp_path: Path, body: str, message: str, mod
             "bridge[1].name: 'x' is the name of an earlier bridge",
         ),
         (
-            '[bridge.remote]\nurl = ["mqtt://127.0.0.1:1"]\npassword_file = "/nonexistent"\n',
-            "bridge[0].remote: password file /nonexistent: No such file or directory",
+            '[bridge.remote]\nurl = ["mqtt://127.0.0.1:1"]\npassword_file = "{missing}"\n',
+            "bridge[0].remote.password_file: cannot read the password file {missing}: No such file or directory",
         ),
     ],
 )
 def test_sighup_refuses_what_a_start_refuses(tmp_path: Path, body: str, message: str) -> None:
     """A reload runs the start's checks: one log line, the running bridges and configuration untouched."""
+    body, message = missing_path(body, tmp_path), missing_path(message, tmp_path)
     remote = start_mosquitto(tmp_path / "remote")
     RUNNING.append(remote)
     first = bridge_toml(remote, "a/# out 1", name="x")

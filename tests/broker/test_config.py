@@ -5,6 +5,7 @@ The clients are real ones: mosquitto_pub/mosquitto_sub (Debian) and paho-mqtt.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import paho.mqtt.client as paho
 import pytest
 
 from tests.brokers import HOST, _make_certs, free_port
+from tests.conftest import missing_path
 
 DEADLINE = 15.0
 REPO = Path(__file__).resolve().parents[2]
@@ -205,7 +207,7 @@ def test_flags_override_the_file_in_print_config(tmp_path: Path) -> None:
     assert again.returncode == 0 and again.stdout == done.stdout
 
 
-def test_example_file_is_a_valid_configuration() -> None:
+def test_example_file_is_a_valid_configuration(tmp_path: Path) -> None:
     import tomllib
 
     from mqtt_cli.core.config import check, load_config
@@ -215,15 +217,164 @@ def test_example_file_is_a_valid_configuration() -> None:
     settings = check(read_config(example), str(example))
     assert [lst.url for lst in settings.listener] == ["mqtt://127.0.0.1:1883", "mqtts://0.0.0.0:8883"]
     assert settings.limits.max_packet_size == 1048576
-    done = subprocess.run([*SERVE, "--config", str(example), "--print-config"], capture_output=True, text=True,
+    # Copied as it is, with its password and ACL files in place (here under tmp_path).
+    copy = tmp_path / "broker.toml"
+    text = example.read_text()
+    for name in ("passwd", "acl"):
+        assert f'"/etc/mqtt/{name}"' in text
+        text = text.replace(f'"/etc/mqtt/{name}"', f'"{tmp_path / name}"')
+    (tmp_path / "passwd").write_text("")
+    (tmp_path / "acl").write_text("topic readwrite #\n")
+    copy.write_text(text)
+    done = subprocess.run([*SERVE, "--config", str(copy), "--print-config"], capture_output=True, text=True,
                           timeout=DEADLINE)  # fmt: skip
-    assert done.returncode == 0 and 'url = "mqtts://0.0.0.0:8883"' in done.stdout
+    assert done.returncode == 0 and 'url = "mqtts://0.0.0.0:8883"' in done.stdout, done.stderr
     # Its commented bridge section is a valid one once uncommented.
     text = example.read_text()
     block = text[text.index("# [[bridge]]") :]
     uncommented = "\n".join(line[2:] if line.startswith("# ") else "" for line in block.splitlines())
     (bridge,) = load_config(tomllib.loads(uncommented), "example").bridge
     assert bridge.name == "cloud" and bridge.remote.url == ("mqtts://cloud.example:8883",)
+
+
+def _documented_sections() -> list[str]:
+    """Every section a user may add to a broker.toml: the TOML blocks of docs/broker.md and docs/bridge.md
+    (not `mqtt bridge`'s own, with [bridge.local]), the example's commented bridge, and each table's header."""
+    from mqtt_cli.core.config import BrokerSettings
+
+    blocks = [m.group(1) for name in ("broker.md", "bridge.md")
+              for m in re.finditer(r"```toml\n(.*?)```", (REPO / "docs" / name).read_text(), re.S)]  # fmt: skip
+    blocks = [b for b in blocks if "[bridge.local]" not in b]
+    example = (REPO / "docs" / "broker.example.toml").read_text()
+    bridge = example[example.index("# [[bridge]]") :]
+    blocks.append("\n".join(line[2:] for line in bridge.splitlines() if line.startswith("# ")))
+    blocks += [f"[{f.name}]\n" for f in dataclasses.fields(BrokerSettings) if f.name not in ("listener", "bridge")]
+    assert len(blocks) >= 10
+    return blocks
+
+
+@pytest.mark.parametrize("flags", [[], ["--listen", "mqtt://127.0.0.1:0", "-v"]])
+def test_print_config_takes_every_documented_section_appended(flags: list[str]) -> None:
+    """What --print-config prints stays a valid configuration with any documented section added below it."""
+    import tomllib
+
+    from mqtt_cli.core.config import check, load_config
+
+    done = subprocess.run([*SERVE, "--print-config", *flags], capture_output=True, text=True, timeout=DEADLINE)
+    assert done.returncode == 0, done.stderr
+    # A table the flags set is printed (-v: [log]); one the user adds again would be declared twice.
+    printed = {name for name, value in tomllib.loads(done.stdout).items() if isinstance(value, dict)}
+    assert printed == ({"log"} if flags else set())
+    for block in _documented_sections():
+        if any(f"[{name}]" in block for name in printed):
+            continue
+        text = done.stdout + "\n" + block
+        settings = check(load_config(tomllib.loads(text), "appended"), "appended")
+        assert settings.listener, block
+
+
+_TLS = '[[listener]]\nurl = "mqtts://127.0.0.1:0"\n'
+_BRIDGE = '[[bridge]]\nname = "b"\ntopics = ["a/#"]\n[bridge.remote]\nurl = ["mqtt://127.0.0.1:1"]\n'
+
+
+@pytest.mark.parametrize(
+    ("kind", "content", "code", "message"),
+    [
+        ("toml", '[auth]\npassword_file = "{missing}"\n', 2,
+         "{conf}: auth.password_file: password file {missing} does not exist"),
+        ("toml", '[auth]\nacl_file = "{missing}"\n', 2, "{conf}: auth.acl_file: ACL file {missing} does not exist"),
+        ("toml", '[[listener]]\nurl = "mqtt://127.0.0.1:0"\nacl_file = "{missing}"\n'
+         "[auth]\nper_listener_settings = true\n", 2, "{conf}: listener[0].acl_file: ACL file {missing} does not"),
+        ("toml", _TLS + 'certfile = "{missing}"\nkeyfile = "{conf}"\n', 1,
+         "{conf}: listener[0].certfile: cannot read the certificate {missing}: No such file or directory"),
+        ("toml", _TLS + 'certfile = "{conf}"\nkeyfile = "{missing}"\n', 1,
+         "{conf}: listener[0].keyfile: cannot read the private key {missing}: No such file or directory"),
+        ("toml", _TLS + 'certfile = "{conf}"\nkeyfile = "{conf}"\ncafile = "{missing}"\n', 1,
+         "{conf}: listener[0].cafile: cannot read the CA file {missing}: No such file or directory"),
+        ("toml", '[log]\nfile = "{missing}/log"\n', 1, "{conf}: log.file: cannot open the log file {missing}/log"),
+        ("toml", '[persistence]\npath = "{missing}/p.db"\n', 1,
+         "{conf}: persistence.path: cannot write the persistence database {missing}/p.db"),
+        ("toml", _BRIDGE + 'password_file = "{missing}"\n', 2,
+         "{conf}: bridge[0].remote.password_file: cannot read the password file {missing}: No such file"),
+        ("toml", _BRIDGE + 'cafile = "{missing}"\n', 2,
+         "{conf}: bridge[0].remote.cafile: cannot read the CA file {missing}: No such file"),
+        ("conf", "listener 0 127.0.0.1\n\npassword_file {missing}\n", 2,
+         "{conf}:3: password_file: password file {missing} does not exist"),
+        ("conf", "listener 0 127.0.0.1\nacl_file {missing}\n", 2, "{conf}:2: acl_file: ACL file {missing} does not"),
+        ("conf", "listener 0 127.0.0.1\ncertfile {missing}\nkeyfile {conf}\n", 1,
+         "{conf}:2: certfile: cannot read the certificate {missing}"),
+        ("conf", "log_dest file {missing}/log\n", 1, "{conf}:1: log_dest: cannot open the log file {missing}/log"),
+        ("conf", "persistence true\npersistence_location {missing}/\n", 1,
+         "{conf}:2: persistence_location: cannot write the persistence database {missing}/mqtt-cli.db"),
+        ("conf", "connection b\naddress 127.0.0.1:1\ntopic a/# out\nbridge_cafile {missing}\n", 2,
+         "{conf}:4: bridge_cafile: cannot read the CA file {missing}"),
+        ("flag", "", 2, "command line: --password-file: password file {missing} does not exist"),
+    ],
+)  # fmt: skip
+def test_a_file_the_configuration_names_is_reported_with_its_key(
+    tmp_path: Path, kind: str, content: str, code: int, message: str
+) -> None:
+    """A file named in the configuration that cannot be used is reported with the configuration file and the key
+    (mosquitto.conf: the line and its option; a flag: the flag), not the file alone."""
+    conf = tmp_path / ("broker.toml" if kind != "conf" else "mosquitto.conf")
+    content, message = (missing_path(t, tmp_path).replace("{conf}", str(conf)) for t in (content, message))
+    conf.write_text(content)
+    where = {"toml": ["--config", str(conf)], "conf": ["--mosquitto-conf", str(conf)],
+             "flag": ["--password-file", str(tmp_path / "missing")]}[kind]  # fmt: skip
+    done = serve_fails(*where)  # (--port would replace the file's listeners)
+    assert done.returncode == code, done.stderr
+    assert done.stderr.startswith(f"mqtt: error: {message}") and done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("# mosquitto\npid_file /run/mosquitto/mosquitto.pid\npersistence true\nlistener 1883\n"
+         "allow_anonymous false\npassword_file /etc/mosquitto/passwd\ninclude_dir /etc/mosquitto/conf.d\n",
+         "{conf}: not TOML but a mosquitto.conf; run it with --mosquitto-conf {conf}"),
+        ("not toml at all\n", "{conf}: not valid TOML: "),
+        ("[limits]\nmax_keepalive 60\n", "{conf}: not valid TOML: "),  # a TOML file with a slip stays one
+    ],
+)  # fmt: skip
+def test_a_mosquitto_conf_given_to_config_is_named(tmp_path: Path, content: str, message: str) -> None:
+    """mosquitto's `-c` habit: `mqtt serve -c mosquitto.conf` says what the file is and which option reads it;
+    so does `mqtt bridge --config` (mosquitto's bridges are connection blocks of the broker's file)."""
+    conf = tmp_path / "mosquitto.conf"
+    conf.write_text(content)
+    done = serve_fails("-c", str(conf))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"mqtt: error: {message.replace('{conf}', str(conf))}"), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    bridge = subprocess.run([*SERVE[:-1], "bridge", "--config", str(conf)], capture_output=True, text=True,
+                            timeout=DEADLINE)  # fmt: skip
+    assert bridge.returncode == 2 and bridge.stderr.count("\n") == 1, bridge.stderr
+    said = "not TOML but a mosquitto.conf" in bridge.stderr and f"mqtt serve --mosquitto-conf {conf}" in bridge.stderr
+    assert said == message.startswith("{conf}: not TOML"), bridge.stderr
+
+
+def test_copying_the_example_gives_no_open_broker(tmp_path: Path) -> None:
+    """No listener of docs/broker.example.toml accepts a client without a user name and password."""
+    from mqtt_cli.net.config import read_config
+    from mqtt_cli.net.server import listener_policy
+    from mqtt_cli.net.serving import checked_options
+
+    text = (REPO / "docs" / "broker.example.toml").read_text()
+    for name in ("passwd", "acl"):
+        (tmp_path / name).write_text("")
+        text = text.replace(f'"/etc/mqtt/{name}"', f'"{tmp_path / name}"')
+    (tmp_path / "broker.toml").write_text(text)
+    options = checked_options(read_config(tmp_path / "broker.toml"), "example", files=False)
+    for spec in options.listeners:
+        assert listener_policy(options, spec).allow_anonymous is False, spec.url
+
+
+def test_broker_md_names_each_flag_once_where_flags_override_the_file() -> None:
+    doc = (REPO / "docs" / "broker.md").read_text()
+    start = doc.index("- **Flags override the file**")
+    paragraph = doc[start : doc.index("\n- **", start + 1)]
+    flags = re.findall(r"`(--[a-z-]+)(?: [A-Z]+)?`", paragraph)
+    assert sorted(flags) == sorted(set(flags)), flags
+    assert {"--persistence", "--metrics-listen", "--sys-interval"} <= set(flags)
 
 
 @pytest.mark.parametrize(
@@ -253,23 +404,24 @@ def test_example_file_is_a_valid_configuration() -> None:
             '[[listener]]\nurl = "mqtts://127.0.0.1:0"\ncertfile = "nope.pem"\nkeyfile = "nope.key"\n',
             [],
             1,
-            "listener mqtts://127.0.0.1:0: cannot load TLS certificate nope.pem and key nope.key",
+            "broker.toml: listener[0].certfile: cannot read the certificate nope.pem: No such file or directory",
         ),
         (
-            '[log]\nfile = "/nonexistent/dir/broker.log"\n',
+            '[log]\nfile = "{missing}/broker.log"\n',
             [],
             1,
-            "cannot open the log file /nonexistent/dir/broker.log",
+            "cannot open the log file {missing}/broker.log",
         ),
-        ("", ["--ready-file", "/nonexistent/dir/r.json"], 1, "cannot write the ready file /nonexistent/dir/r.json"),
-        ("", ["--log-file", "/nonexistent/dir/l.log"], 1, "cannot open the log file /nonexistent/dir/l.log"),
+        ("", ["--ready-file", "{missing}/r.json"], 1, "cannot write the ready file {missing}/r.json"),
+        ("", ["--log-file", "{missing}/l.log"], 1, "cannot open the log file {missing}/l.log"),
         ("", ["--max-keepalive", "70000"], 2, "command line: --max-keepalive: must be an integer from 0 to 65535"),
         ("", ["--mosquitto-conf", "m.conf"], 2, "give --config or --mosquitto-conf, not both"),
     ],
 )
 def test_bad_input_at_start_is_one_line(tmp_path: Path, content: str, args: list[str], code: int, message: str) -> None:
+    content, message = missing_path(content, tmp_path), missing_path(message, tmp_path)
     (tmp_path / "broker.toml").write_text(content)
-    done = serve_fails("--config", "broker.toml", *args, cwd=tmp_path)
+    done = serve_fails("--config", "broker.toml", *(missing_path(a, tmp_path) for a in args), cwd=tmp_path)
     assert done.returncode == code, done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("mqtt: error: "), done.stderr
     assert message in done.stderr
@@ -363,6 +515,28 @@ def _listeners(*ports: int) -> str:
     return "".join(f'[[listener]]\nurl = "mqtt://{HOST}:{port}"\n\n' for port in ports)
 
 
+def test_sighup_log_line_names_what_changed(tmp_path: Path, started: list[Ours]) -> None:
+    """Each reload's line: "no change" only when nothing changed; else the settings, with their old and new values."""
+    a = free_port()
+    config = tmp_path / "broker.toml"
+    config.write_text(_listeners(a))
+    broker = start(started, tmp_path / "run", "--config", str(config))
+    broker.wait_ready()
+    reloads = [
+        (_listeners(a), "no change"),
+        (_listeners(a) + '[limits]\nmax_keepalive = 60\n[sys]\ninterval = 2\n',
+         "limits: max_keepalive 65535 -> 60, sys_interval 10.0 -> 2.0"),
+        (f'[[listener]]\nurl = "mqtt://{HOST}:{a}"\nversions = ["5"]\nmax_connections = 3\n[limits]\n'
+         'max_keepalive = 60\n[sys]\ninterval = 2\n[log]\nlevel = "info"\n',
+         f"listener mqtt://{HOST}:{a}: versions unset -> 5, max_connections 0 -> 3; log: level warning -> info"),
+    ]  # fmt: skip
+    for n, (content, said) in enumerate(reloads, 1):
+        config.write_text(content)
+        broker.signal(signal.SIGHUP)
+        line = wait_line(broker.stderr, "configuration reloaded", n)[-1]
+        assert line.endswith(f"configuration reloaded: {said}"), line
+
+
 def test_sighup_opens_and_closes_listeners_without_touching_the_others(tmp_path: Path, started: list[Ours]) -> None:
     a, b = free_port(), free_port()
     config = tmp_path / "broker.toml"
@@ -408,9 +582,9 @@ def test_failed_reload_keeps_everything_and_logs_one_line(tmp_path: Path, starte
         bad = [
             (_listeners(a) + "[limits]\nmax_keepalive = 70000\n", "limits.max_keepalive: must be an integer"),
             ("[[listener]]\nurl = 'mqtts://127.0.0.1:0'\ncertfile = 'no.pem'\nkeyfile = 'no.key'\n",
-             "cannot load TLS certificate no.pem"),
+             "listener[0].certfile: cannot read the certificate no.pem"),
             (_listeners(a, b), f"cannot listen on mqtt://{HOST}:{b}"),  # port in use: the new listener fails
-            ("[log]\nfile = '/nonexistent/dir/x.log'\n", "cannot open the log file"),
+            (f"[log]\nfile = '{tmp_path / 'missing' / 'x.log'}'\n", "cannot open the log file"),
             ("not toml at all", "not valid TOML"),
         ]  # fmt: skip
         for n, (content, why) in enumerate(bad, 1):
@@ -430,7 +604,7 @@ def test_failed_reload_keeps_everything_and_logs_one_line(tmp_path: Path, starte
         # And a good file is taken again.
         config.write_text(_listeners(a) + "[limits]\nmax_keepalive = 120\n")
         broker.signal(signal.SIGHUP)
-        wait_line(broker.stderr, "configuration reloaded: limits changed")
+        wait_line(broker.stderr, "configuration reloaded: limits: max_keepalive 60 -> 120")
         assert mosquitto_pub(a, "-k", "120").returncode == 0
     finally:
         blocker.close()
@@ -774,7 +948,12 @@ def test_auth_from_the_file_and_reloaded(tmp_path: Path, started: list[Ours]) ->
         broker.signal(signal.SIGHUP)
         assert bob.disconnected.wait(DEADLINE)
         assert str(bob.reason) == "Administrative action"
-        wait_line(broker.stderr, "configuration reloaded")
+        # The log line says what changed, not "no change".
+        (line,) = wait_line(broker.stderr, "configuration reloaded")
+        assert line.endswith(
+            f"configuration reloaded: password file {passwd}: bob removed; ACL file {acl}: 1 line added, 2 removed; "
+            "1 client disconnected, 1 subscription removed"
+        ), line
         assert not alice.disconnected.is_set()
         assert mosquitto_pub(port, "-u", "alice", "-P", "alice-pw", "-t", "a/2", "-q", "1").returncode == 0
         assert mosquitto_pub(port, "-u", "bob", "-P", "bob-pw").returncode != 0
@@ -783,7 +962,8 @@ def test_auth_from_the_file_and_reloaded(tmp_path: Path, started: list[Ours]) ->
         # A password file that cannot be read: the reload fails, alice's access stays as it was.
         passwd.write_text("alice:not-a-hash\n")
         broker.signal(signal.SIGHUP)
-        wait_line(broker.stderr, "reload failed, the configuration is unchanged: password file")
+        wait_line(broker.stderr, rf"reload failed, the configuration is unchanged: {re.escape(str(config))}: "
+                                 rf"auth.password_file: password file {re.escape(str(passwd))}, line 1")
         assert mosquitto_pub(port, "-u", "alice", "-P", "alice-pw", "-t", "a/3", "-q", "1").returncode == 0
     finally:
         alice.close()

@@ -418,7 +418,16 @@ def test_unreadable_certificate_is_a_one_line_error(tmp_path: Any) -> None:
         capture_output=True, text=True, timeout=DEADLINE,
     )  # fmt: skip
     assert done.returncode == 1
-    assert done.stderr.count("\n") == 1 and "cannot load TLS certificate" in done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert f"command line: --tls-cert: cannot read the certificate {missing}: No such file" in done.stderr
+    missing.write_text("not PEM")  # there, but no certificate: OpenSSL's reason, with the listener
+    done = subprocess.run(
+        [sys.executable, "-m", "mqtt_cli", "serve", "--listen", "mqtts://127.0.0.1:0",
+         "--tls-cert", str(missing), "--tls-key", str(missing)],
+        capture_output=True, text=True, timeout=DEADLINE,
+    )  # fmt: skip
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "mqtts://127.0.0.1:0: cannot load TLS certificate" in done.stderr
 
 
 def test_max_connections(our_factory: Any) -> None:

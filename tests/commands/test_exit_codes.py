@@ -5,12 +5,13 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from ..brokers import AUTH_USERS, Broker, free_port
+from ..conftest import missing_path
 from .conftest import Mqtt, ScriptedBroker, popen_mqtt, wait_for_output
 
 WILL_V5 = ["--will-delay", "5", "--will-message-expiry", "3", "--will-content-type", "t", "--will-user-property", "a=b"]
@@ -31,11 +32,11 @@ def at(broker: Broker) -> list[str]:
         (["pub", "-t", "a", "-m", "x", "-L", "http://x"], "scheme"),
         (["pub", "-t", "a", "-m", "x", "-V", "311", "--content-type", "t"], "need MQTT 5.0"),
         (["pub", "-t", "a", "-m", "x", "--user-property", "novalue"], "KEY=VALUE"),
-        (["pub", "-t", "a", "-f", "/no/such/file"], "No such file"),
+        (["pub", "-t", "a", "-f", "{missing}"], "No such file"),
         (["pub", "-t", "a", "-l", "--repeat", "2"], "--repeat"),
         (["pub", "-t", "a", "-m", "x", "-P"], "no terminal"),
         (["pub", "-t", "a", "-m", "x", "-V", "311", "-P", "pw"], "needs a user name"),
-        (["pub", "-t", "a", "-m", "x", "--cafile", "/no/ca.pem"], "--cafile /no/ca.pem: No such file or directory"),
+        (["pub", "-t", "a", "-m", "x", "--cafile", "{missing}"], "--cafile {missing}: No such file or directory"),
         (["pub", "-t", "a", "-m", "x", "--will-payload", "w"], "need --will-topic"),
         (["sub"], "no topic"),
         (["sub", "-t", "a/#/b"], "topic filter"),
@@ -68,6 +69,7 @@ def test_bad_usage_exits_2_before_connecting(mqtt: Mqtt, args: list[str], messag
         cert = tmp_path / "cert.pem"
         trustme.CA().issue_cert("client.example").cert_chain_pems[0].write_to_path(str(cert))
         args = [str(cert) if a == "CERT_ONLY" else a for a in args]
+    args, message = [missing_path(a, tmp_path) for a in args], missing_path(message, tmp_path)
     # Port 1 has no broker: a usage error must be found before any connection is tried.
     result = mqtt(*args, "-p", "1")
     assert result.returncode == 2, (result.returncode, result.stderr)
@@ -166,6 +168,79 @@ def test_broker_wanting_a_client_certificate_exits_4(mqtt: Mqtt, broker_factory:
     assert plain.returncode == 5, plain.stderr
     assert "is it a TLS port? use mqtts:// or --cafile" in plain.stderr
     assert len(plain.stderr.strip().splitlines()) == 1, plain.stderr
+
+
+@pytest.fixture(scope="module")
+def tls_kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, int]]]:
+    """`mqtt serve` with a listener for each way TLS goes wrong: a self-signed certificate, an expired one, one for
+    another host, one from a CA this system does not know; and a plain MQTT port. Its CA file and their ports."""
+    import datetime
+    import sys
+
+    import trustme
+
+    work = tmp_path_factory.mktemp("tls-kinds")
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(work / "ca.pem"))
+    ca.private_key_pem.write_to_path(str(work / "ca.key"))  # the CA's own: a self-signed server certificate
+    past = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
+    certs = {
+        "good": ca.issue_cert("localhost", "127.0.0.1"),
+        "expired": ca.issue_cert("localhost", "127.0.0.1", not_before=past, not_after=past + datetime.timedelta(1)),
+        "other-host": ca.issue_cert("other.example"),
+    }
+    ports = {name: free_port() for name in ("plain", "self-signed", *certs)}
+    conf = f'[[listener]]\nurl = "mqtt://127.0.0.1:{ports["plain"]}"\n'
+    conf += f'[[listener]]\nurl = "mqtts://127.0.0.1:{ports["self-signed"]}"\ncertfile = "{work / "ca.pem"}"\n'
+    conf += f'keyfile = "{work / "ca.key"}"\n'
+    for name, cert in certs.items():
+        cert.cert_chain_pems[0].write_to_path(str(work / f"{name}.pem"))
+        cert.private_key_pem.write_to_path(str(work / f"{name}.key"))
+        conf += f'[[listener]]\nurl = "mqtts://127.0.0.1:{ports[name]}"\ncertfile = "{work / f"{name}.pem"}"\n'
+        conf += f'keyfile = "{work / f"{name}.key"}"\n'
+    (work / "broker.toml").write_text(conf)
+    ready = work / "ready.json"
+    proc = subprocess.Popen([sys.executable, "-m", "mqtt_cli", "serve", "--config", str(work / "broker.toml"),
+                             "--ready-file", str(ready)], stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 20
+    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.exists(), "mqtt serve did not start"
+    yield work / "ca.pem", ports
+    proc.terminate()
+    proc.wait(timeout=15)
+
+
+@pytest.mark.parametrize(
+    ("url", "cafile", "code", "message"),
+    [
+        ("mqtts://127.0.0.1:{self-signed}", False, 4,
+         "self-signed certificate; the broker's certificate is self-signed: give it with --cafile FILE to trust it, "
+         "or --insecure"),
+        ("mqtts://127.0.0.1:{good}", False, 4,
+         "unable to get local issuer certificate; the broker's certificate is signed by a CA this system does not "
+         "trust: give that CA with --cafile FILE"),
+        ("mqtts://127.0.0.1:{expired}", True, 4, "certificate has expired; the broker's certificate has expired"),
+        ("mqtts://127.0.0.1:{other-host}", True, 4, "the broker's certificate is not for 127.0.0.1"),
+        ("mqtts://127.0.0.1:{plain}", False, 4, "is it a plain (not TLS) port? use mqtt://"),
+        ("wss://127.0.0.1:{plain}", False, 4, "is it a plain (not TLS) port? use ws://"),
+        ("ws://127.0.0.1:{plain}", False, 3,
+         "closed the connection during the WebSocket upgrade; is it a WebSocket listener? a plain MQTT port takes "
+         "mqtt://"),
+        ("mqtt://127.0.0.1:{good}", False, 5, "is it a TLS port? use mqtts:// or --cafile"),
+    ],
+)  # fmt: skip
+def test_tls_and_websocket_failures_say_what_to_try(
+    mqtt: Mqtt, tls_kinds: tuple[Path, dict[str, int]], url: str, cafile: bool, code: int, message: str
+) -> None:
+    """Each TLS failure (and a WebSocket or TLS URL given a plain MQTT port) says what is wrong and what to try."""
+    ca, ports = tls_kinds
+    for name, port in ports.items():
+        url = url.replace(f"{{{name}}}", str(port))
+    result = mqtt("pub", "-L", url, *(["--cafile", str(ca)] if cafile else []), "-t", "a", "-m", "x", "-V", "311")
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 def test_sigint_and_sigterm_disconnect_cleanly_without_the_will(mqtt: Mqtt, mosquitto: Broker, topic: str) -> None:

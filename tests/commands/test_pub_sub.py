@@ -310,7 +310,7 @@ def test_connection_target_on_the_command_line_replaces_the_profiles(
     config.mkdir(parents=True)
     (config / "config.toml").write_text(
         '[profiles.url]\nurl = "mqtt://127.0.0.1:1"\n'
-        '[profiles.unix]\nunix = "/nonexistent/mqtt.sock"\n'
+        f'[profiles.unix]\nunix = "{config / "missing" / "mqtt.sock"}"\n'
         '[profiles.user]\nusername = "reader"\n'
     )
     pub = ["pub", "-t", f"{topic}/x", "-m", "x"]

@@ -157,6 +157,36 @@ def test_hand_edited_profile_values_are_checked(mqtt: Mqtt, line: str, message: 
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["config", "set", "hots", "x"], "unknown key 'hots'; did you mean 'host'? known: host, port"),
+        (["config", "set", "--unset", "prot", "--profile", "prod"],
+         "profile 'prod' has no key 'prot'; did you mean 'port'? it has host, port"),
+        (["config", "show", "--profile", "prodd"], "no profile 'prodd' in {config}; did you mean 'prod'?"),
+        (["pub", "-t", "a", "-m", "x", "--profile", "prodd"], "no profile 'prodd' in {config}; did you mean 'prod'?"),
+        (["sub", "-t", "a", "--profile", "typo"], "profile 'typo': unknown key 'hots'; did you mean 'host'?"),
+        (["serve", "--listen", "mqtt://127.0.0.1:0?version=5"], "unknown setting 'version'; did you mean 'versions'?"),
+        (["bridge", "--config", "{bridge}"], "bridge 1: unknown key 'topic'; did you mean 'topics'?"),
+        (["bridge", "--config", "{bridge_side}"], "[bridge.remote]: unknown key 'pasword'; did you mean 'password'?"),
+    ],
+)  # fmt: skip
+def test_every_key_name_a_command_takes_has_a_did_you_mean(mqtt: Mqtt, args: list[str], message: str) -> None:
+    home = Path(mqtt.env["XDG_CONFIG_HOME"])  # type: ignore[attr-defined]
+    config = home / "mqtt-cli" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('[profiles.prod]\nhost = "h"\nport = 1\n[profiles.typo]\nhots = "h"\n')
+    side = '[bridge.local]\nurl = "mqtt://127.0.0.1:1"\n[bridge.remote]\nurl = "mqtt://127.0.0.1:2"\n'
+    (home / "b.toml").write_text('[[bridge]]\ntopic = ["a"]\n' + side)
+    (home / "s.toml").write_text('[[bridge]]\ntopics = ["a"]\n' + side + 'pasword = "x"\n')
+    names = {"{config}": str(config), "{bridge}": str(home / "b.toml"), "{bridge_side}": str(home / "s.toml")}
+    args = [names.get(a, a) for a in args]
+    result = mqtt(*args)
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert message.replace("{config}", str(config)) in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
 def test_format_message_fields() -> None:
     p = Publish("a/b", b"hi\x00", 1, True, False, 7, Properties(content_type="c", user_properties=[("k", "v")]))
     assert format_message("%t %p %q %r %m %i %l %x %X", p, 0.0) == b"a/b hi\x00 1 1 7 7 3 686900 686900"

@@ -38,6 +38,10 @@ BAD_FLAGS = {
     "PUBCOMP": (T.PUBCOMP, 4, struct.pack(">H", 1)),
     "SUBSCRIBE": (T.SUBSCRIBE, 0, struct.pack(">H", 1) + s("a") + b"\x00"),
     "UNSUBSCRIBE": (T.UNSUBSCRIBE, 3, struct.pack(">H", 1) + s("a")),
+    # DUP set (0xA): a 3.1 resend, which 3.1.1 and 5.0 no longer allow.
+    "PUBREL+DUP": (T.PUBREL, 0xA, struct.pack(">H", 1)),
+    "SUBSCRIBE+DUP": (T.SUBSCRIBE, 0xA, struct.pack(">H", 1) + s("a") + b"\x00"),
+    "UNSUBSCRIBE+DUP": (T.UNSUBSCRIBE, 0xA, struct.pack(">H", 1) + s("a")),
     "PINGREQ": (T.PINGREQ, 8, b""),
     "DISCONNECT": (T.DISCONNECT, 1, b""),
 }
@@ -83,6 +87,30 @@ def test_MQTT_3_8_1_1_subscribe_flags(broker: Broker, version: int) -> None:
 @VERSIONS
 def test_MQTT_3_10_1_1_unsubscribe_flags(broker: Broker, version: int) -> None:
     _bad_flags(broker, version, "UNSUBSCRIBE")
+
+
+@spec(v311=("3.6.1-1", "3.8.1-1", "3.10.1-1"), v5=("3.6.1-1", "3.8.1-1", "3.10.1-1"))
+@pytest.mark.parametrize("name", ["PUBREL+DUP", "SUBSCRIBE+DUP", "UNSUBSCRIBE+DUP"])
+@VERSIONS
+def test_MQTT_3_6_1_1_dup_on_pubrel_subscribe_unsubscribe_closes_after_31(
+    broker: Broker, version: int, name: str
+) -> None:
+    _bad_flags(broker, version, name)
+
+
+def test_mqtt_31_resends_with_dup_on_pubrel_subscribe_unsubscribe(broker: Broker) -> None:
+    """MQTT 3.1 set DUP on a PUBREL, SUBSCRIBE or UNSUBSCRIBE sent again (flags 0xA): answered, not closed."""
+    topic = uid("t")
+    with client(broker, uid(), 3) as c:
+        c.send(publish(topic, b"x", qos=2, pid=7, v5=False))
+        assert c.expect(T.PUBREC).pid == 7
+        c.send(packet(T.PUBREL, 0xA, struct.pack(">H", 7)))
+        assert c.expect(T.PUBCOMP).pid == 7
+        c.send(packet(T.SUBSCRIBE, 0xA, struct.pack(">H", 8) + s(topic) + b"\x01"))
+        assert c.expect(T.SUBACK).pid == 8
+        c.send(packet(T.UNSUBSCRIBE, 0xA, struct.pack(">H", 9) + s(topic)))
+        assert c.expect(T.UNSUBACK).pid == 9
+        assert c.open()
 
 
 @spec(v311=("3.14.1-1",), v5=("3.14.1-1",))

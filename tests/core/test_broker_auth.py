@@ -9,6 +9,7 @@ from typing import Any
 from mqtt_cli.core.acl import parse_acl_file
 from mqtt_cli.core.auth import AuthPolicy
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
+from mqtt_cli.core.changes import effect_changes, policy_changes
 from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.packets import (
     ConnAck,
@@ -63,7 +64,10 @@ def test_reload_drops_removed_users_and_unreadable_subscriptions() -> None:
     (ack,) = alice.send(Subscribe(1, (Subscription("a/#", 1), Subscription("b/#", 1))))
     assert isinstance(ack, SubAck) and ack.reason_codes == (1, 1)
     new = policy("user alice\ntopic readwrite a/#\n", users=("alice",))
-    core.replace_policy(old, new, 1.0)
+    effect = core.replace_policy(old, new, 1.0)
+    assert (effect.disconnected, effect.unsubscribed) == (1, 1)  # what the reload's log line counts
+    assert policy_changes(old, new) == ["password file: bob removed", "ACL file: 2 lines removed"]
+    assert effect_changes(effect) == ["1 client disconnected, 1 subscription removed"]
     assert bob.conn.closed and not alice.conn.closed  # bob is gone from the password file
     assert bob.reader.feed(bytes(bob.conn.out))[0].reason_code == 0x98  # administrative action, as mosquitto
     assert set(alice.conn.session.subscriptions) == {"a/#"}  # type: ignore[union-attr]
@@ -78,8 +82,9 @@ def test_reload_keeps_a_user_whose_hash_is_unchanged() -> None:
     old = policy()
     alice = Conn(core, old)
     alice.connect("alice")
-    core.replace_policy(old, policy(), 1.0)  # the same files read again (equal tables)
+    effect = core.replace_policy(old, policy(), 1.0)  # the same files read again (equal tables)
     assert not alice.conn.closed
+    assert policy_changes(old, policy()) == effect_changes(effect) == []  # "no change"
 
 
 def test_offline_queue_and_delayed_will_are_checked() -> None:

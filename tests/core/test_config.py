@@ -225,7 +225,35 @@ def test_every_key_is_documented_in_broker_md() -> None:
         assert f"`{path}`" in doc, path
 
 
+def test_every_key_is_in_its_own_sections_table() -> None:
+    """A key's row sits under its section's heading (`metrics.listen` under **`[metrics]`**, not `[sys]`)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "broker.md").read_text()
+    for path, *_ in key_docs():
+        row = doc.index(f"| `{path}` |")
+        heading = re.findall(r"^\*\*`\[+(\w+)\]+`\*\*", doc[:row], re.MULTILINE)[-1]
+        assert heading == path.split(".")[0].removesuffix("[]"), (path, heading)
+
+
 # --- mosquitto.conf -------------------------------------------------------------------------------------------
+
+
+def test_a_mistyped_mosquitto_option_gets_a_did_you_mean() -> None:
+    text = "listener 1883\npasword_file /etc/mosquitto/passwd\nbogus 1\nhttp_dir /srv\n"
+    whys = [(u.line, u.why) for u in translate_mosquitto(text, "m.conf").unsupported]
+    assert whys == [
+        (2, "pasword_file is not a mosquitto option; did you mean 'password_file'?"),
+        (3, "bogus is not a mosquitto option"),
+        (4, "http_dir is not supported"),  # mosquitto's, not honoured here: no suggestion
+    ]
+
+
+def test_every_option_of_debians_example_is_a_mosquitto_option() -> None:
+    """The options Debian's commented example names (mosquitto 2.0's own list) are never called typos."""
+    options = set(re.findall(r"^#([a-z_0-9.]+)(?: |$)", _debian_example(), re.MULTILINE))
+    assert len(options) > 80
+    text = "".join(f"{option} x\n" for option in sorted(options))
+    typos = [u for u in translate_mosquitto(text, "example").unsupported if "not a mosquitto option" in u.why]
+    assert typos == []
 
 
 def translate(name: str) -> tuple[BrokerSettings, list[tuple[int, str]]]:
