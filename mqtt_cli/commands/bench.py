@@ -358,10 +358,10 @@ def _us(v: int | None) -> str:
 
 
 def _render(figures: dict[str, Any], mode: Mode) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(stderr=not sys.stdout.isatty())  # on a pipe stdout holds the JSON lines
+    from mqtt_cli.render import print_whole
+
     table = Table(title=f"mqtt bench {mode.value}" + (" (interrupted)" if figures["interrupted"] else ""))
     table.add_column("figure")
     table.add_column("value", justify="right")
@@ -383,4 +383,4 @@ def _render(figures: dict[str, Any], mode: Mode) -> None:
     if figures.get("expect"):
         failed = figures["expect"]["failed"]
         table.add_row("expect", "met" if not failed else "NOT met: " + ", ".join(failed))
-    console.print(table)
+    print_whole(table, stderr=not sys.stdout.isatty())  # on a pipe stdout holds the JSON lines
