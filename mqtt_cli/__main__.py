@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from mqtt_cli import COMPLETE_VAR, version_text
+from mqtt_cli.exit_codes import EXIT_INTERRUPTED, EXIT_OK
 
 #: Arguments answered without loading the app. Must stay in sync with the option in mqtt_cli/app.py.
 _VERSION_ARGS = (["--version"], ["-V"])
@@ -28,7 +29,7 @@ def _run_fast(args: list[str]) -> int | None:
     try:
         from mqtt_cli.commands._fast import run
     except KeyboardInterrupt:  # Ctrl-C while importing
-        return 130
+        return EXIT_INTERRUPTED
     return run(args)
 
 
@@ -37,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args in _VERSION_ARGS:
         sys.stdout.write(version_text() + "\n")
-        return 0
+        return EXIT_OK
     if argv is None and args and args[0] in _FAST_COMMANDS and COMPLETE_VAR not in os.environ:
         try:
             code = _run_fast(args)
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from mqtt_cli.app import run
     except KeyboardInterrupt:  # Ctrl-C while importing
-        return 130
+        return EXIT_INTERRUPTED
     if argv is not None:  # called from Python: leave the interpreter alone
         return run(args)
     try:

@@ -19,7 +19,7 @@ from typer._click import exceptions as click_exceptions
 
 from mqtt_cli import COMPLETE_VAR, PROG_NAME, version_text
 from mqtt_cli.commands import _coerce, _options, _usage, say
-from mqtt_cli.exit_codes import EXIT_FAILURE
+from mqtt_cli.exit_codes import EXIT_FAILURE, EXIT_OK
 
 HELP = """\
 One command for everything around MQTT.
@@ -123,7 +123,7 @@ class _Group(_coerce.Group):
         except typer.Abort:
             say(f"{PROG_NAME}: aborted")
             sys.exit(EXIT_FAILURE)
-        sys.exit(code if isinstance(code, int) else 0)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 
 app = typer.Typer(
@@ -167,4 +167,4 @@ def run(args: list[str]) -> NoReturn:
     # Through app() rather than its click command: typer then shows an unexpected exception as a short
     # rich traceback (without locals) before exiting with 1.
     app(args=_options.rewrite_optional_values(args), prog_name=PROG_NAME, complete_var=COMPLETE_VAR)
-    raise SystemExit(0)  # not reached: standalone mode exits
+    raise SystemExit(EXIT_OK)  # not reached: standalone mode exits

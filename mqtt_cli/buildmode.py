@@ -42,6 +42,7 @@ COMPILED = (
     "mqtt_cli.core.persistence",
     "mqtt_cli.core.changelog",
     "mqtt_cli.core.packed",
+    "mqtt_cli.core.sharing",
 )
 ENV_PURE = "MQTT_CLI_PURE"
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -116,6 +116,7 @@ def check_value(key: str, value: Any, where: str) -> Any:
         raise ProfileError(f"{where}: {key} must be {expected.__name__}, not {value!r}")
     if key in RANGES:
         low, high = RANGES[key]
+        assert isinstance(value, int | float)  # the keys with a range are numbers, checked just above
         # `not low <= value` rather than `value < low`: NaN compares false either way and must fail too
         if not (low <= value <= high):
             shown = f"{low:g}.." if high == float("inf") else f"{int(low)}..{int(high)}"

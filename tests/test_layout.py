@@ -129,3 +129,67 @@ def test_mqtt_cli_never_imports_paho() -> None:
             if name.split(".")[0] == "paho":
                 found.append(f"{path.relative_to(REPO_ROOT)}:{line} imports {name}")
     assert not found, "paho-mqtt is a test oracle only:\n" + "\n".join(found)
+
+
+# Exit codes are defined once, in mqtt_cli/exit_codes.py (docs/exit-codes.md): elsewhere they are used by name.
+EXIT_CODES_MODULE = PACKAGE / "exit_codes.py"
+_EXITING_CALLS = {"Exit": 0, "SystemExit": 0, "exit": 0, "_exit": 0, "fail": 1}  # name -> position of the code
+
+
+def _number(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
+def exit_code_violations(source: str, where: str) -> list[str]:
+    """Exit codes defined outside exit_codes.py: an ``EXIT_*`` name, an ``exit_code`` set to a number, or a
+    number handed to ``fail``/``typer.Exit``/``SystemExit``/``sys.exit``/``os._exit``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", "")
+                if name.startswith("EXIT_") or (name == "exit_code" and _number(node.value)):
+                    found.append(f"{where}:{node.lineno} defines {name}")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name not in _EXITING_CALLS:
+                continue
+            position = _EXITING_CALLS[name]
+            code = node.args[position] if len(node.args) > position else None
+            code = next((k.value for k in node.keywords if k.arg == "code"), code)
+            if _number(code):
+                found.append(f"{where}:{node.lineno} {name}() with a bare number")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("source", "bad"),
+    [
+        ("EXIT_USAGE = 2", True),
+        ("EXIT_USAGE: int = 2", True),
+        ("class E(Exception):\n    exit_code = 3", True),
+        ("fail('bad', 2)", True),
+        ("fail('bad', code=2)", True),
+        ("raise typer.Exit(0)", True),
+        ("raise SystemExit(130)", True),
+        ("sys.exit(1)", True),
+        ("os._exit(0)", True),
+        ("from mqtt_cli.exit_codes import EXIT_USAGE\nfail('bad', EXIT_USAGE)", False),
+        ("raise typer.Exit(EXIT_OK)", False),
+        ("class E(Exception):\n    exit_code = EXIT_FAILURE", False),
+        ("fail('bad')", False),
+        ("raise typer.Exit()", False),
+    ],
+)
+def test_exit_code_checker(source: str, bad: bool) -> None:
+    assert bool(exit_code_violations(source, "example.py")) is bad
+
+
+def test_exit_codes_are_defined_only_in_exit_codes_module() -> None:
+    found = []
+    for path in python_files(PACKAGE):
+        if path != EXIT_CODES_MODULE:
+            found += exit_code_violations(path.read_text(encoding="utf-8"), str(path.relative_to(REPO_ROOT)))
+    assert not found, "use the names of mqtt_cli/exit_codes.py:\n" + "\n".join(found)

@@ -110,7 +110,7 @@ class Command(typer.core.TyperCommand):
         params = self.get_params(ctx)
         _use_plain(params)  # with --help, which typer adds here
         names = {name for p in params for name in (*p.opts, *p.secondary_opts)}
-        if "-D" in names and ("-D" in args or "--property" in args):  # pub, sub, rr: mosquitto's -D (_dprops.py)
+        if "--property" in names and ("-D" in args or "--property" in args):  # pub, sub, rr (passwd: -D deletes)
             from ._dprops import gather
 
             takes_value = {n for p in params if not (getattr(p, "is_flag", False) or getattr(p, "count", False))

@@ -16,12 +16,11 @@ import typer
 
 from mqtt_cli import PROG_NAME
 from mqtt_cli.commands import say
-from mqtt_cli.exit_codes import EXIT_INTERRUPTED, EXIT_TERMINATED
+from mqtt_cli.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED
 from mqtt_cli.net.errors import ClientError
 
 if TYPE_CHECKING:
     from mqtt_cli.net.client import Client, ClientSettings
-
 
 
 def _flatten(exc: BaseException) -> list[BaseException]:
@@ -129,7 +128,7 @@ def run_client(main: Callable[[], Awaitable[int]]) -> NoReturn:
                 raise typer.Exit(e.exit_code) from None
         if all(isinstance(e, BrokenPipeError) for e in found):
             _quiet_stdout()
-            raise typer.Exit(0) from None
+            raise typer.Exit(EXIT_OK) from None
         if len(found) == 1 and found[0] is not exc:
             raise found[0] from None
         raise

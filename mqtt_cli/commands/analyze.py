@@ -13,19 +13,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from mqtt_cli.commands import fail, say
+from mqtt_cli.exit_codes import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_MISSING_DEPENDENCY,
+    EXIT_NOT_A_CAPTURE,
+    EXIT_USAGE,
+)
 
 from ._capture import Detect, Ports, ProtocolVersion, TlsPorts, capture_ports, checked
 
 if TYPE_CHECKING:
     from mqtt_cli.pipeline.session import InputSize
 
-#: Exit codes of `mqtt analyze` (docs/pipeline.md): 1 a Spark job failed, or a capture is damaged (the table
-#: holds what was readable); 2 bad usage; 3 an input is not a capture; 4 pyspark or Java is missing; 130 Ctrl-C.
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_NOT_A_CAPTURE = 3
-EXIT_MISSING = 4
-EXIT_INTERRUPTED = 130
 
 _SMALL_TABLE_BYTES = 64 << 20  # a table this small is reported with session.SMALL_INPUT_CONF
 _TINY_TABLE_BYTES = 8 << 20  # and this small with session.TINY_INPUT_CONF
@@ -100,7 +100,7 @@ def _require_spark() -> None:
 
     problem = missing_requirement()
     if problem is not None:
-        fail(problem, EXIT_MISSING)
+        fail(problem, EXIT_MISSING_DEPENDENCY)
 
 
 def _spark_failure(exc: Exception) -> None:

@@ -17,7 +17,7 @@ from mqtt_cli.commands import fail, say
 
 # Exit codes of `mqtt dump` (docs/exit-codes.md): 1 also for a truncated or corrupt capture, after decoding
 # everything readable in it; 3 when the input is not a capture at all.
-from mqtt_cli.exit_codes import EXIT_FAILURE, EXIT_NOT_A_CAPTURE, EXIT_USAGE
+from mqtt_cli.exit_codes import EXIT_FAILURE, EXIT_NOT_A_CAPTURE, EXIT_OK, EXIT_USAGE
 
 from ._capture import Detect, Ports, ProtocolVersion, TlsPorts, capture_ports, checked
 
@@ -63,9 +63,7 @@ def dump(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Every field and property, payloads in hex and text.")
     ] = False,
-    stats: Annotated[
-        bool, typer.Option("--stats", help="End with a summary (to standard error with --json).")
-    ] = False,
+    stats: Annotated[bool, typer.Option("--stats", help="End with a summary (to standard error with --json).")] = False,
     quiet: Annotated[
         bool, typer.Option("--quiet", help="No per-packet output (with --stats: the summary only).")
     ] = False,
@@ -295,4 +293,4 @@ def _stdout_gone() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
-    raise typer.Exit(0)
+    raise typer.Exit(EXIT_OK)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from mqtt_cli.commands import fail
+from mqtt_cli.exit_codes import EXIT_USAGE
 
 
 class HashName(StrEnum):
@@ -58,20 +59,20 @@ def passwd(
 
     kind = HashKind.SHA512 if hash_name is HashName.sha512 else HashKind.PBKDF2_SHA512
     if sum((create, delete, update)) > 1:
-        fail("-c, -D and -U exclude each other", 2)
+        fail("-c, -D and -U exclude each other", EXIT_USAGE)
     if update:
         if username is not None or batch:
-            fail("-U takes the password file only: mqtt passwd -U FILE", 2)
+            fail("-U takes the password file only: mqtt passwd -U FILE", EXIT_USAGE)
     elif username is None:
-        fail("a user name is needed: mqtt passwd [-c] FILE USER", 2)
+        fail("a user name is needed: mqtt passwd [-c] FILE USER", EXIT_USAGE)
     if batch and delete:
-        fail("-b and -D exclude each other", 2)
+        fail("-b and -D exclude each other", EXIT_USAGE)
     if batch and password is None:
-        fail("-b needs the password after the user name: mqtt passwd -b FILE USER PASSWORD", 2)
+        fail("-b needs the password after the user name: mqtt passwd -b FILE USER PASSWORD", EXIT_USAGE)
     if not batch and password is not None:
-        fail("a password on the command line needs -b (without it, the password is asked for)", 2)
+        fail("a password on the command line needs -b (without it, the password is asked for)", EXIT_USAGE)
     if username is not None and (":" in username or not username.strip() or username != username.strip()):
-        fail(f"user name {username!r}: no colon, no blank at either end, not empty", 2)
+        fail(f"user name {username!r}: no colon, no blank at either end, not empty", EXIT_USAGE)
 
     def read() -> tuple[str, os.stat_result]:
         try:
@@ -85,7 +86,7 @@ def passwd(
 
     def ask() -> str:
         if not sys.stdin.isatty():
-            fail("no terminal to ask for the password on (use -b, or run it in a terminal)", 2)
+            fail("no terminal to ask for the password on (use -b, or run it in a terminal)", EXIT_USAGE)
         try:
             first = getpass.getpass("Password: ")
             second = getpass.getpass("Reenter password: ")

@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 
 from mqtt_cli.commands import fail, say
+from mqtt_cli.exit_codes import EXIT_OK, EXIT_USAGE
 
-EXIT_USAGE = 2
 FILES = "Configuration"
 LIMITS = "Limits (over the file's limits section)"
 LOG = "Logging (over the file's log section)"
@@ -318,7 +318,7 @@ def serve(
             checked_options(settings, source.label, files=False, origin=Origin(source.label, translation.places, flags))
             comments = "".join(f"# not translated: {line}\n" for line in translation.unsupported)
             sys.stdout.write(comments + toml_text(settings))
-            raise typer.Exit(0)
+            raise typer.Exit(EXIT_OK)
         if translation.unsupported and not ignore_unsupported:
             raise unsupported_error(source, len(translation.unsupported))
         if ready_file is not None:

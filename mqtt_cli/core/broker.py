@@ -84,6 +84,7 @@ from .records import replace
 from .retained import RetainedStore
 from .server import ServerConnection
 from .session import Delivery, Message, QueueLimits, Session, SubscriptionOptions
+from .sharing import SharedGroup, SharedGroups
 from .topics import TopicTrie, TrieEntry, parse_shared, topic_filter_error
 from .wire import control_character
 
@@ -294,7 +295,7 @@ class BrokerCore:
         self._timers: list[_Timer] = []
         self._seq = 0
         self._assigned = 0
-        self._shared_turn: dict[tuple[str, str], int] = {}
+        self.shared = SharedGroups()  # the $share/ groups, kept as subscriptions change; their policy picks
         self._next_sys = now + c.sys_interval if c.sys_interval else None
         self._clock = now  # the latest time given by the network layer (for _send, which is not given one)
         self._topics_ok: set[str] = set()  # topics and filters that passed _topic_problem (bounded)
@@ -370,7 +371,7 @@ class BrokerCore:
             for pid in stored.incoming:
                 session.incoming.accept(pid)
             for flt, opts in stored.subscriptions:
-                self.subscriptions.add(flt, session.client_id, opts)
+                self._subscribe(flt, session.client_id, opts)
                 session.subscriptions[flt] = opts
             if stored.queued:
                 session.queue = stored.queued
@@ -556,11 +557,11 @@ class BrokerCore:
         assert session is not None and conn.sink is not None
         for flt in [f for f in session.subscriptions if f not in filters]:
             del session.subscriptions[flt]
-            self.subscriptions.remove(flt, session.client_id)
+            self._unsubscribe(flt, session.client_id)
         retained: list[tuple[Message, int]] = []
         for flt, opts in filters.items():
             is_new = flt not in session.subscriptions
-            self.subscriptions.add(flt, session.client_id, opts)
+            self._subscribe(flt, session.client_id, opts)
             session.subscriptions[flt] = opts
             if is_new and parse_shared(flt)[0] is None:
                 retained += [(m, min(m.qos, opts.qos)) for m in self.retained.match(flt)]
@@ -1155,7 +1156,7 @@ class BrokerCore:
         gone = [f for f in session.subscriptions if not view.may_subscribe(f)]
         for flt in gone:
             del session.subscriptions[flt]
-            self.subscriptions.remove(flt, session.client_id)
+            self._unsubscribe(flt, session.client_id)
             why = f"{flt!r}: not allowed by the ACL"
             self.notices.append(Notice(NoticeKind.UNSUBSCRIBED, conn.client_id, conn.peer, why))
         if gone:
@@ -1197,7 +1198,7 @@ class BrokerCore:
             return
         for flt in [f for f in session.subscriptions if not view.may_subscribe(f)]:
             del session.subscriptions[flt]
-            self.subscriptions.remove(flt, session.client_id)
+            self._unsubscribe(flt, session.client_id)
             why = f"{flt!r}: ACL after a reload"
             self.notices.append(Notice(NoticeKind.UNSUBSCRIBED, conn.client_id, conn.peer, why))
             self._save_session(session)
@@ -1615,12 +1616,10 @@ class BrokerCore:
                 self._deliver(session, message, qos, message.retain and opts.retain_as_published, sid, now)
             return True
         targets: dict[str, tuple[int, bool, tuple[int, ...]]] = {}
-        groups: dict[tuple[str, str], list[tuple[str, SubscriptionOptions]]] = {}
+        groups: dict[str, None] = {}  # the $share/ filters matched (one entry per member), each group once
         for flt, client_id, opts in entries:
             if flt[:7] == "$share/":
-                group, real = parse_shared(flt)
-                assert group is not None  # a $share/ filter has its group
-                groups.setdefault((group, real), []).append((client_id, opts))
+                groups[flt] = None
                 continue
             if opts.no_local and client_id == origin:
                 continue
@@ -1631,26 +1630,12 @@ class BrokerCore:
             else:  # what _merge does for a client's first one, without the call (fan-out's hot loop)
                 ident = opts.subscription_identifier
                 targets[client_id] = (opts.qos, opts.retain_as_published, (ident,) if ident else ())
-        for key, members in groups.items():
-            # Shared subscriptions: one member per group, taking turns among those connected (and allowed to read).
-            if views:
-                members = [m for m in members if _may_read(views, m[0], topic)]
-                if not members:
-                    continue
-            members.sort(key=_first)
-            turn = self._shared_turn.get(key, 0)
-            chosen = None
-            for i in range(len(members)):
-                client_id, opts = members[(turn + i) % len(members)]
-                session = self.sessions.get(client_id)
-                if session is not None and session.connection is not None:
-                    chosen = (client_id, opts)
-                    self._shared_turn[key] = (turn + i + 1) % len(members)
-                    break
-            if chosen is None:
-                chosen = members[turn % len(members)]
-                self._shared_turn[key] = (turn + 1) % len(members)
-            _merge(targets, *chosen)
+        for flt in groups:
+            # Shared subscriptions: one member per group, the policy's pick.
+            group = self.shared.groups[flt]
+            chosen = self._shared_member(group, topic, views)
+            if chosen:
+                _merge(targets, chosen, group.options[chosen])
         sessions = self.sessions
         mqos = message.qos
         mretain = message.retain
@@ -1660,6 +1645,35 @@ class BrokerCore:
                 continue
             self._deliver(session, message, mqos if mqos < sub_qos else sub_qos, mretain and rap, sids, now)
         return True
+
+    def _shared_member(self, group: SharedGroup, topic: str, views: dict[str, AclView]) -> str:
+        """The member of a shared group `topic` goes to: the policy's pick among those allowed to read it, the
+        connected ones when there are any; "" when none may read it."""
+        sessions = self.sessions
+        members = group.members
+        if views:
+            members = [c for c in members if _may_read(views, c, topic)]
+            if not members:
+                return ""
+        online: list[str] = []
+        for client_id in members:
+            session = sessions.get(client_id)
+            if session is not None and session.connection is not None:
+                online.append(client_id)
+        # All offline: one of them still takes it, queued in its session for when it is back.
+        return self.shared.policy.pick(group, online if online else members)
+
+    def _subscribe(self, flt: str, client_id: str, opts: SubscriptionOptions) -> bool:
+        """Indexes a subscription (True when new): the trie matches it, a $share/ one joins its group too."""
+        is_new = self.subscriptions.add(flt, client_id, opts)
+        if flt[:7] == "$share/":
+            self.shared.add(flt, client_id, opts)
+        return is_new
+
+    def _unsubscribe(self, flt: str, client_id: str) -> None:
+        self.subscriptions.remove(flt, client_id)
+        if flt[:7] == "$share/":
+            self.shared.remove(flt, client_id)
 
     def _deliver(
         self, session: Session, message: Message, qos: int, retain: bool, sids: tuple[int, ...], now: float
@@ -1896,7 +1910,7 @@ class BrokerCore:
                 opts = SubscriptionOptions(sub.qos, True, True, sub.retain_handling, sid)
             else:
                 opts = SubscriptionOptions(sub.qos, sub.no_local, sub.retain_as_published, sub.retain_handling, sid)
-            is_new = self.subscriptions.add(flt, session.client_id, opts)
+            is_new = self._subscribe(flt, session.client_id, opts)
             session.subscriptions[flt] = opts
             codes.append(sub.qos)
             replaced = "" if is_new else ", replacing the one it had"
@@ -1931,7 +1945,7 @@ class BrokerCore:
                 continue
             existed = session.subscriptions.pop(flt, None) is not None
             if existed:
-                self.subscriptions.remove(flt, session.client_id)
+                self._unsubscribe(flt, session.client_id)
             codes.append(0x00 if existed else 0x11)
             detail = f"UNSUBSCRIBE {flt!r}: {'removed' if existed else 'no such subscription (0x11)'}"
             self.notices.append(Notice(NoticeKind.UNSUBSCRIBE, conn.client_id, conn.peer, detail))
@@ -2042,7 +2056,7 @@ class BrokerCore:
             session.will_at = None
             self._publish_will(session, now)
         for flt in session.subscriptions:
-            self.subscriptions.remove(flt, session.client_id)
+            self._unsubscribe(flt, session.client_id)
         session.subscriptions.clear()
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
@@ -2359,10 +2373,6 @@ def _still_admitted(old: AuthPolicy, new: AuthPolicy, conn: ServerConnection) ->
         return new.allow_anonymous is not False
     entry = new.passwords.get(conn.username)
     return entry is not None and old.passwords is not None and old.passwords.get(conn.username) == entry
-
-
-def _first(item: tuple[Any, ...]) -> Any:
-    return item[0]
 
 
 def _strip(publish: Publish) -> Publish:

@@ -529,7 +529,7 @@ class ClientConnection:
             self._last_sent = now
         return data
 
-    def receive_data(self, data: bytes, now: float) -> None:
+    def receive_data(self, data: bytes | bytearray, now: float) -> None:
         """Feeds bytes from the broker (b"" when it closed the connection); events() tells what happened."""
         state = self.state  # a local: the handlers below change self.state, which mypy must not take as narrowed
         if state is _IDLE or state is _CLOSED:
@@ -571,7 +571,7 @@ class ClientConnection:
             else:
                 handle(packet, now)
 
-    def _leading_pubacks(self, data: bytes) -> bytes:
+    def _leading_pubacks(self, data: bytes | bytearray) -> bytes | bytearray:
         """Handles the plain PUBACKs (40 02 id id) at the start of `data`; returns the rest. A publisher at QoS 1
         receives little else, and this skips the general decoder for them."""
         pos = 0

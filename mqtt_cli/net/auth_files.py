@@ -68,13 +68,14 @@ def load_dynsec_file(path: Path) -> DynamicSecurity:
     """A dynamic-security.json (mosquitto's format), salts for new passwords from os.urandom."""
     if not path.exists():
         raise AuthFileError(
-            f"dynamic security file {path} does not exist: make one with `mosquitto_ctrl dynsec init {path} admin`"
+            f"dynamic security file {path} does not exist: make one with `mosquitto_ctrl dynsec init {path} admin`",
+            path,
         )
     text = _read(path, "dynamic security file")
     try:
         return DynamicSecurity.from_json(text, os.urandom)
     except DynsecError as exc:
-        raise AuthFileError(f"dynamic security file {path}: {exc}") from None
+        raise AuthFileError(f"dynamic security file {path}: {exc}", path) from None
 
 
 def save_dynsec_file(path: Path, dynsec: DynamicSecurity) -> None:

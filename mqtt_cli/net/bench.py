@@ -233,7 +233,7 @@ class Conn:
         if raw is None:
             assert self.stream is not None
             data = await self.stream.receive_some(65536)
-            return data, time.time_ns()
+            return bytes(data), time.time_ns()  # the same object when it is bytes already
         waited = False
         while True:
             try:
@@ -279,13 +279,15 @@ def arrival(ancillary: list[tuple[int, int, bytes]] | None) -> int | None:
     if ancillary:
         for level, kind, data in ancillary:
             if level == socket.SOL_SOCKET and kind == _SCM_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+                sec: int
+                nsec: int
                 sec, nsec = _TIMESPEC.unpack_from(data)
                 return sec * 1_000_000_000 + nsec
     return None
 
 
 def split_frames(buf: bytes) -> tuple[list[tuple[int, bytes]], int]:
-    out = []
+    out: list[tuple[int, bytes]] = []
     pos, n = 0, len(buf)
     while n - pos >= 2:
         i, mult, length = pos + 1, 1, 0
@@ -871,7 +873,8 @@ def run(spec: Spec, on_tick: Callable[[Tick], None]) -> Outcome:
     total = spec.clients + (spec.subs if spec.mode is Mode.PUBSUB else 0)
     fd_note = raise_fd_limit(total // max(1, spec.workers) + 64)
     ctx = multiprocessing.get_context("fork")
-    pipes, procs = [], []
+    pipes: list[multiprocessing.connection.Connection] = []
+    procs: list[multiprocessing.context.ForkProcess] = []
     for i in range(spec.workers):
         parent_end, child_end = ctx.Pipe()
         inherited = [*pipes, parent_end]
@@ -904,9 +907,10 @@ def run(spec: Spec, on_tick: Callable[[Tick], None]) -> Outcome:
                     break
                 wait = max(0.0, min(0.2, next_sample - time.monotonic())) if not sampled_ns else 0.2
                 for p in multiprocessing.connection.wait(live, timeout=wait):
-                    i = pipes.index(p)  # type: ignore[arg-type]
+                    assert isinstance(p, multiprocessing.connection.Connection)  # wait() gives back our pipes
+                    i = pipes.index(p)
                     try:
-                        kind, value = p.recv()  # type: ignore[union-attr]
+                        kind, value = p.recv()
                     except (EOFError, OSError):
                         finals.setdefault(i, ticks.get(i, Figures()))
                         continue

@@ -29,6 +29,7 @@ from mqtt_cli.core.events import (
     ConnectionAccepted,
     ConnectionRefused,
     Disconnected,
+    Event,
     MessageReceived,
     PongReceived,
     PublishAcknowledged,
@@ -248,11 +249,16 @@ class BlockingClient:
             if self.failure is not None:
                 raise self.failure
             self._read(None)
-        if type(messages[0]) is PongReceived:
-            return messages.popleft()
-        batch: list[Publish] = []
-        while messages and type(messages[0]) is not PongReceived:
-            batch.append(messages.popleft())  # type: ignore[arg-type]
+        first = messages.popleft()
+        if isinstance(first, PongReceived):
+            return first
+        batch = [first]
+        while messages:
+            message = messages[0]
+            if isinstance(message, PongReceived):
+                break
+            messages.popleft()
+            batch.append(message)
         return batch
 
     def disconnect(self) -> None:
@@ -383,26 +389,25 @@ class BlockingClient:
             pass
         self._dispatch(self.conn.events())
 
-    def _dispatch(self, events: list[object]) -> None:
+    def _dispatch(self, events: list[Event]) -> None:
         for event in events:
-            t = type(event)
-            if t is MessageReceived:
-                self.messages.append(event.publish)  # type: ignore[attr-defined]
-            elif t is PublishAcknowledged:
-                if event.reason_code < 0x80:  # type: ignore[attr-defined]
+            if isinstance(event, MessageReceived):
+                self.messages.append(event.publish)
+            elif isinstance(event, PublishAcknowledged):
+                if event.reason_code < 0x80:
                     self.acknowledged += 1
                 else:
-                    self.refused.append(event)  # type: ignore[arg-type]
-            elif t is SubscribeAcknowledged or t is UnsubscribeAcknowledged:
-                self._results[event.packet_id] = event  # type: ignore[attr-defined]
-            elif t is PongReceived:
+                    self.refused.append(event)
+            elif isinstance(event, SubscribeAcknowledged | UnsubscribeAcknowledged):
+                self._results[event.packet_id] = event
+            elif isinstance(event, PongReceived):
                 self._pongs += 1
                 while self._markers and self._markers[0] <= self._pongs:
                     self._markers.popleft()
-                    self.messages.append(event)  # type: ignore[arg-type]
-            elif t is Disconnected:
+                    self.messages.append(event)
+            elif isinstance(event, Disconnected):
                 if self._sock is not None:
                     self._sock.close()
                     self._sock = None
-                reason = event.reason  # type: ignore[attr-defined]
+                reason = event.reason
                 self.failure = self.failure or ConnectionLost(f"connection to {self.endpoint} lost: {reason}")

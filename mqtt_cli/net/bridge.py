@@ -485,7 +485,7 @@ class Bridge:
                 # One SUBSCRIBE per filter, each with its identifier: a broker that sends one copy per
                 # overlapping subscription (mosquitto, to 5.0 clients) says which copy is which, and only the
                 # one for the highest QoS is forwarded.
-                codes = ()
+                codes: tuple[int, ...] = ()
                 sids = {sub.topic_filter: i + 1 for i, sub in enumerate(subs)}
                 for sub in subs:
                     codes += await client.subscribe([sub], Properties(subscription_identifier=sids[sub.topic_filter]))

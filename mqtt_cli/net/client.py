@@ -320,16 +320,18 @@ class Client:
                 raise self.failure
             await self._wait_changed()
 
-    async def _request(self, send: Any) -> int:
+    async def _request(self, send: Callable[[], int]) -> int:
         await self._wait_connected()
         try:
-            pid: int = send()
+            pid = send()
         except LocalProtocolError as err:
             raise ClientError(str(err)) from None
         self._wake.set()
         return pid
 
-    async def _await_result(self, pid: int, resend: Any) -> Any:
+    async def _await_result(
+        self, pid: int, resend: Callable[[], int]
+    ) -> SubscribeAcknowledged | UnsubscribeAcknowledged:
         generation = self._generation
         deadline = trio.current_time() + self.settings.ack_timeout
         while pid not in self._results:
@@ -803,7 +805,7 @@ class MessageStream:
             self._next += 1
             return items[self._next - 1]
         got = await self._batches.receive()
-        if type(got) is not list:
+        if not isinstance(got, list):
             return got
         self._items = got
         self._next = 1

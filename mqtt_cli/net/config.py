@@ -327,18 +327,17 @@ def _policies(settings: BrokerSettings, origin: Origin) -> tuple[AuthPolicy, lis
         keys = [k for k in ("allow_anonymous", "password_file", "acl_file") if getattr(lst, k) is not None]
         if keys and not auth.per_listener_settings:
             raise ConfigError(f"{origin.of(f'listener[{i}].{keys[0]}')}: needs [auth] per_listener_settings = true")
-        identity = {
-            "use_identity_as_username": lst.use_identity_as_username or auth.use_identity_as_username,
-            "use_subject_as_username": lst.use_subject_as_username or auth.use_subject_as_username,
-        }
+        identity = lst.use_identity_as_username or auth.use_identity_as_username
+        subject = lst.use_subject_as_username or auth.use_subject_as_username
         if keys:
             own.append(_policy(
                 origin, f"listener[{i}]", auth, dynsec=dynsec,
                 allow_anonymous=lst.allow_anonymous if lst.allow_anonymous is not None else auth.allow_anonymous,
-                password_file=lst.password_file, acl_file=lst.acl_file, **identity,
+                password_file=lst.password_file, acl_file=lst.acl_file,
+                use_identity_as_username=identity, use_subject_as_username=subject,
             ))  # fmt: skip
         elif lst.use_identity_as_username or lst.use_subject_as_username:
-            own.append(dataclasses.replace(broker, **identity))
+            own.append(dataclasses.replace(broker, use_identity_as_username=identity, use_subject_as_username=subject))
         else:
             own.append(None)
     return broker, own

@@ -148,7 +148,7 @@ async def _serve_one(stream: trio.abc.Stream, source: MetricsSource) -> None:
             if size > MAX_REQUEST:  # h11 checks only what stays incomplete; the bound is on the whole request
                 await _answer(stream, conn, 431, "431 request too large\n", force=True)
                 return
-            conn.receive_data(data)
+            conn.receive_data(bytes(data))  # h11 takes bytes; trio may give a bytearray
             if not data and conn.their_state is not h11.DONE:
                 return
             continue

@@ -1306,7 +1306,7 @@ async def _client_certificate(stream: trio.SSLStream[Any]) -> CertificateIdentit
     cert = stream.getpeercert()
     if not cert:
         return None
-    return certificate_identity(cert.get("subject", ()))  # type: ignore[arg-type]
+    return certificate_identity(cert.get("subject", ()))
 
 
 def _where(spec: Listener) -> tuple[Any, ...]:

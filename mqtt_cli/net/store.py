@@ -458,12 +458,12 @@ def _fold(db: sqlite3.Connection, state: LogState, off: float, sids: dict[tuple[
     added, pids, released = state.added, state.packet_ids, state.released
     if added:
         _insert(db, [_as_row(a, pids.get(row), row in released, off, sids) for row, a in sorted(added.items())])
-    updates = [(p, r) for r, p in pids.items() if r not in added]
-    if updates:
-        db.executemany("UPDATE deliveries SET packet_id = ? WHERE row = ?", updates)
-    updates = [(r,) for r in released if r not in added]
-    if updates:
-        db.executemany("UPDATE deliveries SET released = 1 WHERE row = ?", updates)
+    new_ids = [(p, r) for r, p in pids.items() if r not in added]
+    if new_ids:
+        db.executemany("UPDATE deliveries SET packet_id = ? WHERE row = ?", new_ids)
+    now_released = [(r,) for r in released if r not in added]
+    if now_released:
+        db.executemany("UPDATE deliveries SET released = 1 WHERE row = ?", now_released)
     if state.done:
         db.executemany("DELETE FROM deliveries WHERE row = ?", [(r,) for r in state.done])
     if state.incoming:

@@ -100,11 +100,11 @@ class PacketTrace:
         if data:
             self._lines(self._out, data, True)
 
-    def received(self, data: bytes) -> None:
+    def received(self, data: bytes | bytearray) -> None:
         if data:
             self._lines(self._in, data, False)
 
-    def _lines(self, reader: PacketReader, data: bytes, sending: bool) -> None:
+    def _lines(self, reader: PacketReader, data: bytes | bytearray, sending: bool) -> None:
         if sending in self._broken:
             return
         try:
@@ -134,7 +134,7 @@ def trace_connection(conn: ClientConnection, write: Callable[[str], None]) -> No
         trace.sent(data)
         return data
 
-    def traced_receive(data: bytes, now: float) -> None:
+    def traced_receive(data: bytes | bytearray, now: float) -> None:
         trace.received(data)
         receive_data(data, now)
 

@@ -78,7 +78,7 @@ class _DataFrames:
         self.offset = 0  # bytes of the current frame's payload already unmasked (where the mask key stands)
         self.final = False
 
-    def feed(self, data: bytes, out: bytearray, control: list[bytes]) -> None:
+    def feed(self, data: bytes | bytearray, out: bytearray, control: list[bytes]) -> None:
         """Appends the payload bytes in `data` to `out`, whole control frames to `control`; raises FrameError.
 
         Only an incomplete header or control frame is kept for the next call: payloads go out as they come."""
@@ -310,7 +310,7 @@ class WebSocketStream(trio.abc.Stream):
         while True:
             if self._closed:
                 return b""
-            data = self._leftover
+            data: bytes | bytearray = self._leftover
             self._leftover = b""
             if not data:
                 try:

@@ -336,6 +336,61 @@ def test_shared_subscription_round_robin(broker: BrokerCore) -> None:
     assert sorted(got_a + got_b) == [b"0", b"1", b"2", b"3"] and len(got_a) == len(got_b) == 2
 
 
+def test_shared_subscription_takes_turns_in_client_id_order(broker: BrokerCore) -> None:
+    members = {cid: client(broker, cid) for cid in ("m3", "m1", "m2")}  # subscribing in another order
+    for c in members.values():
+        c.subscribe("$share/g/jobs")
+    pub = client(broker, "p")
+    order = []
+    for i in range(7):
+        pub.send(Publish("jobs", str(i).encode()))
+        order += [cid for cid, c in members.items() if c.received()]
+    assert order == ["m1", "m2", "m3", "m1", "m2", "m3", "m1"]
+    # A member that leaves the group is skipped; the turn goes on from the one chosen last (m1).
+    members["m2"].send(Unsubscribe(2, ("$share/g/jobs",)))
+    for i in range(3):
+        pub.send(Publish("jobs", str(i).encode()))
+        order += [cid for cid, c in members.items() if c.received()]
+    assert order[7:] == ["m3", "m1", "m3"]
+
+
+def test_shared_subscription_skips_offline_members_and_queues_when_all_are(broker: BrokerCore) -> None:
+    a = client(broker, "a", clean_start=False)
+    b = client(broker, "b")
+    for c in (a, b):
+        c.subscribe(Subscription("$share/g/jobs", 1))
+    a.lose()
+    pub = client(broker, "p")
+    for i in range(2):
+        pub.send(Publish("jobs", str(i).encode(), 1, packet_id=i + 1))
+    assert [m.payload for m in b.received()] == [b"0", b"1"]  # a is offline: b takes both
+    b.lose()
+    pub.send(Publish("jobs", b"2", 1, packet_id=3))  # nobody connected: a's session keeps it
+    again = Client(broker)
+    again.connect("a", clean_start=False)
+    assert [m.payload for m in again.after_connack] == [b"2"]
+
+
+@pytest.mark.parametrize("leave", ["unsubscribe", "disconnect", "lost"])
+def test_shared_group_and_its_turn_go_with_its_last_member(broker: BrokerCore, leave: str) -> None:
+    a = client(broker, "a")
+    b = client(broker, "b")
+    for c in (a, b):
+        c.subscribe("$share/g/jobs", "$share/h/jobs")
+    client(broker, "p").send(Publish("jobs", b"x"))
+    assert set(broker.shared.groups) == {"$share/g/jobs", "$share/h/jobs"}
+    assert broker.shared.groups["$share/g/jobs"].last == "a"
+    for c in (a, b):
+        if leave == "unsubscribe":
+            c.send(Unsubscribe(2, ("$share/g/jobs", "$share/h/jobs")))
+        elif leave == "disconnect":
+            c.send(Disconnect())
+        else:
+            c.lose()
+    assert broker.shared.groups == {}
+    assert len(broker.subscriptions) == 0
+
+
 def test_topic_alias_from_client(broker: BrokerCore) -> None:
     sub = client(broker, "s")
     sub.subscribe("long/topic/name")
