@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final
@@ -509,6 +509,16 @@ def _opt_str(obj: dict[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _check_names(items: list[Any], field: str, key: str, known: Mapping[str, Any]) -> None:
+    """Every object of a modify command's list names an existing entry (mosquitto's checks and messages)."""
+    for item in items:
+        name = item.get(key) if isinstance(item, dict) else None
+        if not isinstance(name, str):
+            raise _Invalid(f"'{field}' contains an object with an invalid '{key}'")
+        if name not in known:
+            raise _Invalid(f"'{field}' contains an object with a '{key}' that does not exist")
+
+
 def _refs(items: Any, key: str) -> list[Member]:
     """Role or client references of a JSON list ({key: NAME, "priority": N}); others skipped, as mosquitto."""
     out = []
@@ -767,12 +777,7 @@ class _Run:
         roles = self._role_refs(obj)
         groups = obj.get("groups")
         if isinstance(groups, list):
-            for item in groups:
-                name = item.get("groupname") if isinstance(item, dict) else None
-                if not isinstance(name, str):
-                    raise _Invalid("'groups' contains an object with an invalid 'groupname'")
-                if name not in self.ds.groups:
-                    raise _Invalid("'groups' contains an object with a 'groupname' that does not exist")
+            _check_names(groups, "groups", "groupname", self.ds.groups)
             for g in list(client.groups):
                 self.ds._leave(client.username, g.name)
             for ref in _refs(groups, "groupname"):
@@ -935,12 +940,7 @@ class _Run:
         roles = self._role_refs(obj)
         clients = obj.get("clients")
         if isinstance(clients, list):
-            for item in clients:
-                name = item.get("username") if isinstance(item, dict) else None
-                if not isinstance(name, str):
-                    raise _Invalid("'clients' contains an object with an invalid 'username'")
-                if name not in self.ds.clients:
-                    raise _Invalid("'clients' contains an object with a 'username' that does not exist")
+            _check_names(clients, "clients", "username", self.ds.clients)
             self._kick_group(group)
             for m in list(group.clients):
                 self.ds._leave(m.name, group.name)
