@@ -18,7 +18,8 @@ import pytest
 
 from mqtt_cli.app import _build
 from mqtt_cli.commands import _options
-from mqtt_cli.commands._fast import CONNECTION_PARAMS, FAST_ENV, OPTIONS, Kind, Opt, parse, plain_float, plain_int
+from mqtt_cli.commands._client_options import CONNECTION_PARAMS, OPTIONS, Kind, Opt
+from mqtt_cli.commands._fast import FAST_ENV, parse, plain_float, plain_int
 
 from ..brokers import Broker
 from ..conftest import REPO_ROOT, cli_env
