@@ -54,7 +54,8 @@ def plain_float(value: str) -> bool:
     return not dot or (fraction.isascii() and fraction.isdigit() and len(fraction) <= 15)
 
 
-_BY_NAME = {command: {name: opt for opt in opts for name in opt.names} for command, opts in OPTIONS.items()}
+#: Each client command's options by name, as the parser looks them up.
+OPTION_NAMES = {command: {name: opt for opt in opts for name in opt.names} for command, opts in OPTIONS.items()}
 
 
 class Source(Enum):
@@ -102,7 +103,7 @@ def parse(args: list[str], environ: dict[str, str] | os._Environ[str] = os.envir
     """`mqtt pub|sub|rr ARGS` as typer would parse it, or None for anything the fast path leaves to typer."""
     if not args or args[0] not in OPTIONS:
         return None
-    command, by_name = args[0], _BY_NAME[args[0]]
+    command, by_name = args[0], OPTION_NAMES[args[0]]
     if "-D" in args or "--property" in args:  # mosquitto's -D COMMAND NAME VALUE: one value each (_dprops.py)
         from ._dprops import gather
 

@@ -10,6 +10,8 @@ from . import _options as o
 from . import fail, say
 
 if TYPE_CHECKING:
+    from mqtt_cli.net.client import Client
+
     from ._output import Printer
     from ._plans import SubPlan
 
@@ -44,26 +46,16 @@ def sub(ctx: typer.Context, *, opts: dict[str, Any], conn: dict[str, Any]) -> No
 
 
 async def _receive(plan: "SubPlan", opts: dict[str, Any], printer: "Printer", counts: "_Counts | None") -> int:
-    """Subscribes as `plan` says and prints what arrives until a bound of `opts` (-C, -E, --retained-only, -W)
-    is reached; the exit code."""
-    import time
-
+    """Connects, unsubscribes (-U), subscribes as `plan` says and prints what arrives until a bound of `opts`
+    (-C, -E, --retained-only, -W) is reached; the exit code."""
     import trio
 
-    from mqtt_cli.core.events import PongReceived
     from mqtt_cli.core.packets import Subscription
-    from mqtt_cli.core.topics import matches
     from mqtt_cli.net.errors import ConnectionLost, SubscribeRefused
 
-    from ._output import FormatError
     from ._runner import connected
 
-    def warn(err: FormatError) -> None:
-        say(f"mqtt: warning: {err}")
-
-    filters, unsubscribe, timeout, count = plan.filters, opts["unsubscribe"], opts["timeout"], opts["count"]
-    no_retained, retained_only, remove_retained = opts["no_retained"], opts["retained_only"], opts["remove_retained"]
-    excluded = list(opts["exclude"] or [])
+    filters, unsubscribe, timeout = plan.filters, opts["unsubscribe"], opts["timeout"]
     # -W counts from the connection, as with mosquitto_sub, and ends only the work: leaving `connected`
     # then says goodbye with DISCONNECT (a timeout that ended the connection would publish the will).
     async with connected(plan.settings) as client:  # stops on SIGINT/SIGTERM, then says goodbye
@@ -82,7 +74,7 @@ async def _receive(plan: "SubPlan", opts: dict[str, Any], printer: "Printer", co
             outcome: list[int] = []
 
             async def subscribe() -> None:
-                codes = await client.subscribe(subs, plan.subscribe_props, marker=retained_only)
+                codes = await client.subscribe(subs, plan.subscribe_props, marker=opts["retained_only"])
                 refused = [(f, c) for f, c in zip(filters, codes, strict=False) if c >= 0x80]
                 if refused:
                     from mqtt_cli.core.reasons import reason_name
@@ -95,43 +87,8 @@ async def _receive(plan: "SubPlan", opts: dict[str, Any], printer: "Printer", co
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(subscribe)
-                received = 0
-                # Everything a message needs checked; without it, a read's messages are printed as they come.
-                selective = no_retained or retained_only or bool(excluded)
-                receive_batch = client.messages.receive_batch
-                while True:
-                    try:
-                        batch = await receive_batch()
-                    except trio.EndOfChannel:
-                        break
-                    if type(batch) is PongReceived:
-                        if retained_only:
-                            await client.wait_acknowledged()
-                            outcome.append(0)
-                            break
-                        continue
-                    if selective:
-                        batch = [
-                            p for p in batch
-                            if not (no_retained and p.retain) and not (retained_only and not p.retain)
-                            and not (excluded and any(matches(f, p.topic) for f in excluded))
-                        ]  # fmt: skip
-                    done = count is not None and received + len(batch) >= count
-                    if done:
-                        batch = batch[: count - received]
-                    if counts is not None:
-                        for p in batch:
-                            counts.add(p.topic, p.qos)
-                    printer.write(batch, time.time(), warn)
-                    received += len(batch)
-                    if remove_retained:
-                        for p in batch:
-                            if p.retain and p.payload:
-                                await client.publish(p.topic, b"", 1, True)
-                    if done:
-                        await client.wait_acknowledged()
-                        outcome.append(0)
-                        break
+                if await _print_messages(client, opts, printer, counts):
+                    outcome.append(0)
                 nursery.cancel_scope.cancel()
             if outcome:
                 return outcome[0]
@@ -142,6 +99,60 @@ async def _receive(plan: "SubPlan", opts: dict[str, Any], printer: "Printer", co
         say(f"mqtt: timed out after {timeout:g} s")
         return EXIT_TIMEOUT
     return 0
+
+
+async def _print_messages(client: "Client", opts: dict[str, Any], printer: "Printer", counts: "_Counts | None") -> bool:
+    """Prints the messages received, each read's at once, until -C's count or --retained-only's end (True) or the
+    end of the connection (False); --remove-retained clears each retained message printed."""
+    import time
+
+    import trio
+
+    from mqtt_cli.core.events import PongReceived
+    from mqtt_cli.core.topics import matches
+
+    from ._output import FormatError
+
+    def warn(err: FormatError) -> None:
+        say(f"mqtt: warning: {err}")
+
+    count, remove_retained = opts["count"], opts["remove_retained"]
+    no_retained, retained_only, excluded = opts["no_retained"], opts["retained_only"], list(opts["exclude"] or [])
+    # Everything a message needs checked; without it, a read's messages are printed as they come.
+    selective = no_retained or retained_only or bool(excluded)
+    receive_batch = client.messages.receive_batch
+    received = 0
+    while True:
+        try:
+            batch = await receive_batch()
+        except trio.EndOfChannel:
+            return False
+        if type(batch) is PongReceived:
+            if retained_only:
+                await client.wait_acknowledged()
+                return True
+            continue
+        if selective:
+            batch = [
+                p for p in batch
+                if not (no_retained and p.retain) and not (retained_only and not p.retain)
+                and not (excluded and any(matches(f, p.topic) for f in excluded))
+            ]  # fmt: skip
+        done = count is not None and received + len(batch) >= count
+        if done:
+            batch = batch[: count - received]
+        if counts is not None:
+            for p in batch:
+                counts.add(p.topic, p.qos)
+        printer.write(batch, time.time(), warn)
+        received += len(batch)
+        if remove_retained:
+            for p in batch:
+                if p.retain and p.payload:
+                    await client.publish(p.topic, b"", 1, True)
+        if done:
+            await client.wait_acknowledged()
+            return True
 
 
 class _Counts:
