@@ -193,3 +193,32 @@ def test_exit_codes_are_defined_only_in_exit_codes_module() -> None:
         if path != EXIT_CODES_MODULE:
             found += exit_code_violations(path.read_text(encoding="utf-8"), str(path.relative_to(REPO_ROOT)))
     assert not found, "use the names of mqtt_cli/exit_codes.py:\n" + "\n".join(found)
+
+
+# The client commands' option tables are read by the one-shot fast path at every `mqtt pub`: no typer, click,
+# rich or trio there (nor anything else: the table is plain data).
+OPTION_TABLES = PACKAGE / "commands" / "_client_options.py"
+TABLE_ALLOWED = frozenset({"enum", "typing"})
+
+
+def test_the_option_tables_import_nothing_but_the_standard_basics() -> None:
+    source = OPTION_TABLES.read_text(encoding="utf-8")
+    found = {name.split(".")[0] for _, name in imported_modules(source, module_name(OPTION_TABLES))}
+    assert found <= TABLE_ALLOWED, found - TABLE_ALLOWED
+
+
+# Commands stay thin (parse flags, call net/core, render): these functions each under 100 lines of body.
+THIN = {"pub.py": ("pub",), "sub.py": ("sub",), "rr.py": ("rr",), "_settings.py": ("client_settings",)}
+
+
+def test_the_client_commands_stay_thin() -> None:
+    long = []
+    for file, names in THIN.items():
+        tree = ast.parse((PACKAGE / "commands" / file).read_text(encoding="utf-8"))
+        functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        for name in names:
+            node = functions[name]
+            lines = (node.end_lineno or node.lineno) - node.body[0].lineno + 1
+            if lines >= 100:
+                long.append(f"commands/{file}: {name}'s body is {lines} lines")
+    assert not long, long

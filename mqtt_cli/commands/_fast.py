@@ -2,9 +2,9 @@
 
 Loading typer (and click), rich and trio costs several times what the work of a one-shot publish does.
 `mqtt_cli/__main__.py` hands `pub`, `sub` and `rr` here first. :func:`parse` reads the arguments as typer
-would, but only the forms it fully understands: every option of the command is in :data:`OPTIONS` with its
-names, kind, bounds and environment variable (tests/commands/test_fast.py checks them against the typer
-commands, and the values parsed against typer's for each option); an option the fast path does not run
+would, but only the forms it fully understands, from the same option table typer's signature is written from
+(_client_options.py: names, kind, bounds, environment variable; tests/commands/test_fast.py checks the values
+parsed against typer's for each option); an option the fast path does not run
 (TLS, --reconnect, -l, --output, ...), --help, a value that is not written plainly (`-q 7`, `-p x`, a value
 starting with `-`), a positional argument, `--` or an unknown option give None, and the command goes to typer,
 which gives its own results and errors. A parsed command is checked by the same functions as the typer
@@ -29,6 +29,8 @@ from mqtt_cli.commands import say
 from mqtt_cli.core.records import record
 from mqtt_cli.exit_codes import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIMEOUT
 
+from ._client_options import CONNECTION_PARAMS, OPTIONS, Kind, Opt
+
 if TYPE_CHECKING:
     from mqtt_cli.net.blocking import BlockingClient
     from mqtt_cli.net.settings import ClientSettings
@@ -52,144 +54,8 @@ def plain_float(value: str) -> bool:
     return not dot or (fraction.isascii() and fraction.isdigit() and len(fraction) <= 15)
 
 
-class Kind(Enum):
-    FLAG = "flag"
-    STR = "str"
-    INT = "int"
-    FLOAT = "float"
-    PATH = "path"
-    LIST = "list"  # of str, repeatable
-
-
-class Opt:
-    """One option of a command, as its typer definition says: parameter name, option names, kind, default,
-    bounds and environment variable. `fast`: the fast path runs commands that give it on the command line.
-    (A plain class: a hundred of these are made at each start, a frozen dataclass's are slower to make.)"""
-
-    __slots__ = ("default", "env", "fast", "hi", "kind", "lo", "names", "param")
-
-    def __init__(
-        self, param: str, names: tuple[str, ...], kind: Kind, default: Any = None, *, lo: float | None = None,
-        hi: float | None = None, env: str | None = None, fast: bool = True,
-    ) -> None:  # fmt: skip
-        self.param, self.names, self.kind, self.default = param, names, kind, default
-        self.lo, self.hi, self.env, self.fast = lo, hi, env, fast
-
-    def __repr__(self) -> str:
-        return f"Opt({self.param!r}, {self.names!r})"
-
-
-F, S, N, FL, P, L = Kind.FLAG, Kind.STR, Kind.INT, Kind.FLOAT, Kind.PATH, Kind.LIST
-_U32 = 0xFFFFFFFF
-
-_CONNECTION = (
-    Opt("host", ("-h", "--host"), S, env="MQTT_HOST"),
-    Opt("port", ("-p", "--port"), N, lo=1, hi=65535, env="MQTT_PORT"),
-    Opt("url", ("-L", "--url"), S, env="MQTT_URL"),
-    Opt("unix", ("--unix",), S, env="MQTT_UNIX", fast=False),
-    Opt("client_id", ("-i", "--id"), S, env="MQTT_CLIENT_ID"),
-    Opt("id_prefix", ("-I", "--id-prefix"), S),
-    Opt("keepalive", ("-k", "--keepalive"), N, lo=0, hi=65535),
-    Opt("protocol_version", ("-V", "--protocol-version"), S, env="MQTT_PROTOCOL_VERSION"),
-    Opt("no_clean", ("-c", "--disable-clean-session"), F, None),
-    Opt("session_expiry", ("-x", "--session-expiry"), N, lo=0, hi=_U32),
-    Opt("connect_timeout", ("--connect-timeout",), FL, lo=0.1),
-    Opt("reconnect", ("--reconnect",), F, False, fast=False),
-    Opt("debug", ("-d", "--debug"), F, False),
-    Opt("profile", ("--profile",), S, env="MQTT_PROFILE"),
-    Opt("username", ("-u", "--username"), S, env="MQTT_USERNAME"),
-    Opt("password", ("-P", "--password"), S, env="MQTT_PASSWORD"),
-    Opt("password_prompt", ("--password-prompt",), F, False, fast=False),
-    Opt("password_file", ("--password-file",), S, env="MQTT_PASSWORD_FILE"),
-    Opt("cafile", ("--cafile",), S, fast=False),
-    Opt("capath", ("--capath",), S, fast=False),
-    Opt("cert", ("--cert",), S, fast=False),
-    Opt("key", ("--key",), S, fast=False),
-    Opt("insecure", ("--insecure",), F, None, fast=False),
-    Opt("tls_version", ("--tls-version",), S, fast=False),
-    Opt("alpn", ("--alpn",), L, fast=False),
-    Opt("will_topic", ("--will-topic",), S),
-    Opt("will_payload", ("--will-payload",), S),
-    Opt("will_qos", ("--will-qos",), N, 0, lo=0, hi=2),
-    Opt("will_retain", ("--will-retain",), F, False),
-    Opt("will_delay", ("--will-delay",), N, lo=0),
-    Opt("will_expiry", ("--will-message-expiry",), N, lo=0),
-    Opt("will_content_type", ("--will-content-type",), S),
-    Opt("will_user_property", ("--will-user-property",), L),
-)
-_PUB = (
-    Opt("topic", ("-t", "--topic"), S),
-    Opt("message", ("-m", "--message"), S),
-    Opt("file", ("-f", "--file"), P),
-    Opt("stdin_file", ("-s", "--stdin-file"), F, False),
-    Opt("stdin_line", ("-l", "--stdin-line"), F, False, fast=False),
-    Opt("null_message", ("-n", "--null-message"), F, False),
-    Opt("json_lines", ("--json-lines",), F, False, fast=False),
-    Opt("encoding", ("--format",), S),
-    Opt("qos", ("-q", "--qos"), N, lo=0, hi=2),
-    Opt("retain", ("-r", "--retain"), F, False),
-    Opt("repeat", ("--repeat",), N, 1, lo=1),
-    Opt("repeat_delay", ("--repeat-delay",), FL, 0.0, lo=0),
-    Opt("user_property", ("--user-property",), L),
-    Opt("content_type", ("--content-type",), S),
-    Opt("response_topic", ("--response-topic",), S),
-    Opt("correlation_data", ("--correlation-data",), S),
-    Opt("message_expiry", ("--message-expiry",), N, lo=0, hi=_U32),
-    Opt("payload_format", ("--payload-format",), N, lo=0, hi=1),
-    Opt("topic_alias", ("--topic-alias",), N, lo=1, hi=65535),
-    Opt("d_property", ("-D", "--property"), L),
-)
-_SUB = (
-    Opt("topic", ("-t", "--topic"), L),
-    Opt("exclude", ("-T", "--filter-out"), L),
-    Opt("qos", ("-q", "--qos"), N, lo=0, hi=2),
-    Opt("no_local", ("--no-local",), F, False),
-    Opt("retain_as_published", ("--retain-as-published",), F, False),
-    Opt("retain_handling", ("--retain-handling",), N, 0, lo=0, hi=2),
-    Opt("subscription_identifier", ("--subscription-identifier",), N, lo=1, hi=268435455),
-    Opt("unsubscribe", ("-U", "--unsubscribe"), L, fast=False),
-    Opt("verbose", ("-v", "--verbose"), F, False),
-    Opt("fmt", ("-F", "--print-format"), S),
-    Opt("json_out", ("--json",), F, False),
-    Opt("encoding", ("--format",), S),
-    Opt("hex_out", ("--hex",), F, False),
-    Opt("no_newline", ("-N", "--no-newline"), F, False),
-    Opt("output", ("--output",), P, fast=False),
-    Opt("stats", ("--stats",), F, False, fast=False),
-    Opt("count", ("-C", "--count"), N, lo=1),
-    Opt("timeout", ("-W", "--timeout"), FL, lo=0.001),
-    Opt("exit_on_suback", ("-E", "--exit-on-subscribe"), F, False),
-    Opt("no_retained", ("-R", "--no-retained"), F, False),
-    Opt("retained_only", ("--retained-only",), F, False),
-    Opt("remove_retained", ("--remove-retained",), F, False, fast=False),
-    Opt("d_property", ("-D", "--property"), L),
-)
-_RR = (
-    Opt("topic", ("-t", "--topic"), S),
-    Opt("response_topic", ("-e", "--response-topic"), S),
-    Opt("message", ("-m", "--message"), S),
-    Opt("file", ("-f", "--file"), P),
-    Opt("stdin_file", ("-s", "--stdin-file"), F, False),
-    Opt("null_message", ("-n", "--null-message"), F, False),
-    Opt("qos", ("-q", "--qos"), N, lo=0, hi=2),
-    Opt("correlation_data", ("--correlation-data",), S),
-    Opt("timeout", ("-W", "--timeout"), FL, 30.0, lo=0.001),
-    Opt("verbose", ("-v", "--verbose"), F, False),
-    Opt("json_out", ("--json",), F, False),
-    Opt("encoding", ("--format",), S),
-    Opt("hex_out", ("--hex",), F, False),
-    Opt("no_newline", ("-N", "--no-newline"), F, False),
-    Opt("d_property", ("-D", "--property"), L),
-)
-#: Every option of each client command (its own, then the connection options).
-OPTIONS: dict[str, tuple[Opt, ...]] = {
-    "pub": _PUB + _CONNECTION,
-    "sub": _SUB + _CONNECTION,
-    "rr": _RR + _CONNECTION,
-}
-_BY_NAME = {cmd: {name: opt for opt in opts for name in opt.names} for cmd, opts in OPTIONS.items()}
-#: The connection options' parameters, in _options.CONNECTION_PARAMS's order (what `client_settings` takes).
-CONNECTION_PARAMS = tuple(o.param for o in _CONNECTION)
+#: Each client command's options by name, as the parser looks them up.
+OPTION_NAMES = {command: {name: opt for opt in opts for name in opt.names} for command, opts in OPTIONS.items()}
 
 
 class Source(Enum):
@@ -237,7 +103,7 @@ def parse(args: list[str], environ: dict[str, str] | os._Environ[str] = os.envir
     """`mqtt pub|sub|rr ARGS` as typer would parse it, or None for anything the fast path leaves to typer."""
     if not args or args[0] not in OPTIONS:
         return None
-    command, by_name = args[0], _BY_NAME[args[0]]
+    command, by_name = args[0], OPTION_NAMES[args[0]]
     if "-D" in args or "--property" in args:  # mosquitto's -D COMMAND NAME VALUE: one value each (_dprops.py)
         from ._dprops import gather
 
@@ -359,20 +225,8 @@ def _plan(parsed: Parsed) -> Any:
     conn = {k: p[k] for k in CONNECTION_PARAMS}
     from . import _plans
 
-    plan: Any
-
-    if parsed.command == "pub":
-        plan = _plans.plan_pub(parsed, **own, conn=conn, check=_check)
-    elif parsed.command == "sub":
-        keep = ("topic", "exclude", "qos", "no_local", "retain_as_published", "retain_handling",
-                "subscription_identifier", "unsubscribe", "verbose", "fmt", "json_out", "encoding", "hex_out",
-                "output", "no_retained", "retained_only", "d_property")  # fmt: skip
-        plan = _plans.plan_sub(parsed, **{k: own[k] for k in keep}, conn=conn, check=_check)
-    else:
-        keep = ("topic", "response_topic", "message", "file", "stdin_file", "null_message", "qos",
-                "correlation_data", "verbose", "json_out", "encoding", "hex_out", "d_property")  # fmt: skip
-        plan = _plans.plan_rr(parsed, **{k: own[k] for k in keep}, conn=conn, check=_check)
-    return plan
+    plan = {"pub": _plans.plan_pub, "sub": _plans.plan_sub, "rr": _plans.plan_rr}[parsed.command]
+    return plan(parsed, **own, conn=conn, check=_check)
 
 
 def run(args: list[str]) -> int | None:

@@ -1,9 +1,10 @@
 """What pub, sub and rr check and work out before connecting, without typer or trio.
 
 The typer commands (pub.py, sub.py, rr.py) and the one-shot fast path (_fast.py) both call these with the
-options' values, so that a command's usage errors, defaults and settings are the same on either path. Each
-function exits 2 (`fail`) on bad usage, before anything is sent; `ctx` tells where a value came from (typer's
-Context, or the fast path's parse).
+command's own options' values (by parameter name, as its table in _client_options.py names them) and the
+connection options' (`conn`), so that a command's usage errors, defaults and settings are the same on either
+path. Each function exits 2 (`fail`) on bad usage, before anything is sent; `ctx` tells where a value came from
+(typer's Context, or the fast path's parse).
 """
 
 from __future__ import annotations
@@ -243,6 +244,7 @@ def plan_sub(
     d_property: list[str] | None,
     conn: dict[str, Any],
     check: Callable[[ClientSettings], None] | None = None,
+    **_running: Any,  # the options only the run reads (-C, -W, -E, -N, --stats, --remove-retained)
 ) -> SubPlan:
     outputs = [n for n, given in (("-F", fmt is not None), ("--json", json_out),
                                   ("--format", encoding is not None or hex_out)) if given]  # fmt: skip
@@ -335,6 +337,7 @@ def plan_rr(
     d_property: list[str] | None,
     conn: dict[str, Any],
     check: Callable[[ClientSettings], None] | None = None,
+    **_running: Any,  # the options only the run reads (-W, -N)
 ) -> RrPlan:
     given = [n for n, g in (("-m", message is not None), ("-f", file is not None), ("-s", stdin_file),
                             ("-n", null_message)) if g]  # fmt: skip

@@ -20,6 +20,8 @@ from . import fail
 if TYPE_CHECKING:
     from typing import Protocol
 
+    from mqtt_cli.core.packets import Will
+    from mqtt_cli.net.endpoints import Endpoint
     from mqtt_cli.net.settings import ClientSettings
 
     class _Source(Protocol):
@@ -56,17 +58,13 @@ def parse_user_properties(values: list[str] | None, flag: str) -> list[tuple[str
 def client_settings(
     params: dict[str, Any], ctx: ParameterSources | None = None, *, reconnect_session_expiry: int = 3600
 ) -> Resolved:
-    """ClientSettings from a command's connection options (its `locals()`); exits 2 on bad values.
+    """ClientSettings from a command's connection options (`conn`, by parameter name); exits 2 on bad values.
 
     `ctx` tells where each value came from (command line or environment), for the password's precedence."""
-    from mqtt_cli.core.packets import Will
-    from mqtt_cli.core.properties import Properties
-    from mqtt_cli.net.endpoints import Endpoint, TLSOptions, make_ssl_context, parse_url
     from mqtt_cli.net.settings import ClientSettings, random_client_id
     from mqtt_cli.profiles import ProfileError, load_profile
 
     p = dict(params)
-    sources = {name: _source(ctx, name) for name in ("password", "password_file")}
     try:
         profile = load_profile(p["profile"])
     except ProfileError as err:
@@ -78,57 +76,9 @@ def client_settings(
             return value
         return profile.get(key or name, default)
 
-    # Where the broker is: the highest level (command line > environment > profile) naming any of url, unix,
-    # host or port decides alone: a -p on the command line replaces a profile's url or unix as a whole (the
-    # host it leaves out comes from lower levels' host, never from their url).
-    levels = _target_levels(p, ctx, profile)
-    level, target = next(((lv, t) for lv, t in levels if t), ("default", {}))
-    where = {"cmd": "", "env": "MQTT_", "profile": f"profile {p['profile'] or 'default'!r}: "}.get(level, "")
-    url = target.get("url")
-    unix = target.get("unix")
-    if url and unix:
-        fail(f"{_names(level, 'url')} and {_names(level, 'unix')} both say where the broker is: give one", EXIT_USAGE)
-    tls_files = any(pick(k) for k in ("cafile", "capath", "cert")) or bool(pick("insecure"))
-    url_topic = None
-    url_user = url_pass = None
-    if url:
-        try:
-            parsed = parse_url(url)
-        except ValueError as err:
-            fail(f"{where if level == 'profile' else ''}{_names(level, 'url')}: {err}", EXIT_USAGE)
-        endpoint = parsed.endpoint
-        url_topic, url_user, url_pass = parsed.topic, parsed.username, parsed.password
-        if level != "profile" and ("host" in target or "port" in target):
-            fail(f"{_names(level, 'url')} already names the host and port: drop {_names(level, 'host')}/"
-                 f"{_names(level, 'port')} or {_names(level, 'url')}", EXIT_USAGE)  # fmt: skip
-        if tls_files and endpoint.scheme in ("mqtt", "ws"):
-            endpoint = Endpoint("mqtts" if endpoint.scheme == "mqtt" else "wss", endpoint.host, endpoint.port,
-                                endpoint.path, True)  # fmt: skip
-    elif unix:
-        endpoint = Endpoint("unix", "", 0, unix)
-    else:
-        lower = [t for lv, t in levels if lv != level and t] if level != "default" else []
-        host = target.get("host") or next((t["host"] for t in lower if "host" in t), "localhost")
-        tls = tls_files
-        port = target.get("port") or next((t["port"] for t in lower if "port" in t), 8883 if tls else 1883)
-        endpoint = Endpoint("mqtts" if tls else "mqtt", host, port, "/mqtt", tls)
-
-    ssl_context = None
-    if endpoint.tls:
-        try:
-            ssl_context = make_ssl_context(
-                TLSOptions(
-                    cafile=_expand(pick("cafile")),
-                    capath=_expand(pick("capath")),
-                    cert=_expand(pick("cert")),
-                    key=_expand(pick("key")),
-                    insecure=bool(pick("insecure", default=False)),
-                    version=pick("tls_version"),
-                    alpn=tuple(p.get("alpn") or ([profile["alpn"]] if "alpn" in profile else [])),
-                )
-            )
-        except ValueError as err:
-            fail(str(err), EXIT_USAGE)
+    target = _target(p, ctx, profile, pick)
+    endpoint = target.endpoint
+    ssl_context = _ssl_context(p, profile, pick) if endpoint.tls else None
 
     raw_version = str(pick("protocol_version", default="auto")).lower()
     if raw_version not in VERSIONS:
@@ -137,16 +87,16 @@ def client_settings(
 
     # A URL's user and password go together: its user beats -u/MQTT_USERNAME of lower levels, and its
     # password is used only with its user.
-    username = url_user
+    username = target.url_user
     user_level = _level(p, ctx, "username")
     order = ("cmd", "env", "profile")
-    if user_level is not None and (level not in order or order.index(user_level) <= order.index(level)):
+    if user_level is not None and (target.level not in order or order.index(user_level) <= order.index(target.level)):
         username = p["username"]
     elif username is None:
         username = pick("username")
-    if url_user is not None and username != url_user:
-        url_pass = None  # another user's password
-    password = _password(p, sources, profile, url_pass, level)
+    url_pass = target.url_pass if target.url_user is None or username == target.url_user else None
+    sources = {name: _source(ctx, name) for name in ("password", "password_file")}
+    password = _password(p, sources, profile, url_pass, target.level)
     if password is not None and username is None and version in (3, 4):
         fail("a password needs a user name (-u) before MQTT 5.0", EXIT_USAGE)
 
@@ -167,30 +117,6 @@ def client_settings(
     if len(client_id.encode()) > 23 and version == 3:
         fail(f"-i {client_id!r}: MQTT 3.1 client identifiers have at most 23 characters", EXIT_USAGE)
 
-    will = None
-    will_topic = p.get("will_topic")
-    if will_topic is not None:
-        from mqtt_cli.core.topics import topic_name_error
-
-        if err := topic_name_error(will_topic):
-            fail(f"--will-topic {will_topic!r}: {err}", EXIT_USAGE)
-        will_props = Properties(
-            will_delay_interval=p.get("will_delay"),
-            message_expiry_interval=p.get("will_expiry"),
-            content_type=p.get("will_content_type"),
-            user_properties=parse_user_properties(p.get("will_user_property"), "--will-user-property"),
-        )
-        will = Will(will_topic, (p.get("will_payload") or "").encode(), p.get("will_qos") or 0,
-                    bool(p.get("will_retain")), will_props)  # fmt: skip
-    else:
-        given = [flag for flag, name in (("--will-payload", "will_payload"), ("--will-qos", "will_qos"),
-                 ("--will-retain", "will_retain"), ("--will-delay", "will_delay"),
-                 ("--will-message-expiry", "will_expiry"), ("--will-content-type", "will_content_type"),
-                 ("--will-user-property", "will_user_property"))
-                 if p.get(name) or (name in ("will_qos", "will_retain") and _level(p, ctx, name) == "cmd")]  # fmt: skip
-        if given:
-            fail(f"{', '.join(given)}: will options need --will-topic", EXIT_USAGE)
-
     reconnect = bool(p.get("reconnect"))
     session_expiry = pick("session_expiry")
     if session_expiry is None and p.get("no_clean"):
@@ -207,13 +133,106 @@ def client_settings(
         session_expiry=session_expiry,
         username=username,
         password=password,
-        will=will,
+        will=_will(p, ctx),
         connect_timeout=float(pick("connect_timeout", default=10.0)),
         tls_client_cert=bool(pick("cert")),
         reconnect=reconnect,
         trace=_debug_line if p.get("debug") else None,
     )
-    return Resolved(settings, url_topic, profile)
+    return Resolved(settings, target.url_topic, profile)
+
+
+@record
+class _Target:
+    """Where the broker is, and what an mqtt:// URL gave beside (its topic, user and password)."""
+
+    endpoint: Endpoint
+    level: str  # the level that named it: cmd, env, profile or default
+    url_topic: str | None
+    url_user: str | None
+    url_pass: str | None
+
+
+def _target(p: dict[str, Any], ctx: ParameterSources | None, profile: dict[str, Any], pick: Any) -> _Target:
+    """Where the broker is: the highest level (command line > environment > profile) naming any of url, unix,
+    host or port decides alone: a -p on the command line replaces a profile's url or unix as a whole (the host
+    it leaves out comes from lower levels' host, never from their url)."""
+    from mqtt_cli.net.endpoints import Endpoint, parse_url
+
+    levels = _target_levels(p, ctx, profile)
+    level, target = next(((lv, t) for lv, t in levels if t), ("default", {}))
+    where = {"cmd": "", "env": "MQTT_", "profile": f"profile {p['profile'] or 'default'!r}: "}.get(level, "")
+    url = target.get("url")
+    unix = target.get("unix")
+    if url and unix:
+        fail(f"{_names(level, 'url')} and {_names(level, 'unix')} both say where the broker is: give one", EXIT_USAGE)
+    tls_files = any(pick(k) for k in ("cafile", "capath", "cert")) or bool(pick("insecure"))
+    if url:
+        try:
+            parsed = parse_url(url)
+        except ValueError as err:
+            fail(f"{where if level == 'profile' else ''}{_names(level, 'url')}: {err}", EXIT_USAGE)
+        endpoint = parsed.endpoint
+        if level != "profile" and ("host" in target or "port" in target):
+            fail(f"{_names(level, 'url')} already names the host and port: drop {_names(level, 'host')}/"
+                 f"{_names(level, 'port')} or {_names(level, 'url')}", EXIT_USAGE)  # fmt: skip
+        if tls_files and endpoint.scheme in ("mqtt", "ws"):
+            endpoint = Endpoint("mqtts" if endpoint.scheme == "mqtt" else "wss", endpoint.host, endpoint.port,
+                                endpoint.path, True)  # fmt: skip
+        return _Target(endpoint, level, parsed.topic, parsed.username, parsed.password)
+    if unix:
+        return _Target(Endpoint("unix", "", 0, unix), level, None, None, None)
+    lower = [t for lv, t in levels if lv != level and t] if level != "default" else []
+    host = target.get("host") or next((t["host"] for t in lower if "host" in t), "localhost")
+    port = target.get("port") or next((t["port"] for t in lower if "port" in t), 8883 if tls_files else 1883)
+    return _Target(Endpoint("mqtts" if tls_files else "mqtt", host, port, "/mqtt", tls_files), level, None, None, None)
+
+
+def _ssl_context(p: dict[str, Any], profile: dict[str, Any], pick: Any) -> Any:
+    from mqtt_cli.net.endpoints import TLSOptions, make_ssl_context
+
+    try:
+        return make_ssl_context(
+            TLSOptions(
+                cafile=_expand(pick("cafile")),
+                capath=_expand(pick("capath")),
+                cert=_expand(pick("cert")),
+                key=_expand(pick("key")),
+                insecure=bool(pick("insecure", default=False)),
+                version=pick("tls_version"),
+                alpn=tuple(p.get("alpn") or ([profile["alpn"]] if "alpn" in profile else [])),
+            )
+        )
+    except ValueError as err:
+        fail(str(err), EXIT_USAGE)
+
+
+def _will(p: dict[str, Any], ctx: ParameterSources | None) -> Will | None:
+    """The will of --will-topic and the options beside it (which need it)."""
+    will_topic = p.get("will_topic")
+    if will_topic is None:
+        given = [flag for flag, name in (("--will-payload", "will_payload"), ("--will-qos", "will_qos"),
+                 ("--will-retain", "will_retain"), ("--will-delay", "will_delay"),
+                 ("--will-message-expiry", "will_expiry"), ("--will-content-type", "will_content_type"),
+                 ("--will-user-property", "will_user_property"))
+                 if p.get(name) or (name in ("will_qos", "will_retain") and _level(p, ctx, name) == "cmd")]  # fmt: skip
+        if given:
+            fail(f"{', '.join(given)}: will options need --will-topic", EXIT_USAGE)
+        return None
+    from mqtt_cli.core.packets import Will
+    from mqtt_cli.core.properties import Properties
+    from mqtt_cli.core.topics import topic_name_error
+
+    if err := topic_name_error(will_topic):
+        fail(f"--will-topic {will_topic!r}: {err}", EXIT_USAGE)
+    will_props = Properties(
+        will_delay_interval=p.get("will_delay"),
+        message_expiry_interval=p.get("will_expiry"),
+        content_type=p.get("will_content_type"),
+        user_properties=parse_user_properties(p.get("will_user_property"), "--will-user-property"),
+    )
+    return Will(will_topic, (p.get("will_payload") or "").encode(), p.get("will_qos") or 0,
+                bool(p.get("will_retain")), will_props)  # fmt: skip
 
 
 def _debug_line(line: str) -> None:

@@ -7,7 +7,7 @@ import typer
 from mqtt_cli.exit_codes import EXIT_FAILURE, EXIT_USAGE
 
 from . import fail
-from ._options import PROFILE_ENV, PROFILE_FLAG
+from ._client_options import PROFILE_ENV, PROFILE_FLAG
 
 app = typer.Typer(
     name="config",

@@ -6,8 +6,7 @@ at start-up (about 1 ms per option).
 """
 
 import contextlib
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -18,80 +17,9 @@ if TYPE_CHECKING:
     from mqtt_cli.core.properties import Properties
     from mqtt_cli.net.client import Client
 
-MSG = "Message"
-V5 = "MQTT 5.0 message properties"
 
-
-@o.with_connection
-def pub(
-    ctx: typer.Context,
-    topic: Annotated[
-        str | None, typer.Option("-t", "--topic", help="Topic to publish to.", rich_help_panel=MSG)
-    ] = None,
-    message: Annotated[str | None, typer.Option("-m", "--message", help="The message.", rich_help_panel=MSG)] = None,
-    file: Annotated[
-        Path | None,
-        typer.Option("-f", "--file", help="Send this file as one message (bytes as they are).", rich_help_panel=MSG),
-    ] = None,
-    stdin_file: Annotated[
-        bool, typer.Option("-s", "--stdin-file", help="Send all of standard input as one message.", rich_help_panel=MSG)
-    ] = False,
-    stdin_line: Annotated[
-        bool,
-        typer.Option(
-            "-l",
-            "--stdin-line",
-            rich_help_panel=MSG,
-            help="One message per line of standard input, on one connection; waits for every acknowledgement.",
-        ),
-    ] = False,
-    null_message: Annotated[
-        bool, typer.Option("-n", "--null-message", help="An empty message.", rich_help_panel=MSG)
-    ] = False,
-    json_lines: Annotated[
-        bool,
-        typer.Option(
-            "--json-lines",
-            rich_help_panel=MSG,
-            help="Each line of standard input is a message in the JSON form `mqtt sub --json` writes.",
-        ),
-    ] = False,
-    encoding: Annotated[
-        str | None,
-        typer.Option(
-            "--format", metavar="text|hex|base64", rich_help_panel=MSG,
-            help="How -m, -f, -s and each -l line give the payload: as it is (text, the default), hex or base64.",
-        ),
-    ] = None,
-    qos: Annotated[
-        int | None, typer.Option("-q", "--qos", min=0, max=2, help="QoS (default: 0).", rich_help_panel=MSG)
-    ] = None,
-    retain: Annotated[bool, typer.Option("-r", "--retain", help="Retain the message.", rich_help_panel=MSG)] = False,
-    repeat: Annotated[
-        int, typer.Option("--repeat", min=1, help="Publish the message N times.", rich_help_panel=MSG)
-    ] = 1,
-    repeat_delay: Annotated[
-        float, typer.Option("--repeat-delay", min=0, help="Seconds between repeats.", rich_help_panel=MSG)
-    ] = 0.0,
-    user_property: Annotated[
-        list[str] | None, typer.Option("--user-property", help="KEY=VALUE (repeatable).", rich_help_panel=V5)
-    ] = None,
-    content_type: Annotated[str | None, typer.Option("--content-type", rich_help_panel=V5)] = None,
-    response_topic: Annotated[str | None, typer.Option("--response-topic", rich_help_panel=V5)] = None,
-    correlation_data: Annotated[str | None, typer.Option("--correlation-data", rich_help_panel=V5)] = None,
-    message_expiry: Annotated[
-        int | None, typer.Option("--message-expiry", min=0, max=0xFFFFFFFF, help="Seconds.", rich_help_panel=V5)
-    ] = None,
-    payload_format: Annotated[
-        int | None, typer.Option("--payload-format", min=0, max=1, help="0 bytes, 1 UTF-8 text.", rich_help_panel=V5)
-    ] = None,
-    topic_alias: Annotated[
-        int | None, typer.Option("--topic-alias", min=1, max=65535, help="Topic alias to use.", rich_help_panel=V5)
-    ] = None,
-    d_property: o.DProperty = None,
-    *,
-    conn: dict[str, Any],
-) -> None:
+@o.with_options
+def pub(ctx: typer.Context, *, opts: dict[str, Any], conn: dict[str, Any]) -> None:
     """Publish messages; exit 0 only when every one was acknowledged at its QoS (QoS 0: written).
 
     Exit codes: 0 success, 2 bad usage, 3 cannot connect, 4 TLS failure, 5 connection refused, 7 a message was
@@ -99,16 +27,10 @@ def pub(
     """
     from ._plans import fail_refused, plan_pub, protocol_name, publish_counts
 
-    plan = plan_pub(
-        ctx, topic=topic, message=message, file=file, stdin_file=stdin_file, stdin_line=stdin_line,
-        null_message=null_message, json_lines=json_lines, encoding=encoding, qos=qos, retain=retain, repeat=repeat,
-        repeat_delay=repeat_delay, user_property=user_property, content_type=content_type,
-        response_topic=response_topic, correlation_data=correlation_data, message_expiry=message_expiry,
-        payload_format=payload_format, topic_alias=topic_alias, d_property=d_property, conn=conn,
+    plan = plan_pub(ctx, **opts, conn=conn)
+    settings, topic, qos_value, retain, props, payload, form = (
+        plan.settings, plan.topic, plan.qos, plan.retain, plan.props, plan.payload, plan.form
     )  # fmt: skip
-    settings, topic, qos_value, props, payload, form = (
-        plan.settings, plan.topic, plan.qos, plan.props, plan.payload, plan.form
-    )
     from ._runner import connected, run_client
 
     async def main() -> int:
@@ -119,16 +41,16 @@ def pub(
                 fail(f"the broker speaks MQTT {spoken}: message properties need 5.0", o.EXIT_USAGE)
             state = _Progress()
             try:
-                if stdin_line:
+                if plan.stdin_line:
                     await _publish_lines(client, topic or "", qos_value, retain, props, state, form or "text")
-                elif json_lines:
+                elif plan.json_lines:
                     await _publish_json_lines(ctx, client, topic, qos_value, retain, props, state)
                 else:
                     import trio
 
-                    for i in range(repeat):
-                        if i and repeat_delay:
-                            await trio.sleep(repeat_delay)
+                    for i in range(plan.repeat):
+                        if i and plan.repeat_delay:
+                            await trio.sleep(plan.repeat_delay)
                         await client.publish(topic or "", payload, qos_value, retain, props)
                 await client.wait_acknowledged()
             except _BadLine as err:

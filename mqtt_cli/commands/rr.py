@@ -6,8 +6,7 @@ topic after the request is taken as the answer (retained messages are skipped: t
 responder must know where to answer by convention.
 """
 
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
@@ -16,62 +15,9 @@ from mqtt_cli.exit_codes import EXIT_TIMEOUT
 from . import _options as o
 from . import say
 
-RR = "Request"
-OUT = "Output"
 
-
-@o.with_connection
-def rr(
-    ctx: typer.Context,
-    topic: Annotated[
-        str | None, typer.Option("-t", "--topic", help="Topic of the request.", rich_help_panel=RR)
-    ] = None,
-    response_topic: Annotated[
-        str | None,
-        typer.Option("-e", "--response-topic", help="Topic to wait for the response on.", rich_help_panel=RR),
-    ] = None,
-    message: Annotated[str | None, typer.Option("-m", "--message", help="The request.", rich_help_panel=RR)] = None,
-    file: Annotated[
-        Path | None, typer.Option("-f", "--file", help="Send this file as the request.", rich_help_panel=RR)
-    ] = None,
-    stdin_file: Annotated[
-        bool, typer.Option("-s", "--stdin-file", help="Request from standard input.", rich_help_panel=RR)
-    ] = False,
-    null_message: Annotated[
-        bool, typer.Option("-n", "--null-message", help="An empty request.", rich_help_panel=RR)
-    ] = False,
-    qos: Annotated[
-        int | None, typer.Option("-q", "--qos", min=0, max=2, help="QoS (default: 0).", rich_help_panel=RR)
-    ] = None,
-    correlation_data: Annotated[
-        str | None,
-        typer.Option("--correlation-data", help="5.0: correlation data (default: random).", rich_help_panel=RR),
-    ] = None,
-    timeout: Annotated[
-        float,
-        typer.Option(
-            "-W", "--timeout", min=0.001, help="Seconds to wait for the response; then exit 27.", rich_help_panel=RR
-        ),
-    ] = 30.0,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Print the topic too.", rich_help_panel=OUT)] = False,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="The response as one JSON object.", rich_help_panel=OUT)
-    ] = False,
-    encoding: Annotated[
-        str | None,
-        typer.Option(
-            "--format", metavar="text|hex|base64|json", rich_help_panel=OUT,
-            help="How to write the response's payload: as it is (text), hex, base64, or JSON pretty-printed.",
-        ),
-    ] = None,
-    hex_out: Annotated[bool, typer.Option("--hex", help="Same as --format hex.", hidden=True)] = False,
-    no_newline: Annotated[
-        bool, typer.Option("-N", "--no-newline", help="No newline after the response.", rich_help_panel=OUT)
-    ] = False,
-    d_property: o.DProperty = None,
-    *,
-    conn: dict[str, Any],
-) -> None:
+@o.with_options
+def rr(ctx: typer.Context, *, opts: dict[str, Any], conn: dict[str, Any]) -> None:
     """Send a request and print the matching response (MQTT 5.0 response topic and correlation data).
 
     With -V 311 (no correlation data) the answer is the first message on the response topic that is not
@@ -83,14 +29,11 @@ def rr(
     """
     from ._plans import is_response, plan_rr
 
-    plan = plan_rr(
-        ctx, topic=topic, response_topic=response_topic, message=message, file=file, stdin_file=stdin_file,
-        null_message=null_message, qos=qos, correlation_data=correlation_data, verbose=verbose, json_out=json_out,
-        encoding=encoding, hex_out=hex_out, d_property=d_property, conn=conn,
-    )  # fmt: skip
+    plan = plan_rr(ctx, **opts, conn=conn)
     settings, topic, response_topic, qos_value, payload, mode, form = (
         plan.settings, plan.topic, plan.response_topic, plan.qos, plan.payload, plan.mode, plan.form
-    )
+    )  # fmt: skip
+    correlation_data, timeout = opts["correlation_data"], opts["timeout"]
     from ._runner import connected, run_client
 
     async def main() -> int:
@@ -106,7 +49,7 @@ def rr(
 
         from ._output import Printer
 
-        printer = Printer(mode, None, not no_newline, form=form)
+        printer = Printer(mode, None, not opts["no_newline"], form=form)
         correlation = correlation_data.encode() if correlation_data is not None else os.urandom(16)
         # -W counts from the connection and ends only the wait: DISCONNECT still goes out (no will).
         async with connected(settings) as client:  # stops on SIGINT/SIGTERM, then says goodbye

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from mqtt_cli.app import _build
-from mqtt_cli.commands import _options
-from mqtt_cli.commands._fast import CONNECTION_PARAMS, FAST_ENV, OPTIONS, Kind, Opt, parse, plain_float, plain_int
+from mqtt_cli.commands import _fast
+from mqtt_cli.commands._client_options import OPTIONS, Kind, Opt
+from mqtt_cli.commands._fast import FAST_ENV, parse, plain_float, plain_int
 
 from ..brokers import Broker
 from ..conftest import REPO_ROOT, cli_env
@@ -61,8 +62,32 @@ def test_table_has_every_option_as_typer_defines_it(command: str) -> None:
         assert opt.default == (None if default in ((), []) else default), name
 
 
-def test_connection_options_in_the_same_order() -> None:
-    assert CONNECTION_PARAMS == _options.CONNECTION_PARAMS
+@pytest.mark.parametrize("command", COMMANDS)
+def test_typer_and_the_fast_path_take_the_same_options(command: str) -> None:
+    """Both parsers come from the command's one table (_client_options.py): typer's command has exactly the
+    table's option names, the fast parser knows exactly those, and each takes a value in both exactly when the
+    table says it does (a flag none, any other option one argument: the next option is read as an option)."""
+    click_params = [p for p in _click(command).params if p.name != "help"]
+    typer_names = {name: p for p in click_params for name in (*p.opts, *p.secondary_opts)}
+    table_names = {name: opt for opt in OPTIONS[command] for name in opt.names}
+    assert set(typer_names) == set(table_names) == set(_fast.OPTION_NAMES[command])
+    for name, opt in table_names.items():
+        param = typer_names[name]
+        assert (param.is_flag, param.nargs, param.multiple) == (opt.kind is Kind.FLAG, 1, opt.kind is Kind.LIST), name
+        assert _fast.OPTION_NAMES[command][name] is opt, name
+        if opt.param == "d_property":  # -D COMMAND NAME VALUE: three or four arguments (_dprops.py, test_dprops.py)
+            continue
+        value = [] if opt.kind is Kind.FLAG else [_sample(opt)]
+        parsed = parse([command, name, *value, "--debug"], _clean_env())
+        if not opt.fast:
+            assert parsed is None, name  # left to typer
+            continue
+        assert parsed is not None, name
+        assert parsed.params["debug"] is True, name  # --debug was read as an option: one value taken, no more
+        if value:
+            assert parse([command, name], _clean_env()) is None, name  # no value: typer says so
+        expected = _typer_parse([command, name, *value, "--debug"], _clean_env())[0]
+        assert parsed.params[opt.param] == expected[opt.param], name
 
 
 def _sample(opt: Opt) -> str:
