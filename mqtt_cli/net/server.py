@@ -193,7 +193,6 @@ class ServeOptions:
     tls_key: Path | None = None
     tls_cafile: Path | None = None
     require_certificate: bool = False
-    max_connections: int = 0  # 0: unlimited
     ready_file: Path | None = None
     on_notice: Callable[[Notice], None] | None = None
     on_listening: Callable[[list[Listener]], None] | None = None
@@ -680,7 +679,8 @@ class BrokerServer:
         (closed); else it is counted until _end."""
         opts = self.options
         spec = listener.spec if listener is not None else None
-        if (opts.max_connections and self.active >= opts.max_connections) or (
+        most = opts.broker.limits.max_connections
+        if (most and self.active >= most) or (
             listener is not None and listener.spec.max_connections and listener.active >= listener.spec.max_connections
         ):
             await trio.aclose_forcefully(stream)

@@ -51,6 +51,7 @@ from mqtt_cli.core import (
     encode,
 )
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
+from mqtt_cli.core.limits import Limits
 from mqtt_cli.core.reasons import REASONS_BY_PACKET
 from mqtt_cli.core.server import ServerConnection
 
@@ -165,13 +166,11 @@ def codec_input(data: bytes) -> None:
 # --- the broker ---------------------------------------------------------------------------------------------
 
 # Small limits, so that a short program reaches them.
-BROKER_CONFIG = dict(
-    max_keepalive=100,
-    max_topic_alias=3,
-    max_inflight=3,
-    max_queued_messages=5,
-    max_queued_bytes=0,
-    max_packet_size=2048,
+BROKER_CONFIG = BrokerConfig(
+    limits=Limits(
+        max_keepalive=100, max_topic_alias=3, max_inflight=3, max_queued_messages=5, max_queued_bytes=0,
+        max_packet_size=2048,
+    ),
     max_buffered_bytes=4096,
     sys_interval=5.0,
 )
@@ -277,11 +276,11 @@ def _packet(src: Source, version: int, connect: bool) -> tuple[Any, int]:
 
 class _BrokerRun:
     def __init__(self) -> None:
-        self.config = BrokerConfig(**BROKER_CONFIG)  # type: ignore[arg-type]
+        self.config = BROKER_CONFIG
         self.now = 1000.0
         self.core = BrokerCore(self.config, self.now)
         self.slots = [_Slot() for _ in range(4)]
-        self.receive_maximum_seen = self.config.max_inflight
+        self.receive_maximum_seen = self.config.limits.max_inflight
 
     # --- operations ---
 
@@ -289,7 +288,7 @@ class _BrokerRun:
         if slot.conn is not None:
             self.core.connection_lost(slot.conn, self.now)
         slot.conn = self.core.open(f"127.0.0.1:{40000 + self.slots.index(slot)}", self.now)
-        slot.shadow = PacketReader(None, max_packet_size=self.config.max_packet_size)
+        slot.shadow = PacketReader(None, max_packet_size=self.config.limits.max_packet_size)
         slot.since_drain = slot.since_open = 0
         return slot.conn
 
@@ -334,7 +333,7 @@ class _BrokerRun:
             return err, err.packets
         for packet in packets:
             if type(packet) is Connect and packet.protocol_version == 5:
-                rm = packet.properties.receive_maximum or self.config.max_inflight
+                rm = packet.properties.receive_maximum or self.config.limits.max_inflight
                 self.receive_maximum_seen = max(self.receive_maximum_seen, rm)
         return None, packets
 
