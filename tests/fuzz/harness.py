@@ -168,7 +168,11 @@ def codec_input(data: bytes) -> None:
 # Small limits, so that a short program reaches them.
 BROKER_CONFIG = BrokerConfig(
     limits=Limits(
-        max_keepalive=100, max_topic_alias=3, max_inflight=3, max_queued_messages=5, max_queued_bytes=0,
+        max_keepalive=100,
+        max_topic_alias=3,
+        max_inflight=3,
+        max_queued_messages=5,
+        max_queued_bytes=0,
         max_packet_size=2048,
     ),
     max_buffered_bytes=4096,
@@ -416,23 +420,23 @@ class _BrokerRun:
                 assert size <= limit, f"{type(packet).__name__} of {size} bytes over the client's maximum {limit}"
 
     def check_bounds(self) -> None:
-        c = self.config
+        c, lim = self.config, self.config.limits
         core = self.core
         assert core.connected == sum(1 for s in core.sessions.values() if s.connection is not None)
         for session in core.sessions.values():
-            if c.max_queued_messages:
-                assert len(session.queue) <= c.max_queued_messages, f"queue of {len(session.queue)} messages"
-            if c.max_queued_bytes:
-                assert session.queued_bytes <= c.max_queued_bytes
+            if lim.max_queued_messages:
+                assert len(session.queue) <= lim.max_queued_messages, f"queue of {len(session.queue)} messages"
+            if lim.max_queued_bytes:
+                assert session.queued_bytes <= lim.max_queued_bytes
             assert len(session.outgoing) <= self.receive_maximum_seen, f"{len(session.outgoing)} in flight"
             assert len(session.incoming) <= 65535
         for slot in self.slots:
             conn = slot.conn
             if conn is None:
                 continue
-            assert len(conn.aliases_in or ()) <= c.max_topic_alias
-            assert conn.reader.buffered < c.max_packet_size
-            bound = c.max_buffered_bytes + 2 * c.max_packet_size + 2 * slot.since_drain + 1024
+            assert len(conn.aliases_in or ()) <= lim.max_topic_alias
+            assert conn.reader.buffered < lim.max_packet_size
+            bound = c.max_buffered_bytes + 2 * lim.max_packet_size + 2 * slot.since_drain + 1024
             assert len(conn.out) <= bound, f"{len(conn.out)} bytes waiting for a client (bound {bound})"
 
 
