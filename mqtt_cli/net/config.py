@@ -39,7 +39,8 @@ from mqtt_cli.core.config import (
 from mqtt_cli.net.auth_files import AuthFileError, load_dynsec_file, load_policy
 from mqtt_cli.net.bridge import side_config
 from mqtt_cli.net.embedded import EmbeddedConfig
-from mqtt_cli.net.server import ListenerTLS, ServeOptions, ServerError, listener_policy, listener_record, tls_context
+from mqtt_cli.net.listeners import ListenerTLS, ServerError, listener_policy, listener_record, tls_context
+from mqtt_cli.net.server import ServeOptions
 
 __all__ = [
     "ConfigSource",
