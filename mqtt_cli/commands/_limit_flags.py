@@ -31,7 +31,7 @@ def _parameter(info: LimitInfo) -> inspect.Parameter:
         option: Any = Annotated[bool | None, typer.Option(decls, help=_help(info), rich_help_panel=LIMITS_PANEL)]
     else:
         option = Annotated[
-            int | None,
+            info.kind | None,
             typer.Option(info.flag, metavar=info.unit.upper(), help=_help(info), rich_help_panel=LIMITS_PANEL),
         ]
     return inspect.Parameter(info.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=option)

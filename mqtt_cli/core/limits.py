@@ -11,6 +11,7 @@ Sans-IO and light: `mqtt serve` imports it to build its flags.
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -78,7 +79,7 @@ class LimitInfo:
     """One limit as the places that name it need it: its key, type, default and description."""
 
     name: str  # the [limits] key; the flag is --name-with-dashes
-    kind: type  # int or bool
+    kind: type  # its field's type: int, float or bool
     default: Any
     help: str
     unit: str  # what the number counts ("" for a switch)
@@ -93,8 +94,9 @@ class LimitInfo:
 
 def limit_infos() -> list[LimitInfo]:
     """Every limit, in the order of `Limits`."""
+    kinds = typing.get_type_hints(Limits)
     return [
-        LimitInfo(f.name, bool if isinstance(f.default, bool) else int, f.default, f.metadata["help"],
-                  f.metadata["unit"], f.metadata["hi"], f.metadata["mosquitto"], f.metadata["mosquitto_period"])
+        LimitInfo(f.name, kinds[f.name], f.default, f.metadata["help"], f.metadata["unit"], f.metadata["hi"],
+                  f.metadata["mosquitto"], f.metadata["mosquitto_period"])
         for f in fields(Limits)
     ]  # fmt: skip
