@@ -12,7 +12,7 @@ from mqtt_cli.core.persistence import SessionRemoved
 from mqtt_cli.core.properties import Properties
 from tests.core.test_broker import Client
 
-DAY = 86400.0
+DAY = 86400  # an integer, as the [limits] key is (the compiled core checks the type)
 
 
 def notices(broker: BrokerCore, kind: NoticeKind | None = None) -> list[Notice]:
