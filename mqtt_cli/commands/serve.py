@@ -1,18 +1,22 @@
 """``mqtt serve``: run the broker."""
 
-from __future__ import annotations
-
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from mqtt_cli.commands import fail, say
+from mqtt_cli.commands._limit_flags import LIMITS_PANEL, with_limits
 from mqtt_cli.exit_codes import EXIT_OK, EXIT_USAGE
 
+if TYPE_CHECKING:
+    from mqtt_cli.net.log import BrokerLog
+    from mqtt_cli.net.process import PidFile
+    from mqtt_cli.net.server import ServeOptions
+    from mqtt_cli.net.serving import Serving
+
 FILES = "Configuration"
-LIMITS = "Limits (over the file's limits section)"
 LOG = "Logging (over the file's log section)"
 AUTH = "Authentication (over the file's auth section)"
 
@@ -30,6 +34,7 @@ class LogLevel(StrEnum):
     none = "none"
 
 
+@with_limits
 def serve(
     config: Annotated[
         Path | None,
@@ -88,7 +93,7 @@ def serve(
         str | None,
         typer.Option(
             help="Serve GET /metrics (Prometheus), /healthz and /readyz over HTTP at HOST:PORT (0: any free port; "
-            "the ready file tells which). Replaces the file's [metrics] listen.",
+            "the ready file tells which). Replaces the file's \\[metrics] listen.",
         ),
     ] = None,
     verbose: Annotated[
@@ -105,65 +110,6 @@ def serve(
     ] = None,
     syslog: Annotated[
         bool, typer.Option("--syslog", help="Also log to syslog (/dev/log).", rich_help_panel=LOG)
-    ] = False,
-    max_keepalive: Annotated[
-        int | None,
-        typer.Option(
-            help="Longest keep alive allowed, seconds (5.0: announced as Server Keep Alive; 3.x: refused above it); "
-            "0: no limit, keep alive 0 allowed (mosquitto's meaning). Default 65535.",
-            rich_help_panel=LIMITS,
-        ),
-    ] = None,
-    max_topic_alias: Annotated[
-        int | None, typer.Option(help="Topic aliases a 5.0 client may set (default 10).", rich_help_panel=LIMITS)
-    ] = None,
-    max_queued_messages: Annotated[
-        int | None,
-        typer.Option(
-            help="QoS 1/2 messages queued per client beyond its in-flight window (0: unlimited; default 1000).",
-            rich_help_panel=LIMITS,
-        ),
-    ] = None,
-    max_queued_bytes: Annotated[
-        int | None,
-        typer.Option(help="Bytes of queued messages per client (0: unlimited, the default).", rich_help_panel=LIMITS),
-    ] = None,
-    queue_drop_oldest: Annotated[
-        bool,
-        typer.Option(
-            "--queue-drop-oldest", help="When a queue is full, drop its oldest message.", rich_help_panel=LIMITS
-        ),
-    ] = False,
-    max_inflight: Annotated[
-        int | None,
-        typer.Option(
-            help="QoS 1/2 messages in flight to a client that states no Receive Maximum (0: 65,535, all identifiers; "
-            "default 20).",
-            rich_help_panel=LIMITS,
-        ),
-    ] = None,
-    max_packet_size: Annotated[
-        int | None,
-        typer.Option(help="Largest packet accepted, bytes (0: no limit, the default).", rich_help_panel=LIMITS),
-    ] = None,
-    max_connections: Annotated[
-        int | None,
-        typer.Option(help="Connections accepted at once (0: unlimited, the default).", rich_help_panel=LIMITS),
-    ] = None,
-    max_topic_levels: Annotated[
-        int | None,
-        typer.Option(
-            help="Levels a topic name or filter may have; more are refused (0: no limit; default 200, as mosquitto).",
-            rich_help_panel=LIMITS,
-        ),
-    ] = None,
-    reason_strings: Annotated[
-        bool,
-        typer.Option(
-            "--reason-strings",
-            help="Say why in 5.0 DISCONNECT and refusing CONNACK (Reason String), for debugging; off as mosquitto.",
-            rich_help_panel=LIMITS,
-        ),
     ] = False,
     persistence: Annotated[
         Path | None,
@@ -183,7 +129,8 @@ def serve(
         ),
     ] = False,
     sys_interval: Annotated[
-        float | None, typer.Option(help="Seconds between $SYS updates (0: none; default 10).", rich_help_panel=LIMITS)
+        float | None,
+        typer.Option(help="Seconds between $SYS updates (0: none; default 10).", rich_help_panel=LIMITS_PANEL),
     ] = None,
     password_file: Annotated[
         Path | None,
@@ -221,6 +168,8 @@ def serve(
             rich_help_panel=AUTH,
         ),
     ] = False,
+    *,
+    limits: dict[str, Any],
 ) -> None:
     """Run an MQTT 3.1 / 3.1.1 / 5.0 broker.
 
@@ -230,8 +179,6 @@ def serve(
     """  # noqa: E501 - typer keeps a docstring's line breaks in --help
     import os
     import sys
-
-    import trio
 
     from mqtt_cli import version_text
     from mqtt_cli.core.config import (
@@ -245,7 +192,7 @@ def serve(
     from mqtt_cli.net.config import ConfigSource, FileProblem, toml_text, writable
     from mqtt_cli.net.log import BrokerLog, LogError
     from mqtt_cli.net.process import PidFile, ProcessError, run_as
-    from mqtt_cli.net.server import Listener, ServerError
+    from mqtt_cli.net.server import Listener
     from mqtt_cli.net.serving import Serving, checked_options, unsupported_error
 
     if config is not None and mosquitto_conf is not None:
@@ -257,43 +204,27 @@ def serve(
             parse_metrics_address(metrics_listen)
         except ValueError as exc:
             fail(f"command line: --metrics-listen: {exc}", EXIT_USAGE)
-    urls = list(listen or [])
-    if not urls and (host is not None or port is not None):
-        address = host or "127.0.0.1"
-        urls = [f"mqtt://{f'[{address}]' if ':' in address else address}:{1883 if port is None else port}"]
-        if port is not None and not 0 <= port <= 65535:
-            fail(f"--port {port} is outside 0..65535", EXIT_USAGE)
+    urls = _listen_urls(listen, host, port)
+
+    level = log_level.value if log_level is not None else "info" if verbose else None
+    sections = {  # the flags over the file's sections (None: not given)
+        "limits": limits, "sys": {"interval": sys_interval}, "metrics": {"listen": metrics_listen},
+        "persistence": {"path": _str(persistence), "skip_mosquitto_db": skip_mosquitto_db or None},
+        "auth": {"password_file": _str(password_file), "acl_file": _str(acl_file), "allow_anonymous": allow_anonymous,
+                 "use_identity_as_username": use_identity_as_username or None,
+                 "use_subject_as_username": use_subject_as_username or None},
+        "log": {"level": level, "format": log_format.value if log_format else None, "file": _str(log_file),
+                "syslog": syslog or None},
+    }  # fmt: skip
+    tls = {"certfile": _str(tls_cert), "keyfile": _str(tls_key), "cafile": _str(tls_cafile),
+           "require_certificate": require_certificate}  # fmt: skip
 
     def apply_flags(settings: BrokerSettings) -> BrokerSettings:
         """The command line over the file, on start and on every reload."""
-        settings = override_listeners(
-            settings, urls,
-            {"certfile": _str(tls_cert), "keyfile": _str(tls_key), "cafile": _str(tls_cafile),
-             "require_certificate": require_certificate},
-        )  # fmt: skip
-        settings = override(settings, "limits", {
-            "max_keepalive": max_keepalive, "max_topic_alias": max_topic_alias,
-            "max_queued_messages": max_queued_messages, "max_queued_bytes": max_queued_bytes,
-            "queue_drop_oldest": queue_drop_oldest or None, "max_inflight": max_inflight,
-            "max_packet_size": max_packet_size, "max_connections": max_connections,
-            "max_topic_levels": max_topic_levels, "reason_strings": reason_strings or None,
-        })  # fmt: skip
-        settings = override(settings, "sys", {"interval": sys_interval}, {"interval": "--sys-interval"})
-        settings = override(settings, "metrics", {"listen": metrics_listen}, {"listen": "--metrics-listen"})
-        settings = override(
-            settings, "persistence", {"path": _str(persistence), "skip_mosquitto_db": skip_mosquitto_db or None},
-            {"path": "--persistence"},
-        )  # fmt: skip
-        settings = override(settings, "auth", {
-            "password_file": _str(password_file), "acl_file": _str(acl_file), "allow_anonymous": allow_anonymous,
-            "use_identity_as_username": use_identity_as_username or None,
-            "use_subject_as_username": use_subject_as_username or None,
-        })  # fmt: skip
-        level = log_level.value if log_level is not None else "info" if verbose else None
-        return override(settings, "log", {
-            "level": level, "format": log_format.value if log_format else None, "file": _str(log_file),
-            "syslog": syslog or None,
-        })  # fmt: skip
+        settings = override_listeners(settings, urls, tls)
+        for section, values in sections.items():
+            settings = override(settings, section, values, _FLAG_NAMES.get(section))
+        return settings
 
     # The flags naming files, by the key they set: an error about such a file names the flag.
     file_flags = {
@@ -336,6 +267,31 @@ def serve(
         fail(str(exc))
     if user is not None:
         options.on_bound = lambda: serving.become(user, settings, pid_file)
+
+    _run(serving, options, log, pid_file)
+
+
+#: The flags that set a key of another name (the others are `--` and the key, `--max-keepalive`): errors name them.
+_FLAG_NAMES = {"sys": {"interval": "--sys-interval"}, "metrics": {"listen": "--metrics-listen"},
+               "persistence": {"path": "--persistence"}}  # fmt: skip
+
+
+def _listen_urls(listen: list[str] | None, host: str | None, port: int | None) -> list[str]:
+    """The --listen URLs, or the one --host and --port make (none: the file's listeners)."""
+    if listen or (host is None and port is None):
+        return list(listen or [])
+    if port is not None and not 0 <= port <= 65535:
+        fail(f"--port {port} is outside 0..65535", EXIT_USAGE)
+    address = host or "127.0.0.1"
+    return [f"mqtt://{f'[{address}]' if ':' in address else address}:{1883 if port is None else port}"]
+
+
+def _run(serving: "Serving", options: "ServeOptions", log: "BrokerLog", pid_file: "PidFile | None") -> None:
+    """Runs the broker until a signal stops it; a failure after the start (a port in use) is one line, exit 1."""
+    import trio
+
+    from mqtt_cli.net.process import ProcessError
+    from mqtt_cli.net.server import ServerError
 
     error = None
     try:

@@ -32,6 +32,7 @@ from .lifecycle import (
     receive_maximum_exceeded,
     resolve_topic_alias,
 )
+from .limits import Limits
 from .load import LoadAverages
 from .packed import PackedQueue, PackedRetained
 from .packets import (
@@ -111,32 +112,14 @@ class PolicyEffect:
 
 @dataclass(slots=True)
 class BrokerConfig:
-    """Limits and features, with mosquitto's defaults and meaning (0 = unlimited where mosquitto says so)."""
+    """Limits and features; the limits (core/limits.py) with mosquitto's defaults and meaning."""
 
-    max_keepalive: int = 65535  # 5.0: Server Keep Alive above it; 3.x: refused above it (when < 65535); 0: no limit
-    max_topic_alias: int = 10  # topic aliases a 5.0 client may set
-    # mosquitto's max_inflight_messages: our outgoing QoS 1/2 window for clients that state no Receive Maximum, and
-    # the Receive Maximum announced to 5.0 clients (QoS 2 they may have unreleased towards us; beyond it: 0x93).
-    # 0: no limit (65,535, all packet identifiers), none announced.
-    max_inflight: int = 20
-    max_queued_messages: int = 1000  # per client, while offline or over the window (0: unlimited)
-    max_queued_bytes: int = 0
-    queue_drop_oldest: bool = False
-    max_packet_size: int = 0  # the largest packet we accept (0: the protocol's maximum)
-    message_size_limit: int = 0  # a bigger payload is acknowledged and dropped (5.0: 0x97), as mosquitto (0: none)
+    limits: Limits = field(default_factory=Limits)
     max_buffered_bytes: int = 1 << 20  # bytes waiting for a slow socket before QoS 0 is dropped for it
-    retain_available: bool = True
-    max_topic_levels: int = 200  # topic names and filters with more levels are refused (mosquitto's limit; 0: none)
     response_information_prefix: str = "response/"  # 5.0 Response Information: prefix + client id + "/"
     sys_interval: float = 10.0  # seconds between $SYS updates (0: none)
     instance: str = "0"  # makes assigned client identifiers unique across broker runs
     version: str = "mqtt-cli"
-    # Say why, for debugging: a Reason String in the DISCONNECT and CONNACK we send, and a refusing CONNACK for a
-    # malformed 5.0 CONNECT. Off by default, as mosquitto (both are optional in 5.0: 3.14.2.2.3, 3.1.4).
-    reason_strings: bool = False
-    # Seconds a disconnected session that would never expire (3.1.1 persistent, 5.0 0xFFFFFFFF) is kept (0: for
-    # ever): mosquitto's persistent_client_expiration.
-    persistent_client_expiration: float = 0
     use_username_as_clientid: bool = False  # the user name replaces the client id (none: refused, as mosquitto)
     allow_zero_length_clientid: bool = True  # an empty client id gets one assigned (3.1.1 clean, 5.0)
     auto_id_prefix: str = "auto-"  # assigned ids: prefix, instance, number
@@ -291,7 +274,7 @@ class BrokerCore:
         # own acknowledgement, so the network layer writes the deliveries first (the latency path).
         self.dirty: dict[ServerConnection, None] = {}
         self.notices: deque[Notice] = deque(maxlen=10_000)
-        self.limits = QueueLimits(c.max_queued_messages, c.max_queued_bytes, c.queue_drop_oldest)
+        self.limits = QueueLimits(c.limits.max_queued_messages, c.limits.max_queued_bytes, c.limits.queue_drop_oldest)
         self._timers: list[_Timer] = []
         self._seq = 0
         self._assigned = 0
@@ -602,9 +585,9 @@ class BrokerCore:
             problem = why
         elif not system and (topic[:5] == "$SYS/" or topic == "$SYS"):
             problem = (ReasonCode.NOT_AUTHORIZED, "$SYS is the broker's")
-        elif self.config.message_size_limit and len(payload) > self.config.message_size_limit:
+        elif self.config.limits.message_size_limit and len(payload) > self.config.limits.message_size_limit:
             problem = (ReasonCode.QUOTA_EXCEEDED, f"{len(payload)} bytes over message_size_limit")
-        elif retain and not self.config.retain_available:
+        elif retain and not self.config.limits.retain_available:
             problem = (ReasonCode.RETAIN_NOT_SUPPORTED, "retain is not available")
         if problem is not None:
             detail = f"PUBLISH to {topic!r}: {problem[1]}"
@@ -693,7 +676,7 @@ class BrokerCore:
     ) -> ServerConnection:
         """A new connection from `peer`: the protocol levels its listener allows (None: all), its listener's auth
         policy (None: no checks) and its TLS client certificate."""
-        conn = ServerConnection(peer, now, self.config.max_packet_size or None, policy, certificate, versions)
+        conn = ServerConnection(peer, now, self.config.limits.max_packet_size or None, policy, certificate, versions)
         self.connections.add(conn)
         self.stats.sockets_total += 1
         return conn
@@ -782,7 +765,9 @@ class BrokerCore:
             self._next_sys = now + config.sys_interval if config.sys_interval else None
             self.timers_changed = True
         self.config = config
-        self.limits = QueueLimits(config.max_queued_messages, config.max_queued_bytes, config.queue_drop_oldest)
+        self.limits = QueueLimits(
+            config.limits.max_queued_messages, config.limits.max_queued_bytes, config.limits.queue_drop_oldest
+        )
         self._topics_ok.clear()  # checked again against the new max_topic_levels
 
     def internal_error(self, conn: ServerConnection, now: float, detail: str) -> None:
@@ -901,7 +886,7 @@ class BrokerCore:
             conn.version = packet.protocol_version
             if conn.version == 5:
                 conn.client_max_packet_size = packet.properties.maximum_packet_size
-            if conn.version == 5 and err.reason_code in REASONS_BY_PACKET[2] and self.config.reason_strings:
+            if conn.version == 5 and err.reason_code in REASONS_BY_PACKET[2] and self.config.limits.reason_strings:
                 # The CONNACK is a MAY (5.0 3.1.4, 4.13); mosquitto closes without one.
                 self._send(conn, ConnAck(False, err.reason_code, Properties(reason_string=str(err)[:200])))
             self._close(
@@ -987,16 +972,17 @@ class BrokerCore:
             return
         keepalive = p.keepalive
         server_keepalive = None
-        if c.max_keepalive and (keepalive > c.max_keepalive or (keepalive == 0 and c.max_keepalive < 65535)):
+        max_keepalive = c.limits.max_keepalive
+        if max_keepalive and (keepalive > max_keepalive or (keepalive == 0 and max_keepalive < 65535)):
             if version < 5:
                 self._refuse(
                     conn,
                     ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
-                    f"keep alive {keepalive} s is over the maximum {c.max_keepalive} s",
+                    f"keep alive {keepalive} s is over the maximum {c.limits.max_keepalive} s",
                     now,
                 )
                 return
-            keepalive = server_keepalive = c.max_keepalive
+            keepalive = server_keepalive = c.limits.max_keepalive
         if conn.policy is not None and not self._admit(conn, p, client_id, now):
             return
         if c.use_username_as_clientid:
@@ -1055,13 +1041,13 @@ class BrokerCore:
         conn.session = session
         receive_maximum = props.receive_maximum if version == 5 else None
         # No limit still means 65,535: past that every packet identifier is in flight (2.2.1).
-        session.outgoing.receive_maximum = receive_maximum or c.max_inflight or DEFAULT_RECEIVE_MAXIMUM
+        session.outgoing.receive_maximum = receive_maximum or c.limits.max_inflight or DEFAULT_RECEIVE_MAXIMUM
         # What the CONNACK announces holds for this connection, whatever a reload changes later.
-        conn.receive_maximum_announced = c.max_inflight if 0 < c.max_inflight < 65535 else 0
-        conn.retain_available = c.retain_available
+        conn.receive_maximum_announced = c.limits.max_inflight if 0 < c.limits.max_inflight < 65535 else 0
+        conn.retain_available = c.limits.retain_available
         if version == 5:
             conn.client_max_packet_size = props.maximum_packet_size
-            conn.topic_alias_maximum = c.max_topic_alias
+            conn.topic_alias_maximum = c.limits.max_topic_alias
             if props.topic_alias_maximum:
                 conn.aliases_out = {}
                 conn.alias_out_maximum = props.topic_alias_maximum
@@ -1071,18 +1057,18 @@ class BrokerCore:
         if version == 5:
             # In mosquitto's order, for those who compare packets byte by byte.
             named: dict[str, Any] = {}
-            if c.max_topic_alias:
-                named["topic_alias_maximum"] = c.max_topic_alias
+            if c.limits.max_topic_alias:
+                named["topic_alias_maximum"] = c.limits.max_topic_alias
             if server_keepalive is not None:
                 named["server_keep_alive"] = server_keepalive
             if assigned is not None:
                 named["assigned_client_identifier"] = assigned
-            if not c.retain_available:
+            if not c.limits.retain_available:
                 named["retain_available"] = 0
-            if c.max_packet_size:
-                named["maximum_packet_size"] = c.max_packet_size
-            if 0 < c.max_inflight < 65535:
-                named["receive_maximum"] = c.max_inflight
+            if c.limits.max_packet_size:
+                named["maximum_packet_size"] = c.limits.max_packet_size
+            if 0 < c.limits.max_inflight < 65535:
+                named["receive_maximum"] = c.limits.max_inflight
             if props.request_response_information == 1 and c.response_information_prefix:
                 # 4.10: a topic tree of the client's own for its response topics.
                 named["response_information"] = f"{c.response_information_prefix}{client_id}/"
@@ -1308,7 +1294,7 @@ class BrokerCore:
         if denied is not None:
             self._drop_publish(conn, p, ReasonCode.NOT_AUTHORIZED, f"PUBLISH to {topic!r}: {denied}")
             return
-        limit = self.config.message_size_limit
+        limit = self.config.limits.message_size_limit
         if limit and len(p.payload) > limit:
             # mosquitto answers 0x95, which PUBACK and PUBREC may not carry; 0x97 (quota exceeded) may.
             self._drop_publish(
@@ -1870,7 +1856,7 @@ class BrokerCore:
         at = control_character(topic)
         if at >= 0:
             return ReasonCode.MALFORMED_PACKET, f"control character U+{ord(topic[at]):04X} at character {at}"
-        limit = self.config.max_topic_levels
+        limit = self.config.limits.max_topic_levels
         # Counted as mosquitto does (TOPIC_HIERARCHY_LIMIT): separators, so 201 levels pass and 202 do not.
         if limit and topic.count("/") > limit:
             return ReasonCode.PROTOCOL_ERROR, f"{topic.count('/') + 1} levels, over the limit of {limit}"
@@ -2013,7 +1999,8 @@ class BrokerCore:
         if refused is not None:
             self.stats.count_refused(refused)
         if reason is not None and conn.connected and conn.version == 5 and reason in REASONS_BY_PACKET[14]:
-            why = Properties(reason_string=detail[:200]) if detail and self.config.reason_strings else EMPTY_PROPERTIES
+            say_why = detail and self.config.limits.reason_strings
+            why = Properties(reason_string=detail[:200]) if say_why else EMPTY_PROPERTIES
             self._send(conn, Disconnect(reason, why))
         conn.advance(event)
         self.dirty[conn] = None
@@ -2045,7 +2032,7 @@ class BrokerCore:
         persistent_client_expiration (None: for ever). An embedded bridge's local session is the broker's own."""
         if session.expiry_interval != NEVER_EXPIRES:
             return session.expiry_interval
-        limit = self.config.persistent_client_expiration
+        limit = self.config.limits.persistent_client_expiration
         return limit if limit and session.bridge is None else None
 
     def _end_session(self, session: Session, now: float) -> None:

@@ -25,13 +25,19 @@ def _shown(value: Any) -> str:
 
 
 def field_changes(old: Any, new: Any, skip: Iterable[str] = ()) -> list[str]:
-    """`name OLD -> NEW` for each field of two dataclass records that differs (the fields in `skip` left out)."""
+    """`name OLD -> NEW` for each field of two dataclass records that differs (the fields in `skip` left out); a
+    field holding a record of its own (BrokerConfig's `limits`) gives a line per field of it that differs."""
     left = set(skip)
-    return [
-        f"{f.name} {_shown(getattr(old, f.name))} -> {_shown(getattr(new, f.name))}"
-        for f in dataclasses.fields(old)
-        if f.name not in left and getattr(old, f.name) != getattr(new, f.name)
-    ]
+    out: list[str] = []
+    for f in dataclasses.fields(old):
+        before, after = getattr(old, f.name), getattr(new, f.name)
+        if f.name in left or before == after:
+            continue
+        if dataclasses.is_dataclass(before) and type(before) is type(after):
+            out += field_changes(before, after)
+        else:
+            out.append(f"{f.name} {_shown(before)} -> {_shown(after)}")
+    return out
 
 
 def _lines(acl: Acl | None) -> Counter[tuple[str | None, str, int, bool]]:

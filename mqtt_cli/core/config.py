@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .bridge import BridgeRuleError, parse_rule
+from .limits import Limits, limit_infos
 from .suggest import did_you_mean
 from .topics import topic_name_error
 
@@ -36,7 +37,6 @@ __all__ = [
     "BrokerSettings",
     "ConfigError",
     "DynamicSecuritySettings",
-    "LimitsSettings",
     "ListenerSettings",
     "LogFormat",
     "LogLevel",
@@ -51,6 +51,7 @@ __all__ = [
     "SyncMode",
     "SysSettings",
     "Translation",
+    "Transport",
     "Unsupported",
     "include_dirs",
     "listener_from_url",
@@ -67,20 +68,40 @@ class ConfigError(Exception):
     """One line: the file, the key path, what is wrong and what is allowed."""
 
 
+class Transport(StrEnum):
+    """What a listener's socket is: where it listens, how it is bound and how its peers are named."""
+
+    TCP = "tcp"  # HOST:PORT
+    UNIX = "unix"  # a Unix domain socket's file
+
+
 class Scheme(StrEnum):
-    MQTT = "mqtt"
-    MQTTS = "mqtts"
-    WS = "ws"  # MQTT over WebSocket
-    WSS = "wss"  # MQTT over WebSocket over TLS
-    UNIX = "unix"  # a Unix domain socket
+    """The kinds of listener, one entry each: URL scheme, default port, transport, whether TLS and WebSocket are
+    layered on it, and the other names the scheme goes by. Everything else about a kind is made from these: URLs are
+    parsed and printed, mosquitto.conf's listeners translated (here), sockets bound, streams wrapped and peers named
+    (net/listeners.py). A kind that combines a transport and layers that exist is one entry here."""
 
-    @property
-    def tls(self) -> bool:
-        return self in (Scheme.MQTTS, Scheme.WSS)
+    MQTT = "mqtt", 1883, Transport.TCP, False, False, ("tcp",)
+    MQTTS = "mqtts", 8883, Transport.TCP, True, False, ("ssl",)
+    WS = "ws", 8080, Transport.TCP, False, True  # MQTT over WebSocket
+    WSS = "wss", 8081, Transport.TCP, True, True  # MQTT over WebSocket over TLS
+    UNIX = "unix", 0, Transport.UNIX, False, False
 
-    @property
-    def websocket(self) -> bool:
-        return self in (Scheme.WS, Scheme.WSS)
+    default_port: int  # a URL's port when it gives none
+    transport: Transport
+    tls: bool
+    websocket: bool  # its URL may have a path: the WebSocket resource
+    aliases: tuple[str, ...]
+
+    def __new__(
+        cls, name: str, default_port: int, transport: Transport, tls: bool, websocket: bool,
+        aliases: tuple[str, ...] = (),
+    ) -> Scheme:  # fmt: skip
+        member = str.__new__(cls, name)
+        member._value_ = name
+        member.default_port, member.transport, member.tls, member.websocket = default_port, transport, tls, websocket
+        member.aliases = aliases
+        return member
 
 
 class ProtocolVersion(StrEnum):
@@ -123,10 +144,8 @@ class LogLevel(StrEnum):
 ALL_VERSIONS = (ProtocolVersion.v31, ProtocolVersion.v311, ProtocolVersion.v5)
 #: A TLS listener's lowest version, by mosquitto's names.
 TLS_VERSIONS = ("tlsv1.1", "tlsv1.2", "tlsv1.3")
-#: A listener URL's port when it gives none.
-DEFAULT_PORTS = {Scheme.MQTT: 1883, Scheme.MQTTS: 8883, Scheme.WS: 8080, Scheme.WSS: 8081}
-SCHEME_NAMES = {"mqtt": Scheme.MQTT, "tcp": Scheme.MQTT, "mqtts": Scheme.MQTTS, "ssl": Scheme.MQTTS}
-SCHEME_NAMES.update({"ws": Scheme.WS, "wss": Scheme.WSS, "unix": Scheme.UNIX})
+#: Every name a listener URL's scheme may have.
+SCHEME_NAMES = {name: scheme for scheme in Scheme for name in (scheme.value, *scheme.aliases)}
 #: Protocol versions by the names people use for them (also the CONNECT's protocol level).
 VERSION_NAMES = {
     "3.1": ProtocolVersion.v31, "3": ProtocolVersion.v31, "3.1.1": ProtocolVersion.v311, "4": ProtocolVersion.v311,
@@ -198,13 +217,14 @@ def parse_listener_url(url: str) -> ListenerAddress:
     parts = urlsplit(url)
     scheme = SCHEME_NAMES.get(parts.scheme.lower())
     if scheme is None:
-        raise ValueError("the scheme must be mqtt, mqtts, ws, wss or unix")
+        *others, last = (s.value for s in Scheme)
+        raise ValueError(f"the scheme must be {', '.join(others)} or {last}")
     if parts.fragment or parts.username or parts.password:
         raise ValueError("no user name or #fragment in a listener URL")
-    if scheme is Scheme.UNIX:
+    if scheme.transport is Transport.UNIX:
         path = unquote(parts.netloc + parts.path)
         if not path.startswith("/") or parts.netloc or path == "/":
-            raise ValueError("a Unix socket needs an absolute path, unix:///run/mqtt.sock")
+            raise ValueError(f"a Unix socket needs an absolute path, {scheme}:///run/mqtt.sock")
         return ListenerAddress(scheme, path=path, query=parts.query)
     try:
         port = parts.port
@@ -214,7 +234,7 @@ def parse_listener_url(url: str) -> ListenerAddress:
         raise ValueError(f"only {scheme}://host:port is understood (a path is for ws and wss)")
     path = parts.path if scheme.websocket and parts.path not in ("", "/") else ""
     host = parts.hostname or "127.0.0.1"
-    return ListenerAddress(scheme, host, DEFAULT_PORTS[scheme] if port is None else port, path, parts.query)
+    return ListenerAddress(scheme, host, scheme.default_port if port is None else port, path, parts.query)
 
 
 def listener_from_url(url: str) -> ListenerSettings:
@@ -230,10 +250,10 @@ def listener_from_url(url: str) -> ListenerSettings:
             if not text.isdigit():
                 raise ValueError("max_connections must be a whole number (0: no limit)")
             values["max_connections"] = int(text)
-        elif key == "mode" and address.scheme is Scheme.UNIX:
+        elif key == "mode" and address.scheme.transport is Transport.UNIX:
             values["mode"] = _mode(text)
         else:
-            known = ["versions", "max_connections", *(["mode"] if address.scheme is Scheme.UNIX else [])]
+            known = ["versions", "max_connections", *(["mode"] if address.scheme.transport is Transport.UNIX else [])]
             hint = f"{hint} " if (hint := did_you_mean(key, known)) else ""
             raise ValueError(f"unknown setting {key!r}; {hint}known: {', '.join(known)}")
     return ListenerSettings(url.partition("?")[0], **values)
@@ -255,44 +275,6 @@ def _mode(text: str) -> int:
     if not 0 <= mode <= 0o777:
         raise ValueError(f"mode {text!r} is not a file mode; give octal digits such as 0660")
     return mode
-
-
-@dataclass(frozen=True, slots=True)
-class LimitsSettings:
-    """`[limits]`: the broker's limits, with mosquitto's defaults and meaning (0: unlimited where it says so)."""
-
-    max_keepalive: int = field(
-        default=65535,
-        metadata=_key("longest keep alive, s (5.0: Server Keep Alive; 3.x: refused above; 0: none)", 0, 65535),
-    )
-    max_topic_alias: int = field(default=10, metadata=_key("topic aliases a 5.0 client may set", 0, 65535))
-    max_inflight: int = field(
-        default=20, metadata=_key("QoS 1/2 in flight to a client stating no Receive Maximum (0: 65,535)", 0, 65535)
-    )
-    max_queued_messages: int = field(
-        default=1000, metadata=_key("QoS 1/2 messages queued per client beyond its window (0: unlimited)", 0)
-    )
-    max_queued_bytes: int = field(default=0, metadata=_key("bytes queued per client (0: unlimited)", 0))
-    queue_drop_oldest: bool = field(default=False, metadata=_key("a full queue drops its oldest message, not the new"))
-    max_packet_size: int = field(
-        default=0, metadata=_key("largest packet accepted, bytes (0: the protocol's maximum)", 0, 268435460)
-    )
-    message_size_limit: int = field(
-        default=0, metadata=_key("largest payload; a bigger message is acknowledged, dropped (0: none)", 0, 268435455)
-    )
-    max_connections: int = field(default=0, metadata=_key("connections at once, all listeners (0: unlimited)", 0))
-    retain_available: bool = field(default=True, metadata=_key("retained messages are kept (5.0: Retain Available)"))
-    reason_strings: bool = field(
-        default=False, metadata=_key("5.0 DISCONNECT and refusing CONNACK say why (Reason String), for debugging")
-    )
-    max_topic_levels: int = field(
-        default=200, metadata=_key("levels a topic name or filter may have (mosquitto's limit; 0: no limit)", 0, 65535)
-    )
-    persistent_client_expiration: int = field(
-        default=0,
-        metadata=_key("seconds a disconnected session that would never expire (3.1.1 persistent, 5.0 expiry "
-                      "0xFFFFFFFF) is kept (0: for ever)", 0),
-    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -519,7 +501,7 @@ class BrokerSettings:
     listener: tuple[ListenerSettings, ...] = field(
         default=(ListenerSettings("mqtt://127.0.0.1:1883"),), metadata=_key("the listeners")
     )
-    limits: LimitsSettings = field(default_factory=LimitsSettings, metadata=_key("limits"))
+    limits: Limits = field(default_factory=Limits, metadata=_key("limits"))
     auth: AuthSettings = field(default_factory=AuthSettings, metadata=_key("authentication and ACL"))
     dynamic_security: DynamicSecuritySettings = field(
         default_factory=DynamicSecuritySettings, metadata=_key("users, groups and roles changed at run time")
@@ -707,7 +689,7 @@ def check(settings: BrokerSettings, source: str) -> BrokerSettings:
             raise ConfigError(f"{source}: {path}.{tls_keys[0]}: only for mqtts:// and wss:// listeners")
         if lst.crlfile is not None and lst.cafile is None and lst.capath is None:
             raise ConfigError(f"{source}: {path}.crlfile: needs cafile (or capath) to check client certificates")
-        if lst.mode is not None and address.scheme is not Scheme.UNIX:
+        if lst.mode is not None and address.scheme.transport is not Transport.UNIX:
             raise ConfigError(f"{source}: {path}.mode: only for unix:// listeners")
         if (lst.use_identity_as_username or lst.use_subject_as_username) and not address.scheme.tls:
             raise ConfigError(f"{source}: {path}: use_identity/subject_as_username need a TLS listener")
@@ -863,14 +845,8 @@ def include_dirs(text: str) -> list[str]:
     return [m.group(1) for line in text.splitlines() if (m := _INCLUDE.match(line))]
 
 
-_LIMIT_KEYS = {
-    "max_keepalive": "max_keepalive",
-    "max_packet_size": "max_packet_size",
-    "max_inflight_messages": "max_inflight",
-    "max_queued_messages": "max_queued_messages",
-    "max_queued_bytes": "max_queued_bytes",
-    "max_topic_alias": "max_topic_alias",
-}
+#: The mosquitto.conf options that set a limit, by option (`max_inflight_messages` sets `limits.max_inflight`).
+_LIMIT_OPTIONS = {info.mosquitto: info for info in limit_infos() if info.mosquitto is not None}
 _LISTENER_FILES = {
     "cafile": "cafile", "certfile": "certfile", "keyfile": "keyfile", "capath": "capath", "crlfile": "crlfile",
     "ciphers": "ciphers", "ciphers_tls1.3": "ciphers_tls13",
@@ -1036,9 +1012,6 @@ class _Translator:
         if key in ("user", "pid_file"):
             self.process[key] = value
             return True
-        if key == "persistent_client_expiration":
-            self.limits[key] = _duration(value, key)
-            return True
         if key in ("use_username_as_clientid", "allow_zero_length_clientid"):
             self.auth[key] = _bool(value, key)
             return True
@@ -1106,14 +1079,12 @@ class _Translator:
                 self.auth[key] = parsed
                 self.places[f"auth.{key}"] = self.here
             return True
-        if key in _LIMIT_KEYS:
-            self.limits[_LIMIT_KEYS[key]] = _int(value, key, 0)
-            return True
-        if key == "message_size_limit":
-            self.limits["message_size_limit"] = _int(value, key, 0)
-            return True
-        if key == "retain_available":
-            self.limits["retain_available"] = _bool(value, key)
+        if (limit := _LIMIT_OPTIONS.get(key)) is not None:
+            if limit.kind is bool:
+                parsed = _bool(value, key)
+            else:
+                parsed = _duration(value, key) if limit.mosquitto_period else _int(value, key, 0, limit.hi)
+            self.limits[limit.name] = parsed
             return True
         if key == "sys_interval":
             self.sys["interval"] = float(_int(value, key, 0))
@@ -1310,7 +1281,7 @@ class _Translator:
             dynamic_security=DynamicSecuritySettings(**self.dynsec),
             bridge=tuple(bridges),
             listener=tuple(records),
-            limits=LimitsSettings(**self.limits),
+            limits=Limits(**self.limits),
             auth=AuthSettings(**self.auth),
             log=log,
             sys=SysSettings(**self.sys),
@@ -1336,12 +1307,13 @@ def _mosquitto_url(spec: dict[str, Any]) -> str:
     address = spec.get("_address", "")
     ws = spec.get("_protocol") == "websockets"
     tls = "certfile" in spec or "keyfile" in spec
-    if port == 0 and address.startswith("/"):
-        return f"unix://{address}"
+    transport = Transport.UNIX if port == 0 and address.startswith("/") else Transport.TCP
+    scheme = next(s for s in Scheme if (s.transport, s.tls, s.websocket) == (transport, tls, ws))
+    if transport is Transport.UNIX:
+        return f"{scheme}://{address}"
     if not address:
         address = "::" if spec.get("_domain") == "ipv6" else "0.0.0.0"
     host = f"[{address}]" if ":" in address else address
-    scheme = ("wss" if tls else "ws") if ws else ("mqtts" if tls else "mqtt")
     return f"{scheme}://{host}:{port}"
 
 

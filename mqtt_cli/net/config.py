@@ -39,7 +39,8 @@ from mqtt_cli.core.config import (
 from mqtt_cli.net.auth_files import AuthFileError, load_dynsec_file, load_policy
 from mqtt_cli.net.bridge import side_config
 from mqtt_cli.net.embedded import EmbeddedConfig
-from mqtt_cli.net.server import ListenerTLS, ServeOptions, ServerError, listener_policy, listener_record, tls_context
+from mqtt_cli.net.listeners import ListenerTLS, ServerError, listener_policy, listener_record, tls_context
+from mqtt_cli.net.server import ServeOptions
 
 __all__ = [
     "ConfigSource",
@@ -223,23 +224,11 @@ def serve_options(
     settings = check(settings, source)
     broker_policy, policies = _policies(settings, origin)
     listeners = [listener_record(lst, policy) for lst, policy in zip(settings.listener, policies, strict=True)]
-    limits = settings.limits
     options = ServeOptions(
         listeners=listeners,
         broker=BrokerConfig(
-            max_keepalive=limits.max_keepalive,
-            max_topic_alias=limits.max_topic_alias,
-            max_inflight=limits.max_inflight,
-            max_queued_messages=limits.max_queued_messages,
-            max_queued_bytes=limits.max_queued_bytes,
-            queue_drop_oldest=limits.queue_drop_oldest,
-            max_packet_size=limits.max_packet_size,
-            message_size_limit=limits.message_size_limit,
-            retain_available=limits.retain_available,
-            reason_strings=limits.reason_strings,
-            max_topic_levels=limits.max_topic_levels,
+            limits=settings.limits,
             sys_interval=settings.sys.interval,
-            persistent_client_expiration=limits.persistent_client_expiration,
             use_username_as_clientid=settings.auth.use_username_as_clientid,
             allow_zero_length_clientid=settings.auth.allow_zero_length_clientid,
             auto_id_prefix=settings.auth.auto_id_prefix,
@@ -247,7 +236,6 @@ def serve_options(
             instance=instance,
             version=version,
         ),
-        max_connections=limits.max_connections,
         auth=broker_policy,
         metrics=None if settings.metrics.listen is None else parse_metrics_address(settings.metrics.listen),
         persistence=settings.persistence,

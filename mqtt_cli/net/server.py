@@ -12,10 +12,7 @@ import contextlib
 import errno
 import json
 import math
-import os
-import socket
 import ssl
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,26 +22,11 @@ import trio
 from trio.lowlevel import checkpoint, wait_readable
 
 from mqtt_cli.core.admin import AdminUsers
-from mqtt_cli.core.auth import (
-    OPEN_POLICY,
-    AuthPolicy,
-    CertificateIdentity,
-    certificate_identity,
-    is_loopback,
-    unsafe_listener_error,
-)
+from mqtt_cli.core.auth import OPEN_POLICY, AuthPolicy, CertificateIdentity, certificate_identity
 from mqtt_cli.core.bridge import source_filters
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice, NoticeKind, PolicyEffect
 from mqtt_cli.core.changes import effect_changes, field_changes, policy_changes
-from mqtt_cli.core.config import (
-    ALL_VERSIONS,
-    ListenerSettings,
-    MetricsAddress,
-    PersistenceSettings,
-    Scheme,
-    listener_from_url,
-    parse_listener_url,
-)
+from mqtt_cli.core.config import MetricsAddress, PersistenceSettings, Scheme
 from mqtt_cli.core.dynsec import DynamicSecurity
 from mqtt_cli.core.metrics import ConnectedClients
 from mqtt_cli.core.persistence import Change, Pending
@@ -53,9 +35,22 @@ from mqtt_cli.net.admin_api import AdminSource
 from mqtt_cli.net.auth_files import save_dynsec_file
 from mqtt_cli.net.committer import CommitThread
 from mqtt_cli.net.embedded import EmbeddedBridge, EmbeddedConfig
+from mqtt_cli.net.listeners import (
+    Listener,
+    ListenerTLS,
+    OpenListener,
+    ServerError,
+    bind,
+    listener_policy,
+    listener_record,
+    parse_listen_url,
+    peer_name,
+    remove_socket_file,
+    tls_context,
+    tls_for,
+)
 from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
 from mqtt_cli.net.store import Store, StoreError
-from mqtt_cli.net.tls13 import set_tls13_ciphersuites
 from mqtt_cli.net.trace import BrokerTrace
 from mqtt_cli.net.transports import receive_direct, send_direct, tcp_socket
 from mqtt_cli.net.websocket import CloseReason, HandshakeRefused, WebSocketStream
@@ -68,9 +63,11 @@ __all__ = [
     "Scheme",
     "ServeOptions",
     "ServerError",
+    "listener_policy",
     "listener_record",
     "parse_listen_url",
     "serve",
+    "tls_context",
 ]
 
 READ_SIZE = 65536
@@ -95,96 +92,6 @@ _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _CONNECTION_TASK = "mqtt_cli.net.server.BrokerServer._handle"  # its tasks' name: one string, not one each
 
 
-class ServerError(Exception):
-    """A start-up failure to report in one line (port in use, unreadable certificate, bad URL)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ListenerTLS:
-    """A TLS listener's files; a listener without its own uses the server's (--tls-cert, --tls-key, ...)."""
-
-    cert: Path | None = None
-    key: Path | None = None
-    cafile: Path | None = None
-    require_certificate: bool = False
-    # Its policy (mosquitto's listener options): the lowest version, cipher lists, revocation list, CA directory.
-    tls_version: str | None = None
-    ciphers: str | None = None
-    ciphers_tls13: str | None = None
-    crlfile: Path | None = None
-    capath: Path | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Listener:
-    """Where the broker listens and what it allows there; also what a bound listener reports (its real port).
-
-    `path`: the WebSocket resource clients must ask for (None: any), or the Unix socket's file. `mode`: the Unix
-    socket's file mode (None: as the umask leaves it). `versions`: the protocol levels allowed (3: 3.1, 4: 3.1.1,
-    5: 5.0; None: all); others are refused with CONNACK 0x01 (3.x) or 0x84 (5.0). `max_connections`: 0 for no
-    limit of the listener's own. `tls`: None uses the server's files. `auth`: the authentication settings of
-    this listener (per_listener_settings), handed as they are to BrokerCore with each connection.
-    """
-
-    scheme: Scheme
-    host: str = "127.0.0.1"
-    port: int = 1883
-    path: str | None = None
-    mode: int | None = None
-    versions: frozenset[int] | None = None
-    max_connections: int = 0
-    tls: ListenerTLS | None = None
-    auth: AuthPolicy | None = field(default=None, compare=False)  # its own policy; None: ServeOptions.auth
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.scheme, Scheme):  # "ws" from a configuration file: the enum (ValueError if unknown)
-            object.__setattr__(self, "scheme", Scheme(self.scheme))
-
-    @property
-    def url(self) -> str:
-        if self.scheme is Scheme.UNIX:
-            return f"unix://{self.path}"
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        where = f"{self.scheme}://{host}:{self.port}"
-        return where + (self.path or "") if self.scheme.websocket else where
-
-
-def parse_listen_url(url: str) -> Listener:
-    """A listener URL (port 0: any free port), with its settings as query parameters:
-
-    mqtt://HOST:PORT, mqtts://HOST:PORT, ws://HOST:PORT[/PATH], wss://HOST:PORT[/PATH] (no path: any), and
-    unix:///PATH; parameters `versions=3.1.1,5`, `max_connections=N` and, for unix, `mode=0660`. Parsed by
-    core.config (the configuration file's listeners are the same records).
-    """
-    try:
-        return listener_record(listener_from_url(url))
-    except ValueError as exc:
-        raise ServerError(f"listener {url!r}: {exc}") from None
-
-
-def listener_record(settings: ListenerSettings, auth: AuthPolicy | None = None) -> Listener:
-    """The server's record of a configured listener (`auth`: its authentication settings, if its own)."""
-    address = parse_listener_url(settings.url)
-    tls = None
-    own = settings.certfile or settings.keyfile or settings.cafile or settings.require_certificate
-    policy = [getattr(settings, key) for key in ("tls_version", "ciphers", "ciphers_tls13", "crlfile", "capath")]
-    if address.scheme.tls and (own or any(v is not None for v in policy)):
-        tls = ListenerTLS(_path(settings.certfile), _path(settings.keyfile), _path(settings.cafile),
-                          settings.require_certificate, settings.tls_version, settings.ciphers,
-                          settings.ciphers_tls13, _path(settings.crlfile), _path(settings.capath))  # fmt: skip
-    versions = None
-    if set(settings.versions) != set(ALL_VERSIONS):
-        versions = frozenset(v.level for v in settings.versions)
-    return Listener(
-        address.scheme, address.host, address.port, address.path or None, settings.mode, versions,
-        settings.max_connections, tls, auth,
-    )  # fmt: skip
-
-
-def _path(name: str | None) -> Path | None:
-    return None if name is None else Path(name)
-
-
 @dataclass(slots=True)
 class ServeOptions:
     listeners: list[Listener]
@@ -193,7 +100,6 @@ class ServeOptions:
     tls_key: Path | None = None
     tls_cafile: Path | None = None
     require_certificate: bool = False
-    max_connections: int = 0  # 0: unlimited
     ready_file: Path | None = None
     on_notice: Callable[[Notice], None] | None = None
     on_listening: Callable[[list[Listener]], None] | None = None
@@ -211,105 +117,6 @@ class ServeOptions:
 
     def default_tls(self) -> ListenerTLS:
         return ListenerTLS(self.tls_cert, self.tls_key, self.tls_cafile, self.require_certificate)
-
-
-def tls_context(files: ListenerTLS, where: str = "an mqtts:// or wss:// listener") -> ssl.SSLContext:
-    if files.cert is None or files.key is None:
-        raise ServerError(f"{where} needs a certificate and its key (--tls-cert and --tls-key)")
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        ctx.load_cert_chain(files.cert, files.key)
-    except (OSError, ssl.SSLError) as exc:
-        raise ServerError(f"cannot load TLS certificate {files.cert} and key {files.key}: {exc}") from None
-    if files.cafile is not None:
-        try:
-            ctx.load_verify_locations(files.cafile)
-        except (OSError, ssl.SSLError) as exc:
-            raise ServerError(f"cannot load the CA file {files.cafile}: {exc}") from None
-    if files.capath is not None:
-        if not files.capath.is_dir():
-            raise ServerError(f"capath {files.capath} is not a directory")
-        ctx.load_verify_locations(capath=files.capath)
-    _tls_policy(ctx, files, where)
-    if files.require_certificate:
-        if files.cafile is None and files.capath is None:
-            raise ServerError(f"{where}: requiring certificates needs a CA file (--tls-cafile) to check them against")
-        ctx.verify_mode = ssl.CERT_REQUIRED
-    return ctx
-
-
-_TLS_VERSIONS = {"tlsv1.1": ssl.TLSVersion.TLSv1_1, "tlsv1.2": ssl.TLSVersion.TLSv1_2,
-                 "tlsv1.3": ssl.TLSVersion.TLSv1_3}  # fmt: skip
-
-
-def _tls_policy(ctx: ssl.SSLContext, files: ListenerTLS, where: str) -> None:
-    """A listener's TLS policy onto its context: lowest version, cipher lists, revocation list (mosquitto checks
-    the client certificate itself against it, as OpenSSL's X509_V_FLAG_CRL_CHECK does here)."""
-    if files.tls_version is not None:
-        ctx.minimum_version = _TLS_VERSIONS[files.tls_version]
-        if files.tls_version == "tlsv1.1":
-            ctx.set_ciphers("DEFAULT:@SECLEVEL=0")  # OpenSSL's default level refuses TLS 1.1's signatures
-    if files.ciphers is not None:
-        try:
-            ctx.set_ciphers(files.ciphers)
-        except ssl.SSLError:
-            raise ServerError(f"{where}: ciphers {files.ciphers!r}: no cipher OpenSSL knows") from None
-    if files.ciphers_tls13 is not None:
-        error = set_tls13_ciphersuites(ctx, files.ciphers_tls13)
-        if error is not None:
-            raise ServerError(f"{where}: ciphers_tls1.3 {files.ciphers_tls13!r}: {error}")
-    if files.crlfile is not None:
-        try:
-            ctx.load_verify_locations(files.crlfile)
-        except (OSError, ssl.SSLError) as exc:
-            raise ServerError(f"cannot load the revocation list {files.crlfile}: {exc}") from None
-        ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
-
-
-def _tls_for(spec: Listener, options: ServeOptions, policy: AuthPolicy) -> ssl.SSLContext:
-    files = spec.tls or options.default_tls()
-    ctx = tls_context(files, f"listener {spec.url}")
-    if policy.uses_certificates and not files.require_certificate:
-        if files.cafile is None:
-            raise ServerError(
-                f"listener {spec.url}: a certificate identity as user name needs a CA file (--tls-cafile) to check "
-                "certificates against"
-            )
-        ctx.verify_mode = ssl.CERT_OPTIONAL  # a client without one is refused at CONNECT (not authorized)
-    return ctx
-
-
-def listener_policy(options: ServeOptions, spec: Listener) -> AuthPolicy:
-    """The policy a listener's connections get, `allow_anonymous` decided; ServerError for one that must not start
-    (open to the network without any authentication, anonymous access not allowed explicitly)."""
-    policy = spec.auth or options.auth
-    local = spec.scheme is Scheme.UNIX or is_loopback(spec.host)  # a Unix socket is as local as loopback
-    if not local:
-        error = unsafe_listener_error(policy, spec.url, spec.host)
-        if error is not None:
-            raise ServerError(error)
-    return policy.resolved(local)
-
-
-class OpenListener:
-    """A listener the server has open: its sockets, its accepting tasks and the connections it accepted."""
-
-    def __init__(self, spec: Listener, sockets: list[trio.abc.Listener[Any]], bound: list[Listener]) -> None:
-        self.spec = spec
-        self.bound = bound  # one per socket, with the port the system gave
-        self.sockets = sockets
-        self.connections: set[ServerConnection] = set()
-        self.active = 0
-        self.closed = False
-        self.cancel_scope = trio.CancelScope()
-        self.unix_inode: int | None = None  # the socket file we made (removed on close if still ours)
-        # A TLS listener's context, used for each connection when it is accepted: a reload swaps it, and the
-        # connections accepted from then on get the new certificate.
-        self.tls: ssl.SSLContext | None = None
-        self.policy: AuthPolicy = OPEN_POLICY  # what its connections are checked against (set when opened)
-
-    def __repr__(self) -> str:
-        return f"<OpenListener {', '.join(b.url for b in self.bound)}>"
 
 
 class _Conn:
@@ -680,7 +487,8 @@ class BrokerServer:
         (closed); else it is counted until _end."""
         opts = self.options
         spec = listener.spec if listener is not None else None
-        if (opts.max_connections and self.active >= opts.max_connections) or (
+        most = opts.broker.limits.max_connections
+        if (most and self.active >= most) or (
             listener is not None and listener.spec.max_connections and listener.active >= listener.spec.max_connections
         ):
             await trio.aclose_forcefully(stream)
@@ -692,7 +500,7 @@ class BrokerServer:
         admitted = False
         peer = "-"
         try:
-            peer = _peer(stream, spec)
+            peer = peer_name(stream, spec)
             policy = listener.policy if listener is not None else OPEN_POLICY
             certificate = None
             if isinstance(stream, trio.SSLStream) and policy.uses_certificates:
@@ -868,24 +676,7 @@ class BrokerServer:
 
     async def _bind(self, spec: Listener) -> OpenListener:
         """Opens the sockets of `spec` (nothing accepted yet); ServerError says why it cannot."""
-        policy = listener_policy(self.options, spec)
-        ctx = _tls_for(spec, self.options, policy) if spec.scheme.tls else None
-        if spec.scheme is Scheme.UNIX:
-            listener = await _bind_unix(spec)
-            listener.policy = policy
-            return listener
-        try:
-            tcp = await trio.open_tcp_listeners(spec.port, host=spec.host)
-        except OSError as exc:
-            raise ServerError(f"cannot listen on {spec.url}: {exc.strerror or exc}") from None
-        bound = []
-        for lst in tcp:
-            host, port = lst.socket.getsockname()[:2]
-            bound.append(replace(spec, host=host, port=port))
-        listener = OpenListener(spec, list(tcp), bound)
-        listener.tls = ctx
-        listener.policy = policy
-        return listener
+        return await bind(spec, self.options)
 
     def _start(self, listener: OpenListener) -> None:
         nursery = self._nursery
@@ -905,10 +696,7 @@ class BrokerServer:
                         await trio.sleep(0.1)  # out of descriptors: let connections end, as trio.serve_listeners
                         continue
                     raise
-                if listener.tls is not None:  # as trio.SSLListener does, with the context in force now
-                    # wss: https_compatible, as browsers close TLS without close_notify
-                    wss = listener.spec.scheme is Scheme.WSS
-                    stream = trio.SSLStream(stream, listener.tls, server_side=True, https_compatible=wss)
+                stream = listener.wrap(stream)
                 assert self._nursery is not None
                 self._nursery.start_soon(self._handle, stream, listener, name=_CONNECTION_TASK)
 
@@ -930,7 +718,7 @@ class BrokerServer:
         for sock in listener.sockets:
             with contextlib.suppress(OSError, trio.ClosedResourceError):
                 await sock.aclose()
-        _remove_unix_socket(listener)
+        remove_socket_file(listener)
         if listener in self.listeners:
             self.listeners.remove(listener)
         now = trio.current_time()
@@ -961,7 +749,7 @@ class BrokerServer:
         kept = [lst for lst in self.listeners if _where(lst.spec) in wanted]
         policies = {id(lst): listener_policy(options, wanted[_where(lst.spec)]) for lst in kept}
         contexts = {
-            id(lst): _tls_for(wanted[_where(lst.spec)], options, policies[id(lst)])
+            id(lst): tls_for(wanted[_where(lst.spec)], options, policies[id(lst)])
             for lst in kept
             if lst.spec.scheme.tls
         }
@@ -1170,7 +958,7 @@ class BrokerServer:
         for sock in listener.sockets:
             with trio.CancelScope(shield=True), contextlib.suppress(OSError, trio.ClosedResourceError):
                 await sock.aclose()
-        _remove_unix_socket(listener)
+        remove_socket_file(listener)
 
     def reload_auth(self, policies: list[AuthPolicy]) -> None:
         """New auth policies (read with net/auth_files.py), one per `options.listeners` entry: checked for every
@@ -1200,74 +988,6 @@ class BrokerServer:
         with trio.move_on_after(DRAIN_ON_SHUTDOWN):
             while any(c.context is not None and c.context.writing for c in self.core.connections):
                 await trio.sleep(0.01)
-
-
-async def _bind_unix(spec: Listener) -> OpenListener:
-    """A Unix socket listener. A socket file left by a dead server is replaced; one a live server answers on,
-    or a file that is not a socket, is an error (nothing is removed)."""
-    assert spec.path is not None
-    path = spec.path
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        info = None
-    except OSError as exc:
-        raise ServerError(f"cannot listen on {spec.url}: {exc.strerror}") from None
-    if info is not None:
-        if not stat.S_ISSOCK(info.st_mode):
-            raise ServerError(f"cannot listen on {spec.url}: {path} is not a socket; remove it or pick another path")
-        if await _someone_listens(path):
-            raise ServerError(f"cannot listen on {spec.url}: another server is listening on {path}")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        await sock.bind(path)
-        if spec.mode is not None:
-            os.chmod(path, spec.mode)
-        sock.listen(socket.SOMAXCONN)
-        inode = os.stat(path).st_ino
-    except OSError as exc:
-        sock.close()
-        raise ServerError(f"cannot listen on {spec.url}: {exc.strerror or exc}") from None
-    listener = OpenListener(spec, [trio.SocketListener(sock)], [spec])
-    listener.unix_inode = inode
-    return listener
-
-
-async def _someone_listens(path: str) -> bool:
-    probe = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        with trio.move_on_after(1):
-            await probe.connect(path)
-        return True  # it answered (or its backlog is full: alive too)
-    except OSError:
-        return False  # refused: nobody listens; the file is a dead server's
-    finally:
-        probe.close()
-
-
-def _remove_unix_socket(listener: OpenListener) -> None:
-    """Removes the socket file we made, unless someone replaced it since."""
-    path = listener.spec.path
-    if listener.unix_inode is None or path is None:
-        return
-    with contextlib.suppress(OSError):
-        if os.stat(path).st_ino == listener.unix_inode:
-            os.unlink(path)
-    listener.unix_inode = None
-
-
-def _peer(stream: trio.abc.Stream, spec: Listener | None = None) -> str:
-    if spec is not None and spec.scheme is Scheme.UNIX:
-        return f"unix:{spec.path}"
-    inner = getattr(stream, "transport_stream", stream)
-    sock = getattr(inner, "socket", None)
-    try:
-        host, port = sock.getpeername()[:2]  # type: ignore[union-attr]
-    except (AttributeError, OSError, ValueError):
-        return "?"
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _ready_entry(b: Listener) -> dict[str, Any]:

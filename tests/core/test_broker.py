@@ -8,6 +8,7 @@ import pytest
 
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
 from mqtt_cli.core.encoder import encode
+from mqtt_cli.core.limits import Limits
 from mqtt_cli.core.packets import (
     ConnAck,
     Connect,
@@ -298,7 +299,7 @@ def test_clean_session_discards(broker: BrokerCore) -> None:
 
 
 def test_offline_queue_limit_counts_drops() -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, max_queued_messages=3))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(max_queued_messages=3)))
     sub = client(broker, "s", clean_start=False)
     sub.subscribe(Subscription("t", 1))
     sub.lose()
@@ -312,7 +313,7 @@ def test_offline_queue_limit_counts_drops() -> None:
 
 
 def test_inflight_window_queues_then_pumps() -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, max_inflight=2))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(max_inflight=2)))
     sub = client(broker, "s")
     sub.subscribe(Subscription("t", 1))
     pub = client(broker, "p")
@@ -409,7 +410,7 @@ def test_topic_alias_over_maximum(broker: BrokerCore) -> None:
 
 
 def test_receive_maximum_exceeded() -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, max_inflight=2))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(max_inflight=2)))
     pub = client(broker, "p", 5)
     pub.send(Publish("t", b"", 2, packet_id=1))
     pub.send(Publish("t", b"", 2, packet_id=2))
@@ -486,14 +487,14 @@ def test_client_maximum_packet_size(broker: BrokerCore) -> None:
 
 
 def test_server_keep_alive() -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, max_keepalive=60))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(max_keepalive=60)))
     ack = Client(broker, 5).connect("c", keepalive=300)
     assert ack.properties.server_keep_alive == 60
     assert Client(broker, 4).connect("d", keepalive=300).reason_code == 2
 
 
 def test_slow_subscriber_drops_qos0_and_queues_qos1() -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, max_buffered_bytes=100, max_inflight=0))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, max_buffered_bytes=100, limits=Limits(max_inflight=0)))
     sub = client(broker, "s")
     sub.subscribe(Subscription("t", 1))
     pub = client(broker, "p")
@@ -552,7 +553,7 @@ def test_response_information(broker: BrokerCore) -> None:
 
 
 def test_reason_strings_are_left_out_over_the_client_maximum_packet_size() -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, reason_strings=True))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(reason_strings=True)))
     # [MQTT-3.14.2-3]/[MQTT-3.1.2-24]: a DISCONNECT with its reason string would be 34 bytes here.
     c = client(broker, "c", 5, properties=Properties(maximum_packet_size=11))  # the CONNACK is 11 bytes
     (d,) = c.send(Publish("", b"x", properties=Properties(topic_alias=3)))  # an alias never set
@@ -615,7 +616,7 @@ def test_acknowledgements_for_nothing_in_flight_are_ignored(broker: BrokerCore, 
 
 
 def test_max_keepalive_0_means_no_limit() -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, max_keepalive=0))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(max_keepalive=0)))
     assert Client(broker, 4).connect("a", keepalive=0).reason_code == 0
     assert Client(broker, 4).connect("b", keepalive=65535).reason_code == 0
     ack = Client(broker, 5).connect("c", keepalive=0)

@@ -9,6 +9,7 @@ import pytest
 
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
 from mqtt_cli.core.encoder import encode
+from mqtt_cli.core.limits import Limits
 from mqtt_cli.core.packets import Connect, Disconnect, PingReq, PubAck, Publish, PubRec, PubRel, Subscribe, Subscription
 from mqtt_cli.core.reader import PacketReader
 from mqtt_cli.core.server import ServerConnection
@@ -23,7 +24,7 @@ def _connected(broker: BrokerCore, client_id: str, version: int = 4) -> ServerCo
 
 def _pair(version: int = 4, max_inflight: int = 0) -> tuple[BrokerCore, ServerConnection, ServerConnection]:
     """A broker with a publisher and a subscriber of `t/#` at QoS 2 (its window: `max_inflight`, 0 unlimited)."""
-    broker = BrokerCore(BrokerConfig(sys_interval=0, max_inflight=max_inflight, max_queued_messages=0))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(max_inflight=max_inflight, max_queued_messages=0)))
     pub = _connected(broker, "pub", version)
     sub = _connected(broker, "sub", version)
     broker.receive(sub, encode(Subscribe(1, (Subscription("t/#", 2),)), version), 0.0)

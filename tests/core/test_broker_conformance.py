@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
+from mqtt_cli.core.limits import Limits
 from mqtt_cli.core.packets import ConnAck, Connect, Disconnect, Publish, SubAck, Subscribe, Subscription
 from mqtt_cli.core.properties import Properties
 from tests.core.test_broker import Client, client
@@ -41,7 +42,7 @@ def test_no_reason_string_in_server_disconnect_by_default(broker: BrokerCore) ->
 
 
 def test_reason_strings_option_says_why(tmp_path: object) -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, reason_strings=True))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(reason_strings=True)))
     c = client(broker, "c", 5)
     (d,) = c.send(Connect("c", protocol_version=5))
     assert isinstance(d, Disconnect) and d.reason_code == 0x82 and d.properties.reason_string == "second CONNECT"
@@ -53,7 +54,7 @@ def test_malformed_v5_connect_closes_without_connack_by_default_MQTT_3_1_4_1(bro
     bad = _frame(0x10, _s("MQTT") + bytes((5, 0x03, 0, 60, 0)) + _s("c"))  # reserved flag set
     assert c.send_raw(bad) == []
     assert c.closed
-    loud = BrokerCore(BrokerConfig(sys_interval=0, reason_strings=True))
+    loud = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(reason_strings=True)))
     c = Client(loud, 5)
     (ack,) = c.send_raw(bad)
     assert isinstance(ack, ConnAck) and ack.reason_code == 0x81 and ack.properties.reason_string
@@ -239,11 +240,11 @@ def test_topics_over_the_level_limit_are_refused_as_mosquitto(broker: BrokerCore
 
 
 def test_the_level_limit_is_configurable() -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, max_topic_levels=3))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(max_topic_levels=3)))
     c = client(broker, "c", 5)
     assert c.subscribe("a/b/c/d") == [SubAck(1, (0,))]
     assert c.subscribe("a/b/c/d/e", pid=2) == [Disconnect(0x81)]
-    unlimited = BrokerCore(BrokerConfig(sys_interval=0, max_topic_levels=0))
+    unlimited = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(max_topic_levels=0)))
     c = client(unlimited, "c", 5)
     assert c.subscribe(_levels(5000)) == [SubAck(1, (0,))]
 
@@ -305,7 +306,7 @@ def test_mqtt_3_1_1_keeps_its_stricter_rules_MQTT_3_1_2_3_MQTT_3_1_2_19(broker: 
 
 @pytest.mark.parametrize("max_inflight, announced", [(20, 20), (1, 1), (65534, 65534), (0, None), (65535, None)])
 def test_max_inflight_is_announced_as_receive_maximum(max_inflight: int, announced: int | None) -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, max_inflight=max_inflight))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(max_inflight=max_inflight)))
     ack = Client(broker, 5).connect("c")
     assert ack.properties.receive_maximum == announced
 
@@ -327,7 +328,7 @@ def test_exceeding_receive_maximum_is_disconnected_with_0x93_MQTT_3_3_4_7(broker
 
 
 def test_no_receive_maximum_means_65535_unreleased(broker: BrokerCore) -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, max_inflight=0))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(max_inflight=0)))
     c = client(broker, "c", 5)
     data = b"".join(_frame(0x34, _s("t") + pid.to_bytes(2, "big") + b"\x00") for pid in range(1, 65536))
     got = c.send_raw(data)
@@ -357,7 +358,9 @@ def test_qos2_pubrec_goes_before_the_publishers_own_copy(broker: BrokerCore, ver
 
 
 def test_connack_properties_come_in_mosquittos_order() -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, max_keepalive=30, retain_available=False, max_packet_size=1000))
+    broker = BrokerCore(
+        BrokerConfig(sys_interval=0, limits=Limits(max_keepalive=30, retain_available=False, max_packet_size=1000))
+    )
     c = Client(broker, 5)
     broker.receive(c.conn, _frame(0x10, _s("MQTT") + bytes((5, 2, 0, 60, 0)) + _s("")), 0.0)
     ids = [pid for pid, _ in c.reader.feed(bytes(c.conn.out))[0].properties.items]

@@ -7,6 +7,7 @@ from mqtt_cli.core.acl import parse_acl_file
 from mqtt_cli.core.auth import AuthPolicy
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
 from mqtt_cli.core.encoder import encode
+from mqtt_cli.core.limits import Limits
 from mqtt_cli.core.packets import ConnAck, Connect, Disconnect, PubAck, Publish, PubRec, Subscribe, Subscription
 from mqtt_cli.core.persistence import SessionRemoved, SessionSaved, StoredSession
 from mqtt_cli.core.properties import Properties
@@ -100,7 +101,7 @@ def test_an_offline_client_comes_back_under_the_acl_of_a_reload() -> None:
 
 
 def test_with_persistence_acknowledgements_keep_the_order_of_their_publishes() -> None:
-    core = BrokerCore(BrokerConfig(message_size_limit=10))
+    core = BrokerCore(BrokerConfig(limits=Limits(message_size_limit=10)))
     core.enable_persistence()
     bob = connect(core, "bob", "bob-client", 0, clean=True, version=5)
     taken(bob, 5)
@@ -135,7 +136,7 @@ def test_a_reload_keeps_the_receive_maximum_and_retain_available_a_connack_annou
     conn = core.open("peer", 0)
     core.receive(conn, encode(Connect("c", True, 60, protocol_version=5), 5), 0)
     assert taken(conn, 5)[0] == ConnAck(False, 0, Properties(topic_alias_maximum=10, receive_maximum=20))
-    core.reconfigure(BrokerConfig(max_inflight=2, retain_available=False), 1)
+    core.reconfigure(BrokerConfig(limits=Limits(max_inflight=2, retain_available=False)), 1)
     for pid in (1, 2, 3):
         core.receive(conn, encode(Publish("t", b"x", 2, packet_id=pid), 5), 2)
     core.receive(conn, encode(Publish("t", b"x", 0, retain=True), 5), 2)
@@ -147,6 +148,6 @@ def test_a_reload_checks_topics_seen_before_against_new_level_limits() -> None:
     conn = core.open("peer", 0)
     core.receive(conn, encode(Connect("c", True, 60, protocol_version=5), 5), 0)
     core.receive(conn, encode(Publish("a/b/c/d", b"x", 0), 5), 0)
-    core.reconfigure(BrokerConfig(max_topic_levels=2), 1)
+    core.reconfigure(BrokerConfig(limits=Limits(max_topic_levels=2)), 1)
     core.receive(conn, encode(Publish("a/b/c/d", b"x", 0), 5), 2)
     assert conn.closed

@@ -5,16 +5,19 @@ from __future__ import annotations
 import pytest
 
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
+from mqtt_cli.core.limits import Limits
 from mqtt_cli.core.packets import Publish, Subscription
 from tests.core.test_broker import Client, client
 
 
 def test_queue_limits_apply_at_once_to_existing_sessions() -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, max_queued_messages=10, instance="a1", version="v"))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, instance="a1", version="v", limits=Limits(max_queued_messages=10)))
     sub = client(broker, "s", clean_start=False)
     sub.subscribe(Subscription("t", 1))
     sub.lose()
-    broker.reconfigure(BrokerConfig(sys_interval=0, max_queued_messages=2, instance="other", version="w"), 1.0)
+    broker.reconfigure(
+        BrokerConfig(sys_interval=0, instance="other", version="w", limits=Limits(max_queued_messages=2)), 1.0
+    )
     assert (broker.config.instance, broker.config.version) == ("a1", "v")  # the run's identity stays
     pub = client(broker, "p")
     for i in range(5):
@@ -28,7 +31,7 @@ def test_queue_limits_apply_at_once_to_existing_sessions() -> None:
 def test_keepalive_limit_applies_to_new_connections() -> None:
     broker = BrokerCore(BrokerConfig(sys_interval=0))
     before = client(broker, "before", keepalive=600)
-    broker.reconfigure(BrokerConfig(sys_interval=0, max_keepalive=60), 1.0)
+    broker.reconfigure(BrokerConfig(sys_interval=0, limits=Limits(max_keepalive=60)), 1.0)
     assert before.conn.keepalive == 600 and not before.closed
     late = Client(broker)
     assert late.connect("late", keepalive=600).reason_code != 0  # 3.1.1: refused above the new maximum
@@ -46,7 +49,7 @@ def test_sys_interval_change_moves_the_next_update() -> None:
 def test_message_size_limit_drops_and_keeps_the_client(version: int) -> None:
     """mosquitto's message_size_limit: a bigger payload is acknowledged and dropped, the client stays (5.0:
     0x97, where mosquitto sends 0x95, which PUBACK may not carry)."""
-    broker = BrokerCore(BrokerConfig(sys_interval=0, message_size_limit=10))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(message_size_limit=10)))
     sub = client(broker, "s", version)
     sub.subscribe(Subscription("t", 1))
     pub = client(broker, "p", version)

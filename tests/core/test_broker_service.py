@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from mqtt_cli.core.auth import OPEN_POLICY
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice, NoticeKind
+from mqtt_cli.core.limits import Limits
 from mqtt_cli.core.packets import Connect, Publish, Subscribe, Subscription, Unsubscribe
 from mqtt_cli.core.persistence import SessionRemoved
 from mqtt_cli.core.properties import Properties
 from tests.core.test_broker import Client
 
-DAY = 86400.0
+DAY = 86400  # an integer, as the [limits] key is (the compiled core checks the type)
 
 
 def notices(broker: BrokerCore, kind: NoticeKind | None = None) -> list[Notice]:
@@ -55,7 +56,7 @@ def test_user_name_as_client_id_and_a_client_without_one_refused() -> None:
 
 
 def test_persistent_client_expiration_ends_idle_never_expiring_sessions_and_the_stored_one() -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, persistent_client_expiration=14 * DAY))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(persistent_client_expiration=14 * DAY)))
     broker.enable_persistence()
     old = Client(broker, 4)
     old.connect("old311", clean_start=False)
@@ -108,7 +109,7 @@ def test_subscribe_and_unsubscribe_notices_say_client_filter_qos_and_result() ->
 
 
 def test_drops_for_a_full_queue_are_noticed_when_they_start_counted_and_when_they_stop() -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, max_queued_messages=10, drop_log_interval=10.0))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, drop_log_interval=10.0, limits=Limits(max_queued_messages=10)))
     slow = Client(broker, 4)
     slow.connect("slow", clean_start=False)
     slow.subscribe(Subscription("f/#", 1))

@@ -14,7 +14,6 @@ from mqtt_cli.core.config import (
     AuthSettings,
     BrokerSettings,
     ConfigError,
-    LimitsSettings,
     ListenerSettings,
     LogFormat,
     LogLevel,
@@ -33,6 +32,7 @@ from mqtt_cli.core.config import (
     to_table,
     translate_mosquitto,
 )
+from mqtt_cli.core.limits import Limits
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "mosquitto"
 DEBIAN_EXAMPLE = Path("/usr/share/doc/mosquitto/examples/mosquitto.conf")
@@ -87,7 +87,7 @@ interval = 2.5
     assert s.listener[0].versions == (ProtocolVersion.v311, ProtocolVersion.v5)
     assert s.listener[0].max_connections == 100
     assert s.listener[1].scheme is Scheme.MQTTS and s.listener[1].require_certificate
-    assert s.limits == LimitsSettings(max_keepalive=300, max_queued_bytes=1048576, queue_drop_oldest=True)
+    assert s.limits == Limits(max_keepalive=300, max_queued_bytes=1048576, queue_drop_oldest=True)
     assert s.auth == AuthSettings(allow_anonymous=False, password_file="/etc/mqtt/passwd")
     assert (s.log.level, s.log.format, s.log.file) == (LogLevel.info, LogFormat.json, "/var/log/mqtt.log")
     assert s.sys.interval == 2.5
@@ -272,7 +272,7 @@ def test_mosquitto_tls_users_and_limits() -> None:
     )  # fmt: skip
     assert tls.require_certificate and tls.use_identity_as_username and tls.max_connections == 5000
     assert s.auth == AuthSettings(False, "/etc/mosquitto/passwd", "/etc/mosquitto/acl", False)
-    assert s.limits == LimitsSettings(
+    assert s.limits == Limits(
         max_keepalive=300, max_packet_size=1048576, max_inflight=40, max_queued_messages=5000,
         max_queued_bytes=10485760,
     )  # fmt: skip
@@ -371,7 +371,7 @@ def test_mosquitto_bad_values_are_named() -> None:
         "tls_version sslv3\n", "m.conf"
     )  # fmt: skip
     assert [(u.line, u.why) for u in result.unsupported] == [
-        (1, "max_keepalive must be an integer >= 0, not 'soon'"),
+        (1, "max_keepalive must be an integer from 0 to 65535, not 'soon'"),
         (2, "allow_anonymous must be true or false, not 'yes'"),
         (3, "listener needs a value"),
         (4, "log_dest dlt is not supported (file, syslog, topic, stderr, none)"),
@@ -380,7 +380,7 @@ def test_mosquitto_bad_values_are_named() -> None:
     ]
     assert (
         str(result.unsupported[0])
-        == "m.conf:1: 'max_keepalive soon': max_keepalive must be an integer >= 0, not 'soon'"
+        == "m.conf:1: 'max_keepalive soon': max_keepalive must be an integer from 0 to 65535, not 'soon'"
     )
 
 
@@ -409,7 +409,7 @@ def test_debian_example_as_shipped_is_the_defaults() -> None:
     result = translate_mosquitto(_debian_example(), "mosquitto.conf")
     assert result.unsupported == ()
     assert result.settings.listener == (ListenerSettings("mqtt://127.0.0.1:1883"),)
-    assert result.settings.limits == LimitsSettings()
+    assert result.settings.limits == Limits()
 
 
 def test_debian_example_with_every_option_uncommented() -> None:

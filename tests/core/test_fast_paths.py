@@ -36,6 +36,7 @@ from mqtt_cli.core.decoder import decode_body
 from mqtt_cli.core.encoder import encode, encode_publish, encode_topic_name, frame_publish
 from mqtt_cli.core.errors import RemoteProtocolError
 from mqtt_cli.core.events import PongReceived, PublishAcknowledged
+from mqtt_cli.core.limits import Limits
 from mqtt_cli.core.packets import (
     ConnAck,
     Connect,
@@ -377,7 +378,7 @@ def test_client_leading_pubacks_give_the_general_paths_events(version: int) -> N
 @pytest.mark.parametrize("size_limited", [False, True])
 def test_broker_acknowledgements_are_the_encoders(version: int, qos: int, subscribed: bool, size_limited: bool) -> None:
     """BrokerCore writes PUBACK / PUBREC bytes by hand (taken, no subscribers in 5.0, dropped as too big)."""
-    broker = BrokerCore(BrokerConfig(sys_interval=0, message_size_limit=10 if size_limited else 0))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(message_size_limit=10 if size_limited else 0)))
     if subscribed:
         sub = broker.open("127.0.0.1:2", 0.0)
         broker.receive(sub, encode(Connect("sub", protocol_version=version)), 0.0)
@@ -407,7 +408,7 @@ def test_broker_qos2_answers_are_the_encoders(version: int) -> None:
     the general path (5.0: PUBCOMP 0x92; no PUBREL)."""
     # A window of 1 towards the subscriber: 3.x the broker's max_inflight, 5.0 its own Receive Maximum (the broker's
     # would limit the publisher's unreleased QoS 2 messages too).
-    broker = BrokerCore(BrokerConfig(sys_interval=0, max_inflight=1 if version < 5 else 0))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(max_inflight=1 if version < 5 else 0)))
     sub = broker.open("127.0.0.1:2", 0.0)
     window = Properties(receive_maximum=1) if version == 5 else EMPTY_PROPERTIES
     broker.receive(sub, encode(Connect("sub", properties=window, protocol_version=version)), 0.0)

@@ -24,6 +24,7 @@ from mqtt_cli.core.lifecycle import (
     resolve_topic_alias,
     transition,
 )
+from mqtt_cli.core.limits import Limits
 from mqtt_cli.core.packets import ConnAck, Connect, Disconnect, PingReq, Publish
 from mqtt_cli.core.properties import Properties
 from mqtt_cli.core.reader import PacketReader
@@ -303,7 +304,7 @@ def test_both_roles_refuse_an_unknown_alias_alike() -> None:
     [gone] = c.events()
     assert isinstance(gone, Disconnected) and gone.reason_code == 0x82 and "was never set" in gone.reason
 
-    core = BrokerCore(BrokerConfig(max_topic_alias=5))
+    core = BrokerCore(BrokerConfig(limits=Limits(max_topic_alias=5)))
     conn = core.open("peer:1", 0.0)
     core.receive(conn, encode(Connect("s1", protocol_version=5), 5), 0.0)
     conn.out.clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from mqtt_cli.core.broker import BrokerCore, refusal_name
+from mqtt_cli.core.limits import Limits
 from mqtt_cli.core.load import LoadAverages
 from mqtt_cli.core.metrics import (
     Family,
@@ -87,7 +88,7 @@ def test_counters_by_qos_and_drop_reason() -> None:
 
     from .test_broker import Client, client
 
-    broker = BrokerCore(BrokerConfig(sys_interval=0, max_queued_messages=1, max_buffered_bytes=64))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, max_buffered_bytes=64, limits=Limits(max_queued_messages=1)))
     offline = client(broker, "off", clean_start=False)
     offline.subscribe(Subscription("q/#", 1))
     offline.lose()

@@ -7,6 +7,7 @@ import pytest
 
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
 from mqtt_cli.core.encoder import encode
+from mqtt_cli.core.limits import Limits
 from mqtt_cli.core.packed import PackedQueue, PackedRetained, Shape
 from mqtt_cli.core.packets import PubAck, Publish, Subscribe, Subscription
 from mqtt_cli.core.persistence import DeliveryAdded, DeliveryDone, StoredSession
@@ -103,7 +104,7 @@ def test_taking_most_of_a_large_queue_keeps_the_rest_intact() -> None:
 
 
 def test_a_restored_packed_queue_is_delivered_acknowledged_and_counted() -> None:
-    broker = BrokerCore(BrokerConfig(sys_interval=0, max_inflight=2))
+    broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(max_inflight=2)))
     shapes = [Shape("q/t", "p", EMPTY_PROPERTIES, 1, False, 1, False, ())]
     packed = PackedQueue(shapes)
     for i in range(5):

@@ -51,6 +51,7 @@ from mqtt_cli.core import (
     encode,
 )
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
+from mqtt_cli.core.limits import Limits
 from mqtt_cli.core.reasons import REASONS_BY_PACKET
 from mqtt_cli.core.server import ServerConnection
 
@@ -165,13 +166,15 @@ def codec_input(data: bytes) -> None:
 # --- the broker ---------------------------------------------------------------------------------------------
 
 # Small limits, so that a short program reaches them.
-BROKER_CONFIG = dict(
-    max_keepalive=100,
-    max_topic_alias=3,
-    max_inflight=3,
-    max_queued_messages=5,
-    max_queued_bytes=0,
-    max_packet_size=2048,
+BROKER_CONFIG = BrokerConfig(
+    limits=Limits(
+        max_keepalive=100,
+        max_topic_alias=3,
+        max_inflight=3,
+        max_queued_messages=5,
+        max_queued_bytes=0,
+        max_packet_size=2048,
+    ),
     max_buffered_bytes=4096,
     sys_interval=5.0,
 )
@@ -277,11 +280,11 @@ def _packet(src: Source, version: int, connect: bool) -> tuple[Any, int]:
 
 class _BrokerRun:
     def __init__(self) -> None:
-        self.config = BrokerConfig(**BROKER_CONFIG)  # type: ignore[arg-type]
+        self.config = BROKER_CONFIG
         self.now = 1000.0
         self.core = BrokerCore(self.config, self.now)
         self.slots = [_Slot() for _ in range(4)]
-        self.receive_maximum_seen = self.config.max_inflight
+        self.receive_maximum_seen = self.config.limits.max_inflight
 
     # --- operations ---
 
@@ -289,7 +292,7 @@ class _BrokerRun:
         if slot.conn is not None:
             self.core.connection_lost(slot.conn, self.now)
         slot.conn = self.core.open(f"127.0.0.1:{40000 + self.slots.index(slot)}", self.now)
-        slot.shadow = PacketReader(None, max_packet_size=self.config.max_packet_size)
+        slot.shadow = PacketReader(None, max_packet_size=self.config.limits.max_packet_size)
         slot.since_drain = slot.since_open = 0
         return slot.conn
 
@@ -334,7 +337,7 @@ class _BrokerRun:
             return err, err.packets
         for packet in packets:
             if type(packet) is Connect and packet.protocol_version == 5:
-                rm = packet.properties.receive_maximum or self.config.max_inflight
+                rm = packet.properties.receive_maximum or self.config.limits.max_inflight
                 self.receive_maximum_seen = max(self.receive_maximum_seen, rm)
         return None, packets
 
@@ -417,23 +420,23 @@ class _BrokerRun:
                 assert size <= limit, f"{type(packet).__name__} of {size} bytes over the client's maximum {limit}"
 
     def check_bounds(self) -> None:
-        c = self.config
+        c, lim = self.config, self.config.limits
         core = self.core
         assert core.connected == sum(1 for s in core.sessions.values() if s.connection is not None)
         for session in core.sessions.values():
-            if c.max_queued_messages:
-                assert len(session.queue) <= c.max_queued_messages, f"queue of {len(session.queue)} messages"
-            if c.max_queued_bytes:
-                assert session.queued_bytes <= c.max_queued_bytes
+            if lim.max_queued_messages:
+                assert len(session.queue) <= lim.max_queued_messages, f"queue of {len(session.queue)} messages"
+            if lim.max_queued_bytes:
+                assert session.queued_bytes <= lim.max_queued_bytes
             assert len(session.outgoing) <= self.receive_maximum_seen, f"{len(session.outgoing)} in flight"
             assert len(session.incoming) <= 65535
         for slot in self.slots:
             conn = slot.conn
             if conn is None:
                 continue
-            assert len(conn.aliases_in or ()) <= c.max_topic_alias
-            assert conn.reader.buffered < c.max_packet_size
-            bound = c.max_buffered_bytes + 2 * c.max_packet_size + 2 * slot.since_drain + 1024
+            assert len(conn.aliases_in or ()) <= lim.max_topic_alias
+            assert conn.reader.buffered < lim.max_packet_size
+            bound = c.max_buffered_bytes + 2 * lim.max_packet_size + 2 * slot.since_drain + 1024
             assert len(conn.out) <= bound, f"{len(conn.out)} bytes waiting for a client (bound {bound})"
 
 

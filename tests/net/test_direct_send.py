@@ -15,6 +15,7 @@ import trio.testing
 from mqtt_cli.core.broker import BrokerConfig
 from mqtt_cli.core.config import PersistenceSettings
 from mqtt_cli.core.encoder import encode
+from mqtt_cli.core.limits import Limits
 from mqtt_cli.core.packets import ConnAck, Connect, Packet, PubAck, Publish, SubAck, Subscribe, Subscription
 from mqtt_cli.core.reader import PacketReader
 from mqtt_cli.net.server import BrokerServer, Listener, Scheme
@@ -22,7 +23,7 @@ from mqtt_cli.net.server import BrokerServer, Listener, Scheme
 from .test_listeners import running
 
 # A broker that keeps every QoS 1 message for a subscriber that stops reading (mosquitto.conf's benchmark limits).
-UNLIMITED = BrokerConfig(sys_interval=0, max_inflight=0, max_queued_messages=0)
+UNLIMITED = BrokerConfig(sys_interval=0, limits=Limits(max_inflight=0, max_queued_messages=0))
 
 
 class RawClient:

@@ -31,6 +31,7 @@ from wsproto.events import (
 
 from mqtt_cli.core.broker import BrokerConfig
 from mqtt_cli.core.encoder import encode
+from mqtt_cli.core.limits import Limits
 from mqtt_cli.core.packets import (
     ConnAck,
     Connect,
@@ -504,7 +505,7 @@ async def test_unix_socket_files(tmp_path: Path) -> None:
 
 async def test_open_and_close_listeners_at_run_time(tmp_path: Path) -> None:
     # Reason strings on (off by default, as mosquitto) so that the client can be told which listener closed.
-    broker = BrokerConfig(reason_strings=True)
+    broker = BrokerConfig(limits=Limits(reason_strings=True))
     first_spec = Listener(Scheme.MQTT, "127.0.0.1", 0)
     async with running(first_spec, ready_file=tmp_path / "ready.json", broker=broker) as server:
         first = endpoint(bound(server, Scheme.MQTT))
