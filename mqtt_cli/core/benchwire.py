@@ -56,7 +56,7 @@ def bucket_of(us: int) -> int:
     if us < _SUB:
         return us if us > 0 else 0
     shift = us.bit_length() - _SUB_BITS
-    return _SUB + (shift - 1) * _HALF + (us >> shift) - _HALF
+    return (shift << 6) + (us >> shift)  # _SUB + (shift - 1) * _HALF + (us >> shift) - _HALF
 
 
 def bucket_range(index: int) -> tuple[int, int]:
@@ -277,6 +277,7 @@ class Receiver:
         # The publisher of the last sample, its bitmap and last sequence number (most reads hold one's).
         current = -1
         bits = bytearray()
+        size = 0  # len(bits)
         last = -1
         while n - pos >= 2:
             first = buf[pos]
@@ -303,9 +304,13 @@ class Receiver:
                 if end - p >= HEADER_SIZE:
                     sent_ns, publisher, seq = unpack(buf, p)
                     us = (now_ns - sent_ns) // 1000
-                    if us < 0:
-                        us = 0
-                    counts[us if us < _SUB else bucket_of(us)] += 1
+                    if us < _SUB:
+                        if us < 0:
+                            us = 0
+                        counts[us] += 1
+                    else:  # bucket_of(us), without a call
+                        shift = us.bit_length() - _SUB_BITS
+                        counts[(shift << 6) + (us >> shift)] += 1
                     total += 1
                     sum_us += us
                     if us > max_us:
@@ -321,11 +326,13 @@ class Receiver:
                         if got is None:
                             got = self.bits[publisher] = bytearray(max(1024, (seq >> 3) + 1))
                         bits = got
+                        size = len(bits)
                         last = self.last.get(publisher, -1)
                     byte = seq >> 3
                     bit = 1 << (seq & 7)
-                    if byte >= len(bits):
-                        bits.extend(bytes(max(len(bits), byte + 1 - len(bits))))
+                    if byte >= size:
+                        bits.extend(bytes(max(size, byte + 1 - size)))
+                        size = len(bits)
                     seen = bits[byte]
                     if seen & bit:
                         dups += 1

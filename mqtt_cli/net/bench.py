@@ -253,6 +253,16 @@ class Conn:
                 await trio.lowlevel.checkpoint()  # data was waiting: let the other clients run too
             return data, now
 
+    def receive_nowait(self) -> bytes | None:
+        """What a plain TCP connection holds now (b"" when the broker closed it), or None when nothing waits."""
+        assert self.raw is not None
+        try:
+            return self.raw.recv(_RECV_SIZE)
+        except BlockingIOError:
+            return None
+        except OSError as err:
+            raise trio.BrokenResourceError(str(err)) from err
+
     async def read_frames(self) -> tuple[list[tuple[int, bytes]], int]:
         """The complete packets of the next read (first byte, body) and the time (ns) the read returned."""
         data, now = await self.receive()
@@ -512,23 +522,28 @@ class Worker:
         topic = expand_topic(spec.topic, number, conn.client_id, spec.username).encode()
         packets = Publishes(topic, spec.qos, spec.retain, spec.version, spec.size, number)
         state = _PubState(spec.inflight)
+        acks = Acks()
+        acks.rest, conn.buf = conn.buf, b""
         fig = self.fig
+        qos = spec.qos
+        interval = spec.msg_interval
         ticker: Ticker | None = None
         try:
             async with trio.open_nursery() as nursery:
-                if spec.qos:
-                    nursery.start_soon(self._acks, conn, state)
                 await self.go.wait()
                 assert self.start_ns is not None
                 end = self.start_ns / 1e9 + spec.duration if spec.duration else math.inf
-                interval = spec.msg_interval
                 next_at = _trio_at(self.start_ns / 1e9)
-                qos = spec.qos
                 pending = 0  # paced messages due and not sent yet (the window was full): sent once it opens
                 # trio's timers tick in milliseconds: gaps shorter than a few of those are timed by the kernel, so
                 # that 10,000 msg/s go one by one, not in bursts of ten (which the broker would queue, and the
                 # latency would show).
                 ticker = Ticker.start(self.start_ns, round(interval * 1e9)) if 0 < interval < _EXACT_PACING else None
+                # Paced that fast, the acknowledgements are read once a period, before the next message, where they
+                # are waiting by then: a task reading them as they come would cost a wake-up of the loop each.
+                inline = bool(qos) and ticker is not None and conn.raw is not None
+                if qos and not inline:
+                    nursery.start_soon(self._acks, conn, state, acks)
                 while (not count or packets.seq < count) and time.monotonic() < end:
                     if ticker is not None:
                         if not pending:
@@ -549,10 +564,11 @@ class Worker:
                         due = 64
                     if count:
                         due = min(due, count - packets.seq)
+                    if inline and (data := conn.receive_nowait()) is not None:
+                        await self._acked(conn, state, acks, data)
                     if qos:
                         while state.inflight >= state.window:
-                            state.wake = trio.Event()
-                            await state.wake.wait()
+                            await self._next_acks(conn, state, acks, inline)
                         due = min(due, state.window - state.inflight)
                     # The wall clock: the kernel's receive timestamps are on it.
                     data = packets.build(due, time.time_ns())
@@ -566,13 +582,11 @@ class Worker:
                     fig.sent += due
                     if not qos:
                         fig.acked += due
-                if qos:
-                    while state.inflight:
-                        state.wake = trio.Event()
-                        with trio.move_on_after(max(spec.drain, 5.0)) as scope:
-                            await state.wake.wait()
-                        if scope.cancelled_caught:
-                            break
+                while state.inflight:
+                    with trio.move_on_after(max(spec.drain, 5.0)) as scope:
+                        await self._next_acks(conn, state, acks, inline)
+                    if scope.cancelled_caught:
+                        break
                 nursery.cancel_scope.cancel()
         except* (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self._lost(conn)
@@ -587,23 +601,33 @@ class Worker:
             if fig.pub_end_ns is None or end_ns > fig.pub_end_ns:
                 fig.pub_end_ns = end_ns
 
-    async def _acks(self, conn: Conn, state: _PubState) -> None:
-        fig = self.fig
-        acks = Acks()
-        acks.rest, conn.buf = conn.buf, b""
+    async def _next_acks(self, conn: Conn, state: _PubState, acks: Acks, inline: bool) -> None:
+        """Until the next acknowledgements: read here (`inline`), or counted by the publisher's _acks task."""
+        if inline:
+            data, _ = await conn.receive()
+            await self._acked(conn, state, acks, data)
+        else:
+            state.wake = trio.Event()
+            await state.wake.wait()
+
+    async def _acks(self, conn: Conn, state: _PubState, acks: Acks) -> None:
         while True:
             data, _ = await conn.receive()
-            if not data:
-                raise Closed("closed by the broker")
-            acked = acks.feed(data)
-            if acks.replies:
-                await conn.send(acks.replies)
-            if acked:
-                state.inflight -= acked
-                self.inflight -= acked
-                fig.acked += acked
-                state.last_ack_ns = time.monotonic_ns()
-                state.wake.set()
+            await self._acked(conn, state, acks, data)
+
+    async def _acked(self, conn: Conn, state: _PubState, acks: Acks, data: bytes) -> None:
+        """Counts the acknowledgements in what a publisher's connection read, and answers PUBRECs."""
+        if not data:
+            raise Closed("closed by the broker")
+        done = acks.feed(data)
+        if acks.replies:
+            await conn.send(acks.replies)
+        if done:
+            state.inflight -= done
+            self.inflight -= done
+            self.fig.acked += done
+            state.last_ack_ns = time.monotonic_ns()
+            state.wake.set()
 
     # --- idle connections (conn mode, and publishers' keepalive) ---------------------------------------------
 

@@ -86,6 +86,18 @@ def test_paced_rate_and_duration(mosq: Broker, tmp_path: Path) -> None:
     assert f["p99_us"] < 200_000  # paced, not saturated: no queueing in the bench
 
 
+@pytest.mark.parametrize(("qos", "version"), [(1, "5"), (2, "311"), (2, "5")])
+def test_fast_pacing_reads_the_acknowledgements_between_messages(mosq: Broker, tmp_path: Path, qos: int,
+                                                                 version: str) -> None:  # fmt: skip
+    """Below 2 ms a message (a timerfd paces), a publisher reads its PUBACKs, or PUBRECs (answered with PUBREL)
+    and PUBCOMPs, itself between two messages: every message is acknowledged and delivered once."""
+    code, f, text = bench(mosq, tmp_path, "pubsub", "--rate", "2000", "--duration", "1", "-q", str(qos), "-V", version,
+                          "--inflight", "20", "--workers", "1")  # fmt: skip
+    assert code == 0, text
+    assert 1700 <= f["sent"] <= 2100 and f["acked"] == f["delivered"] == f["samples"] == f["sent"], f
+    assert (f["lost"], f["dups"], f["clock"]) == (0, 0, "kernel")
+
+
 def test_loss_detected_when_the_broker_drops(tmp_path: Path) -> None:
     """mosquitto with a queue of 5 messages per client: the flood does not fit; what is missing counts as lost."""
     broker = start_mosquitto(tmp_path / "m", extra_conf="max_queued_messages 5\nmax_inflight_messages 1")
