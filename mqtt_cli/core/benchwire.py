@@ -302,7 +302,8 @@ class Receiver:
                 if v5:
                     p = after_props(buf, p)
                 if end - p >= HEADER_SIZE:
-                    sent_ns, publisher, seq = unpack(buf, p)
+                    header: tuple[int, int, int] = unpack(buf, p)  # typed: mypyc unpacks it natively
+                    sent_ns, publisher, seq = header
                     us = (now_ns - sent_ns) // 1000
                     if us < _SUB:
                         if us < 0:

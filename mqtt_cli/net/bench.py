@@ -1,8 +1,9 @@
 """The load engine of `mqtt bench`: worker processes, each a trio loop driving its share of the clients.
 
 Speed decides the shape: control packets (CONNECT, SUBSCRIBE, DISCONNECT) are encoded by the core codec, but
-the hot paths write pre-framed PUBLISH packets and scan what the broker sends with a minimal frame splitter
-(no packet objects per message). Payload layout, histograms and counting: mqtt_cli/core/benchstats.py.
+the work per message is mqtt_cli/core/benchwire.py's (compiled with mypyc): PUBLISH packets patched in a reused
+buffer, what the broker sends scanned in place (no packet objects per message); the payload layout is there too.
+Histograms and figures: mqtt_cli/core/benchstats.py.
 
 Processes: `run()` (in the command's process, no trio) forks `workers` processes. Client k (publishers,
 subscribers, or plain connections) belongs to worker k % workers. Workers report `ready` once every client of
