@@ -32,6 +32,7 @@ __all__ = [
     "after_props",
     "bucket_of",
     "bucket_range",
+    "packet_at",
     "split_frames",
 ]
 
@@ -99,8 +100,9 @@ def split_frames(buf: bytes) -> tuple[list[tuple[int, bytes]], int]:
     return out, pos
 
 
-def _long_length(buf: bytes, pos: int) -> tuple[int, int]:
-    """(where the body starts, its length) of the packet at `pos`; (-1, 0) while the length is incomplete."""
+def packet_at(buf: bytes, pos: int) -> tuple[int, int]:
+    """(where the body starts, its length) of the packet at `pos`; (-1, 0) while its remaining length is
+    incomplete (the body may be too). Closed when the remaining length is malformed."""
     n = len(buf)
     i = pos + 1
     length = 0
@@ -284,7 +286,7 @@ class Receiver:
             i = pos + 2
             length = buf[pos + 1]
             if length >= 128:  # a remaining length of more than one byte (a payload of 128 bytes or more)
-                i, length = _long_length(buf, pos)
+                i, length = packet_at(buf, pos)
                 if i < 0:
                     break
             end = i + length
@@ -388,7 +390,7 @@ class Acks:
             i = pos + 2
             length = buf[pos + 1]
             if length >= 128:
-                i, length = _long_length(buf, pos)
+                i, length = packet_at(buf, pos)
                 if i < 0:
                     break
             end = i + length

@@ -43,7 +43,7 @@ from typing import Any
 import trio
 
 from ..core.benchstats import Clock, ErrorKind, Figures, expand_topic
-from ..core.benchwire import Acks, Closed, Latencies, Publishes, Receiver, after_props, split_frames
+from ..core.benchwire import Acks, Closed, Latencies, Publishes, Receiver, after_props, packet_at, split_frames
 from ..core.encoder import encode
 from ..core.packets import Connect, Disconnect, Subscribe, Subscription
 from .cputime import CpuTime, cpu_time
@@ -475,23 +475,38 @@ class Worker:
         packet = Subscribe(1, (Subscription(spec.sub_filter, spec.sub_qos),))
         if spec.clock is Clock.KERNEL:
             conn.timestamp_arrivals()
+        receiver = Receiver(spec.version, self.latencies)
         try:
             await conn.send(encode(packet, spec.version))
-            while True:
-                frames, _ = await conn.read_frames()
-                suback = [body for first, body in frames if first >> 4 == 9]
-                if suback:
-                    codes = suback[0][2:] if spec.version != 5 else suback[0][after_props(suback[0], 2) :]
-                    if not codes or codes[0] >= 0x80:
-                        self.fig.error(ErrorKind.SUBSCRIBE_REFUSED)
-                        return None
-                    break
+            suback: bytes | None = None
+            while suback is None:
+                data, now = await conn.receive()
+                if not data:
+                    raise Closed("closed by the broker")
+                buf = conn.buf + data if conn.buf else data
+                pos = 0
+                while suback is None:
+                    i, length = packet_at(buf, pos)
+                    if i < 0 or i + length > len(buf):
+                        break
+                    if buf[pos] >> 4 == 9:
+                        suback = buf[i : i + length]
+                    pos = i + length
+                conn.buf = buf[pos:]
+            codes = suback[2:] if spec.version != 5 else suback[after_props(suback, 2) :]
+            if not codes or codes[0] >= 0x80:
+                self.fig.error(ErrorKind.SUBSCRIBE_REFUSED)
+                return None
+            # What came behind the SUBACK in the same read (a retained message, a publisher already running)
+            # counts, and is acknowledged, like the rest.
+            acks = receiver.feed(conn.buf, now, conn.kernel_stamp) if conn.buf else b""
+            conn.buf = b""
+            if acks:
+                await conn.send(acks)
         except (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self._lost(conn)
             return None
         self.fig.subscribers += 1
-        receiver = Receiver(spec.version, self.latencies)
-        receiver.rest, conn.buf = conn.buf, b""
         self.receivers.append(receiver)
         return receiver
 
