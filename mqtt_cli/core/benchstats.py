@@ -1,35 +1,41 @@
-"""The data side of `mqtt bench`: payload layout, latency histogram, loss/duplicate/reorder tracking, the figures
-of a run and their exact merge across worker processes, and `--expect` conditions. Sans-IO: times are numbers
-passed in. Latency is measured on the wall clock (CLOCK_REALTIME, ns), the clock of the kernel's receive
-timestamps; the spans of a run (start, end of publishing, last delivery) on CLOCK_MONOTONIC, every process's.
+"""The data side of `mqtt bench`: the latency histogram, the figures of a run and their exact merge across worker
+processes, and `--expect` conditions. Sans-IO: times are numbers passed in. Latency is measured on the wall clock
+(CLOCK_REALTIME, ns), the clock of the kernel's receive timestamps; the spans of a run (start, end of publishing,
+last delivery) on CLOCK_MONOTONIC, every process's. The payload layout, the histogram's buckets and the work per
+message (building PUBLISH packets, scanning what arrives, loss/duplicate/reorder counts): core/benchwire.py.
 
-Payload layout (big-endian, then padding up to the payload size `-s`):
-
-    offset 0  u64  send time, ns (CLOCK_REALTIME of the publishing process, taken just before the write)
-    offset 8  u32  publisher number (the client number %i, global across workers)
-    offset 12 u64  sequence number, from 0, per publisher
-    offset 20 ...  padding (0x2e '.'); a payload is never shorter than these 20 bytes
-
-Latency histogram: HDR-style log-linear buckets over microseconds. Values below 128 us have a bucket each (exact);
-above, each power of two is split in 64 buckets, so a bucket is at most 1/64 (1.6 %) wide. Merging two histograms
-adds their counts bucket by bucket: the merge is exact (the same as recording all values in one).
+Merging two histograms adds their counts bucket by bucket: the merge is exact (the same as recording all values
+in one).
 """
 
 from __future__ import annotations
 
 import re
-import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-HEADER = struct.Struct(">QIQ")
-HEADER_SIZE = HEADER.size  # 20
-PAD_BYTE = b"."
+from .benchwire import HEADER, HEADER_SIZE, PAD_BYTE, Latencies, bucket_of, bucket_range
 
-_SUB_BITS = 7  # 128 exact buckets, then 64 per power of two
-_SUB = 1 << _SUB_BITS
-_HALF = _SUB >> 1
+__all__ = [
+    "HEADER",
+    "HEADER_SIZE",
+    "PAD_BYTE",
+    "Clock",
+    "Condition",
+    "ErrorKind",
+    "Figures",
+    "Histogram",
+    "bucket_of",
+    "bucket_range",
+    "expand_topic",
+    "make_payload",
+    "merged",
+    "parse_expect",
+    "read_payload",
+    "subscription_filter",
+    "summary",
+]
 
 
 def make_payload(size: int, sent_ns: int, publisher: int, seq: int) -> bytes:
@@ -44,26 +50,9 @@ def read_payload(payload: bytes | memoryview) -> tuple[int, int, int] | None:
     return HEADER.unpack_from(payload)
 
 
-def bucket_of(us: int) -> int:
-    """The histogram bucket of a latency in microseconds (negative values count as 0)."""
-    if us < _SUB:
-        return us if us > 0 else 0
-    shift = us.bit_length() - _SUB_BITS
-    return _SUB + (shift - 1) * _HALF + (us >> shift) - _HALF
-
-
-def bucket_range(index: int) -> tuple[int, int]:
-    """[low, high] microseconds a bucket holds, both inclusive."""
-    if index < _SUB:
-        return index, index
-    shift = (index - _SUB) // _HALF + 1
-    low = ((index - _SUB) % _HALF + _HALF) << shift
-    return low, low + (1 << shift) - 1
-
-
 @dataclass
 class Histogram:
-    """Latency counts by bucket (see the module's docstring), with the exact minimum, maximum and sum."""
+    """Latency counts by bucket (benchwire.bucket_of), with the exact minimum, maximum and sum."""
 
     counts: dict[int, int] = field(default_factory=dict)
     total: int = 0
@@ -74,7 +63,7 @@ class Histogram:
     def record(self, us: int) -> None:
         if us < 0:
             us = 0
-        b = us if us < _SUB else bucket_of(us)
+        b = bucket_of(us)
         counts = self.counts
         counts[b] = counts.get(b, 0) + 1
         self.total += 1
@@ -83,6 +72,19 @@ class Histogram:
             self.max_us = us
         if self.min_us is None or us < self.min_us:
             self.min_us = us
+
+    def absorb(self, latencies: Latencies) -> None:
+        """Adds what `latencies` counted since it was last taken (and takes it)."""
+        if not latencies.total:
+            return
+        self.total += latencies.total
+        self.sum_us += latencies.sum_us
+        self.max_us = max(self.max_us, latencies.max_us)
+        if self.min_us is None or latencies.min_us < self.min_us:
+            self.min_us = latencies.min_us
+        counts = self.counts
+        for b, n in latencies.take():
+            counts[b] = counts.get(b, 0) + n
 
     def merge(self, other: Histogram) -> None:
         for b, n in other.counts.items():
@@ -111,37 +113,6 @@ class Histogram:
         for b in sorted(self.counts):
             low, high = bucket_range(b)
             yield low, high, self.counts[b]
-
-
-class Tracker:
-    """What one subscriber received from each publisher: distinct sequence numbers (a bitmap, for exact
-    duplicates), duplicates, and distinct deliveries with a lower sequence number than the previous distinct one
-    (reordered), as the C load generator mqttload counts them."""
-
-    __slots__ = ("bits", "distinct", "dups", "last", "reordered")
-
-    def __init__(self) -> None:
-        self.bits: dict[int, bytearray] = {}
-        self.last: dict[int, int] = {}
-        self.distinct = 0
-        self.dups = 0
-        self.reordered = 0
-
-    def see(self, publisher: int, seq: int) -> None:
-        bits = self.bits.get(publisher)
-        if bits is None:
-            bits = self.bits[publisher] = bytearray(max(1024, (seq >> 3) + 1))
-        byte, bit = seq >> 3, 1 << (seq & 7)
-        if byte >= len(bits):
-            bits.extend(bytes(max(len(bits), byte + 1 - len(bits))))
-        if bits[byte] & bit:
-            self.dups += 1  # a duplicate is neither distinct nor reordered (as mqttload counts)
-            return
-        bits[byte] |= bit
-        self.distinct += 1
-        if seq < self.last.get(publisher, -1):
-            self.reordered += 1
-        self.last[publisher] = seq
 
 
 class Clock(Enum):

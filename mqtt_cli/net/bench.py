@@ -1,8 +1,9 @@
 """The load engine of `mqtt bench`: worker processes, each a trio loop driving its share of the clients.
 
 Speed decides the shape: control packets (CONNECT, SUBSCRIBE, DISCONNECT) are encoded by the core codec, but
-the hot paths write pre-framed PUBLISH packets and scan what the broker sends with a minimal frame splitter
-(no packet objects per message). Payload layout, histograms and counting: mqtt_cli/core/benchstats.py.
+the work per message is mqtt_cli/core/benchwire.py's (compiled with mypyc): PUBLISH packets patched in a reused
+buffer, what the broker sends scanned in place (no packet objects per message); the payload layout is there too.
+Histograms and figures: mqtt_cli/core/benchstats.py.
 
 Processes: `run()` (in the command's process, no trio) forks `workers` processes. Client k (publishers,
 subscribers, or plain connections) belongs to worker k % workers. Workers report `ready` once every client of
@@ -41,7 +42,8 @@ from typing import Any
 
 import trio
 
-from ..core.benchstats import HEADER, HEADER_SIZE, PAD_BYTE, Clock, ErrorKind, Figures, Tracker, expand_topic
+from ..core.benchstats import Clock, ErrorKind, Figures, expand_topic
+from ..core.benchwire import Acks, Closed, Latencies, Publishes, Receiver, after_props, packet_at, split_frames
 from ..core.encoder import encode
 from ..core.packets import Connect, Disconnect, Subscribe, Subscription
 from .cputime import CpuTime, cpu_time
@@ -160,10 +162,6 @@ class WorkerFailed(Exception):
     """A worker process ended on an unexpected error (the message says which, and where)."""
 
 
-class Closed(Exception):
-    """The broker closed the connection, or sent what we cannot read."""
-
-
 class Conn:
     """One client's connection. Plain TCP goes straight to the (non-blocking) socket: a write that the kernel
     takes at once, and a read with data waiting, cost no trip through trio's scheduler; with `timestamp_arrivals()`
@@ -256,6 +254,16 @@ class Conn:
                 await trio.lowlevel.checkpoint()  # data was waiting: let the other clients run too
             return data, now
 
+    def receive_nowait(self) -> bytes | None:
+        """What a plain TCP connection holds now (b"" when the broker closed it), or None when nothing waits."""
+        assert self.raw is not None
+        try:
+            return self.raw.recv(_RECV_SIZE)
+        except BlockingIOError:
+            return None
+        except OSError as err:
+            raise trio.BrokenResourceError(str(err)) from err
+
     async def read_frames(self) -> tuple[list[tuple[int, bytes]], int]:
         """The complete packets of the next read (first byte, body) and the time (ns) the read returned."""
         data, now = await self.receive()
@@ -286,29 +294,6 @@ def arrival(ancillary: list[tuple[int, int, bytes]] | None) -> int | None:
     return None
 
 
-def split_frames(buf: bytes) -> tuple[list[tuple[int, bytes]], int]:
-    out: list[tuple[int, bytes]] = []
-    pos, n = 0, len(buf)
-    while n - pos >= 2:
-        i, mult, length = pos + 1, 1, 0
-        while True:
-            if i >= n:
-                return out, pos
-            b = buf[i]
-            length += (b & 127) * mult
-            i += 1
-            if b < 128:
-                break
-            mult <<= 7
-            if mult > 1 << 21:
-                raise Closed("bad remaining length")
-        if i + length > n:
-            break
-        out.append((buf[pos], buf[i : i + length]))
-        pos = i + length
-    return out, pos
-
-
 class Worker:
     """One process's share of the run."""
 
@@ -317,7 +302,8 @@ class Worker:
         self.index = index
         self.pipe = pipe
         self.fig = Figures()
-        self.trackers: list[Tracker] = []
+        self.receivers: list[Receiver] = []  # one per subscriber
+        self.latencies = Latencies()  # all subscribers' samples since the figures were last read
         self.conns: list[Conn] = []
         self.start_ns: int | None = None
         self.cpu_at_go: CpuTime | None = None
@@ -335,8 +321,6 @@ class Worker:
         self.sources = source_addresses(spec, spec.clients + (spec.subs if spec.mode is Mode.PUBSUB else 0))
         self.handshakes = trio.Semaphore(max(1, spec.parallel))
         self.last_delivery = time.monotonic()
-        head_qos = spec.qos << 1 | int(spec.retain)
-        self.publish_first = 0x30 | head_qos
 
     # --- plumbing --------------------------------------------------------------------------------------------
 
@@ -349,9 +333,14 @@ class Worker:
 
     def snapshot(self) -> Figures:
         f = self.fig
-        f.distinct = sum(t.distinct for t in self.trackers)
-        f.dups = sum(t.dups for t in self.trackers)
-        f.reordered = sum(t.reordered for t in self.trackers)
+        f.latency.absorb(self.latencies)
+        receivers = self.receivers
+        f.delivered = sum(r.delivered for r in receivers)
+        f.kernel_samples = sum(r.kernel_samples for r in receivers)
+        f.foreign = sum(r.foreign for r in receivers)
+        f.distinct = sum(r.distinct for r in receivers)
+        f.dups = sum(r.dups for r in receivers)
+        f.reordered = sum(r.reordered for r in receivers)
         return f
 
     async def listen_parent(self) -> None:
@@ -480,110 +469,98 @@ class Worker:
 
     # --- subscribers ------------------------------------------------------------------------------------------
 
-    async def subscribe(self, conn: Conn) -> Tracker | None:
+    async def subscribe(self, conn: Conn) -> Receiver | None:
         """SUBSCRIBE, and the SUBACK; None (counted) when refused or dropped."""
         spec = self.spec
         packet = Subscribe(1, (Subscription(spec.sub_filter, spec.sub_qos),))
         if spec.clock is Clock.KERNEL:
             conn.timestamp_arrivals()
+        receiver = Receiver(spec.version, self.latencies)
         try:
             await conn.send(encode(packet, spec.version))
-            while True:
-                frames, _ = await conn.read_frames()
-                suback = [body for first, body in frames if first >> 4 == 9]
-                if suback:
-                    codes = suback[0][2:] if spec.version != 5 else _after_props(suback[0], 2)
-                    if not codes or codes[0] >= 0x80:
-                        self.fig.error(ErrorKind.SUBSCRIBE_REFUSED)
-                        return None
-                    break
+            suback: bytes | None = None
+            while suback is None:
+                data, now = await conn.receive()
+                if not data:
+                    raise Closed("closed by the broker")
+                buf = conn.buf + data if conn.buf else data
+                pos = 0
+                while suback is None:
+                    i, length = packet_at(buf, pos)
+                    if i < 0 or i + length > len(buf):
+                        break
+                    if buf[pos] >> 4 == 9:
+                        suback = buf[i : i + length]
+                    pos = i + length
+                conn.buf = buf[pos:]
+            codes = suback[2:] if spec.version != 5 else suback[after_props(suback, 2) :]
+            if not codes or codes[0] >= 0x80:
+                self.fig.error(ErrorKind.SUBSCRIBE_REFUSED)
+                return None
+            # What came behind the SUBACK in the same read (a retained message, a publisher already running)
+            # counts, and is acknowledged, like the rest.
+            acks = receiver.feed(conn.buf, now, conn.kernel_stamp) if conn.buf else b""
+            conn.buf = b""
+            if acks:
+                await conn.send(acks)
         except (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self._lost(conn)
             return None
         self.fig.subscribers += 1
-        tracker = Tracker()
-        self.trackers.append(tracker)
-        return tracker
+        self.receivers.append(receiver)
+        return receiver
 
-    async def receive(self, conn: Conn, tracker: Tracker) -> None:
+    async def receive(self, conn: Conn, receiver: Receiver) -> None:
         try:
-            await self._receive(conn, tracker)
+            await self._receive(conn, receiver)
         except (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self._lost(conn)
 
-    async def _receive(self, conn: Conn, tracker: Tracker) -> None:
+    async def _receive(self, conn: Conn, receiver: Receiver) -> None:
         fig = self.fig
-        hist = fig.latency
-        v5 = self.spec.version == 5
-        unpack = HEADER.unpack_from
-        see = tracker.see
-        record = hist.record
+        feed = receiver.feed
         while True:
-            frames, now = await conn.read_frames()
-            acks = []
-            n = samples = 0
-            for first, body in frames:
-                ptype = first >> 4
-                if ptype == 3:
-                    n += 1
-                    p = 2 + (body[0] << 8 | body[1])
-                    qos = (first >> 1) & 3
-                    if qos:
-                        acks.append((b"\x40\x02" if qos == 1 else b"\x50\x02") + body[p : p + 2])
-                        p += 2
-                    if v5:
-                        p = _skip_props(body, p)
-                    if len(body) - p >= HEADER_SIZE:
-                        sent_ns, publisher, seq = unpack(body, p)
-                        record((now - sent_ns) // 1000)
-                        samples += 1
-                        see(publisher, seq)
-                    else:
-                        fig.foreign += 1
-                elif ptype == 6:  # PUBREL -> PUBCOMP
-                    acks.append(b"\x70\x02" + body[:2])
-                elif ptype == 14:
-                    raise Closed("DISCONNECT from the broker")
-            if n:
-                fig.delivered += n
-                if conn.kernel_stamp:
-                    fig.kernel_samples += samples
-                fig.last_delivery_ns = time.monotonic_ns()
-                self.last_delivery = time.monotonic()
+            data, now = await conn.receive()
+            if not data:
+                raise Closed("closed by the broker")
+            before = receiver.delivered
+            acks = feed(data, now, conn.kernel_stamp)
             if acks:
-                await conn.send(b"".join(acks))
+                await conn.send(acks)
+            if receiver.delivered != before:
+                fig.last_delivery_ns = at = time.monotonic_ns()
+                self.last_delivery = at / 1e9
 
     # --- publishers -------------------------------------------------------------------------------------------
 
     async def publisher(self, conn: Conn, number: int, count: int) -> None:
         spec = self.spec
         topic = expand_topic(spec.topic, number, conn.client_id, spec.username).encode()
-        pad = PAD_BYTE * max(0, spec.size - HEADER_SIZE)
-        body_len = 2 + len(topic) + (2 if spec.qos else 0) + (1 if spec.version == 5 else 0) + HEADER_SIZE + len(pad)
-        head = bytes([self.publish_first]) + _varint(body_len) + len(topic).to_bytes(2, "big") + topic
-        props = b"\x00" if spec.version == 5 else b""
-        pack = HEADER.pack
+        packets = Publishes(topic, spec.qos, spec.retain, spec.version, spec.size, number)
         state = _PubState(spec.inflight)
+        acks = Acks()
+        acks.rest, conn.buf = conn.buf, b""
         fig = self.fig
+        qos = spec.qos
+        interval = spec.msg_interval
         ticker: Ticker | None = None
         try:
             async with trio.open_nursery() as nursery:
-                if spec.qos:
-                    nursery.start_soon(self._acks, conn, state)
                 await self.go.wait()
                 assert self.start_ns is not None
                 end = self.start_ns / 1e9 + spec.duration if spec.duration else math.inf
-                seq = 0
-                pid = 0
-                interval = spec.msg_interval
                 next_at = _trio_at(self.start_ns / 1e9)
-                qos = spec.qos
                 pending = 0  # paced messages due and not sent yet (the window was full): sent once it opens
                 # trio's timers tick in milliseconds: gaps shorter than a few of those are timed by the kernel, so
                 # that 10,000 msg/s go one by one, not in bursts of ten (which the broker would queue, and the
                 # latency would show).
                 ticker = Ticker.start(self.start_ns, round(interval * 1e9)) if 0 < interval < _EXACT_PACING else None
-                while (not count or seq < count) and time.monotonic() < end:
+                # Paced that fast, the acknowledgements are read once a period, before the next message, where they
+                # are waiting by then: a task reading them as they come would cost a wake-up of the loop each.
+                inline = bool(qos) and ticker is not None and conn.raw is not None
+                if qos and not inline:
+                    nursery.start_soon(self._acks, conn, state, acks)
+                while (not count or packets.seq < count) and time.monotonic() < end:
                     if ticker is not None:
                         if not pending:
                             pending = await ticker.wait()
@@ -602,37 +579,30 @@ class Worker:
                     else:
                         due = 64
                     if count:
-                        due = min(due, count - seq)
+                        due = min(due, count - packets.seq)
+                    if inline and (data := conn.receive_nowait()) is not None:
+                        await self._acked(conn, state, acks, data)
                     if qos:
                         while state.inflight >= state.window:
-                            state.wake = trio.Event()
-                            await state.wake.wait()
+                            await self._next_acks(conn, state, acks, inline)
                         due = min(due, state.window - state.inflight)
-                    now = time.time_ns()  # the wall clock: the kernel's receive timestamps are on it
-                    frames = []
-                    for _ in range(due):
-                        if qos:
-                            pid = pid % 65535 + 1
-                            frames.append(head + pid.to_bytes(2, "big") + props + pack(now, number, seq) + pad)
-                        else:
-                            frames.append(head + props + pack(now, number, seq) + pad)
-                        seq += 1
-                    state.inflight += due if qos else 0
-                    self.inflight += due if qos else 0
-                    await conn.send(b"".join(frames))
+                    # The wall clock: the kernel's receive timestamps are on it.
+                    data = packets.build(due, time.time_ns())
+                    if qos:
+                        state.inflight += due
+                        self.inflight += due
+                    await conn.send(data)
                     pending -= due if interval else 0
                     if not interval:
                         await trio.lowlevel.checkpoint()  # a write the kernel took at once did not yield
                     fig.sent += due
                     if not qos:
                         fig.acked += due
-                if qos:
-                    while state.inflight:
-                        state.wake = trio.Event()
-                        with trio.move_on_after(max(spec.drain, 5.0)) as scope:
-                            await state.wake.wait()
-                        if scope.cancelled_caught:
-                            break
+                while state.inflight:
+                    with trio.move_on_after(max(spec.drain, 5.0)) as scope:
+                        await self._next_acks(conn, state, acks, inline)
+                    if scope.cancelled_caught:
+                        break
                 nursery.cancel_scope.cancel()
         except* (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self._lost(conn)
@@ -647,28 +617,33 @@ class Worker:
             if fig.pub_end_ns is None or end_ns > fig.pub_end_ns:
                 fig.pub_end_ns = end_ns
 
-    async def _acks(self, conn: Conn, state: _PubState) -> None:
-        fig = self.fig
+    async def _next_acks(self, conn: Conn, state: _PubState, acks: Acks, inline: bool) -> None:
+        """Until the next acknowledgements: read here (`inline`), or counted by the publisher's _acks task."""
+        if inline:
+            data, _ = await conn.receive()
+            await self._acked(conn, state, acks, data)
+        else:
+            state.wake = trio.Event()
+            await state.wake.wait()
+
+    async def _acks(self, conn: Conn, state: _PubState, acks: Acks) -> None:
         while True:
-            frames, _ = await conn.read_frames()
-            acked = 0
-            rel = []
-            for first, body in frames:
-                ptype = first >> 4
-                if ptype == 4 or ptype == 7:  # PUBACK, PUBCOMP
-                    acked += 1
-                elif ptype == 5:  # PUBREC -> PUBREL
-                    rel.append(b"\x62\x02" + body[:2])
-                elif ptype == 14:
-                    raise Closed("DISCONNECT from the broker")
-            if rel:
-                await conn.send(b"".join(rel))
-            if acked:
-                state.inflight -= acked
-                self.inflight -= acked
-                fig.acked += acked
-                state.last_ack_ns = time.monotonic_ns()
-                state.wake.set()
+            data, _ = await conn.receive()
+            await self._acked(conn, state, acks, data)
+
+    async def _acked(self, conn: Conn, state: _PubState, acks: Acks, data: bytes) -> None:
+        """Counts the acknowledgements in what a publisher's connection read, and answers PUBRECs."""
+        if not data:
+            raise Closed("closed by the broker")
+        done = acks.feed(data)
+        if acks.replies:
+            await conn.send(acks.replies)
+        if done:
+            state.inflight -= done
+            self.inflight -= done
+            self.fig.acked += done
+            state.last_ack_ns = time.monotonic_ns()
+            state.wake.set()
 
     # --- idle connections (conn mode, and publishers' keepalive) ---------------------------------------------
 
@@ -738,9 +713,9 @@ class Worker:
                     async def sub(k: int = k) -> None:
                         self.fig.subs += 1
                         conn = await self.connect(k, f"{spec.id_prefix}s{k + spec.start_number}", k * ramp)
-                        tracker = await self.subscribe(conn) if conn is not None else None
-                        if conn is not None and tracker is not None:
-                            work.start_soon(self.receive, conn, tracker)
+                        receiver = await self.subscribe(conn) if conn is not None else None
+                        if conn is not None and receiver is not None:
+                            work.start_soon(self.receive, conn, receiver)
 
                     setup.start_soon(sub)
             async with trio.open_nursery() as setup:
@@ -786,15 +761,15 @@ class Worker:
             if self.publishing:
                 await self.publishers_done.wait()
             self.report("pubdone", self.fig.sent)
-            if self.trackers:
+            if self.receivers:
                 await self.sent_known.wait()
                 await self._drain()
             work.cancel_scope.cancel()
 
     async def _drain(self) -> None:
         assert self.total_sent is not None
-        want = self.total_sent * len(self.trackers)
-        while sum(t.distinct for t in self.trackers) < want:
+        want = self.total_sent * len(self.receivers)
+        while sum(r.distinct for r in self.receivers) < want:
             if time.monotonic() - self.last_delivery > self.spec.drain:
                 return
             await trio.sleep(0.01)
@@ -813,31 +788,6 @@ class _PubState:
 def _trio_at(monotonic_s: float) -> float:
     """trio's clock is time.perf_counter-based: a time.monotonic() deadline translated."""
     return trio.current_time() + (monotonic_s - time.monotonic())
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 127
-        n >>= 7
-        out.append(b | 128 if n else b)
-        if not n:
-            return bytes(out)
-
-
-def _skip_props(body: bytes, p: int) -> int:
-    length, mult = 0, 1
-    while True:
-        b = body[p]
-        p += 1
-        length += (b & 127) * mult
-        if b < 128:
-            return p + length
-        mult <<= 7
-
-
-def _after_props(body: bytes, p: int) -> bytes:
-    return body[_skip_props(body, p) :]
 
 
 # --- processes ----------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import ctypes
 import ctypes.util
 import os
 import sys
+import time
 
 import trio
 
@@ -47,8 +48,10 @@ def _timespec(ns: int) -> _Timespec:
 class Ticker:
     """Fires every `interval_ns` from `first_ns` (CLOCK_MONOTONIC, as time.monotonic_ns())."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, first_ns: int, interval_ns: int) -> None:
         self.fd = fd
+        self.next_ns = first_ns  # when the next period not yet counted ends
+        self.interval_ns = interval_ns
 
     @classmethod
     def start(cls, first_ns: int, interval_ns: int) -> Ticker | None:
@@ -62,15 +65,23 @@ class Ticker:
         if _LIBC.timerfd_settime(fd, _TFD_TIMER_ABSTIME, ctypes.byref(spec), None) != 0:
             os.close(fd)
             return None
-        return cls(fd)
+        return cls(fd, first_ns, interval_ns)
 
     async def wait(self) -> int:
         """The number of periods that ended since the last call (at least 1), once one has."""
+        fd = self.fd
+        # Before the next period ends, a read would find nothing (a system call and an exception for nothing):
+        # then wait first.
+        if time.monotonic_ns() < self.next_ns:
+            await trio.lowlevel.wait_readable(fd)
         while True:
             try:
-                return int.from_bytes(os.read(self.fd, 8), sys.byteorder)
+                periods = int.from_bytes(os.read(fd, 8), sys.byteorder)
             except BlockingIOError:
-                await trio.lowlevel.wait_readable(self.fd)
+                await trio.lowlevel.wait_readable(fd)
+                continue
+            self.next_ns += periods * self.interval_ns
+            return periods
 
     def close(self) -> None:
         trio.lowlevel.notify_closing(self.fd)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +15,9 @@ from typing import Any
 
 import pytest
 
+from mqtt_cli.core.benchstats import make_payload
+from mqtt_cli.core.encoder import encode
+from mqtt_cli.core.packets import PubAck, Publish
 from tests.broker.conftest import start_ours
 from tests.brokers import AUTH_USERS, Broker, free_port, start_mosquitto
 from tests.conftest import REPO_ROOT, cli_env
@@ -84,6 +89,18 @@ def test_paced_rate_and_duration(mosq: Broker, tmp_path: Path) -> None:
     assert 500 <= f["sent"] <= 640  # 400/s for 1.5 s (a late wake-up sends what is due at once)
     assert f["delivered"] == f["sent"] and f["lost"] == 0
     assert f["p99_us"] < 200_000  # paced, not saturated: no queueing in the bench
+
+
+@pytest.mark.parametrize(("qos", "version"), [(1, "5"), (2, "311"), (2, "5")])
+def test_fast_pacing_reads_the_acknowledgements_between_messages(mosq: Broker, tmp_path: Path, qos: int,
+                                                                 version: str) -> None:  # fmt: skip
+    """Below 2 ms a message (a timerfd paces), a publisher reads its PUBACKs, or PUBRECs (answered with PUBREL)
+    and PUBCOMPs, itself between two messages: every message is acknowledged and delivered once."""
+    code, f, text = bench(mosq, tmp_path, "pubsub", "--rate", "2000", "--duration", "1", "-q", str(qos), "-V", version,
+                          "--inflight", "20", "--workers", "1")  # fmt: skip
+    assert code == 0, text
+    assert 1700 <= f["sent"] <= 2100 and f["acked"] == f["delivered"] == f["samples"] == f["sent"], f
+    assert (f["lost"], f["dups"], f["clock"]) == (0, 0, "kernel")
 
 
 def test_loss_detected_when_the_broker_drops(tmp_path: Path) -> None:
@@ -226,6 +243,36 @@ def test_sub_measures_what_another_bench_publishes(mosq: Broker, tmp_path: Path)
     assert sub.returncode == 0, err
     f = json.loads(out.read_text())
     assert (f["subscribers"], f["delivered"], f["samples"], f["dups"], f["foreign"]) == (2, 600, 600, 0, 0)
+
+
+def test_messages_in_the_read_of_the_suback_are_counted_and_acknowledged(tmp_path: Path) -> None:
+    """A broker that sends a message right behind the SUBACK (a retained one, a publisher already running): the
+    subscriber's first read holds both, and the message counts and is acknowledged like any other."""
+    server = socket.create_server(("127.0.0.1", 0))
+    got: list[bytes] = []
+
+    def broker() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(10)
+            conn.recv(1024)  # CONNECT
+            conn.sendall(b"\x20\x02\x00\x00")
+            subscribe = conn.recv(1024)
+            publish = encode(Publish("bench/1", make_payload(64, time.time_ns(), 1, 0), 1, packet_id=7), 4)
+            conn.sendall(b"\x90\x03" + subscribe[2:4] + b"\x01" + publish)  # SUBACK and PUBLISH in one write
+            got.append(conn.recv(1024))
+
+    thread = threading.Thread(target=broker, daemon=True)
+    thread.start()
+    try:
+        code, f, text = bench(None, tmp_path, "sub", "-c", "1", "-q", "1", "--duration", "1", "--workers", "1",
+                              "-h", "127.0.0.1", "-p", str(server.getsockname()[1]))  # fmt: skip
+        thread.join(10)
+    finally:
+        server.close()
+    assert code == 0, text
+    assert (f["delivered"], f["samples"], f["foreign"]) == (1, 1, 0)
+    assert got and got[0].startswith(encode(PubAck(7), 4))
 
 
 def test_source_addresses(mosq: Broker, tmp_path: Path) -> None:

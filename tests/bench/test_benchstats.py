@@ -1,4 +1,5 @@
-"""The data side of `mqtt bench`: histogram buckets and exact merge, loss/duplicate/reorder tracking, --expect."""
+"""The data side of `mqtt bench`: histogram buckets and exact merge, figures, --expect (loss/duplicate/reorder
+counting: test_benchwire.py)."""
 
 import random
 
@@ -8,7 +9,6 @@ from mqtt_cli.core.benchstats import (
     HEADER_SIZE,
     Figures,
     Histogram,
-    Tracker,
     bucket_of,
     bucket_range,
     expand_topic,
@@ -49,14 +49,6 @@ def test_merge_is_exact() -> None:
         got = whole.percentile(p)
         assert got is not None and true <= got <= true + max(1, true // 64)  # the bucket's highest value
     assert whole.percentile(100) == max(values) == whole.max_us
-
-
-def test_tracker_counts_distinct_duplicates_reordered() -> None:
-    t = Tracker()
-    for seq in (0, 1, 2, 2, 5, 3, 4, 4, 9000):
-        t.see(1, seq)
-    t.see(2, 0)
-    assert (t.distinct, t.dups, t.reordered) == (8, 2, 1)  # 2 and 4 twice; 3 after 5
 
 
 def test_figures_merge_and_summary() -> None:
