@@ -19,12 +19,9 @@ import json
 from typing import Any
 
 from mqtt_cli.core.packets import Publish
-from mqtt_cli.core.properties import PROPERTY_BY_NAME, Properties, WireType
+from mqtt_cli.core.properties import Properties, PropertiesJsonError, properties_from_json
 
 __all__ = ["MessageFormatError", "message_from_json", "message_to_json"]
-
-# Properties a client may not send in PUBLISH, or that belong to one connection: dropped when publishing.
-_NOT_REPUBLISHED = ("topic_alias", "subscription_identifiers")
 
 
 class MessageFormatError(ValueError):
@@ -55,47 +52,13 @@ def message_to_json(p: Publish, received: float) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
 
 
-def properties_from_json(obj: Any) -> Properties:
-    """The "properties" object (Properties.as_json()); the `[[name, value], ...]` list that `mqtt dump --json`
-    wrote until 0.1.0 is read too. A null, for the object or any property in it, means absent."""
-    if obj is None:
-        return Properties()
-    if isinstance(obj, list):
-        obj = _from_pairs(obj)
-    if not isinstance(obj, dict):
-        raise MessageFormatError('"properties" must be an object')
-    named: dict[str, Any] = {}
-    for name, value in obj.items():
-        if name in _NOT_REPUBLISHED or value is None:
-            continue
-        if name == "user_properties":
-            if not isinstance(value, list) or not all(
-                isinstance(kv, list) and len(kv) == 2 and all(isinstance(x, str) for x in kv) for kv in value
-            ):
-                raise MessageFormatError('"user_properties" must be a list of [name, value] string pairs')
-            named[name] = [tuple(kv) for kv in value]
-            continue
-        spec = PROPERTY_BY_NAME.get(name)
-        if spec is None or 3 not in spec.packets:
-            raise MessageFormatError(f"property {name!r} cannot be published")
-        if spec.wire_type is WireType.BINARY:
-            try:
-                value = bytes.fromhex(value)
-            except (TypeError, ValueError):
-                raise MessageFormatError(f"property {name!r} must be hex") from None
-        named[name] = value
+def _properties(obj: Any) -> Properties:
+    """The "properties" member (Properties.as_json(), or the `[[name, value], ...]` list that `mqtt dump --json`
+    wrote until 0.1.0), as a client may publish them: a connection's and a delivery's own are left out."""
     try:
-        return Properties(**named)
-    except (TypeError, ValueError) as err:
+        return properties_from_json(obj, to_publish=True)
+    except PropertiesJsonError as err:
         raise MessageFormatError(str(err)) from None
-
-
-def _from_pairs(pairs: list[Any]) -> dict[str, Any]:
-    if not all(isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) for pair in pairs):
-        raise MessageFormatError('"properties" must be an object (or a list of [name, value] pairs)')
-    from mqtt_cli.core.properties import properties_json
-
-    return properties_json(pairs)
 
 
 def _given(obj: dict[str, Any], name: str, default: Any) -> Any:
@@ -135,5 +98,5 @@ def message_from_json(line: str | bytes) -> dict[str, Any]:
     retain = obj.get("retain")
     if retain is not None and not isinstance(retain, bool):
         raise MessageFormatError('"retain" must be true or false')
-    props = properties_from_json(obj.get("properties"))
+    props = _properties(obj.get("properties"))
     return {"topic": topic, "payload": data, "qos": qos, "retain": retain, "properties": props}

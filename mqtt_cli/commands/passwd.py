@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from mqtt_cli.commands import fail
 from mqtt_cli.exit_codes import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from mqtt_cli.core.passwords import HashKind
 
 
 class HashName(StrEnum):
@@ -42,22 +48,24 @@ def passwd(
 
     Exit codes: 0 done, 1 failed (file missing or unreadable, user not found for -D, passwords differ), 2 bad usage.
     """  # noqa: E501 - typer keeps a docstring's line breaks in --help
-    import contextlib
-    import getpass
-    import os
-    import sys
-
-    from mqtt_cli.core.passwords import (
-        SALT_LENGTH,
-        HashKind,
-        PasswordFileError,
-        format_password_file,
-        hash_password,
-        parse_password_file,
-        parse_plain_password_file,
-    )
+    from mqtt_cli.core.passwords import HashKind, PasswordFileError
 
     kind = HashKind.SHA512 if hash_name is HashName.sha512 else HashKind.PBKDF2_SHA512
+    _check_usage(username, password, create=create, batch=batch, delete=delete, update=update)
+    try:
+        if update:
+            _hash_every_password(file, kind)
+        else:
+            assert username is not None
+            _set_user(file, username, password, kind, create=create, delete=delete)
+    except PasswordFileError as exc:
+        fail(f"password file {file}, {exc}")
+
+
+def _check_usage(
+    username: str | None, password: str | None, *, create: bool, batch: bool, delete: bool, update: bool
+) -> None:
+    """Exits with EXIT_USAGE on a combination of arguments that does not make sense."""
     if sum((create, delete, update)) > 1:
         fail("-c, -D and -U exclude each other", EXIT_USAGE)
     if update:
@@ -74,73 +82,86 @@ def passwd(
     if username is not None and (":" in username or not username.strip() or username != username.strip()):
         fail(f"user name {username!r}: no colon, no blank at either end, not empty", EXIT_USAGE)
 
-    def read() -> tuple[str, os.stat_result]:
-        try:
-            text = file.read_text(encoding="utf-8")
-            st = file.stat()
-        except FileNotFoundError:
-            fail(f"password file {file} does not exist (-c creates it)")
-        except (OSError, UnicodeDecodeError) as exc:
-            fail(f"cannot read the password file {file}: {getattr(exc, 'strerror', None) or exc}")
-        return text, st
 
-    def ask() -> str:
-        if not sys.stdin.isatty():
-            fail("no terminal to ask for the password on (use -b, or run it in a terminal)", EXIT_USAGE)
-        try:
-            first = getpass.getpass("Password: ")
-            second = getpass.getpass("Reenter password: ")
-        except EOFError:
-            fail("no password given")
-        if first != second:
-            fail("the passwords do not match")
-        return first
+def _hash_every_password(file: Path, kind: HashKind) -> None:
+    """-U: a file of USER:PASSWORD in clear, each password replaced by its hash."""
+    from mqtt_cli.core.passwords import format_password_file, hash_password, parse_plain_password_file
 
-    def write(text: str, st: os.stat_result | None) -> None:
-        """Atomically; a file that existed keeps its mode and (when we may) its owner, a new one is 0600."""
-        tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(text)
-                out.flush()
-                os.fsync(out.fileno())
-            if st is not None:
-                os.chmod(tmp, st.st_mode & 0o7777)
-                if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
-                    with contextlib.suppress(PermissionError):
-                        os.chown(tmp, st.st_uid, st.st_gid)
-            os.replace(tmp, file)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            fail(f"cannot write the password file {file}: {exc.strerror or exc}")
+    text, st = _read(file)
+    plain = parse_plain_password_file(text)
+    hashed = [name for name, value in plain.items() if value.startswith(("$6$", "$7$"))]
+    if hashed:
+        fail(f"password file {file}: user {hashed[0]!r} already has a hash; -U is for passwords in clear")
+    table = {name: hash_password(name, value, _salt(), kind) for name, value in plain.items()}
+    _write(file, format_password_file(table), st)
 
-    def salt() -> bytes:
-        return os.urandom(SALT_LENGTH)
 
+def _set_user(file: Path, username: str, password: str | None, kind: HashKind, *, create: bool, delete: bool) -> None:
+    """Adds, updates (`password`, or asked for when None) or deletes one user, in a new file with `create`."""
+    from mqtt_cli.core.passwords import format_password_file, hash_password, parse_password_file
+
+    st: os.stat_result | None
+    if create:
+        table, st = {}, None
+    else:
+        text, st = _read(file)
+        table = parse_password_file(text)
+    if delete:
+        if table.pop(username, None) is None:
+            fail(f"user {username!r} is not in {file}")
+    else:
+        secret = password if password is not None else _ask()
+        table[username] = hash_password(username, secret, _salt(), kind)
+    _write(file, format_password_file(table), st)
+
+
+def _read(file: Path) -> tuple[str, os.stat_result]:
     try:
-        if update:
-            text, st = read()
-            plain = parse_plain_password_file(text)
-            hashed = [name for name, value in plain.items() if value.startswith(("$6$", "$7$"))]
-            if hashed:
-                fail(f"password file {file}: user {hashed[0]!r} already has a hash; -U is for passwords in clear")
-            table = {name: hash_password(name, value, salt(), kind) for name, value in plain.items()}
-            write(format_password_file(table), st)
-            return
-        assert username is not None
-        if create:
-            table, st = {}, None
-        else:
-            text, st = read()
-            table = parse_password_file(text)
-        if delete:
-            if table.pop(username, None) is None:
-                fail(f"user {username!r} is not in {file}")
-        else:
-            secret = password if batch else ask()
-            assert secret is not None
-            table[username] = hash_password(username, secret, salt(), kind)
-        write(format_password_file(table), st)
-    except PasswordFileError as exc:
-        fail(f"password file {file}, {exc}")
+        text = file.read_text(encoding="utf-8")
+        st = file.stat()
+    except FileNotFoundError:
+        fail(f"password file {file} does not exist (-c creates it)")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"cannot read the password file {file}: {getattr(exc, 'strerror', None) or exc}")
+    return text, st
+
+
+def _ask() -> str:
+    import getpass
+
+    if not sys.stdin.isatty():
+        fail("no terminal to ask for the password on (use -b, or run it in a terminal)", EXIT_USAGE)
+    try:
+        first = getpass.getpass("Password: ")
+        second = getpass.getpass("Reenter password: ")
+    except EOFError:
+        fail("no password given")
+    if first != second:
+        fail("the passwords do not match")
+    return first
+
+
+def _write(file: Path, text: str, st: os.stat_result | None) -> None:
+    """Atomically; a file that existed keeps its mode and (when we may) its owner, a new one is 0600."""
+    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        if st is not None:
+            os.chmod(tmp, st.st_mode & 0o7777)
+            if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+                with contextlib.suppress(PermissionError):
+                    os.chown(tmp, st.st_uid, st.st_gid)
+        os.replace(tmp, file)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        fail(f"cannot write the password file {file}: {exc.strerror or exc}")
+
+
+def _salt() -> bytes:
+    from mqtt_cli.core.passwords import SALT_LENGTH
+
+    return os.urandom(SALT_LENGTH)

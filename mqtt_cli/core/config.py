@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -1006,140 +1006,186 @@ class _Translator:
         """True when honoured, else why not."""
         if not value:
             return f"{key} needs a value"
-        if key in _OUR_BEHAVIOUR:
-            ours = _OUR_BEHAVIOUR[key]
-            return True if value == ours else f"only {key} {ours} (this broker's behaviour)"
-        if key in ("user", "pid_file"):
-            self.process[key] = value
-            return True
-        if key in ("use_username_as_clientid", "allow_zero_length_clientid"):
-            self.auth[key] = _bool(value, key)
-            return True
-        if key == "auto_id_prefix":
-            self.auth[key] = value
-            return True
-        if key == "tls_version":
-            if value not in TLS_VERSIONS:
-                return f"tls_version is one of {', '.join(TLS_VERSIONS)}"
-            self._target()[key] = value
-            return True
-        if key == "log_timestamp_format":
-            self.log["timestamp_format"] = value
-            return True
-        if key == "connection":
-            self.in_bridge = True
-            self.bridges.append({"name": value, "_line": self.here, "topics": [], "remote": {}})
-            return True
         if self.in_bridge and key in _BRIDGE_KEYS:
             return self._bridge_line(self.bridges[-1], key, value)
-        if key == "listener":
-            self.in_bridge = False
-            port, _, address = value.partition(" ")
-            self.listeners.append({"_port": _int(port, key, 0, 65535), "_address": address.strip()})
-            return True
-        if key in ("port", "bind_address"):
-            self.default["_port" if key == "port" else "_address"] = (
-                _int(value, key, 0, 65535) if key == "port" else value
-            )
-            return True
-        if key == "protocol":
-            if value not in ("mqtt", "websockets"):
-                return f"protocol {value} is not supported (mqtt or websockets)"
-            self._target()["_protocol"] = value
-            return True
-        if key == "socket_domain":
-            if value not in ("ipv4", "ipv6"):
-                return "socket_domain is ipv4 or ipv6"
-            self._target()["_domain"] = value
-            return True
-        if key == "http_dir":
-            return f"{key} is not supported"
-        if key in _LISTENER_FILES:
-            target = self._target()
-            target[_LISTENER_FILES[key]] = value
-            target.setdefault("_places", {})[_LISTENER_FILES[key]] = self.here
-            return True
-        if key in _LISTENER_BOOLS:
-            self._target()[key] = _bool(value, key)
-            return True
-        if key == "max_connections":
-            n = int(value) if re.fullmatch(r"-?\d+", value) else _int(value, key, 0)
-            self._target()["max_connections"] = max(n, 0)  # mosquitto's -1: unlimited
-            return True
-        if key == "per_listener_settings":
-            self.per_listener = _bool(value, key)
-            self.auth["per_listener_settings"] = self.per_listener
-            return True
-        if key in _AUTH_KEYS:
-            parsed: Any = _bool(value, key) if key == "allow_anonymous" else value
-            if self.per_listener and self.listeners:
-                self.listeners[-1][key] = parsed
-                self.listeners[-1].setdefault("_places", {})[key] = self.here
-            else:
-                self.auth[key] = parsed
-                self.places[f"auth.{key}"] = self.here
-            return True
-        if (limit := _LIMIT_OPTIONS.get(key)) is not None:
-            if limit.kind is bool:
-                parsed = _bool(value, key)
-            else:
-                parsed = _duration(value, key) if limit.mosquitto_period else _int(value, key, 0, limit.hi)
-            self.limits[limit.name] = parsed
-            return True
-        if key == "sys_interval":
-            self.sys["interval"] = float(_int(value, key, 0))
-            return True
-        if key == "include_dir":
-            return True
-        if key == "log_dest":
-            return self._log_dest(value)
-        if key == "log_type":
-            if value in ("subscribe", "unsubscribe", "all"):
-                self.log["subscriptions"] = True
-                if value != "all":
-                    return True
-            level = _LOG_TYPES.get(value)
-            if level is None:
-                return f"log_type {value} is not known"
-            self.log_types.append(level)
-            return True
-        if key == "log_timestamp":
-            return True if _bool(value, key) else "log lines always carry a time stamp"
-        if key == "connection_messages":
-            if not _bool(value, key):
-                self.log.setdefault("_no_connections", True)
-            return True
-        if key == "log_facility":
-            n = _int(value, key, 0, 7)
-            self.log["syslog_facility"] = f"local{n}"
-            return True
-        if key == "persistence":
-            self.persistence["_on"] = _bool(value, key)
-            return True
-        if key == "persistence_location":
-            self.persistence["_location"] = value
-            self.places["persistence.path"] = self.here
-            return True
-        if key == "persistence_file":
-            if "/" in value:
-                return "persistence_file is a file name; give the directory with persistence_location"
-            self.persistence["_file"] = value
-            self.places.setdefault("persistence.path", self.here)
-            return True
-        if key in _SNAPSHOT_KEYS:
-            return True  # every acknowledged change is committed: stronger than any autosave setting
-        if key in ("plugin", "auth_plugin"):
-            if not value.rsplit("/", 1)[-1].startswith("mosquitto_dynamic_security"):
-                return f"{key} {value}: only mosquitto's dynamic security plugin is built in"
-            self.dynsec["_line"] = self.here
-            return True
-        if key == "plugin_opt_config_file" and "_line" in self.dynsec:
-            self.dynsec["config_file"] = value
-            return True
+        handler = _OPTION_HANDLERS.get(key)
+        if handler is not None:
+            return handler(self, key, value)
         if key not in MOSQUITTO_OPTIONS and not key.startswith(("auth_opt_", "plugin_opt_")):
             hint = f"; {hint}" if (hint := did_you_mean(key, MOSQUITTO_OPTIONS)) else ""
             return f"{key} is not a mosquitto option{hint}"
         return f"{key} is not supported"
+
+    # One handler per option (or family of options), each (key, value) -> True when honoured, else why not;
+    # _OPTION_HANDLERS maps the option names to them.
+
+    def _honoured(self, key: str, value: str) -> bool | str:
+        return True  # include_dir (read by `feed`), and what this broker does anyway (_SNAPSHOT_KEYS)
+
+    def _not_supported(self, key: str, value: str) -> bool | str:
+        return f"{key} is not supported"
+
+    def _our_behaviour(self, key: str, value: str) -> bool | str:
+        ours = _OUR_BEHAVIOUR[key]
+        return True if value == ours else f"only {key} {ours} (this broker's behaviour)"
+
+    def _process(self, key: str, value: str) -> bool | str:
+        self.process[key] = value
+        return True
+
+    # --- clients and authentication
+
+    def _auth_flag(self, key: str, value: str) -> bool | str:
+        self.auth[key] = _bool(value, key)
+        return True
+
+    def _auth_text(self, key: str, value: str) -> bool | str:
+        self.auth[key] = value
+        return True
+
+    def _per_listener_settings(self, key: str, value: str) -> bool | str:
+        self.per_listener = _bool(value, key)
+        self.auth["per_listener_settings"] = self.per_listener
+        return True
+
+    def _auth_key(self, key: str, value: str) -> bool | str:
+        """allow_anonymous, password_file, acl_file: the last listener's with per_listener_settings, else global."""
+        parsed: Any = _bool(value, key) if key == "allow_anonymous" else value
+        if self.per_listener and self.listeners:
+            self.listeners[-1][key] = parsed
+            self.listeners[-1].setdefault("_places", {})[key] = self.here
+        else:
+            self.auth[key] = parsed
+            self.places[f"auth.{key}"] = self.here
+        return True
+
+    def _plugin(self, key: str, value: str) -> bool | str:
+        if not value.rsplit("/", 1)[-1].startswith("mosquitto_dynamic_security"):
+            return f"{key} {value}: only mosquitto's dynamic security plugin is built in"
+        self.dynsec["_line"] = self.here
+        return True
+
+    def _plugin_config_file(self, key: str, value: str) -> bool | str:
+        if "_line" not in self.dynsec:
+            return f"{key} is not supported"  # an option of a plugin we do not have
+        self.dynsec["config_file"] = value
+        return True
+
+    # --- listeners
+
+    def _listener(self, key: str, value: str) -> bool | str:
+        self.in_bridge = False
+        port, _, address = value.partition(" ")
+        self.listeners.append({"_port": _int(port, key, 0, 65535), "_address": address.strip()})
+        return True
+
+    def _default_listener(self, key: str, value: str) -> bool | str:
+        """port, bind_address: mosquitto's default listener (which a `port` line starts)."""
+        self.default["_port" if key == "port" else "_address"] = _int(value, key, 0, 65535) if key == "port" else value
+        return True
+
+    def _tls_version(self, key: str, value: str) -> bool | str:
+        if value not in TLS_VERSIONS:
+            return f"tls_version is one of {', '.join(TLS_VERSIONS)}"
+        self._target()[key] = value
+        return True
+
+    def _protocol(self, key: str, value: str) -> bool | str:
+        if value not in ("mqtt", "websockets"):
+            return f"protocol {value} is not supported (mqtt or websockets)"
+        self._target()["_protocol"] = value
+        return True
+
+    def _socket_domain(self, key: str, value: str) -> bool | str:
+        if value not in ("ipv4", "ipv6"):
+            return "socket_domain is ipv4 or ipv6"
+        self._target()["_domain"] = value
+        return True
+
+    def _listener_file(self, key: str, value: str) -> bool | str:
+        target = self._target()
+        target[_LISTENER_FILES[key]] = value
+        target.setdefault("_places", {})[_LISTENER_FILES[key]] = self.here
+        return True
+
+    def _listener_flag(self, key: str, value: str) -> bool | str:
+        self._target()[key] = _bool(value, key)
+        return True
+
+    def _max_connections(self, key: str, value: str) -> bool | str:
+        n = int(value) if re.fullmatch(r"-?\d+", value) else _int(value, key, 0)
+        self._target()["max_connections"] = max(n, 0)  # mosquitto's -1: unlimited
+        return True
+
+    # --- limits
+
+    def _limit(self, key: str, value: str) -> bool | str:
+        limit = _LIMIT_OPTIONS[key]
+        if limit.kind is bool:
+            parsed: bool | int | float = _bool(value, key)
+        else:
+            parsed = _duration(value, key) if limit.mosquitto_period else _int(value, key, 0, limit.hi)
+        self.limits[limit.name] = parsed
+        return True
+
+    def _sys_interval(self, key: str, value: str) -> bool | str:
+        self.sys["interval"] = float(_int(value, key, 0))
+        return True
+
+    # --- logging
+
+    def _log_timestamp_format(self, key: str, value: str) -> bool | str:
+        self.log["timestamp_format"] = value
+        return True
+
+    def _log_type(self, key: str, value: str) -> bool | str:
+        if value in ("subscribe", "unsubscribe", "all"):
+            self.log["subscriptions"] = True
+            if value != "all":
+                return True
+        level = _LOG_TYPES.get(value)
+        if level is None:
+            return f"log_type {value} is not known"
+        self.log_types.append(level)
+        return True
+
+    def _log_timestamp(self, key: str, value: str) -> bool | str:
+        return True if _bool(value, key) else "log lines always carry a time stamp"
+
+    def _connection_messages(self, key: str, value: str) -> bool | str:
+        if not _bool(value, key):
+            self.log.setdefault("_no_connections", True)
+        return True
+
+    def _log_facility(self, key: str, value: str) -> bool | str:
+        n = _int(value, key, 0, 7)
+        self.log["syslog_facility"] = f"local{n}"
+        return True
+
+    # --- persistence
+
+    def _persistence(self, key: str, value: str) -> bool | str:
+        self.persistence["_on"] = _bool(value, key)
+        return True
+
+    def _persistence_location(self, key: str, value: str) -> bool | str:
+        self.persistence["_location"] = value
+        self.places["persistence.path"] = self.here
+        return True
+
+    def _persistence_file(self, key: str, value: str) -> bool | str:
+        if "/" in value:
+            return "persistence_file is a file name; give the directory with persistence_location"
+        self.persistence["_file"] = value
+        self.places.setdefault("persistence.path", self.here)
+        return True
+
+    # --- bridges
+
+    def _connection(self, key: str, value: str) -> bool | str:
+        self.in_bridge = True
+        self.bridges.append({"name": value, "_line": self.here, "topics": [], "remote": {}})
+        return True
 
     def _bridge_line(self, b: dict[str, Any], key: str, value: str) -> bool | str:
         """One line of a `connection` block, onto the [[bridge]] keys (see docs/bridge.md for the mapping)."""
@@ -1211,7 +1257,7 @@ class _Translator:
             return f"{key}: the embedded bridge is inside the broker: no local login, and no ACL applies to it"
         return f"{key} is not supported in a bridge"
 
-    def _log_dest(self, value: str) -> bool | str:
+    def _log_dest(self, key: str, value: str) -> bool | str:
         kind, _, arg = value.partition(" ")
         if kind == "file" and arg.strip():
             if "file" in self.log:
@@ -1289,6 +1335,44 @@ class _Translator:
             process=ProcessSettings(**self.process),
         )
         return Translation(settings, tuple(self.unsupported), self.places)
+
+
+_Handler = Callable[[_Translator, str, str], bool | str]
+#: The mosquitto.conf options _Translator.line honours (or answers for), and the handler of each. A bridge's own
+#: options (_BRIDGE_KEYS) go to _Translator._bridge_line inside a `connection` block.
+_OPTION_HANDLERS: dict[str, _Handler] = {
+    **dict.fromkeys(_OUR_BEHAVIOUR, _Translator._our_behaviour),
+    **dict.fromkeys(("user", "pid_file"), _Translator._process),
+    **dict.fromkeys(("use_username_as_clientid", "allow_zero_length_clientid"), _Translator._auth_flag),
+    "auto_id_prefix": _Translator._auth_text,
+    "per_listener_settings": _Translator._per_listener_settings,
+    **dict.fromkeys(_AUTH_KEYS, _Translator._auth_key),
+    **dict.fromkeys(("plugin", "auth_plugin"), _Translator._plugin),
+    "plugin_opt_config_file": _Translator._plugin_config_file,
+    "listener": _Translator._listener,
+    **dict.fromkeys(("port", "bind_address"), _Translator._default_listener),
+    "tls_version": _Translator._tls_version,
+    "protocol": _Translator._protocol,
+    "socket_domain": _Translator._socket_domain,
+    "http_dir": _Translator._not_supported,
+    **dict.fromkeys(_LISTENER_FILES, _Translator._listener_file),
+    **dict.fromkeys(_LISTENER_BOOLS, _Translator._listener_flag),
+    "max_connections": _Translator._max_connections,
+    **dict.fromkeys(_LIMIT_OPTIONS, _Translator._limit),
+    "sys_interval": _Translator._sys_interval,
+    "log_dest": _Translator._log_dest,
+    "log_type": _Translator._log_type,
+    "log_timestamp": _Translator._log_timestamp,
+    "log_timestamp_format": _Translator._log_timestamp_format,
+    "connection_messages": _Translator._connection_messages,
+    "log_facility": _Translator._log_facility,
+    "persistence": _Translator._persistence,
+    "persistence_location": _Translator._persistence_location,
+    "persistence_file": _Translator._persistence_file,
+    **dict.fromkeys(_SNAPSHOT_KEYS, _Translator._honoured),  # every acknowledged change is committed at once
+    "include_dir": _Translator._honoured,
+    "connection": _Translator._connection,
+}
 
 
 def _persistence_of(p: dict[str, Any]) -> PersistenceSettings:

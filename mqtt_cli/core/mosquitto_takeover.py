@@ -76,94 +76,121 @@ class Takeover:
 
 def take_over(db: MosquittoDb, now: float, wall: float) -> Takeover:
     """The change records that make a new store hold what `db` held (times: `now` on the core's clock is `wall`)."""
-    out = Takeover()
-    left = out.left_out
+    t = _TakingOver(db, now, wall)
+    t.retained()
+    t.sessions()
+    incoming = t.client_messages()
+    if incoming:
+        t.publish_incoming(incoming)
+    return t.out
 
-    def core_time(t: int) -> float:
-        return t - wall + now
 
-    messages: dict[int, Message] = {}
-    expired: set[int] = set()  # store ids: each expired message counted once, however many refer to it
-    for m in db.messages:
-        message = _message(m, now, wall)
-        if message is None:
-            expired.add(m.store_id)
-        else:
-            messages[m.store_id] = message
-    left.expired_messages = len(expired)
+class _TakingOver:
+    """One take-over, in steps: the messages (read first, as the other records refer to them), the retained
+    messages, the sessions with their subscriptions, the messages for and from the sessions' clients."""
 
-    def missing(store_id: int) -> None:
-        if store_id not in expired:
-            left.orphans += 1  # a reference to a message the file does not hold
+    def __init__(self, db: MosquittoDb, now: float, wall: float) -> None:
+        self.db = db
+        self.now = now
+        self.wall = wall
+        self.out = Takeover()
+        self.left = self.out.left_out
+        self.messages: dict[int, Message] = {}
+        self.expired: set[int] = set()  # store ids: each expired message counted once, however many refer to it
+        for m in db.messages:
+            message = _message(m, now, wall)
+            if message is None:
+                self.expired.add(m.store_id)
+            else:
+                self.messages[m.store_id] = message
+        self.left.expired_messages = len(self.expired)
+        self.saved: dict[str, SessionSaved] = {}  # the sessions taken over, by client identifier
+        self.known = {c.client_id for c in db.clients}  # (saved: those of them taken over)
+        self.row = 0  # the last delivery row used
 
-    for store_id in db.retained:
-        message = messages.get(store_id)
-        if message is None:
-            missing(store_id)
-            continue
-        if not message.retain:  # (mosquitto clears the flag of the $SYS messages it keeps: never retained here)
-            message = Message(message.topic, message.payload, message.qos, True, message.properties, message.origin,
-                              message.received_at)  # fmt: skip
-        out.changes.append(RetainedSet(message))
-        out.retained += 1
+    def _missing(self, store_id: int) -> None:
+        if store_id not in self.expired:
+            self.left.orphans += 1  # a reference to a message the file does not hold
 
-    subscriptions: dict[str, list[tuple[str, SubscriptionOptions]]] = {}
-    for s in db.subscriptions:
-        opts = SubscriptionOptions(s.qos, s.no_local, s.retain_as_published, 0, s.identifier or None)
-        subscriptions.setdefault(s.client_id, []).append((s.topic, opts))
+    def retained(self) -> None:
+        for store_id in self.db.retained:
+            message = self.messages.get(store_id)
+            if message is None:
+                self._missing(store_id)
+                continue
+            if not message.retain:  # (mosquitto clears the flag of the $SYS messages it keeps: never retained here)
+                message = Message(message.topic, message.payload, message.qos, True, message.properties,
+                                  message.origin, message.received_at)  # fmt: skip
+            self.out.changes.append(RetainedSet(message))
+            self.out.retained += 1
 
-    sessions: dict[str, SessionSaved] = {}
-    for c in db.clients:
-        expires_at = None
-        if c.session_expiry_time > 0:  # its client had gone (or persistent_client_expiration was set)
-            if c.session_expiry_time <= wall:
+    def sessions(self) -> None:
+        """The persistent sessions still alive, with their subscriptions."""
+        subscriptions: dict[str, list[tuple[str, SubscriptionOptions]]] = {}
+        for s in self.db.subscriptions:
+            opts = SubscriptionOptions(s.qos, s.no_local, s.retain_as_published, 0, s.identifier or None)
+            subscriptions.setdefault(s.client_id, []).append((s.topic, opts))
+        left = self.left
+        for c in self.db.clients:
+            expires_at = None
+            if c.session_expiry_time > 0:  # its client had gone (or persistent_client_expiration was set)
+                if c.session_expiry_time <= self.wall:
+                    left.expired_sessions += 1
+                    continue
+                expires_at = c.session_expiry_time - self.wall + self.now
+            if c.session_expiry_interval == 0:  # a 5.0 session ending with its connection, which the stop ended
                 left.expired_sessions += 1
                 continue
-            expires_at = core_time(c.session_expiry_time)
-        if c.session_expiry_interval == 0:  # a 5.0 session ending with its connection, which the stop ended
-            left.expired_sessions += 1
-            continue
-        subs = tuple(subscriptions.get(c.client_id, ()))
-        v5 = c.session_expiry_interval != _NEVER or any(
-            o.no_local or o.retain_as_published or o.subscription_identifier for _, o in subs
-        )
-        sessions[c.client_id] = SessionSaved(
-            c.client_id, 5 if v5 else 4, c.session_expiry_interval, expires_at, subs, c.username
-        )
-    known = {c.client_id for c in db.clients}  # (sessions: those of them taken over)
-    for client_id, kept in subscriptions.items():
-        if client_id in sessions:
-            out.subscriptions += len(kept)
-        elif client_id not in known:
-            left.orphans += len(kept)
-    out.changes += sessions.values()
-    out.sessions = len(sessions)
+            subs = tuple(subscriptions.get(c.client_id, ()))
+            v5 = c.session_expiry_interval != _NEVER or any(
+                o.no_local or o.retain_as_published or o.subscription_identifier for _, o in subs
+            )
+            self.saved[c.client_id] = SessionSaved(
+                c.client_id, 5 if v5 else 4, c.session_expiry_interval, expires_at, subs, c.username
+            )
+        for client_id, kept in subscriptions.items():
+            if client_id in self.saved:
+                self.out.subscriptions += len(kept)
+            elif client_id not in self.known:
+                left.orphans += len(kept)
+        self.out.changes += self.saved.values()
+        self.out.sessions = len(self.saved)
 
-    row = 0
-    incoming: list[tuple[ClientMessage, Message]] = []
-    received: set[tuple[str, int]] = set()  # (client, packet identifier) of those
-    in_flight: set[tuple[str, int]] = set()
-    for cm in db.client_messages:
-        if cm.client_id not in sessions:
-            if cm.client_id not in known:
-                left.orphans += 1
-            continue  # (else its session expired: counted there)
-        message = messages.get(cm.store_id)
-        if message is None:
-            missing(cm.store_id)
-            continue
-        if cm.direction is Direction.IN:
-            if cm.state is MessageState.WAIT_FOR_PUBREL and cm.qos == 2 and cm.mid:
-                if (cm.client_id, cm.mid) not in received:
-                    received.add((cm.client_id, cm.mid))
-                    incoming.append((cm, message))
-            else:
-                left.unacknowledged_incoming += 1
-            continue
-        if cm.qos == 0:
-            left.qos0_messages += 1
-            continue
-        row += 1
+    def client_messages(self) -> list[tuple[ClientMessage, Message]]:
+        """The messages queued or in flight for the sessions' clients; returns the QoS 2 ones received from them
+        and acknowledged with PUBREC (once each), which `publish_incoming` publishes."""
+        incoming: list[tuple[ClientMessage, Message]] = []
+        received: set[tuple[str, int]] = set()  # (client, packet identifier) of those
+        in_flight: set[tuple[str, int]] = set()
+        left = self.left
+        for cm in self.db.client_messages:
+            if cm.client_id not in self.saved:
+                if cm.client_id not in self.known:
+                    left.orphans += 1
+                continue  # (else its session expired: counted there)
+            message = self.messages.get(cm.store_id)
+            if message is None:
+                self._missing(cm.store_id)
+                continue
+            if cm.direction is Direction.IN:
+                if cm.state is MessageState.WAIT_FOR_PUBREL and cm.qos == 2 and cm.mid:
+                    if (cm.client_id, cm.mid) not in received:
+                        received.add((cm.client_id, cm.mid))
+                        incoming.append((cm, message))
+                else:
+                    left.unacknowledged_incoming += 1
+                continue
+            if cm.qos == 0:
+                left.qos0_messages += 1
+                continue
+            self._delivery(cm, message, in_flight)
+        return incoming
+
+    def _delivery(self, cm: ClientMessage, message: Message, in_flight: set[tuple[str, int]]) -> None:
+        """A QoS 1 or 2 message for a session's client: queued, or in flight with its packet identifier."""
+        out = self.out
+        self.row += 1
+        row = self.row
         sids = cm.properties.subscription_identifiers if cm.properties.items else ()
         out.changes.append(DeliveryAdded(cm.client_id, row, message, cm.qos, cm.retain, sids))
         # Sent already: waiting for its acknowledgement, or marked DUP (mosquitto's state after a reconnection).
@@ -177,16 +204,16 @@ def take_over(db: MosquittoDb, now: float, wall: float) -> Takeover:
         else:
             out.queued += 1
 
-    if incoming:
+    def publish_incoming(self, incoming: list[tuple[ClientMessage, Message]]) -> None:
+        """Publishes the acknowledged incoming QoS 2 messages to the sessions taken over, as the broker routes."""
         trie: TopicTrie[str, SubscriptionOptions] = TopicTrie()
-        for client_id, saved in sessions.items():
+        for client_id, saved in self.saved.items():
             for flt, opts in saved.subscriptions:
                 trie.add(flt, client_id, opts)
         for cm, message in incoming:
-            row = _publish(out, trie, message, row)
-            out.changes.append(IncomingAdded(cm.client_id, cm.mid))
-            out.incoming += 1
-    return out
+            self.row = _publish(self.out, trie, message, self.row)
+            self.out.changes.append(IncomingAdded(cm.client_id, cm.mid))
+            self.out.incoming += 1
 
 
 def _message(m: StoredMessage, now: float, wall: float) -> Message | None:

@@ -32,11 +32,13 @@ __all__ = [
     "PROPERTY_TABLE",
     "WILL",
     "Properties",
+    "PropertiesJsonError",
     "PropertyId",
     "PropertySpec",
     "WireType",
     "decode_properties",
     "encode_properties",
+    "properties_from_json",
 ]
 
 # A pseudo packet type for the will properties inside CONNECT (real types are 0-15).
@@ -353,6 +355,73 @@ def properties_json(pairs: list[list[Any]]) -> dict[str, Any]:
         else:
             out[name] = value
     return out
+
+
+class PropertiesJsonError(ValueError):
+    """JSON that is not properties in the form Properties.as_json() writes; the message says which and why."""
+
+
+#: The JSON lists of the repeatable properties, and the property each of their items is.
+_JSON_ITEMS = {listed: name for name, listed in _JSON_LISTS.items()}
+#: The PUBLISH properties that belong to one connection (topic_alias) or one delivery (the subscription
+#: identifiers): a client never sends them (spec 3.3.4), so a message published on from JSON leaves them out.
+_NOT_REPUBLISHED = frozenset({"topic_alias", "subscription_identifier", "subscription_identifiers"})
+
+
+def properties_from_json(obj: Any, *, to_publish: bool = False) -> Properties:
+    """Properties from their JSON form (the parsed value): the object as_json() writes, or the `[[name, value],
+    ...]` list of as_list() (what `mqtt dump --json` wrote until 0.1.0). A null, for the whole or for any property
+    in it, means absent. `to_publish`: only what a client may send in PUBLISH (the connection's and the
+    delivery's own properties are left out, whatever their value; any other raises). Raises PropertiesJsonError.
+    """
+    if obj is None:
+        return EMPTY_PROPERTIES
+    if isinstance(obj, list):
+        if not all(isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) for pair in obj):
+            raise PropertiesJsonError("properties must be a JSON object (or a list of [name, value] pairs)")
+        obj = properties_json(obj)
+    if not isinstance(obj, dict):
+        raise PropertiesJsonError(f"properties must be a JSON object, not {_json_type(obj)}")
+    items: list[tuple[int, Any]] = []
+    for name, value in obj.items():
+        if value is None or (to_publish and name in _NOT_REPUBLISHED):
+            continue
+        item_name = _JSON_ITEMS.get(name)
+        spec = PROPERTY_BY_NAME.get(item_name or name)
+        if spec is None:
+            raise PropertiesJsonError(f"unknown MQTT 5.0 property {name!r}")
+        if to_publish and PUBLISH not in spec.packets:
+            raise PropertiesJsonError(f"property {name!r} cannot be published")
+        if item_name is None:
+            items.append((spec.id, _json_value(spec, name, value)))
+        elif isinstance(value, list):
+            items.extend((spec.id, _json_value(spec, name, item)) for item in value)
+        else:
+            raise PropertiesJsonError(f"property {name!r} must be a list")
+    try:
+        return Properties(items)
+    except LocalProtocolError as err:
+        raise PropertiesJsonError(str(err)) from None
+
+
+def _json_value(spec: PropertySpec, name: str, value: Any) -> Any:
+    """One property's value from JSON (hex text for bytes, `[key, value]` for a user property); the rest is
+    checked by Properties."""
+    if spec.wire_type is _W.BINARY:
+        try:
+            return bytes.fromhex(value)
+        except (TypeError, ValueError):
+            raise PropertiesJsonError(f"property {name!r} must be hex text") from None
+    if spec.wire_type is _W.UTF8_PAIR:
+        if not (isinstance(value, list) and len(value) == 2 and all(isinstance(x, str) for x in value)):
+            raise PropertiesJsonError(f"property {name!r} must be [key, value] string pairs, not {value!r}")
+        return tuple(value)
+    return value
+
+
+def _json_type(value: Any) -> str:
+    names = {str: "a string", bool: "true or false", int: "a number", float: "a number"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _name(pid: int) -> str:

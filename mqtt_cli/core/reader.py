@@ -57,6 +57,14 @@ def plain_ack_packet(ack: int) -> Any:
     return ACK_CLASSES[ack >> 20](ack & 0xFFFF, 0, _EMPTY)
 
 
+def _too_large(first: int, size: int, limit: int) -> PacketTooLarge:
+    return PacketTooLarge(
+        f"{PACKET_NAMES[first >> 4]} of {size} bytes exceeds the maximum packet size {limit}",
+        packet_type=first >> 4,
+        fatal=True,
+    )
+
+
 class PacketReader:
     """Turns a byte stream, in any chunking, into packets.
 
@@ -108,14 +116,8 @@ class PacketReader:
         # Kept and sliced into payloads: must not change under us (and bytes is what a compiled reader works on).
         data = received if type(received) is bytes else bytes(received)
         if self._have:
-            self._chunks.append(data)
-            self._have += len(data)
-            if self._have < self._need:
-                return []
-            data = b"".join(self._chunks)
-            self._chunks.clear()
-            self._have = 0
-        elif not data:
+            data = self._joined(data)
+        if not data:
             return []
         out: list[Any] = []
         n = len(data)
@@ -137,38 +139,19 @@ class PacketReader:
             body = pos + 2
             minimal = True
             if length & 0x80:
-                length &= 0x7F
-                shift = 7
-                while body < n:
-                    byte = data[body]
+                byte = data[body] if body < n else 0x80
+                if not byte & 0x80:  # two bytes (up to 16 KiB): kept inline, as common as the one-byte length
+                    length = (length & 0x7F) | byte << 7
+                    minimal = byte != 0
                     body += 1
-                    length |= (byte & 0x7F) << shift
-                    if not byte & 0x80:
-                        minimal = byte != 0
-                        break
-                    shift += 7
-                    if shift == 28:
-                        self._fail(
-                            MalformedPacket(
-                                f"remaining length of a {PACKET_NAMES[first >> 4]} packet is longer than four bytes",
-                                packet_type=first >> 4,
-                                fatal=True,
-                            ),
-                            out,
-                        )
                 else:
-                    self._need = body - pos + 1
-                    break
+                    length, body, minimal = self._long_length(data, pos, n, out)
+                    if length < 0:
+                        self._need = body - pos + 1
+                        break
             end = body + length
             if limit is not None and end - pos > limit:
-                self._fail(
-                    PacketTooLarge(
-                        f"{PACKET_NAMES[first >> 4]} of {end - pos} bytes exceeds the maximum packet size {limit}",
-                        packet_type=first >> 4,
-                        fatal=True,
-                    ),
-                    out,
-                )
+                self._fail(_too_large(first, end - pos, limit), out)
             if end > n:
                 self._need = end - pos
                 break
@@ -215,32 +198,8 @@ class PacketReader:
                     out.append(first << 16 | pid if self.plain_acks else acks[first >> 4](pid, 0, _EMPTY))
                     pos = end
                     continue
-            try:
-                # Decoded from its own bytes, so that the positions errors name count from the packet's start.
-                packet = decode_body(first, data[pos:end] if pos or end != n else data, body - pos, end - pos, version)
-                if not minimal and version == 5:
-                    raise MalformedPacket(
-                        "remaining length is not minimally encoded", packet=packet, packet_type=first >> 4
-                    )
-            except RemoteProtocolError as err:
-                if not self.strict and err.packet is None and first >> 4:
-                    # Tolerant: try again, reading bad texts with replacements; keep whichever says more.
-                    try:
-                        decode_body(first, data[pos:end], body - pos, end - pos, version, lenient=True)
-                    except RemoteProtocolError as again:
-                        if again.packet is not None:
-                            err = again
-                pos = end
-                if self.strict:
-                    self._need = 0  # what is left may hold whole packets: look at it on the next feed
-                    self._keep(data, pos, n)
-                    err.packets = out
-                    raise
-                out.append(err)
-                packet = err.packet
-            else:
-                out.append(packet)
-                pos = end
+            packet = self._decode_other(data, pos, body, end, version, minimal, out)
+            pos = end
             if type(packet) is Connect and packet.protocol_version in (3, 4, 5):
                 version = self.version = packet.protocol_version
         if pos < n:
@@ -248,6 +207,74 @@ class PacketReader:
         else:
             self._need = 0  # `_keep` for the common case, without the call
         return out
+
+    def _joined(self, data: bytes) -> bytes:
+        """The bytes kept from earlier feeds followed by `data`; b"" while they cannot complete a packet yet."""
+        self._chunks.append(data)
+        self._have += len(data)
+        if self._have < self._need:
+            return b""
+        data = b"".join(self._chunks)
+        self._chunks.clear()
+        self._have = 0
+        return data
+
+    def _long_length(self, data: bytes, pos: int, n: int, out: list[Any]) -> tuple[int, int, bool]:
+        """The Remaining Length of the packet at `pos` when it takes more than one byte: (length, where the body
+        starts, whether the length was minimally encoded). A length of -1: the bytes end inside it."""
+        length = data[pos + 1] & 0x7F
+        body = pos + 2
+        shift = 7
+        while body < n:
+            byte = data[body]
+            body += 1
+            length |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return length, body, byte != 0
+            shift += 7
+            if shift == 28:
+                first = data[pos]
+                self._fail(
+                    MalformedPacket(
+                        f"remaining length of a {PACKET_NAMES[first >> 4]} packet is longer than four bytes",
+                        packet_type=first >> 4,
+                        fatal=True,
+                    ),
+                    out,
+                )
+        return -1, body, True
+
+    def _decode_other(
+        self, data: bytes, pos: int, body: int, end: int, version: int, minimal: bool, out: list[Any]
+    ) -> Any:
+        """Decodes the whole packet at data[pos:end] that no fast path took, with every rule checked, into `out`;
+        returns it (None: the error in its place had no packet). Strict, an error is raised instead."""
+        first = data[pos]
+        n = len(data)
+        try:
+            # Decoded from its own bytes, so that the positions errors name count from the packet's start.
+            packet = decode_body(first, data[pos:end] if pos or end != n else data, body - pos, end - pos, version)
+            if not minimal and version == 5:
+                raise MalformedPacket(
+                    "remaining length is not minimally encoded", packet=packet, packet_type=first >> 4
+                )
+        except RemoteProtocolError as err:
+            if not self.strict and err.packet is None and first >> 4:
+                # Tolerant: try again, reading bad texts with replacements; keep whichever says more.
+                try:
+                    decode_body(first, data[pos:end], body - pos, end - pos, version, lenient=True)
+                except RemoteProtocolError as again:
+                    if again.packet is not None:
+                        err = again
+            if self.strict:
+                self._need = 0  # what is left may hold whole packets: look at it on the next feed
+                self._keep(data, end, n)
+                err.packets = out
+                raise
+            out.append(err)
+            return err.packet
+        out.append(packet)
+        return packet
 
     def _keep(self, data: bytes, pos: int, n: int) -> None:
         if pos < n:

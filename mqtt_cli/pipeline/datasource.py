@@ -68,13 +68,13 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from mqtt_cli.core.properties import PROPERTY_BY_NAME, Properties, WireType
+from mqtt_cli.core.properties import Properties, properties_from_json
 
 __all__ = [
     "SOURCE_SCHEMA",
     "MqttDataSource",
     "MqttOptions",
-    "properties_from_json",
+    "properties_from_column",
     "properties_to_json",
     "register",
 ]
@@ -95,41 +95,10 @@ def properties_to_json(props: Properties) -> str:
     return _compact(props.as_json())
 
 
-# The object's names for the repeatable properties, and the property each item of their lists is.
-_LISTED = {"user_properties": "user_property", "subscription_identifiers": "subscription_identifier"}
-
-
-def properties_from_json(text: str | None) -> Properties:
-    """The JSON object `mqtt sub --json` writes (Properties.as_json(); bytes as hex) -> Properties; the
-    `[[name, value], ...]` list of earlier versions is read too. A null property is an absent one."""
-    if not text:
-        return Properties()
-    parsed = json.loads(text)
-    if isinstance(parsed, dict):
-        pairs: list[tuple[str, Any]] = []
-        for name, value in parsed.items():
-            single = _LISTED.get(name)
-            if value is None:  # a null property is an absent one
-                continue
-            if single is None:
-                pairs.append((name, value))
-            elif isinstance(value, list):
-                pairs.extend((single, item) for item in value)
-            else:
-                raise ValueError(f"MQTT 5.0 property {name!r} must be a list")
-    else:
-        pairs = [(name, value) for name, value in parsed]
-    items = []
-    for name, value in pairs:
-        spec = PROPERTY_BY_NAME.get(name)
-        if spec is None:
-            raise ValueError(f"unknown MQTT 5.0 property {name!r}")
-        if spec.wire_type == WireType.BINARY and isinstance(value, str):
-            value = bytes.fromhex(value)
-        elif isinstance(value, list):
-            value = tuple(value)
-        items.append((spec.id, value))
-    return Properties(items)
+def properties_from_column(text: str | None) -> Properties:
+    """A row's `properties` (properties_to_json's text; null or empty: none) as a client may publish them: the
+    connection's and the delivery's own are left out. Raises PropertiesJsonError (a ValueError)."""
+    return properties_from_json(json.loads(text) if text else None, to_publish=True)
 
 
 class MqttOptions:
@@ -441,7 +410,7 @@ def _publish_rows(options: dict[str, str], rows: Iterator[Any]) -> int:
                 elif isinstance(payload, str):
                     payload = payload.encode()
                 qos = rec.get("qos")
-                props = properties_from_json(rec.get("properties")) if client.version == 5 else Properties()
+                props = properties_from_column(rec.get("properties")) if client.version == 5 else Properties()
                 await client.publish(
                     topic, bytes(payload), default_qos if qos is None else int(qos), bool(rec.get("retain")), props
                 )

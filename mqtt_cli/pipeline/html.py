@@ -230,12 +230,26 @@ def _latency_chart(name: str, bins: list[dict[str, Any]]) -> str:
 
 
 def report_html(report: dict[str, Any]) -> str:
-    s = report["summary"]
-    lat = report["latency"]
-    ses = report["sessions"]
-    k = report["keepalive"]
-    unknown = s["publishes"] - s["messages"] - s["deliveries"]
     body = [
+        *_summary(report),
+        "<h2>Messages and deliveries over time</h2>",
+        _rate_chart(report["timeline"]),
+        *_latency(report),
+        *_delivery(report),
+        *_topics_and_clients(report),
+        *_sessions(report),
+        *_problems(report),
+    ]
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>MQTT traffic report</title>'
+        f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n"
+    )
+
+
+def _summary(report: dict[str, Any]) -> list[str]:
+    s = report["summary"]
+    unknown = s["publishes"] - s["messages"] - s["deliveries"]
+    return [
         f"<h1>MQTT traffic report</h1><p class=note>{escape(str(report['table']))}: {_when(s['first_ns'])} to"
         f" {_when(s['last_ns'])}</p>",
         _table(
@@ -253,18 +267,26 @@ def report_html(report: dict[str, Any]) -> str:
                 ["protocol violations", s["violations"]],
             ],
         ),
-        "<h2>Messages and deliveries over time</h2>",
-        _rate_chart(report["timeline"]),
+    ]
+
+
+def _latency(report: dict[str, Any]) -> list[str]:
+    """The latency table, then a histogram chart for each step."""
+    parts = [
         "<h2>Acknowledgement latency</h2>",
         _table(
             ["flow", "count", "p50 ms", "p90 ms", "p99 ms", "max ms"],
             [[LATENCY_LABELS.get(name, name), v["count"], v["p50"], v["p90"], v["p99"], v["max"]]
-             for name, v in lat.items()],
+             for name, v in report["latency"].items()],
         ),
     ]  # fmt: skip
     for step, bins in report["latency_histogram"].items():
-        body.append(_latency_chart(LATENCY_LABELS.get(step, step), bins))
-    body += [
+        parts.append(_latency_chart(LATENCY_LABELS.get(step, step), bins))
+    return parts
+
+
+def _delivery(report: dict[str, Any]) -> list[str]:
+    return [
         "<h2>QoS 1/2 delivery</h2>",
         _table(
             ["QoS", "unacknowledged", "QoS 2 incomplete", "re-sent"],
@@ -274,6 +296,11 @@ def report_html(report: dict[str, Any]) -> str:
             ["client", "direction", "DUP re-sends"],
             [[r["client"], r["direction"], r["resends"]] for r in report["dup"]],
         ),
+    ]
+
+
+def _topics_and_clients(report: dict[str, Any]) -> list[str]:
+    return [
         "<h2>Topics</h2>",
         _table(
             ["topic", "messages", "payload bytes", "publishers", "deliveries", "receivers"],
@@ -283,18 +310,17 @@ def report_html(report: dict[str, Any]) -> str:
         "<h2>Clients</h2>",
         _table(
             ["client", "connections", "published", "bytes", "received", "bytes"],
-            [
-                [
-                    r["client"],
-                    r["connections"],
-                    r["published"],
-                    r["published_bytes"],
-                    r["received"],
-                    r["received_bytes"],
-                ]
-                for r in report["clients"]
-            ],
+            [[r["client"], r["connections"], r["published"], r["published_bytes"], r["received"],
+              r["received_bytes"]] for r in report["clients"]],
         ),
+    ]  # fmt: skip
+
+
+def _sessions(report: dict[str, Any]) -> list[str]:
+    """Sessions, then keepalive and pings."""
+    ses = report["sessions"]
+    k = report["keepalive"]
+    return [
         "<h2>Sessions</h2>",
         _table(
             ["", ""],
@@ -318,6 +344,12 @@ def report_html(report: dict[str, Any]) -> str:
                 ["silent over 1.5 × keepalive", k["overdue_count"]],
             ],
         ),
+    ]
+
+
+def _problems(report: dict[str, Any]) -> list[str]:
+    """Refused connections, malformed packets and protocol violations."""
+    return [
         "<h2>Refused connections</h2>",
         _table(
             ["reason", "version", "refusals", "clients"],
@@ -332,7 +364,3 @@ def report_html(report: dict[str, Any]) -> str:
             [[r["packet_type"], r["error"], r["packets"], r["connections"]] for r in report["malformed"]],
         ),
     ]
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>MQTT traffic report</title>'
-        f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n"
-    )

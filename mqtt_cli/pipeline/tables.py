@@ -6,6 +6,7 @@ import datetime
 from typing import Any
 
 from rich.console import Group, RenderableType
+from rich.table import Table
 
 from mqtt_cli.render import titled_table as _table
 
@@ -45,8 +46,25 @@ def _unknown_direction(summary: dict[str, Any]) -> list[tuple[str, int]]:
 
 
 def report_tables(report: dict[str, Any]) -> RenderableType:
-    s = report["summary"]
-    parts: list[RenderableType] = []
+    parts: list[RenderableType] = [
+        _summary(report["summary"]),
+        *_timeline(report["timeline"]),
+        _topics(report["topics"]),
+        _clients(report["clients"]),
+        _latency(report["latency"]),
+        *_delivery(report),
+        *_sessions(report["sessions"]),
+        *_keepalive(report["keepalive"]),
+        _refused(report["refused"]),
+        _malformed(report["malformed"]),
+    ]
+    spaced: list[RenderableType] = []
+    for part in parts:
+        spaced += [part, ""]
+    return Group(*spaced[:-1])
+
+
+def _summary(s: dict[str, Any]) -> Table:
     t = _table("Summary", "", "")
     for label, value in (
         ("captures / sources", s["captures"]),
@@ -63,56 +81,71 @@ def report_tables(report: dict[str, Any]) -> RenderableType:
         ("protocol violations", s["violations"]),
     ):
         t.add_row(label, f"{value:,}" if isinstance(value, int) else str(value))
-    parts.append(t)
+    return t
 
-    timeline = report["timeline"]
-    if timeline["points"]:
-        step = timeline["step_seconds"]
-        t = _table(
-            f"Messages and deliveries over time (one bar: {step} s, from {when(timeline['start_ns'])} UTC)",
-            "", "peak /s", "",
-        )  # fmt: skip
-        t.columns[2].justify = "left"
-        for name in ("messages", "deliveries"):
-            total = [p[name] for p in timeline["points"]]
-            t.add_row(f"all {name}", f"{max(total) / step:,.1f}", sparkline(total))
-        for series in timeline["series"]:
-            name = series_label(series)
-            t.add_row(name, f"{max(series['messages']) / step:,.1f}", sparkline(series["messages"]))
-        parts.append(t)
 
+def _timeline(timeline: dict[str, Any]) -> list[Table]:
+    """The rates over time as sparklines: none when the capture has no time points."""
+    if not timeline["points"]:
+        return []
+    step = timeline["step_seconds"]
+    t = _table(
+        f"Messages and deliveries over time (one bar: {step} s, from {when(timeline['start_ns'])} UTC)",
+        "", "peak /s", "",
+    )  # fmt: skip
+    t.columns[2].justify = "left"
+    for name in ("messages", "deliveries"):
+        total = [p[name] for p in timeline["points"]]
+        t.add_row(f"all {name}", f"{max(total) / step:,.1f}", sparkline(total))
+    for series in timeline["series"]:
+        name = series_label(series)
+        t.add_row(name, f"{max(series['messages']) / step:,.1f}", sparkline(series["messages"]))
+    return [t]
+
+
+def _topics(topics: list[dict[str, Any]]) -> Table:
     t = _table("Topics", "topic", "messages", "payload bytes", "publishers", "deliveries", "receivers", "first",
                "last")  # fmt: skip
-    for row in report["topics"]:
+    for row in topics:
         t.add_row(topic_label(row["topic"]), f"{row['messages']:,}", f"{row['payload_bytes']:,}",
                   f"{row['publishers']:,}", f"{row['deliveries']:,}", f"{row['receivers']:,}", when(row["first_ns"]),
                   when(row["last_ns"]))  # fmt: skip
-    parts.append(t)
+    return t
 
+
+def _clients(clients: list[dict[str, Any]]) -> Table:
     t = _table("Clients", "client", "connections", "published", "bytes", "received", "bytes")
-    for row in report["clients"]:
+    for row in clients:
         t.add_row(row["client"] or "(unknown)", str(row["connections"]), f"{row['published']:,}",
                   f"{row['published_bytes']:,}", f"{row['received']:,}", f"{row['received_bytes']:,}")  # fmt: skip
-    parts.append(t)
+    return t
 
+
+def _latency(latency: dict[str, Any]) -> Table:
     t = _table("Acknowledgement latency (ms)", "flow", "count", "p50", "p90", "p99", "max")
     for name, label in LATENCY_LABELS.items():
-        row = report["latency"][name]
+        row = latency[name]
         t.add_row(label, f"{row['count']:,}", _ms(row["p50"]), _ms(row["p90"]), _ms(row["p99"]), _ms(row["max"]))
-    parts.append(t)
+    return t
 
+
+def _delivery(report: dict[str, Any]) -> list[Table]:
+    """QoS 1/2 delivery, then the DUP re-sends when there are any."""
     t = _table("QoS 1/2 delivery", "QoS", "unacknowledged", "QoS 2 flows incomplete", "re-sent (DUP follows)")
     for row in report["unacknowledged"]:
         t.add_row(str(row["qos"]), f"{row['unacknowledged']:,}", f"{row['incomplete']:,}" if row["qos"] == 2 else "-",
                   f"{row['resent']:,}")  # fmt: skip
-    parts.append(t)
+    tables = [t]
     if report["dup"]:
         t = _table("DUP re-sends", "client", "direction", "PUBLISH with DUP")
         for row in report["dup"]:
             t.add_row(row["client"] or "(unknown)", row["direction"] or "?", f"{row['resends']:,}")
-        parts.append(t)
+        tables.append(t)
+    return tables
 
-    ses = report["sessions"]
+
+def _sessions(ses: dict[str, Any]) -> list[Table]:
+    """The sessions' figures, then the longest ten."""
     d = ses["duration"]
     t = _table("Sessions", "", "")
     for label, value in (
@@ -124,14 +157,15 @@ def report_tables(report: dict[str, Any]) -> RenderableType:
         ("duration p50 / p90 / p99 / max (s)", " / ".join(_ms(d[k]) for k in ("p50", "p90", "p99", "max"))),
     ):
         t.add_row(label, value)
-    parts.append(t)
-    t = _table("Longest sessions", "client", "capture", "connection", "version", "started", "seconds", "packets")
+    longest = _table("Longest sessions", "client", "capture", "connection", "version", "started", "seconds", "packets")
     for row in ses["longest"][:10]:
-        t.add_row(row["client"] or "(unknown)", row["capture_file"], str(row["stream"]), str(row["version"]),
-                  when(row["start_ns"]), f"{row['seconds']:,.3f}", f"{row['packets']:,}")  # fmt: skip
-    parts.append(t)
+        longest.add_row(row["client"] or "(unknown)", row["capture_file"], str(row["stream"]), str(row["version"]),
+                        when(row["start_ns"]), f"{row['seconds']:,.3f}", f"{row['packets']:,}")  # fmt: skip
+    return [t, longest]
 
-    k = report["keepalive"]
+
+def _keepalive(k: dict[str, Any]) -> list[Table]:
+    """Keepalive and pings, then the clients silent for too long when there are any."""
     t = _table("Keepalive and pings", "", "")
     for label, value in (
         ("connections with a keepalive", k["connections"] - k["without_keepalive"]),
@@ -141,30 +175,31 @@ def report_tables(report: dict[str, Any]) -> RenderableType:
         ("silent for over 1.5 × keepalive", k["overdue_count"]),
     ):
         t.add_row(label, str(value))
-    parts.append(t)
+    tables = [t]
     if k["overdue"]:
         t = _table("Clients silent for over 1.5 × keepalive", "client", "capture", "connection", "keepalive",
                    "longest silence (s)")  # fmt: skip
         for row in k["overdue"]:
             t.add_row(row["client"] or "(unknown)", row["capture_file"], str(row["stream"]), str(row["keepalive"]),
                       f"{row['max_gap']:,.3f}")  # fmt: skip
-        parts.append(t)
+        tables.append(t)
+    return tables
 
+
+def _refused(refused: list[dict[str, Any]]) -> Table:
     t = _table("Refused connections", "reason", "version", "refusals", "clients")
-    for row in report["refused"]:
+    for row in refused:
         t.add_row(f"0x{row['reason_code']:02X} {row['reason']}", str(row["version"]), f"{row['refusals']:,}",
                   ", ".join(c or "(empty)" for c in row["clients"]))  # fmt: skip
-    if not report["refused"]:
+    if not refused:
         t.add_row("none", "", "", "")
-    parts.append(t)
+    return t
 
+
+def _malformed(malformed: list[dict[str, Any]]) -> Table:
     t = _table("Malformed packets and protocol violations", "type", "error", "packets", "connections")
-    for row in report["malformed"]:
+    for row in malformed:
         t.add_row(row["packet_type"], row["error"], f"{row['packets']:,}", f"{row['connections']:,}")
-    if not report["malformed"]:
+    if not malformed:
         t.add_row("none", "", "", "")
-    parts.append(t)
-    spaced: list[RenderableType] = []
-    for part in parts:
-        spaced += [part, ""]
-    return Group(*spaced[:-1])
+    return t

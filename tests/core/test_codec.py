@@ -175,6 +175,33 @@ def test_maximum_remaining_length_asks_for_more() -> None:
     assert reader.buffered == 1008
 
 
+@pytest.mark.parametrize("size", [10, 200, 20_000, 3_000_000])
+def test_a_publish_split_anywhere_in_its_fixed_header(size: int) -> None:
+    # Remaining Lengths of one, two, three and four bytes, each cut at every byte of the fixed header and just after.
+    raw = encode(Publish("t", b"p" * size), 4)
+    (whole,) = PacketReader(4).feed(raw)
+    for cut in range(1, 7):
+        reader = PacketReader(4)
+        assert reader.feed(raw[:cut]) == []
+        assert reader.feed(raw[cut:]) == [whole]
+        assert reader.buffered == 0
+
+
+def test_a_remaining_length_of_five_bytes_ends_the_stream_however_it_is_cut() -> None:
+    raw = h("30 ff ff ff ff 01 00")  # the fifth byte of the Remaining Length (the first after the type) is an error
+    for cut in range(1, len(raw)):
+        reader = PacketReader(4)
+        with pytest.raises(MalformedPacket, match="PUBLISH packet is longer than four bytes") as info:
+            if cut < 5:
+                assert reader.feed(raw[:cut]) == []
+                reader.feed(raw[cut:])
+            else:
+                reader.feed(raw[:cut])
+        assert info.value.fatal
+        with pytest.raises(MalformedPacket):
+            reader.feed(b"\x00")  # the stream is over
+
+
 def test_remaining_length_boundaries() -> None:
     cases = {
         0: "00",

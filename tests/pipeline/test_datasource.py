@@ -308,3 +308,23 @@ def test_record_says_when_it_records_writes_every_message_then_disconnects(
     ).stdout.splitlines()  # fmt: skip
     types = [json.loads(line)["type"] for line in dumped]
     assert types[0] == "CONNECT" and types[-1] == "DISCONNECT", types
+
+
+def test_a_row_s_properties_are_what_a_client_may_publish() -> None:
+    """The writer reads the `properties` column with core's one JSON reader, as `pub --json-lines` reads a line:
+    a null is absent, a connection's topic alias and a delivery's subscription identifiers (in rows read from a
+    subscription) are left out, and a property PUBLISH cannot carry is an error naming it."""
+    from mqtt_cli.pipeline.datasource import properties_from_column, properties_to_json
+
+    received = Properties(
+        content_type="a", topic_alias=2, subscription_identifiers=[3, 4], user_properties=[("k", "v")]
+    )
+    assert properties_from_column(properties_to_json(received)) == Properties(
+        content_type="a", user_properties=[("k", "v")]
+    )
+    assert properties_from_column(None) == Properties() == properties_from_column("")
+    assert properties_from_column('{"content_type": null, "correlation_data": "00ff"}') == Properties(
+        correlation_data=b"\x00\xff"
+    )
+    with pytest.raises(ValueError, match="property 'session_expiry_interval' cannot be published"):
+        properties_from_column('{"session_expiry_interval": 1}')
