@@ -291,7 +291,8 @@ class TLSStream(trio.abc.Stream):
                 break
         if self._outgoing.pending:  # what reading made TLS answer (a key update)
             self._rest += self._outgoing.read()
-            self._write_rest_nowait()
+            with contextlib.suppress(OSError):  # (the read's outcome first: a send finds out)
+                self._write_rest_nowait()
         if got:
             return pieces[0] if len(pieces) == 1 else b"".join(pieces)
         return b"" if ended else None
