@@ -69,6 +69,7 @@ class TLSStream(trio.abc.Stream):
         self._sending = False  # a send_all waits for the socket: nothing else writes to it meanwhile
         self._broken = False
         self._closed = False
+        self._ended = False  # the peer's data ended (close_notify)
 
     # --- what the SSL object knows ---------------------------------------------------------------------------
 
@@ -250,29 +251,37 @@ class TLSStream(trio.abc.Stream):
         end of the stream, None when nothing is there yet (wait for the socket to be readable, then again). Exactly
         `max_bytes` when more may be held (read again at once). Raises ClosedResourceError once closed and
         BrokenResourceError (from the SSLError) or OSError when it failed, as transports.receive_direct does."""
+        if self._ended:
+            return b""
         ssl_object = self._ssl
+        incoming = self._incoming
         pieces: list[bytes] = []
         got = 0
         drained = False  # the socket gave less than asked (or nothing): it holds nothing more now
         ended = False
+        # Nothing held to decrypt: the socket first (a read of TLS would fail, an exception each time).
+        empty = not incoming.pending and not ssl_object.pending()
         while True:
-            try:
-                piece = ssl_object.read(max_bytes - got)
-            except ssl.SSLWantReadError:
+            if empty:
                 if drained:
                     break
                 fd = self.socket.fileno()
                 if fd < 0:
-                    raise trio.ClosedResourceError("the TLS stream is closed") from None
+                    raise trio.ClosedResourceError("the TLS stream is closed")
                 try:
                     records = os.read(fd, max_bytes)
                 except BlockingIOError:
                     break
                 if records:
-                    self._incoming.write(records)
+                    incoming.write(records)
                     drained = len(records) < max_bytes
                 else:
-                    self._incoming.write_eof()
+                    incoming.write_eof()
+                    drained = True
+            try:
+                piece = ssl_object.read(max_bytes - got)
+            except ssl.SSLWantReadError:  # (a record not whole yet)
+                empty = True
                 continue
             except ssl.SSLEOFError as exc:  # the socket ended without close_notify
                 if not self._https_compatible:
@@ -282,13 +291,14 @@ class TLSStream(trio.abc.Stream):
             except ssl.SSLError as exc:
                 self._broken = True
                 raise trio.BrokenResourceError from exc
-            if not piece:  # the end (close_notify, or as above)
-                ended = True
+            if not piece:  # the end (close_notify, or as above): this call's last bytes, then b"" for good
+                self._ended = ended = True
                 break
             pieces.append(piece)
             got += len(piece)
             if got >= max_bytes:
                 break
+            empty = not incoming.pending and not ssl_object.pending()
         if self._outgoing.pending:  # what reading made TLS answer (a key update)
             self._rest += self._outgoing.read()
             with contextlib.suppress(OSError):  # (the read's outcome first: a send finds out)
