@@ -45,6 +45,9 @@ class TLSStream(trio.abc.Stream):
     ssl.SSLError (a failed handshake, a corrupt record) or from the socket's OSError; ClosedResourceError once
     closed. send_nowait and receive_nowait raise as transports.send_direct and receive_direct do."""
 
+    __slots__ = ("_broken", "_closed", "_covered", "_ended", "_handshook", "_https_compatible", "_incoming",
+                 "_outgoing", "_rest", "_sending", "_ssl", "socket", "transport_stream")  # fmt: skip
+
     def __init__(
         self,
         transport_stream: trio.SocketStream,
@@ -65,7 +68,7 @@ class TLSStream(trio.abc.Stream):
         self._https_compatible = https_compatible
         self._handshook = False
         self._rest = b""  # encrypted bytes the socket has not taken yet: they go before any others
-        self._covered = 0  # of the caller's next offer, how many bytes `_rest` holds already (send_nowait)
+        self._covered = 0  # of the caller's next offer, how many bytes were encrypted already (send_nowait)
         self._sending = False  # a send_all waits for the socket: nothing else writes to it meanwhile
         self._broken = False
         self._closed = False
