@@ -1,6 +1,6 @@
 """Our TLS stream (net/tlsstream.py) against trio's SSLStream or a bare ssl.SSLObject, over a real socket pair:
 many records decrypted in one read, the handshake leaving the peer's first bytes in the socket, a send the
-socket did not take offered again, close_notify and an end without it."""
+socket did not take offered again, close_notify and an end without it, and its client side."""
 
 from __future__ import annotations
 
@@ -158,3 +158,19 @@ async def test_a_peer_that_does_not_speak_tls_fails_the_handshake_at_once() -> N
     assert isinstance(caught.value.__cause__, ssl.SSLError)
     await ours.aclose()
     await theirs_side.aclose()
+
+
+async def test_client_side_against_trio_server() -> None:
+    ours_side, theirs_side = socket_pair()
+    ours = TLSStream(ours_side, client_context(), server_side=False, server_hostname="localhost")
+    theirs = trio.SSLStream(theirs_side, server_context(), server_side=True)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(theirs.do_handshake)
+            await ours.do_handshake()
+        await ours.send_all(b"ping")
+        assert await theirs.receive_some() == b"ping"
+        await theirs.send_all(b"pong")
+        assert await ours.receive_some() == b"pong"
+    await ours.aclose()
+    await theirs.aclose()
