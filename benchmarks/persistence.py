@@ -1,6 +1,6 @@
 """What persistence costs our broker: fan-in with it on and off (and mosquitto's), and a restart from a big file.
 
-    .venv/bin/python benchmarks/persistence.py [--mode fanin,restart] [--reps 2] [--count 20000]
+    .venv/bin/python benchmarks/persistence.py [--mode fanin,restart] [--reps 2] [--count 20000] [--qos 1,2] [--tls]
         [--queued 1000000] [--retained 100000] [--sessions 1000] [--size 64] [--restart-reps 2]
     .venv/bin/python benchmarks/persistence.py --quick     # both modes, once, small (make bench-quick)
 
@@ -20,6 +20,9 @@ turn (the order rotating each rep, as benchmarks/_loadgen.py's matrix does): our
   nothing per message (a snapshot every autosave_interval), so this compares our stronger promise with its weaker
   one.
 Goals (issue 18): persistence on >= 0.5x of ours with it off, and >= 1.0x mosquitto with persistence true.
+--tls: the three brokers listen on mqtts:// too (TLS_PORT_OFFSET above their port; certificates made by trustme
+for 127.0.0.1, mosquitto's second listener with certfile/keyfile), and the `persistent` load runs over plain TCP
+and over TLS in turn (`persistent` and `persistent tls`), without the `clean` one.
 
 restart: a file holding --queued QoS 1 messages for --sessions offline persistent sessions (3.1.1, each
 subscribed to its own `dev/<n>/#`, with distinct --size-byte payloads) and --retained retained messages, written
@@ -54,11 +57,29 @@ from _results import results_dir
 from broker import ROOT, median, start_broker
 
 PORTS = {"ours off": 18880, "ours on": 18881, "mosquitto persist": 18882}
+TLS_PORT_OFFSET = 100  # --tls: each broker's mqtts:// port, above its plain one
 
 
-def serve_cmd(port: int, *extra: str) -> list[str]:
-    return [*pin(0), sys.executable, "-m", "mqtt_cli", "serve", "--port", str(port),
+def serve_cmd(port: int, *extra: str, tls: Path | None = None) -> list[str]:
+    where = ["--port", str(port)] if tls is None else [
+        "--listen", f"mqtt://127.0.0.1:{port}", "--listen", f"mqtts://127.0.0.1:{port + TLS_PORT_OFFSET}",
+        "--tls-cert", str(tls / "cert.pem"), "--tls-key", str(tls / "key.pem")]  # fmt: skip
+    return [*pin(0), sys.executable, "-m", "mqtt_cli", "serve", *where,
             "--max-queued-messages", "0", "--max-inflight", "0", "--sys-interval", "0", *extra]  # fmt: skip
+
+
+def make_certs(work: Path) -> Path:
+    """A CA and a server certificate for 127.0.0.1 (trustme, as the tests make theirs): ca.pem, cert.pem, key.pem."""
+    import trustme
+
+    tls = work / "tls"
+    tls.mkdir()
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tls / "ca.pem"))
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert.cert_chain_pems[0].write_to_path(str(tls / "cert.pem"))
+    cert.private_key_pem.write_to_path(str(tls / "key.pem"))
+    return tls
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -88,8 +109,10 @@ def run_load(load: str, qos: int, port: int, pid: int, args: argparse.Namespace,
     # New sessions and topics each run: a session coming back would find the previous run's state (ids in use, a
     # late PUBREL), and the previous runs' sessions, offline and kept, must not match (they would queue it all).
     run = f"{label.replace(' ', '-')}-q{qos}-{time.monotonic_ns()}"
+    tls = ["--cafile", str(work / "tls" / "ca.pem")] if load.endswith("tls") else []
+    port += TLS_PORT_OFFSET if tls else 0
     cmd = [*pin(1), sys.executable, "-m", "mqtt_cli", "bench", "pubsub", "-h", "127.0.0.1",
-           "-p", str(port), "-V", "311", "--no-clean", "--prefix", f"{run}-", "-t", f"pbench/{run}/%i",
+           "-p", str(port), *tls, "-V", "311", "--no-clean", "--prefix", f"{run}-", "-t", f"pbench/{run}/%i",
            "-c", "1", "--subs", "1", "-q", str(qos), "-s", "64", "-L", str(args.count), "-I", "0",
            "--workers", "1", "--quiet", "--json", str(result)]  # fmt: skip
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False, timeout=600)
@@ -109,20 +132,24 @@ def fanin(args: argparse.Namespace, work: Path, rows: list[dict]) -> None:
         mosquitto_conf(PORTS["mosquitto persist"])
         .replace("persistence false", f"persistence true\npersistence_location {mdir}/")
         + ("user root\n" if os.geteuid() == 0 else "")
+        + (f"listener {PORTS['mosquitto persist'] + TLS_PORT_OFFSET}\ncertfile {tls}/cert.pem\nkeyfile {tls}/key.pem\n"
+           if (tls := work / "tls" if args.tls else None) else "")
     )  # fmt: skip
     targets = {
-        "ours off": serve_cmd(PORTS["ours off"]),
-        "ours on": serve_cmd(PORTS["ours on"], "--persistence", str(work / "ours.db")),
+        "ours off": serve_cmd(PORTS["ours off"], tls=tls),
+        "ours on": serve_cmd(PORTS["ours on"], "--persistence", str(work / "ours.db"), tls=tls),
         "mosquitto persist": [*pin(0), MOSQUITTO, "-c", str(conf)],
     }
+    loads = ("persistent", "persistent tls") if args.tls else ("clean", "persistent")
+    qoses = [int(q) for q in args.qos.split(",")]
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         for label, cmd in targets.items():
             procs[label] = start_broker(label, PORTS[label], cmd)
         labels = list(targets)
         for rep in range(args.reps):
-            for load in ("clean", "persistent"):
-                for qos in (1, 2):
+            for load in loads:
+                for qos in qoses:
                     for k in range(len(labels)):
                         label = labels[(k + rep) % len(labels)]
                         pid = procs[label].pid
@@ -138,29 +165,29 @@ def fanin(args: argparse.Namespace, work: Path, rows: list[dict]) -> None:
     size = sum(f.stat().st_size for f in work.glob("ours.db*"))
     print(f"\nfan-in 1 -> 1, 64 B, {args.count:,} messages, median of {args.reps} (delivered/s); our file: "
           f"{size / 1e6:.1f} MB with its WAL")
-    print(f"{'load':<12}{'QoS':>4}{'ours off':>11}{'ours on':>11}{'mosq pers':>11}{'on/off':>8}{'on/mosq':>9}"
+    print(f"{'load':<16}{'QoS':>4}{'ours off':>11}{'ours on':>11}{'mosq pers':>11}{'on/off':>8}{'on/mosq':>9}"
           f"  lost (on)   goals: on/off >= 0.5, on/mosq >= 1.0")
-    for load in ("clean", "persistent"):
-        for qos in (1, 2):
+    for load in loads:
+        for qos in qoses:
             sel = [r for r in rows if r.get("test") == "fanin" and r["load"] == load and r["qos"] == qos]
             med = {lb: median([r for r in sel if r["label"] == lb], "delivered_per_s") for lb in labels}
             lost = max([int(r.get("lost", 0) or 0) for r in sel if r["label"] == "ours on"] or [0])
             off, on, mq = med["ours off"], med["ours on"], med["mosquitto persist"]
-            print(f"{load:<12}{qos:>4}{off:>11,.0f}{on:>11,.0f}{mq:>11,.0f}{on / off:>8.2f}{on / mq:>9.2f}"
+            print(f"{load:<16}{qos:>4}{off:>11,.0f}{on:>11,.0f}{mq:>11,.0f}{on / off:>8.2f}{on / mq:>9.2f}"
                   f"  {lost}")  # fmt: skip
     # On a loaded machine the rates say more about the neighbours than about the brokers: the broker's own CPU
     # time per message (all threads, the whole run) is the steadier figure. Its inverse ratio is the rate ratio
     # a quiet machine would show where the broker is the bottleneck.
     print("\nbroker CPU per message (us, all its threads, whole run), median; ratios as rates would be")
-    print(f"{'load':<12}{'QoS':>4}{'ours off':>11}{'ours on':>11}{'mosq pers':>11}{'off/on':>8}{'mosq/on':>9}")
-    for load in ("clean", "persistent"):
-        for qos in (1, 2):
+    print(f"{'load':<16}{'QoS':>4}{'ours off':>11}{'ours on':>11}{'mosq pers':>11}{'off/on':>8}{'mosq/on':>9}")
+    for load in loads:
+        for qos in qoses:
             sel = [r for r in rows if r.get("test") == "fanin" and r["load"] == load and r["qos"] == qos]
             for r in sel:
                 r["cpu_us_per_msg"] = 1e6 * r["broker_cpu_total_s"] / max(1, int(r.get("delivered", 0) or 0))
             cost = {lb: median([r for r in sel if r["label"] == lb], "cpu_us_per_msg") for lb in labels}
             off, on, mq = cost["ours off"], cost["ours on"], cost["mosquitto persist"]
-            print(f"{load:<12}{qos:>4}{off:>11.1f}{on:>11.1f}{mq:>11.1f}{off / on:>8.2f}{mq / on:>9.2f}")
+            print(f"{load:<16}{qos:>4}{off:>11.1f}{on:>11.1f}{mq:>11.1f}{off / on:>8.2f}{mq / on:>9.2f}")
 
 
 def build_file(path: Path, args: argparse.Namespace) -> int:
@@ -272,6 +299,8 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=64, help="restart: payload bytes")
     parser.add_argument("--restart-reps", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="one rep of 1,000 messages; 10,000 queued, 1,000 retained")
+    parser.add_argument("--qos", default="1,2", help="fan-in: the QoS levels measured")
+    parser.add_argument("--tls", action="store_true", help="fan-in over mqtts:// too (the persistent load only)")
     args = parser.parse_args()
     if args.quick:
         args.reps, args.count, args.restart_reps = 1, 1_000, 1
@@ -286,6 +315,8 @@ def main() -> int:
     try:
         if "fanin" in modes:
             args.load = LoadGen(work)
+            if args.tls:
+                make_certs(work)
             fanin(args, work, rows)
         if "restart" in modes:
             restart(args, work, rows)

@@ -32,6 +32,7 @@ from mqtt_cli.core.config import (
 )
 from mqtt_cli.core.server import ServerConnection
 from mqtt_cli.net.tls13 import set_tls13_ciphersuites
+from mqtt_cli.net.tlsstream import TLSStream
 
 if TYPE_CHECKING:
     from mqtt_cli.net.server import ServeOptions
@@ -238,12 +239,14 @@ class OpenListener:
 
     def wrap(self, stream: trio.abc.Stream) -> trio.abc.Stream:
         """An accepted connection's stream with the listener's layers below MQTT that need no waiting: TLS, with
-        the context in force now (as trio.SSLListener does; the handshake happens on first use). The WebSocket
-        upgrade is the server's to wait for (BrokerServer._admit), as `spec.scheme.websocket` says."""
+        the context in force now (as trio.SSLListener does; ours, net/tlsstream.py, whose handshake
+        BrokerServer._admit does). The WebSocket upgrade is the server's to wait for (BrokerServer._admit), as
+        `spec.scheme.websocket` says."""
         if self.tls is None:
             return stream
+        assert isinstance(stream, trio.SocketStream)  # (TLS listens on TCP only)
         # WebSocket: https_compatible, as browsers close TLS without close_notify
-        return trio.SSLStream(stream, self.tls, server_side=True, https_compatible=self.spec.scheme.websocket)
+        return TLSStream(stream, self.tls, server_side=True, https_compatible=self.spec.scheme.websocket)
 
 
 async def bind(spec: Listener, options: ServeOptions) -> OpenListener:

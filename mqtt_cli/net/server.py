@@ -51,8 +51,9 @@ from mqtt_cli.net.listeners import (
 )
 from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
 from mqtt_cli.net.store import Store, StoreError
+from mqtt_cli.net.tlsstream import TLSStream
 from mqtt_cli.net.trace import BrokerTrace
-from mqtt_cli.net.transports import receive_direct, send_direct, tcp_socket
+from mqtt_cli.net.transports import direct_socket, receive_direct, send_direct
 from mqtt_cli.net.websocket import CloseReason, HandshakeRefused, WebSocketStream
 
 __all__ = [
@@ -131,9 +132,9 @@ class _Conn:
     def __init__(self, stream: trio.abc.Stream, trace: BrokerTrace | None = None) -> None:
         self.stream = stream
         self.trace = trace  # its packets decoded for the log's debug lines; None unless the log takes them
-        # The TCP socket for non-blocking sends outside any task (transports.send_direct); None for TLS, WebSocket,
-        # Unix.
-        self.sock = tcp_socket(stream)
+        # For non-blocking sends and reads outside any task (transports.send_direct, receive_direct): the socket of
+        # a plain TCP or Unix stream, our TLS stream itself (net/tlsstream.py); None for WebSocket.
+        self.sock = direct_socket(stream)
         self.writing = False
         self.wake: trio.Event | None = None  # set to hand a lingering writer more output
         self.closing: trio.Event | None = None  # the reader waits on it for the writer's last bytes
@@ -503,8 +504,8 @@ class BrokerServer:
             peer = peer_name(stream, spec)
             policy = listener.policy if listener is not None else OPEN_POLICY
             certificate = None
-            if isinstance(stream, trio.SSLStream) and policy.uses_certificates:
-                certificate = await _client_certificate(stream)
+            if isinstance(stream, TLSStream):  # its handshake here, then reads straight from its socket (_handle)
+                certificate = await _handshake(stream, policy.uses_certificates)
             if spec is not None and spec.scheme.websocket:
                 try:
                     with trio.fail_after(CONNECT_TIMEOUT):  # the upgrade counts against the time a CONNECT has
@@ -550,13 +551,13 @@ class BrokerServer:
             return
         core = self.core
         stream = conn.context.stream  # the outermost (TLS, WebSocket)
-        # A TCP socket is read directly (transports.receive_direct), waiting for it first: after a read that did not
-        # fill its buffer (the peer had nothing more to give then), a read would fail nearly always, which costs a
-        # system call and an exception per wake-up, the greater part of a message's cost at a low rate. After a
-        # full read it reads at once (after a checkpoint). Any other stream: its receive_some.
+        # A TCP socket, or our TLS stream, is read directly (transports.receive_direct), waiting for it first: after
+        # a read that did not fill its buffer (the peer had nothing more to give then), a read would fail nearly
+        # always, which costs a system call and an exception per wake-up, the greater part of a message's cost at a
+        # low rate. After a full read it reads at once (after a checkpoint). Any other stream: its receive_some.
         net = conn.context
         sock = net.sock
-        batch = RECEIVE_BATCH if sock is not None else 0  # (other streams send from a writer task: no gain)
+        batch = RECEIVE_BATCH if sock is not None else 0  # (WebSocket sends from a writer task: no gain)
         full = False
         data: bytes | bytearray | None
         try:
@@ -1017,12 +1018,14 @@ def _write_ready_file(path: Path, bound: list[Listener], metrics: MetricsAddress
         raise ServerError(f"cannot write the ready file {path}: {exc.strerror or exc}") from None
 
 
-async def _client_certificate(stream: trio.SSLStream[Any]) -> CertificateIdentity | None:
-    """The verified client certificate's identity (the handshake is done here, within the CONNECT timeout)."""
+async def _handshake(stream: TLSStream, identity: bool) -> CertificateIdentity | None:
+    """The TLS handshake, within the CONNECT timeout; with `identity`, the verified client certificate's."""
     with trio.move_on_after(CONNECT_TIMEOUT) as scope:
         await stream.do_handshake()
     if scope.cancelled_caught:
         raise trio.BrokenResourceError("no TLS handshake in time")
+    if not identity:
+        return None
     cert = stream.getpeercert()
     if not cert:
         return None

@@ -20,6 +20,7 @@ import trio
 
 from .endpoints import DEFAULT_PORTS, Endpoint, ParsedURL, TLSOptions, make_ssl_context, parse_url
 from .errors import ConnectFailed, TLSFailed
+from .tlsstream import TLSStream
 
 __all__ = [
     "DEFAULT_PORTS",
@@ -27,6 +28,7 @@ __all__ = [
     "ParsedURL",
     "TLSOptions",
     "direct_sender",
+    "direct_socket",
     "make_ssl_context",
     "open_transport",
     "parse_url",
@@ -43,23 +45,35 @@ def tcp_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
     return stream.socket if type(stream) is trio.SocketStream else None
 
 
-def send_direct(sock: trio.socket.SocketType, data: bytes | bytearray | memoryview) -> int:
-    """A non-blocking send() on a socket from tcp_socket, callable outside any task: a reader answers from where
-    it is, without a task switch per round trip.
+def direct_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | TLSStream | None:
+    """What send_direct and receive_direct take for `stream`: the socket under a plain SocketStream (tcp_socket),
+    or our own TLS stream itself (net/tlsstream.py, encrypting as it sends); None for any other stream."""
+    return stream if type(stream) is TLSStream else tcp_socket(stream)
+
+
+def send_direct(sock: trio.socket.SocketType | TLSStream, data: bytes | bytearray | memoryview) -> int:
+    """A non-blocking send() on a socket from tcp_socket (or direct_socket), callable outside any task: a reader
+    answers from where it is, without a task switch per round trip.
 
     It raises BlockingIOError when the socket is full and OSError once the stream is closed: it writes to the
-    socket's descriptor as it is at each call, so a closed stream's number, reused, is never written to.
+    socket's descriptor as it is at each call, so a closed stream's number, reused, is never written to. A
+    TLSStream returns 0 or all (TLSStream.send_nowait: what it did not send is offered again, as here).
     """
+    if type(sock) is TLSStream:
+        return sock.send_nowait(data)
     fd = sock.fileno()
     if fd < 0:
         raise OSError(errno.EBADF, "the stream is closed")
     return os.write(fd, data)
 
 
-def receive_direct(sock: trio.socket.SocketType, max_bytes: int) -> bytes | None:
-    """A non-blocking read on a socket from tcp_socket: what it holds (b"" at the end of the stream), or None
-    when it has nothing yet (wait_readable, then again). A closed stream raises ClosedResourceError and a failed
-    socket OSError, as receive_some does."""
+def receive_direct(sock: trio.socket.SocketType | TLSStream, max_bytes: int) -> bytes | None:
+    """A non-blocking read on a socket from tcp_socket (or direct_socket): what it holds (b"" at the end of the
+    stream), or None when it has nothing yet (wait_readable, then again). A closed stream raises
+    ClosedResourceError and a failed socket OSError, as receive_some does (a TLSStream: BrokenResourceError for a
+    TLS failure, and exactly max_bytes only when it may hold more: TLSStream.receive_nowait)."""
+    if type(sock) is TLSStream:
+        return sock.receive_nowait(max_bytes)
     fd = sock.fileno()
     if fd < 0:
         raise trio.ClosedResourceError("the stream is closed")

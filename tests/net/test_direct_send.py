@@ -1,7 +1,7 @@
 """The broker's write path over real sockets: output leaves with a non-blocking send from the task that produced
 it while the socket takes it (no writer task), and goes through a writer task, in order and without loss, when a
 subscriber stops reading and its socket fills (net/server.py `_flush`). Clients are bare sockets speaking our
-codec, so a test decides exactly when a subscriber reads."""
+codec (over TLS: trio's SSLStream, its records counted), so a test decides exactly when a subscriber reads."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.limits import Limits
 from mqtt_cli.core.packets import ConnAck, Connect, Packet, PubAck, Publish, SubAck, Subscribe, Subscription
 from mqtt_cli.core.reader import PacketReader
-from mqtt_cli.net.server import BrokerServer, Listener, Scheme
+from mqtt_cli.net.server import BrokerServer, Listener, ListenerTLS, Scheme
+from mqtt_cli.net.transports import TLSOptions, make_ssl_context
 
+from ..brokers import _make_certs
 from .test_listeners import running
 
 # A broker that keeps every QoS 1 message for a subscriber that stops reading (mosquitto.conf's benchmark limits).
@@ -71,6 +73,69 @@ class RawClient:
         assert isinstance(await self.next(), SubAck)
 
 
+class RecordCounter(trio.abc.Stream):
+    """A client's TCP stream under its TLS stream that counts the TLS records it receives once `counting` is set:
+    a record is (at most 16 kB of) one send of the broker's."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.counting = False
+        self.records = 0
+        self.partial = bytearray()
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.stream.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        data = await self.stream.receive_some(max_bytes)
+        buf = self.partial
+        buf += data
+        while len(buf) >= 5 and len(buf) >= (end := 5 + int.from_bytes(buf[3:5], "big")):  # type, version, length
+            self.records += self.counting
+            del buf[:end]
+        return data
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+class TLSRawClient(RawClient):
+    """RawClient over TLS, its records counted (RecordCounter)."""
+
+    def __init__(self, stream: trio.SSLStream[RecordCounter]) -> None:
+        super().__init__(stream.transport_stream.stream.socket)
+        self.stream = stream
+
+    @classmethod
+    async def connect_tls(
+        cls, server: BrokerServer, client_id: str, ca: Path, receive_buffer: int = 0, clean_session: bool = True
+    ) -> TLSRawClient:
+        bound = server.bound[0]
+        sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if receive_buffer:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        await sock.connect((bound.host, bound.port))
+        tcp = trio.SocketStream(sock)
+        ctx = make_ssl_context(TLSOptions(cafile=str(ca)))
+        client = cls(trio.SSLStream(RecordCounter(tcp), ctx, server_hostname="localhost"))
+        await client.send(Connect(protocol_version=4, client_id=client_id, clean_start=clean_session))
+        assert isinstance(await client.next(), ConnAck)
+        return client
+
+    async def send(self, packet: Packet) -> None:
+        await self.stream.send_all(encode(packet, 4))
+
+    async def next(self) -> object:
+        while not self.pending:
+            data = await self.stream.receive_some(1 << 16)
+            assert data, "the broker closed the connection"
+            self.pending.extend(self.reader.feed(data))
+        return self.pending.pop(0)
+
+
 def writer_tasks() -> int:
     """How many of the broker's writer tasks run now (every task of this trio run, walked from the root)."""
     count = 0
@@ -87,16 +152,26 @@ def writer_tasks() -> int:
 def listener(scheme: Scheme, tmp_path: Path) -> Listener:
     if scheme is Scheme.UNIX:
         return Listener(Scheme.UNIX, "", 0, str(tmp_path / "broker.sock"))
-    return Listener(Scheme.MQTT, "127.0.0.1", 0)
+    if scheme is Scheme.MQTTS:
+        _make_certs(tmp_path)
+        return Listener(Scheme.MQTTS, "127.0.0.1", 0, tls=ListenerTLS(tmp_path / "server.pem", tmp_path / "server.key"))
+    return Listener(scheme, "127.0.0.1", 0)
 
 
-@pytest.mark.parametrize("scheme", [Scheme.MQTT, Scheme.UNIX])
+async def connect(server: BrokerServer, client_id: str, tmp_path: Path, receive_buffer: int = 0) -> RawClient:
+    """A RawClient, or a TLSRawClient for an mqtts:// listener (its CA in `tmp_path`, from listener())."""
+    if server.bound[0].scheme is Scheme.MQTTS:
+        return await TLSRawClient.connect_tls(server, client_id, tmp_path / "ca.pem", receive_buffer)
+    return await RawClient.connect(server, client_id, receive_buffer)
+
+
+@pytest.mark.parametrize("scheme", [Scheme.MQTT, Scheme.UNIX, Scheme.MQTTS])
 async def test_a_subscriber_that_keeps_up_is_written_without_a_writer_task(scheme: Scheme, tmp_path: Path) -> None:
     with trio.fail_after(20):
         async with running(listener(scheme, tmp_path), broker=UNLIMITED) as server:
-            sub = await RawClient.connect(server, "sub")
+            sub = await connect(server, "sub", tmp_path)
             await sub.subscribe("t", 1)
-            pub = await RawClient.connect(server, "pub")
+            pub = await connect(server, "pub", tmp_path)
             for n in range(1, 51):
                 await pub.send(Publish("t", n.to_bytes(4, "big"), qos=1, packet_id=n))
                 got = await sub.next()
@@ -108,14 +183,14 @@ async def test_a_subscriber_that_keeps_up_is_written_without_a_writer_task(schem
                 assert writer_tasks() == 0
 
 
-@pytest.mark.parametrize("scheme", [Scheme.MQTT, Scheme.UNIX])
+@pytest.mark.parametrize("scheme", [Scheme.MQTT, Scheme.UNIX, Scheme.MQTTS])
 async def test_a_stalled_subscriber_gets_everything_in_order_through_a_writer(scheme: Scheme, tmp_path: Path) -> None:
     count, size = 160, 64 * 1024  # 10 MiB: more than the socket buffers on both sides and the broker's 1 MiB
     with trio.fail_after(60):
         async with running(listener(scheme, tmp_path), broker=UNLIMITED) as server:
-            sub = await RawClient.connect(server, "slow", receive_buffer=4096)
+            sub = await connect(server, "slow", tmp_path, receive_buffer=4096)
             await sub.subscribe("t", 1)
-            pub = await RawClient.connect(server, "pub")
+            pub = await connect(server, "pub", tmp_path)
             filler = b"x" * (size - 4)
 
             async def publish() -> None:
@@ -185,3 +260,41 @@ async def test_a_long_read_reaches_a_persistent_subscriber_while_the_rest_is_han
         assert sends.count(to_subscriber) >= batches // 2, sends
     else:
         assert sends.count(to_subscriber) <= 2, sends  # (one, or two if the kernel split the read)
+
+
+@pytest.mark.parametrize("persistence", [True, False])
+async def test_a_long_read_reaches_a_persistent_subscriber_while_the_rest_is_handled_over_tls(
+    persistence: bool, tmp_path: Path
+) -> None:
+    """The same over TLS: with persistence the read's deliveries reach the subscriber in several sends (TLS
+    records) while the rest of the read is handled, not in one after it (net/tlsstream.py's direct sends)."""
+    from mqtt_cli.net import server as server_module
+
+    ca = _make_certs(tmp_path)
+    batches = 8
+    count = batches * server_module.RECEIVE_BATCH
+    store = PersistenceSettings(path=str(tmp_path / "broker.db") if persistence else None)
+    spec = Listener(Scheme.MQTTS, "127.0.0.1", 0)
+    files = {"tls_cert": tmp_path / "server.pem", "tls_key": tmp_path / "server.key"}
+    with trio.fail_after(20):
+        async with running(spec, broker=UNLIMITED, persistence=store, **files) as server:
+            sub = await TLSRawClient.connect_tls(server, "sub", ca, clean_session=False)
+            await sub.subscribe("t", 1)
+            pub = await TLSRawClient.connect_tls(server, "pub", ca)
+            await trio.testing.wait_all_tasks_blocked()
+            counter = sub.stream.transport_stream
+            counter.counting = True
+            # One write (one TLS record of 3 kB), read at once on the broker's side.
+            await pub.stream.send_all(b"".join(encode(Publish("t", b"%d" % n, qos=1, packet_id=n), 4) for n in
+                                               range(1, count + 1)))  # fmt: skip
+            for n in range(1, count + 1):
+                got = await sub.next()
+                assert isinstance(got, Publish) and got.payload == b"%d" % n and got.packet_id is not None
+                await sub.send(PubAck(got.packet_id))
+            for n in range(1, count + 1):
+                assert await pub.next() == PubAck(n)
+            records = counter.records
+    if persistence:
+        assert records >= batches // 2
+    else:
+        assert records <= 2  # (one, or two if the kernel split the read)
