@@ -4,28 +4,34 @@
     conn.connect()
     transport.send(conn.data_to_send(now))
     conn.receive_data(chunk, now)          # b"" means the peer closed
-    for event in conn.events(): ...        # ConnectionAccepted, MessageReceived, PublishAcknowledged, ...
+    for event in conn.events(): ...        # ConnectionAccepted, MessagesReceived, Acknowledged, ...
     conn.publish("a/b", b"hi", qos=2)      # checks the broker's limits; returns the packet identifier
     conn.handle_timeout(now)               # at next_deadline(): PINGREQ due, or the broker stopped answering
 
 No sockets, no clock: time comes in as a number (seconds, any origin). One object lives for a whole *session*:
 `connect()` may be called again after `Disconnected`, and the messages in flight are re-sent with DUP when the
-broker still has the session, or handed back in `ConnectionAccepted.unacknowledged` when it does not.
+broker still has the session, or handed back in `ConnectionAccepted.unacknowledged` when it does not. What it
+is asked to be is a `ClientOptions` record (`options`), what the broker allows a `BrokerLimits` (`limits`);
+manual acknowledgement is core/ledger.py's, our topic aliases core/aliases.py's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, Final
+from collections.abc import Iterable
+from typing import Any, Final, Protocol
 
+from .aliases import OutgoingAliases
+from .client_options import BrokerLimits, ClientOptions
+from .client_session import ClientSession
 from .encoder import encode, encode_publish, encode_topic_name, frame_publish
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .events import (
+    Acknowledged,
     ConnectionAccepted,
     ConnectionRefused,
     Disconnected,
     Event,
-    MessageReceived,
+    MessagesReceived,
     PongReceived,
     PublishAcknowledged,
     PublishReceived,
@@ -33,14 +39,12 @@ from .events import (
     SubscribeAcknowledged,
     UnsubscribeAcknowledged,
 )
-from .flows import OWN_IDS_FROM, FlowState, IncomingFlows, OutgoingFlows
+from .keepalive import Due, KeepaliveTimer
+from .ledger import Receipt
 from .lifecycle import (
-    DEFAULT_RECEIVE_MAXIMUM,
     ConnectionState,
     LifecycleEvent,
     Role,
-    keepalive_deadline,
-    next_topic_alias,
     over_maximum_packet_size,
     receive_maximum_exceeded,
     resolve_topic_alias,
@@ -49,7 +53,6 @@ from .lifecycle import (
 from .packets import (
     Auth,
     ConnAck,
-    Connect,
     Disconnect,
     PingResp,
     PubAck,
@@ -62,15 +65,15 @@ from .packets import (
     Subscription,
     UnsubAck,
     Unsubscribe,
-    Will,
 )
 from .properties import EMPTY_PROPERTIES, Properties
 from .reader import PacketReader
 from .reasons import REASONS_BY_PACKET, ReasonCode, reason_name
-from .records import fast_constructor
+from .records import fast_constructor, replace
+from .requests import PendingRequests
 from .topics import topic_filter_error, topic_name_error
 
-__all__ = ["ClientConnection"]
+__all__ = ["ClientConnection", "Tracer"]
 
 # 3.x CONNACK return code -> the 5.0 reason code that means the same.
 _V3_TO_V5_CONNACK = {
@@ -85,137 +88,77 @@ _TOPIC_NAMES_MAX = 1024
 # Frozen records cost about a microsecond each to build; these build the same objects faster (records.py).
 _new_publish = fast_constructor(Publish)
 _new_puback = fast_constructor(PubAck)
-_new_acknowledged = fast_constructor(PublishAcknowledged)
-
+_new_messages = fast_constructor(MessagesReceived)
+_new_acknowledged = fast_constructor(Acknowledged)
+_NO_LIMITS = BrokerLimits()
 
 _IDLE: Final = ConnectionState.IDLE
 _CONNECTING: Final = ConnectionState.CONNECTING
 _CONNECTED: Final = ConnectionState.CONNECTED
 _CLOSED: Final = ConnectionState.CLOSED
 _E = LifecycleEvent
+_DELIVER: Final = Receipt.DELIVER
+
+
+class Tracer(Protocol):
+    """Sees a connection's bytes each way (`ClientConnection(trace=...)`): the clients' -d, net/trace.py."""
+
+    def sent(self, data: bytes) -> None: ...
+
+    def received(self, data: bytes | bytearray) -> None: ...
 
 
 class ClientConnection:
-    """One MQTT client session over any number of successive connections.
+    """One MQTT client session over any number of successive connections; `options` are ClientOptions's fields.
 
-    `version`: 3 (3.1), 4 (3.1.1) or 5. `receive_maximum`, `maximum_packet_size` and `topic_alias_maximum` are
-    this side's limits, announced in CONNECT (5.0) and enforced on what the broker sends. `max_inflight` caps
-    our unacknowledged QoS 1/2 messages when the broker states no (or a larger) receive maximum, as 3.x brokers
-    never do. `auto_topic_aliases` lets publish() use the broker's topic aliases for repeated topics by itself.
-
-    `manual_ack` (the bridge): QoS 1/2 messages received are acknowledged only when the owner calls
-    `acknowledge()`, and a re-send of one not yet acknowledged is not delivered again; PUBREC and PUBREL are
-    reported (PublishReceived, ReleaseReceived) so that an owner can journal the QoS 2 flows. `bridge` sets
-    mosquitto's bridge flag in a 3.x CONNECT (protocol level | 0x80: the broker does not echo our own messages).
-
-    `on_message` and `on_acknowledged` are a relay's hot path (the bridge): an event object per message and the
-    owner's loop over the events cost a good part of what forwarding a message costs (docs/ARCHITECTURE.md, "The
-    bridge", says how much and why these stay callbacks). With `manual_ack`, a
-    QoS 1/2 message received while no event of the same read is waiting goes to `on_message(publish)` instead
-    of a MessageReceived event (so the order of what the owner sees is the order received); a plain PUBACK (reason
-    0, no properties) goes to `on_acknowledged(context)` instead of a PublishAcknowledged event. Both are called
-    synchronously from receive_data(); an exception from one leaves that read half applied and propagates, and
-    the owner must then drop the connection (the bridge's process ends).
-
-    `owner_ids` (an embedded bridge): the owner names the packet identifier of each QoS 1/2 message it publishes,
-    below OWN_IDS_FROM (its broker session's, which a restart keeps), and sends the PUBREL of each QoS 2 one with
+    With `manual_ack` (the bridge), QoS 1/2 messages received are acknowledged only when the owner calls
+    `acknowledge()`, a re-send of one not yet acknowledged is not delivered again, and PUBREC and PUBREL are
+    reported (PublishReceived, ReleaseReceived) so that an owner can journal the QoS 2 flows. With `owner_ids`
+    (an embedded bridge), the owner names the packet identifier of each QoS 1/2 message it publishes, below
+    OWN_IDS_FROM (its broker session's, which a restart keeps), and sends the PUBREL of each QoS 2 one with
     release() once it has stored the PUBREC; the connection's own packets take identifiers from OWN_IDS_FROM up.
+
+    Messages received and plain PUBACKs come out a read at a time (MessagesReceived, Acknowledged): no event
+    object per message, which a relay forwarding each message would pay for (docs/ARCHITECTURE.md, "The bridge").
+    `trace` sees the bytes each way (data_to_send's, receive_data's).
     """
 
-    def __init__(
-        self,
-        client_id: str = "",
-        *,
-        version: int = 5,
-        keepalive: int = 60,
-        clean_start: bool = True,
-        username: str | None = None,
-        password: bytes | None = None,
-        will: Will | None = None,
-        properties: Properties = EMPTY_PROPERTIES,
-        receive_maximum: int = 65535,
-        maximum_packet_size: int | None = None,
-        topic_alias_maximum: int = 0,
-        max_inflight: int | None = None,
-        auto_topic_aliases: bool = False,
-        manual_ack: bool = False,
-        bridge: bool = False,
-        on_message: Callable[[Publish], None] | None = None,
-        on_acknowledged: Callable[[Any], None] | None = None,
-        owner_ids: bool = False,
-    ) -> None:
-        if version not in (3, 4, 5):
-            raise ValueError(f"version must be 3, 4 or 5, not {version!r}")
-        if not 0 <= keepalive <= 65535:
-            raise ValueError(f"keepalive must be 0..65535 seconds, not {keepalive}")
-        if not 1 <= receive_maximum <= 65535:
-            raise ValueError(f"receive maximum must be 1..65535, not {receive_maximum}")
-        self.client_id = client_id
-        self.version = version
-        self.keepalive = keepalive
-        self.requested_keepalive = keepalive
-        self.clean_start = clean_start
-        self.username = username
-        self.password = password
-        self.will = will
-        self.properties = properties
-        self.receive_maximum = receive_maximum
-        self.maximum_packet_size = maximum_packet_size
-        self.topic_alias_maximum = topic_alias_maximum
-        self.max_inflight = max_inflight
-        self.auto_topic_aliases = auto_topic_aliases
-        self.manual_ack = manual_ack
-        self.bridge = bridge
-        self.on_message = on_message if manual_ack else None
-        self.on_acknowledged = on_acknowledged
-        self.owner_ids = owner_ids
-
+    def __init__(self, client_id: str = "", *, trace: Tracer | None = None, **options: Any) -> None:
+        o = self.options = ClientOptions(client_id, **options)
+        self.version = o.version  # of this connection (or the next): connect() may change it
+        self.limits = _NO_LIMITS  # the broker's, from CONNACK
         self.state = _IDLE  # moved by _advance only, along the table shared with the server (lifecycle.py)
         self.session_present = False
         self.connack: ConnAck | None = None
-        # The broker's limits, from CONNACK.
-        self.server_receive_maximum = 65535
-        self.server_maximum_packet_size: int | None = None
-        self.server_topic_alias_maximum = 0
-        self.server_maximum_qos = 2
-        self.server_retain_available = True
-
-        self._flows = OutgoingFlows(max_inflight)
-        if owner_ids:  # the owner names its messages' identifiers (publish's packet_id); ours come from above them
-            self._flows.use_ids(OWN_IDS_FROM, 65535)
-        self._incoming = IncomingFlows()
-        # manual_ack: messages delivered and not yet acknowledged by the owner (packet id -> QoS), and those the
-        # owner acknowledged while disconnected (packet id -> (QoS, reason code)), sent after the next CONNACK.
-        self._held: dict[int, int] = {}
-        self._owed: dict[int, tuple[int, int]] = {}
-        # QoS 1 identifiers the broker gave to another new message while we still held them (packet id -> how
-        # many more), and the acknowledgements of such copies owed while disconnected: one PUBACK per message.
-        self._held_copies: dict[int, int] = {}
-        self._owed_copies: list[tuple[int, int]] = []  # (packet id, reason code)
-        self._pending_subscribe: dict[int, Subscribe] = {}
-        self._unreleased: set[int] = set()  # owner_ids: PUBREC came, PUBREL waits for release()
-        self._pending_unsubscribe: dict[int, Unsubscribe] = {}
-        self._reader = PacketReader(version, max_packet_size=maximum_packet_size)
+        self._trace = trace
+        session = self._session = ClientSession(o.max_inflight, o.manual_ack, o.owner_ids)
+        self._flows, self._incoming, self._ledger = session.flows, session.incoming, session.ledger  # (hot paths)
+        self._requests = PendingRequests(self._flows)
+        self._timer = KeepaliveTimer(o.keepalive)  # its period: ours, or the broker's server keep alive
+        self._reader = PacketReader(o.version, max_packet_size=o.maximum_packet_size)
         self._out: list[bytes] = []
         self._events: list[Event] = []
+        # The lists of the MessagesReceived or Acknowledged event that is the last in _events (None: not last).
+        self._received: list[Publish] | None = None
+        self._acked: list[Any] | None = None
         self._aliases_in: dict[int, str] = {}  # the broker's aliases, this connection
-        self._aliases_out: dict[int, str] = {}  # ours, this connection: alias -> topic
-        self._auto_alias: dict[str, int] = {}  # topic -> alias, for auto_topic_aliases
-        self._with_alias: dict[tuple[Properties, int], Properties] = {}  # properties + alias, built once
-        self._last_aliased: tuple[Properties, int, Properties] | None = None
+        self._aliases = OutgoingAliases()  # ours, this connection
+        self._relay_checks = False  # relay() declines: a maximum packet size or automatic aliases to apply
         self._topic_names: dict[str, bytes] = {}  # topics found valid, encoded
-        self._last_sent: float | None = None
-        self._last_received: float | None = None
-        self._ping_sent: float | None = None
-        #: Sessions the broker started us (CONNACK without a session present): a packet identifier received in an
-        #: earlier one may name another message now, so an owner acknowledging late compares this first.
-        self.session_epoch = 0
         #: Packets received so far (all connections): what one read brought, for a reader that paces itself.
         self.packets_received = 0
-        #: PINGREQ packets sent on this connection (keepalive's and ping()'s): PINGRESPs answer them in order.
-        self.pings_sent = 0
 
     # --- state --------------------------------------------------------------------------------------------
+
+    @property
+    def client_id(self) -> str:
+        """Ours: as given, or as the broker assigned it (kept for the next connection)."""
+        return self.options.client_id
+
+    @property
+    def session_epoch(self) -> int:
+        """Sessions the broker started us (ClientSession.epoch): an owner acknowledging late compares it first."""
+        return self._session.epoch
 
     @property
     def connected(self) -> bool:
@@ -242,7 +185,22 @@ class ClientConnection:
     @property
     def pending_requests(self) -> int:
         """SUBSCRIBE and UNSUBSCRIBE packets still waiting for their answer."""
-        return len(self._pending_subscribe) + len(self._pending_unsubscribe)
+        return len(self._requests)
+
+    @property
+    def pings_sent(self) -> int:
+        """PINGREQ packets sent on this connection (keepalive's and ping()'s): PINGRESPs answer them in order."""
+        return self._timer.pings_sent
+
+    @property
+    def keepalive(self) -> int:
+        """This connection's keep alive: ours, or the broker's server keep alive."""
+        return self._timer.period
+
+    @property
+    def held(self) -> int:
+        """manual_ack: messages delivered and not yet acknowledged."""
+        return self._ledger.held if self._ledger is not None else 0
 
     def unacknowledged(self) -> list[tuple[Publish, Any]]:
         """Our messages in flight with their contexts, in the order they were sent."""
@@ -250,58 +208,31 @@ class ClientConnection:
 
     # --- commands (they queue bytes) ----------------------------------------------------------------------
 
-    def connect(self, *, clean_start: bool | None = None, version: int | None = None) -> None:
-        """Queues CONNECT for a new connection (the first, or one after `Disconnected`)."""
+    def connect(
+        self,
+        *,
+        clean_start: bool | None = None,
+        version: int | None = None,
+        client_id: str | None = None,
+        bridge: bool | None = None,
+    ) -> None:
+        """Queues CONNECT for a new connection (the first, or one after `Disconnected`); what is given replaces
+        the option of that name from now on."""
         connecting = transition(Role.CLIENT, self.state, _E.CONNECT)  # raises (while connecting or connected)
-        if version is not None:
-            if version not in (3, 4, 5):
-                raise ValueError(f"version must be 3, 4 or 5, not {version!r}")
-            self.version = version
-        if clean_start is not None:
-            self.clean_start = clean_start
-        v = self.version
-        if v == 3 and not self.client_id:
-            raise LocalProtocolError("MQTT 3.1 needs a client identifier (1 to 23 characters)")
-        props = self.properties
-        if v == 5:
-            extra: dict[str, Any] = {}
-            if self.receive_maximum != 65535:
-                extra["receive_maximum"] = self.receive_maximum
-            if self.maximum_packet_size is not None:
-                extra["maximum_packet_size"] = self.maximum_packet_size
-            if self.topic_alias_maximum:
-                extra["topic_alias_maximum"] = self.topic_alias_maximum
-            if extra:
-                props = props.replace(**extra)
-        else:
-            props = EMPTY_PROPERTIES
-        will = self.will
-        if will is not None and v != 5 and will.properties:
-            will = Will(will.topic, will.payload, will.qos, will.retain)
-        packet = Connect(
-            self.client_id,
-            self.clean_start,
-            self.requested_keepalive,
-            self.username,
-            self.password,
-            will,
-            props,
-            v,
-            bridge=self.bridge and v != 5,
-        )
+        changes = {"clean_start": clean_start, "version": version, "client_id": client_id, "bridge": bridge}
+        changed = {k: v for k, v in changes.items() if v is not None}
+        o = replace(self.options, **changed) if changed else self.options  # raises for a bad version
+        v = o.version
+        packet = o.connect_packet()  # raises for 3.1 without a client identifier
         data = encode(packet, v)  # raises before any state changes
-        self._reader = PacketReader(v, max_packet_size=self.maximum_packet_size)
+        self.options = o
+        self.version = v
+        self._reader = PacketReader(v, max_packet_size=o.maximum_packet_size)
         self._out.clear()
         self._aliases_in.clear()
-        self._aliases_out.clear()
-        self._auto_alias.clear()
-        self._pending_subscribe.clear()
-        self._pending_unsubscribe.clear()
-        self._flows.reserved.clear()
-        self._ping_sent = None
-        self.pings_sent = 0
-        self._last_received = None
-        self.keepalive = self.requested_keepalive
+        self._aliases.reset(0)
+        self._requests.clear()
+        self._timer.restart(o.keepalive)
         self.connack = None
         self.state = connecting
         self._out.append(data)
@@ -327,17 +258,18 @@ class ClientConnection:
         """
         if self.state is not _CONNECTED:
             raise LocalProtocolError(f"publish() while {self.state.value}")
-        if qos > self.server_maximum_qos:
-            raise LocalProtocolError(f"the broker accepts QoS {self.server_maximum_qos} at most, not QoS {qos}")
-        if retain and not self.server_retain_available:
+        limits = self.limits
+        if qos > limits.maximum_qos:
+            raise LocalProtocolError(f"the broker accepts QoS {limits.maximum_qos} at most, not QoS {qos}")
+        if retain and not limits.retain_available:
             raise LocalProtocolError("the broker does not support retained messages")
         if properties.items:
             if self.version != 5:
                 raise LocalProtocolError("message properties need MQTT 5.0")
             alias = properties.topic_alias
-            if alias is not None and alias > self.server_topic_alias_maximum:
+            if alias is not None and alias > limits.topic_alias_maximum:
                 raise LocalProtocolError(
-                    f"topic alias {alias} is above the broker's topic alias maximum ({self.server_topic_alias_maximum})"
+                    f"topic alias {alias} is above the broker's topic alias maximum ({limits.topic_alias_maximum})"
                 )
             if properties.subscription_identifiers:
                 raise LocalProtocolError("a client must not send subscription identifiers in PUBLISH")
@@ -356,11 +288,11 @@ class ClientConnection:
             self._check_size(data)
             self._out.append(data)
             return None
-        if self.server_maximum_packet_size is not None:
+        if limits.maximum_packet_size is not None:
             self._check_size(encode(Publish(topic, payload, qos, retain, False, 1, properties), self.version))
         sent = self._flows.send_fields(topic, payload, qos, retain, properties, context, packet_id)  # raises: closed
         version = self.version
-        if properties.items or (version == 5 and self.auto_topic_aliases):
+        if properties.items or (version == 5 and self.options.auto_topic_aliases):
             self._out.append(encode_publish(self._on_wire(sent) if version == 5 else sent, version))
         else:  # no properties, no alias: the parts are known good
             pid = sent.packet_id
@@ -376,14 +308,10 @@ class ClientConnection:
         QoS and retain flag within the broker's limits, no maximum packet size or automatic topic aliases to apply.
         Returns its packet identifier, or 0 when it was not queued: publish() then queues it or says why not."""
         topic_name = self._topic_names.get(topic)
-        if (
-            topic_name is None
-            or self.state is not _CONNECTED
-            or not 0 < qos <= self.server_maximum_qos
-            or (retain and not self.server_retain_available)
-            or self.server_maximum_packet_size is not None
-            or self.auto_topic_aliases
-        ):
+        if topic_name is None or self.state is not _CONNECTED or self._relay_checks:
+            return 0
+        limits = self.limits
+        if not 0 < qos <= limits.maximum_qos or (retain and not limits.retain_available):
             return 0
         sent = self._flows.try_send(topic, payload, qos, retain, EMPTY_PROPERTIES, context, packet_id)
         if sent is None:
@@ -400,33 +328,16 @@ class ClientConnection:
         """With `manual_ack`: acknowledges a QoS 1/2 message received (PUBACK or PUBREC, with `reason_code` on
         5.0). False when the broker no longer expects it (its session ended); while disconnected the
         acknowledgement is kept and sent after the next CONNACK that finds the session."""
-        copies = self._held_copies
-        if copies and packet_id in copies:
-            return self._acknowledge_copy(packet_id, reason_code)
-        qos = self._held.pop(packet_id, None)
+        ledger = self._ledger
+        if ledger is None:
+            return False
+        qos = ledger.settle(packet_id, reason_code, self.state is _CONNECTED)
         if qos is None:
             return False
-        if self.state is not _CONNECTED:
-            self._owed[packet_id] = (qos, reason_code)
-            return True
         if qos == 1 and not reason_code:  # _send_ack's common case, inline: the bridge's path for every message
             self._out.append(b"\x40\x02" + packet_id.to_bytes(2, "big"))
-            return True
-        self._send_ack(packet_id, qos, reason_code)
-        return True
-
-    def _acknowledge_copy(self, packet_id: int, reason_code: int) -> bool:
-        """acknowledge() for a QoS 1 identifier held more than once: one PUBACK, the identifier still held."""
-        copies = self._held_copies
-        left = copies[packet_id] - 1
-        if left:
-            copies[packet_id] = left
-        else:
-            del copies[packet_id]
-        if self.state is not _CONNECTED:
-            self._owed_copies.append((packet_id, reason_code))
-        else:
-            self._send_ack(packet_id, 1, reason_code)
+        elif qos:
+            self._send_ack(packet_id, qos, reason_code)
         return True
 
     def _send_ack(self, packet_id: int, qos: int, reason_code: int) -> None:
@@ -441,29 +352,17 @@ class ClientConnection:
                 self._incoming.accept(packet_id)
             self._out.append(encode(PubRec(packet_id, rc), self.version))
 
-    @property
-    def held(self) -> int:
-        """manual_ack: messages delivered and not yet acknowledged."""
-        return len(self._held) + (sum(self._held_copies.values()) if self._held_copies else 0)
-
     def restore_incoming(self, packet_id: int, qos: int, *, acknowledged: bool) -> None:
         """Before connect(), from the owner's journal: a message received in an earlier process that is still
-        the owner's (not acknowledged: a re-send is not delivered again) or, QoS 2 acknowledged, awaiting
-        PUBREL."""
-        if acknowledged:
-            if qos == 2:
-                self._incoming.accept(packet_id)
-        else:
-            self._held[packet_id] = qos
+        the owner's (not acknowledged: a re-send is not delivered again; manual_ack) or, QoS 2 acknowledged,
+        awaiting PUBREL."""
+        self._session.restore_incoming(packet_id, qos, acknowledged)
 
     def release(self, packet_id: int) -> None:
         """owner_ids: the PUBREL of a QoS 2 message whose PUBREC came (PublishReceived) goes now that the owner
         has stored the PUBREC (sent earlier, a restart would re-send the PUBLISH, which a broker that completed the
         flow takes for a new message). While disconnected it goes with the re-sends after the next CONNACK."""
-        if packet_id not in self._unreleased:
-            return
-        self._unreleased.discard(packet_id)
-        if self.state is _CONNECTED:
+        if self._session.release(packet_id) and self.state is _CONNECTED:
             self._out.append(encode(PubRel(packet_id), self.version))
 
     def restore_outgoing(self, publish: Publish, *, released: bool, context: Any = None) -> None:
@@ -478,34 +377,25 @@ class ClientConnection:
         for sub in subs:
             if err := topic_filter_error(sub.topic_filter):
                 raise LocalProtocolError(f"SUBSCRIBE {err}")
-        pid = self._allocate_request_id()
-        packet = Subscribe(pid, subs, properties)
-        data = encode(packet, self.version)
-        self._check_size(data)
-        self._flows.reserved.add(pid)
-        self._pending_subscribe[pid] = packet
-        self._out.append(data)
-        return pid
+        return self._request(Subscribe(self._requests.next_id(), subs, properties))
 
     def unsubscribe(self, topic_filters: Iterable[str], properties: Properties = EMPTY_PROPERTIES) -> int:
         """Queues an UNSUBSCRIBE; returns its packet identifier (answered by UnsubscribeAcknowledged)."""
         self._require_connected("unsubscribe()")
-        pid = self._allocate_request_id()
-        packet = Unsubscribe(pid, tuple(topic_filters), properties)
+        return self._request(Unsubscribe(self._requests.next_id(), tuple(topic_filters), properties))
+
+    def _request(self, packet: Subscribe | Unsubscribe) -> int:
         data = encode(packet, self.version)
         self._check_size(data)
-        self._flows.reserved.add(pid)
-        self._pending_unsubscribe[pid] = packet
+        self._requests.sent(packet)
         self._out.append(data)
-        return pid
+        return packet.packet_id
 
     def ping(self, now: float | None = None) -> None:
         """Queues a PINGREQ (keepalive sends its own; this one is for callers that want a PINGRESP as a marker)."""
         self._require_connected("ping()")
         self._out.append(_PINGREQ_BYTES)
-        self.pings_sent += 1
-        if self._ping_sent is None:
-            self._ping_sent = now if now is not None else (self._last_sent or self._last_received or 0.0)
+        self._timer.ping(now)
 
     def disconnect(self, reason_code: int = 0, properties: Properties = EMPTY_PROPERTIES) -> None:
         """Queues DISCONNECT and ends the connection (reason code and properties: 5.0 only)."""
@@ -526,18 +416,22 @@ class ClientConnection:
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
         if now is not None:
-            self._last_sent = now
+            self._timer.last_sent = now
+        if self._trace is not None:
+            self._trace.sent(data)
         return data
 
     def receive_data(self, data: bytes | bytearray, now: float) -> None:
         """Feeds bytes from the broker (b"" when it closed the connection); events() tells what happened."""
+        if self._trace is not None:
+            self._trace.received(data)
         state = self.state  # a local: the handlers below change self.state, which mypy must not take as narrowed
         if state is _IDLE or state is _CLOSED:
             return
         if not data:
             self._close(ReasonCode.UNSPECIFIED_ERROR, "the broker closed the connection", _E.TRANSPORT_CLOSED)
             return
-        self._last_received = now
+        self._timer.last_received = now
         if self.state is _CONNECTING and self.version == 5 and data[:2] == b"\x20\x02":
             # A 3.x CONNACK (two bytes, no property block) in answer to a 5.0 CONNECT: a 3.1.1 broker saying
             # "unacceptable protocol version" the only way it knows (3.1.1 section 3.1.2.2).
@@ -577,8 +471,7 @@ class ClientConnection:
         pos = 0
         n = len(data)
         puback = self._flows.puback
-        append = self._events.append
-        sink = self.on_acknowledged
+        acked = self._acked
         while pos + 4 <= n and data[pos] == 0x40 and data[pos + 1] == 2:
             pid = (data[pos + 2] << 8) | data[pos + 3]
             pos += 4
@@ -589,10 +482,9 @@ class ClientConnection:
                 except ProtocolError as err:
                     self._protocol_error(err.reason_code, f"the broker sent {err}")
                     return b""
-            if sink is not None:
-                sink(entry.context)
-            else:
-                append(_new_acknowledged(pid, 0, entry.context, EMPTY_PROPERTIES))
+            if acked is None:
+                acked = self._open_acked()
+            acked.append(entry.context)
         self.packets_received += pos >> 2
         return data[pos:] if pos else data
 
@@ -606,36 +498,38 @@ class ClientConnection:
         """The events since the last call, in order."""
         out = self._events
         self._events = []
+        self._received = self._acked = None
         return out
+
+    def _emit(self, event: Event) -> None:
+        self._received = self._acked = None  # what comes after this event goes in new batches
+        self._events.append(event)
+
+    def _open_received(self) -> list[Publish]:
+        received: list[Publish] = []
+        self._events.append(_new_messages(received))
+        self._received, self._acked = received, None
+        return received
+
+    def _open_acked(self) -> list[Any]:
+        acked: list[Any] = []
+        self._events.append(_new_acknowledged(acked))
+        self._received, self._acked = None, acked
+        return acked
 
     def next_deadline(self) -> float | None:
         """When handle_timeout() must be called next (None: no timer is running)."""
-        ka = self.keepalive
-        if self.state is not _CONNECTED or not ka or self._last_received is None:
-            return None
-        dead = keepalive_deadline(self._last_received, ka)
-        if self._ping_sent is not None:
-            return dead
-        last = self._last_received if self._last_sent is None else min(self._last_sent, self._last_received)
-        return min(last + ka, dead)
+        return self._timer.deadline() if self.state is _CONNECTED else None
 
     def handle_timeout(self, now: float) -> None:
         """Sends PINGREQ when nothing was sent or received for a keepalive period; ends the connection when the
         broker has said nothing for 1.5 keepalive periods (so a PINGREQ went unanswered for half a period)."""
-        deadline = self.next_deadline()
-        if deadline is None or now < deadline:
-            return
-        assert self._last_received is not None
-        if now >= keepalive_deadline(self._last_received, self.keepalive):
-            self._close(
-                ReasonCode.KEEP_ALIVE_TIMEOUT,
-                f"no answer from the broker for {1.5 * self.keepalive:g} s (keepalive)",
-                _E.DISCONNECT_SENT,
-            )
-            return
-        self._out.append(_PINGREQ_BYTES)
-        self.pings_sent += 1
-        self._ping_sent = now
+        due = self._timer.due(now) if self.state is _CONNECTED else None
+        if due is Due.PING:
+            self._out.append(_PINGREQ_BYTES)
+        elif due is Due.EXPIRED:
+            reason = f"no answer from the broker for {1.5 * self.keepalive:g} s (keepalive)"
+            self._close(ReasonCode.KEEP_ALIVE_TIMEOUT, reason, _E.DISCONNECT_SENT)
 
     # --- internals ----------------------------------------------------------------------------------------
 
@@ -643,14 +537,8 @@ class ClientConnection:
         if self.state is not _CONNECTED:
             raise LocalProtocolError(f"{what} while {self.state.value}")
 
-    def _allocate_request_id(self) -> int:
-        pid = self._flows._allocate()
-        while pid in self._pending_subscribe or pid in self._pending_unsubscribe:
-            pid = self._flows._allocate()
-        return pid
-
     def _check_size(self, data: bytes) -> None:
-        limit = self.server_maximum_packet_size
+        limit = self.limits.maximum_packet_size
         if over_maximum_packet_size(len(data), limit):
             raise LocalProtocolError(
                 f"a packet of {len(data)} bytes exceeds the broker's maximum packet size ({limit} bytes)"
@@ -658,56 +546,17 @@ class ClientConnection:
 
     def _on_wire(self, p: Publish) -> Publish:
         """The packet as it goes on this connection: with the topic replaced by an alias where one is set."""
-        if self.version != 5 or not self.server_topic_alias_maximum:
+        if self.version != 5 or not self._aliases.maximum:
             return p
-        props = p.properties
-        alias = props.topic_alias if props else None
-        if alias is None:
-            if not self.auto_topic_aliases:
-                return p
-            alias = self._auto_alias.get(p.topic)
-            if alias is None:
-                alias = next_topic_alias(self._aliases_out, self.server_topic_alias_maximum)
-                if not alias:
-                    return p  # every alias is taken: the topic goes in full
-                self._auto_alias[p.topic] = alias
-                self._aliases_out[alias] = p.topic
-                return _new_publish(
-                    p.topic, p.payload, p.qos, p.retain, p.dup, p.packet_id, self._aliased(props, alias)
-                )
-            return _new_publish("", p.payload, p.qos, p.retain, p.dup, p.packet_id, self._aliased(props, alias))
-        if self._aliases_out.get(alias) == p.topic:
-            return Publish("", p.payload, p.qos, p.retain, p.dup, p.packet_id, props)
-        old = self._aliases_out.get(alias)
-        if old is not None:
-            self._auto_alias.pop(old, None)
-        self._aliases_out[alias] = p.topic
-        return p
-
-    def _aliased(self, props: Properties, alias: int) -> Properties:
-        last = self._last_aliased
-        if last is not None and last[0] is props and last[1] == alias:
-            return last[2]  # `pub -l`: the same properties object every time; skip hashing it
-        found = self._aliased_lookup(props, alias)
-        self._last_aliased = (props, alias, found)
-        return found
-
-    def _aliased_lookup(self, props: Properties, alias: int) -> Properties:
-        key = (props, alias)
-        found = self._with_alias.get(key)
-        if found is None:
-            if len(self._with_alias) > 1024:
-                self._with_alias.clear()
-            found = self._with_alias[key] = props.replace(topic_alias=alias)
-        return found
+        return self._aliases.apply(p, self.options.auto_topic_aliases)
 
     def _close(
         self, reason_code: int, reason: str, event: LifecycleEvent, properties: Properties = EMPTY_PROPERTIES
     ) -> None:
         self._advance(event)
-        self._ping_sent = None
+        self._timer.ping_sent = None
         by_peer = event is _E.DISCONNECT_RECEIVED or event is _E.TRANSPORT_CLOSED
-        self._events.append(Disconnected(reason_code, reason, by_peer, properties))
+        self._emit(Disconnected(reason_code, reason, by_peer, properties))
 
     def _protocol_error(self, reason_code: int, reason: str) -> None:
         """The broker broke the protocol: say why (5.0 DISCONNECT) and end the connection."""
@@ -722,7 +571,7 @@ class ClientConnection:
         if properties.reason_string:
             reason = f"{reason}: {properties.reason_string}"
         self._advance(_E.CONNACK_REFUSED)
-        self._events.append(ConnectionRefused(reason_code, reason, return_code, properties))
+        self._emit(ConnectionRefused(reason_code, reason, return_code, properties))
 
     def _handle(self, packet: Any, now: float) -> None:
         t = type(packet)
@@ -735,48 +584,24 @@ class ClientConnection:
         if t is Publish:
             self._on_publish(packet)
         elif t is PubAck or t is PubComp or t is PubRec:
-            try:
-                entry, pubrel = self._flows.acknowledge(packet)
-            except ProtocolError as err:
-                self._protocol_error(err.reason_code, f"the broker sent {err}")
-                return
-            if pubrel is not None:
-                if self.owner_ids and packet.packet_id < OWN_IDS_FROM:
-                    self._unreleased.add(packet.packet_id)  # PUBREL when the owner's store says so: release()
-                else:
-                    self._out.append(encode(pubrel, self.version))
-                if self.manual_ack:
-                    self._events.append(PublishReceived(packet.packet_id, entry.context))
-            else:
-                self._events.append(
-                    PublishAcknowledged(packet.packet_id, packet.reason_code, entry.context, packet.properties)
-                )
+            self._on_acknowledgement(packet)
         elif t is PubRel:
             known = packet.packet_id in self._incoming
             self._out.append(encode(self._incoming.release(packet, self.version), self.version))
-            if known and self.manual_ack:
-                self._events.append(ReleaseReceived(packet.packet_id))
-        elif t is SubAck:
-            if self._pending_subscribe.pop(packet.packet_id, None) is None:
+            if known and self._ledger is not None:
+                self._emit(ReleaseReceived(packet.packet_id))
+        elif t is SubAck or t is UnsubAck:
+            if not self._requests.answered(packet):
                 self._protocol_error(
                     ReasonCode.PROTOCOL_ERROR,
-                    f"the broker sent SUBACK for unknown packet identifier {packet.packet_id}",
+                    f"the broker sent {t.__name__.upper()} for unknown packet identifier {packet.packet_id}",
                 )
                 return
-            self._flows.reserved.discard(packet.packet_id)
-            self._events.append(SubscribeAcknowledged(packet.packet_id, packet.reason_codes, packet.properties))
-        elif t is UnsubAck:
-            if self._pending_unsubscribe.pop(packet.packet_id, None) is None:
-                self._protocol_error(
-                    ReasonCode.PROTOCOL_ERROR,
-                    f"the broker sent UNSUBACK for unknown packet identifier {packet.packet_id}",
-                )
-                return
-            self._flows.reserved.discard(packet.packet_id)
-            self._events.append(UnsubscribeAcknowledged(packet.packet_id, packet.reason_codes, packet.properties))
+            answer = SubscribeAcknowledged if t is SubAck else UnsubscribeAcknowledged
+            self._emit(answer(packet.packet_id, packet.reason_codes, packet.properties))
         elif t is PingResp:
-            self._ping_sent = None
-            self._events.append(PongReceived())
+            self._timer.ping_sent = None
+            self._emit(PongReceived())
         elif t is Disconnect:
             reason = reason_name(packet.reason_code, 14, self.version)
             if packet.properties.reason_string:
@@ -798,8 +623,29 @@ class ClientConnection:
                 ReasonCode.PROTOCOL_ERROR, f"the broker sent {t.__name__.upper()}, which only clients send"
             )
 
+    def _on_acknowledgement(self, packet: PubAck | PubComp | PubRec) -> None:
+        try:
+            entry, pubrel = self._flows.acknowledge(packet)
+        except ProtocolError as err:
+            self._protocol_error(err.reason_code, f"the broker sent {err}")
+            return
+        pid = packet.packet_id
+        if pubrel is not None:
+            if not self._session.hold_pubrel(pid):  # (held: PUBREL when the owner's store says so, release())
+                self._out.append(encode(pubrel, self.version))
+            if self._ledger is not None:
+                self._emit(PublishReceived(pid, entry.context))
+        elif type(packet) is PubAck and not packet.reason_code and not packet.properties.items:
+            acked = self._acked
+            if acked is None:
+                acked = self._open_acked()
+            acked.append(entry.context)
+        else:
+            self._emit(PublishAcknowledged(pid, packet.reason_code, entry.context, packet.properties))
+
     def _on_connack(self, p: ConnAck) -> None:
         self.connack = p
+        o = self.options
         if p.reason_code:
             if self.version == 5:
                 self._refuse(p.reason_code, p.reason_code, p.properties)
@@ -809,62 +655,37 @@ class ClientConnection:
         props = p.properties
         self._advance(_E.CONNACK_ACCEPTED)
         # 3.1 has no session present flag: a broker keeps a session we asked it to keep.
-        present = p.session_present if self.version != 3 else not self.clean_start
+        present = p.session_present if self.version != 3 else not o.clean_start
         self.session_present = present
-        receive_max = props.receive_maximum or DEFAULT_RECEIVE_MAXIMUM
-        self.server_receive_maximum = receive_max
-        cap = self.max_inflight
-        self._flows.receive_maximum = min(receive_max, cap) if cap else receive_max
-        self.server_maximum_packet_size = props.maximum_packet_size
-        self.server_topic_alias_maximum = props.topic_alias_maximum or 0
-        self.server_maximum_qos = 2 if props.maximum_qos is None else props.maximum_qos
-        self.server_retain_available = props.retain_available != 0
+        limits = self.limits = BrokerLimits.of(props)
+        cap = o.max_inflight
+        self._flows.receive_maximum = min(limits.receive_maximum, cap) if cap else limits.receive_maximum
+        self._aliases.reset(limits.topic_alias_maximum)
+        self._relay_checks = limits.maximum_packet_size is not None or o.auto_topic_aliases
         if props.server_keep_alive is not None:
-            self.keepalive = props.server_keep_alive
+            self._timer.period = props.server_keep_alive
         if props.assigned_client_identifier:
             # Kept for the next connection: the session is found again by this identifier.
-            self.client_id = props.assigned_client_identifier
+            self.options = replace(o, client_id=props.assigned_client_identifier)
         unacknowledged: list[tuple[Publish, Any]] = []
         if present:
-            if self._owed:
-                for pid, (qos, rc) in self._owed.items():
+            if self._ledger is not None:
+                for pid, qos, rc in self._ledger.take_owed():
                     self._send_ack(pid, qos, rc)
-                self._owed.clear()
-            for pid, rc in self._owed_copies:
-                self._send_ack(pid, 1, rc)
-            self._owed_copies.clear()
-            unreleased = self._unreleased
-            for packet in self._flows.resend():
-                if type(packet) is Publish:
-                    self._out.append(encode(self._on_wire(packet), self.version))
-                elif packet.packet_id not in unreleased:
-                    self._out.append(encode(packet, self.version))
+            for packet in self._session.resend():
+                self._out.append(encode(self._on_wire(packet) if type(packet) is Publish else packet, self.version))
         else:
-            self._incoming.clear()
-            self._held.clear()  # the broker forgot these: nothing to acknowledge, no re-send to hold back
-            self._owed.clear()
-            self._held_copies.clear()
-            self._owed_copies.clear()
-            self.session_epoch += 1
-            self._unreleased.clear()
-            for entry in self._flows.clear():
-                p0 = entry.publish
-                if entry.state is FlowState.AWAIT_PUBCOMP:
-                    # PUBREC said the broker owns the message (4.3.3): it was delivered, only the release is lost.
-                    self._events.append(PublishAcknowledged(p0.packet_id or 0, 0, entry.context))
-                else:
-                    # A new message now, under the identifier the owner gave it (owner_ids) or a new one.
-                    given = p0.packet_id if self.owner_ids and (p0.packet_id or 0) < OWN_IDS_FROM else None
-                    fresh = Publish(p0.topic, p0.payload, p0.qos, p0.retain, False, given, p0.properties)
-                    unacknowledged.append((fresh, entry.context))
-        self._events.append(ConnectionAccepted(present, p, tuple(unacknowledged)))
+            delivered, unacknowledged = self._session.restart()
+            for pid, context in delivered:  # past PUBREC: the broker owned them, only the release is lost
+                self._emit(PublishAcknowledged(pid, 0, context))
+        self._emit(ConnectionAccepted(present, p, tuple(unacknowledged)))
 
     def _on_publish(self, p: Publish) -> None:
         if p.properties.items and self.version == 5:
             alias = p.properties.topic_alias
             if alias is not None:
                 try:
-                    topic = resolve_topic_alias(self._aliases_in, self.topic_alias_maximum, alias, p.topic)
+                    topic = resolve_topic_alias(self._aliases_in, self.options.topic_alias_maximum, alias, p.topic)
                 except RemoteProtocolError as err:
                     self._protocol_error(err.reason_code, f"the broker sent PUBLISH: {err}")
                     return
@@ -875,57 +696,32 @@ class ClientConnection:
             self._protocol_error(ReasonCode.PROTOCOL_ERROR, "the broker sent a PUBLISH without a topic")
             return
         qos = p.qos
-        if qos == 0:
-            self._events.append(MessageReceived(p))
-        elif self.manual_ack:
-            self._on_held_publish(p)
-        elif qos == 1:
-            assert p.packet_id is not None  # the codec checks: QoS > 0 has one
-            # PUBACK as bytes (the same 4 bytes in 3.x and, reason 0 without properties, 5.0): a subscriber's
-            # cost per message. The acknowledgements of one read leave together (data_to_send joins them).
-            self._out.append(b"\x40\x02" + p.packet_id.to_bytes(2, "big"))
-            self._events.append(MessageReceived(p))
-        else:
-            new = self._incoming.publish_received(p)
-            if receive_maximum_exceeded(len(self._incoming), self.receive_maximum):
-                self._protocol_error(
-                    ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
-                    f"the broker sent more than {self.receive_maximum} unacknowledged messages",
-                )
-                return
-            assert p.packet_id is not None
-            self._out.append(encode(PubRec(p.packet_id), self.version))
-            if new:
-                self._events.append(MessageReceived(p))
-
-    def _on_held_publish(self, p: Publish) -> None:
-        """manual_ack: deliver once, acknowledge when the owner says so."""
-        pid = p.packet_id
-        assert pid is not None  # the codec checks: QoS > 0 has one
-        held = self._held
-        if pid in held:
-            if p.dup or p.qos != 1 or held[pid] != 1:
-                return  # a re-send of a message the owner has not finished with
-            # DUP 0: a new message under an identifier still in flight to us. A broker should not reuse it, but
-            # mosquitto does with max_inflight_messages 0 once 65,535 messages await our acknowledgement (a
-            # bridge whose other side stalls). Dropping it as a re-send left it unacknowledged and the broker's
-            # queue stuck behind it; at QoS 1 it is delivered, and acknowledged once per message.
-            self._held_copies[pid] = self._held_copies.get(pid, 0) + 1
-        elif p.qos == 2 and pid in self._incoming and p.dup:
-            # Already ours: acknowledge again only. DUP 0 under a known identifier is a new message (a re-send
-            # has DUP set, 3.3.1.1): the flow before it ended with a PUBREL whose mark an owner restoring from its
-            # journal (restore_incoming) had not written yet; taking it for a re-send would lose it.
-            self._out.append(encode(PubRec(pid), self.version))
-            return
-        elif pid in self._owed:
-            return  # acknowledged while disconnected; the acknowledgement goes out after CONNACK
-        else:
-            # Receive maximum is not enforced here: after a reconnect, a re-send that crossed our acknowledgement
-            # looks new and is held again, so our count runs ahead of the broker's (seen with mosquitto). The
-            # broker's own send quota bounds what it sends.
-            held[pid] = p.qos
-        sink = self.on_message
-        if sink is not None and not self._events:
-            sink(p)
-        else:
-            self._events.append(MessageReceived(p))
+        if qos:
+            pid = p.packet_id
+            assert pid is not None  # the codec checks: QoS > 0 has one
+            ledger = self._ledger
+            if ledger is not None:  # manual_ack: deliver once, acknowledge when the owner says so
+                receipt = ledger.receive(p)
+                if receipt is not _DELIVER:
+                    if receipt is Receipt.ACKNOWLEDGE_AGAIN:
+                        self._out.append(encode(PubRec(pid), self.version))
+                    return
+            elif qos == 1:
+                # PUBACK as bytes (the same 4 bytes in 3.x and, reason 0 without properties, 5.0): a subscriber's
+                # cost per message. The acknowledgements of one read leave together (data_to_send joins them).
+                self._out.append(b"\x40\x02" + pid.to_bytes(2, "big"))
+            else:
+                new = self._incoming.publish_received(p)
+                if receive_maximum_exceeded(len(self._incoming), self.options.receive_maximum):
+                    self._protocol_error(
+                        ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
+                        f"the broker sent more than {self.options.receive_maximum} unacknowledged messages",
+                    )
+                    return
+                self._out.append(encode(PubRec(pid), self.version))
+                if not new:
+                    return
+        received = self._received
+        if received is None:
+            received = self._open_received()
+        received.append(p)
