@@ -1,4 +1,5 @@
-"""What a `ClientConnection` is asked to be (`ClientOptions`) and what the broker allows it (`BrokerLimits`).
+"""What a `ClientConnection` is asked to be (`ClientOptions`, and a `Tracer` to see its bytes) and what the broker
+allows it (`BrokerLimits`).
 
 Frozen records (records.py: a dataclass's semantics at a tenth of its cost to define, which a one-shot client
 pays at start): a change is a new record (`replace`), so what a connection was made with stays readable whole.
@@ -6,13 +7,23 @@ pays at start): a change is a new record (`replace`), so what a connection was m
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from .errors import LocalProtocolError
 from .lifecycle import DEFAULT_RECEIVE_MAXIMUM
 from .packets import Connect, Will
 from .properties import EMPTY_PROPERTIES, Properties
 from .records import record
 
-__all__ = ["BrokerLimits", "ClientOptions"]
+__all__ = ["BrokerLimits", "ClientOptions", "Tracer"]
+
+
+class Tracer(Protocol):
+    """Sees a connection's bytes each way (`ClientConnection(trace=...)`): the clients' -d, net/trace.py."""
+
+    def sent(self, data: bytes) -> None: ...
+
+    def received(self, data: bytes | bytearray) -> None: ...
 
 
 @record

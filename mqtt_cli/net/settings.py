@@ -7,7 +7,8 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from mqtt_cli.core.client import ClientConnection, Tracer
+from mqtt_cli.core.client import ClientConnection
+from mqtt_cli.core.client_options import Tracer
 from mqtt_cli.core.packets import Will
 from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
 from mqtt_cli.core.records import record
