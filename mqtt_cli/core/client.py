@@ -106,6 +106,8 @@ class ClientConnection:
         self._out: list[bytes] = []  # (cleared, never replaced: the inbox queues acknowledgements in it too)
         self._inbox = Inbox(session, self._out, o.receive_maximum)
         self._outbox = Outbox(self._flows, self._out, o.auto_topic_aliases)
+        #: Sessions the broker started us: a packet identifier received in an earlier one may name another message.
+        self.session_epoch = 0
         #: Packets received so far (all connections): what one read brought, for a reader that paces itself.
         self.packets_received = 0
 
@@ -120,11 +122,6 @@ class ClientConnection:
     def limits(self) -> BrokerLimits:
         """The broker's limits on what we send, from its CONNACK."""
         return self._outbox.limits
-
-    @property
-    def session_epoch(self) -> int:
-        """Sessions the broker started us (ClientSession.epoch): an owner acknowledging late compares it first."""
-        return self._session.epoch
 
     @property
     def connected(self) -> bool:
@@ -495,6 +492,7 @@ class ClientConnection:
                 self._out.append(encode(wire, self.version))
         else:
             delivered, unacknowledged = self._session.restart()
+            self.session_epoch += 1
             for pid, context in delivered:  # past PUBREC: the broker owned them, only the release is lost
                 self._inbox.emit(PublishAcknowledged(pid, 0, context))
         self._inbox.emit(ConnectionAccepted(present, p, tuple(unacknowledged)))

@@ -16,10 +16,9 @@ __all__ = ["ClientSession"]
 
 class ClientSession:
     """`owner_ids`: the owner names its messages' packet identifiers, below OWN_IDS_FROM, and releases each QoS 2
-    one's PUBREL itself (`release`) once its store holds the PUBREC. `epoch` counts the sessions the broker
-    started us: a packet identifier received in an earlier one may name another message now."""
+    one's PUBREL itself (`release`) once its store holds the PUBREC."""
 
-    __slots__ = ("epoch", "flows", "incoming", "ledger", "owner_ids", "unreleased")
+    __slots__ = ("flows", "incoming", "ledger", "owner_ids", "unreleased")
 
     def __init__(self, max_inflight: int | None, manual_ack: bool, owner_ids: bool) -> None:
         self.flows = OutgoingFlows(max_inflight)
@@ -29,7 +28,6 @@ class ClientSession:
         self.ledger = AckLedger(self.incoming) if manual_ack else None
         self.owner_ids = owner_ids
         self.unreleased: set[int] = set()  # owner_ids: PUBREC came, PUBREL waits for release()
-        self.epoch = 0
 
     def hold_pubrel(self, packet_id: int) -> bool:
         """PUBREC came for our QoS 2 message `packet_id`: True when its PUBREL waits for the owner's release()."""
@@ -65,7 +63,6 @@ class ClientSession:
         self.incoming.clear()
         if self.ledger is not None:
             self.ledger.forget()  # nothing to acknowledge, no re-send to hold back
-        self.epoch += 1
         self.unreleased.clear()
         delivered: list[tuple[int, Any]] = []
         again: list[tuple[Publish, Any]] = []

@@ -741,7 +741,7 @@ class Bridge:
         st.connected = True
         self._told[side] = None
         st.session_present = event.session_present
-        st.version = client.version
+        st.version = client.protocol_version
         st.endpoint = str(client.endpoint)
         st.error = ""
         if event.session_present:

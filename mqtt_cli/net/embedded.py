@@ -403,7 +403,7 @@ class EmbeddedBridge:
             for pid in core.unreleased_internal(self.conn):
                 core.release_internal(self.conn, pid)
         self.log(
-            f"{self.who}: connected to {client.endpoint} (MQTT {version_name(client.version)}, "
+            f"{self.who}: connected to {client.endpoint} (MQTT {version_name(client.protocol_version)}, "
             f"session {'resumed' if event.session_present else 'new'})"
         )
         topic = self.config.notification_topic
