@@ -99,7 +99,7 @@ class ClientConnection:
         self.connack: ConnAck | None = None
         self._trace = trace
         session = self._session = ClientSession(o.max_inflight, o.manual_ack, o.owner_ids)
-        self._flows, self._incoming, self._ledger = session.flows, session.incoming, session.ledger  # (hot paths)
+        self._flows, self._ledger = session.flows, session.ledger  # (hot paths: publish, relay, acknowledge)
         self._requests = PendingRequests(self._flows)
         self._timer = KeepaliveTimer(o.keepalive)  # its period: ours, or the broker's server keep alive
         self._reader = PacketReader(o.version, max_packet_size=o.maximum_packet_size)

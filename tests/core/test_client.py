@@ -470,3 +470,26 @@ def test_close_window_holds_new_messages_until_the_next_connack() -> None:
     broker2.send(ConnAck(session_present=True))
     assert client.window_open
     assert client.relay("a", b"2", 1, False)
+
+
+def test_options_are_a_record_checked_once_and_replaced_by_connect() -> None:
+    for bad in ({"version": 6}, {"keepalive": -1}, {"receive_maximum": 0}):
+        with pytest.raises(ValueError, match="must be"):
+            ClientConnection("c1", **bad)
+    with pytest.raises(TypeError):
+        ClientConnection("c1", on_message=print)  # no such option
+    client = ClientConnection("", version=5)
+    with pytest.raises(ValueError, match="version must be"):
+        client.connect(version=2)
+    assert client.state is ConnectionState.IDLE  # a refused connect() changes nothing
+    client.connect(version=3, client_id="chosen")
+    assert (client.options.version, client.options.client_id, client.version) == (3, "chosen", 3)
+    broker = Broker(client)
+    (connect,) = broker.received()
+    assert (connect.protocol_version, connect.client_id) == (3, "chosen")
+
+
+def test_broker_limits_come_from_connack_as_a_record() -> None:
+    client, _ = connected(5, ConnAck(properties=Properties(receive_maximum=7, maximum_qos=1, retain_available=0)))
+    assert (client.limits.receive_maximum, client.limits.maximum_qos, client.limits.retain_available) == (7, 1, False)
+    assert client.limits.maximum_packet_size is None and client.limits.topic_alias_maximum == 0
