@@ -780,7 +780,7 @@ class Client:
     async def _dispatch(self, events: list[Any], changed: bool = False) -> None:
         observer = self._observer
         if observer is not None:
-            observer(events)  # also when empty: what the relay hooks did in this read is sent by it
+            observer(events)  # also when empty: a relay sends what the read produced from there
         # A read's messages go to the owner as one list: one task switch a read, not one a message.
         batch: list[Publish] = []
         for event in events:
