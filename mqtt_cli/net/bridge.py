@@ -588,8 +588,9 @@ class Bridge:
             t = type(event)
             if t is MessagesReceived:
                 forward = self._forward
+                epoch = self.clients[side].session_epoch  # (a read's messages are of one session)
                 for p in event.messages:
-                    forward(side, p)
+                    forward(side, p, epoch)
             elif t is Acknowledged:
                 delivered = self._delivered
                 for ctx in event.contexts:
@@ -616,7 +617,8 @@ class Bridge:
         for client in self.clients:
             client.send_now()
 
-    def _forward(self, side: int, p: Publish) -> None:
+    def _forward(self, side: int, p: Publish, epoch: int) -> None:
+        """A message from `side`'s broker, received in its session `epoch` (Client.session_epoch)."""
         if self._stopping:
             return  # not acknowledged: the source broker keeps it for the next session
         c = self.counters
@@ -672,7 +674,7 @@ class Bridge:
             if src_qos:
                 self.clients[side].acknowledge(p.packet_id, wake=False)  # type: ignore[arg-type]
             return
-        ctx = Forward(side, p.packet_id, src_qos, self.clients[side].session_epoch)  # type: ignore[arg-type]
+        ctx = Forward(side, p.packet_id, src_qos, epoch)  # type: ignore[arg-type]
         if qos == 1 and not props.items and client.relay(topic, p.payload, 1, p.retain, ctx):
             # publish_nowait()'s common case in one call (no journal for QoS 1; what it queued leaves with
             # _observe's send_now()). Anything else, or a relay() that declines, takes publish_nowait().
@@ -703,9 +705,7 @@ class Bridge:
         meanwhile (the packet identifier may be another message's now). The connection's own acknowledge: what
         it queues leaves with _observe's send_now()."""
         ctx.acked = True
-        src = self.clients[ctx.src_side]
-        if src.session_epoch == ctx.src_epoch:
-            src.acknowledge(ctx.src_pid, wake=False)
+        self.clients[ctx.src_side].acknowledge(ctx.src_pid, epoch=ctx.src_epoch, wake=False)
 
     def _delivered(self, ctx: Any) -> None:
         """A plain PUBACK (success) from a destination (Acknowledged): _acknowledged's common case."""

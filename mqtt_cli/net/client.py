@@ -216,11 +216,17 @@ class Client:
         """Messages waiting to be handed to the connection (window closed, or not connected)."""
         return len(self._backlog)
 
-    def acknowledge(self, packet_id: int, reason_code: int = 0, *, wake: bool = True) -> bool:
+    def acknowledge(
+        self, packet_id: int, reason_code: int = 0, *, epoch: int | None = None, wake: bool = True
+    ) -> bool:
         """With manual_ack: acknowledges a QoS 1/2 message received (see ClientConnection.acknowledge); False when
-        the broker no longer expects it. `wake` False: it leaves with the owner's next send_now() (a relay that
-        sends once per batch it handled), not by waking the writer."""
-        done = self.conn.acknowledge(packet_id, reason_code)
+        the broker no longer expects it: its session ended, or is not `epoch` (the `session_epoch` the message
+        came in) any more, so that the identifier may name another message now. `wake` False: it leaves with the
+        owner's next send_now() (a relay that sends once per batch it handled), not by waking the writer."""
+        conn = self.conn
+        if epoch is not None and conn.session_epoch != epoch:
+            return False
+        done = conn.acknowledge(packet_id, reason_code)
         if done and wake:
             self._wake.set()
         return done

@@ -294,8 +294,7 @@ class EmbeddedBridge:
         client = self.client
         if client is not None and token is not None:
             pid, epoch = token
-            if client.session_epoch == epoch:
-                client.acknowledge(pid, wake=False)
+            if client.acknowledge(pid, epoch=epoch, wake=False):
                 client.send_now()
 
     def _delivered(self, ctx: Any) -> None:
