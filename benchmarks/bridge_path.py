@@ -1,7 +1,6 @@
 """The bridge's forwarding path in memory: CPU per QoS 1 message with no sockets, brokers or other processes.
 
     .venv/bin/python benchmarks/bridge_path.py [--count 100000] [--batch 64] [--version 4|5] [--reps 5] [--profile]
-                                               [--events]
 
 benchmarks/bridge.py measures the whole chain (two mosquittos, a publisher, a subscriber and the bridge on two
 cores), where every process's CPU counts and the figures move by 10% from run to run. This isolates what our
@@ -9,10 +8,7 @@ code does per message, repeatably: a `Bridge` with both clients connected (CONNA
 PUBLISH packets at a time fed to the local client as if read from its socket, the bridge's observer forwarding
 them to the remote client, the remote client's output acknowledged with one PUBACK per PUBLISH, and the
 resulting PUBACKs to the local broker taken from the local client. Prints microseconds per message (best and
-median of --reps); --profile prints cProfile's top functions for one more run. --events runs the same path with
-the sans-IO client's callbacks (on_message, on_acknowledged) off, so that every message and acknowledgement comes
-out as an event object through the bridge's observer (h11's way), interleaved with the callback runs: the cost of
-events out instead of callbacks (docs/ARCHITECTURE.md).
+median of --reps); --profile prints cProfile's top functions for one more run.
 """
 
 from __future__ import annotations
@@ -37,9 +33,7 @@ from mqtt_cli.net.client import Client
 from mqtt_cli.net.transports import Endpoint
 
 
-async def one_run(
-    count: int, batch: int, version: int, profile: cProfile.Profile | None, events: bool = False
-) -> float:
+async def one_run(count: int, batch: int, version: int, profile: cProfile.Profile | None) -> float:
     """Seconds per message for `count` messages."""
 
     def side() -> SideConfig:
@@ -51,9 +45,6 @@ async def one_run(
     )
     bridge.clients = [Client(bridge._settings(LOCAL)), Client(bridge._settings(REMOTE))]
     for client in bridge.clients:
-        if events:  # everything through the observer, as events
-            client.conn.on_message = None
-            client.conn.on_acknowledged = None
         client.conn.connect()
         client.conn.data_to_send()
         client.conn.receive_data(b"\x20\x03\x00\x00\x00" if version == 5 else b"\x20\x02\x00\x00", 0.0)
@@ -94,27 +85,15 @@ def main() -> int:
     parser.add_argument("--version", type=int, choices=(4, 5), default=4)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
-    parser.add_argument("--events", action="store_true", help="also run with events instead of callbacks, interleaved")
     parser.add_argument("--quick", action="store_true", help="2,000 messages, one rep (make bench-quick)")
     args = parser.parse_args()
     if args.quick:
         args.count, args.reps = 2_000, 1
-    runs: list[float] = []
-    event_runs: list[float] = []
-    for _ in range(args.reps):
-        runs.append(trio.run(one_run, args.count, args.batch, args.version, None) * 1e6)
-        if args.events:
-            event_runs.append(trio.run(one_run, args.count, args.batch, args.version, None, True) * 1e6)
+    runs = [trio.run(one_run, args.count, args.batch, args.version, None) * 1e6 for _ in range(args.reps)]
     print(
         f"bridge forwarding path, QoS 1, MQTT {'5.0' if args.version == 5 else '3.1.1'}, {args.count:,} messages"
         f" in reads of {args.batch}: best {min(runs):.2f} µs/message, median {statistics.median(runs):.2f}"
     )
-    if event_runs:
-        best, med = min(event_runs), statistics.median(event_runs)
-        print(
-            f"  with events instead of callbacks: best {best:.2f} µs/message, median {med:.2f}"
-            f" (+{100 * (med / statistics.median(runs) - 1):.0f}% a message)"
-        )
     if args.profile:
         profile = cProfile.Profile()
         trio.run(one_run, args.count, args.batch, args.version, profile)

@@ -1,6 +1,9 @@
 """What a `ClientConnection` reports to its owner: one small frozen record per kind of event.
 
-The net layer (or a test) reads them from `ClientConnection.events()` after feeding bytes or time in.
+The net layer (or a test) reads them from `ClientConnection.events()` after feeding bytes or time in. The two
+kinds a busy connection is made of come a read at a time, not one event per packet: `MessagesReceived` (the
+messages received) and `Acknowledged` (our QoS 1 messages acknowledged with a plain PUBACK), each holding
+those between two other events of the read, in order.
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ from .properties import EMPTY_PROPERTIES, Properties
 from .records import record
 
 __all__ = [
+    "Acknowledged",
     "ConnectionAccepted",
     "ConnectionRefused",
     "Disconnected",
     "Event",
-    "MessageReceived",
+    "MessagesReceived",
     "PongReceived",
     "PublishAcknowledged",
     "PublishReceived",
@@ -53,25 +57,26 @@ class ConnectionRefused:
 
 
 @record
-class MessageReceived:
-    """An application message from the broker (a QoS 2 message is reported once, however often it is re-sent).
+class MessagesReceived:
+    """Application messages from the broker, in the order received (a QoS 2 message is reported once, however
+    often it is re-sent). Topics are resolved where the broker used a topic alias; the properties no longer
+    hold the alias."""
 
-    The topic is resolved when the broker used a topic alias; `publish.properties` no longer holds the alias."""
+    messages: list[Publish]
 
-    publish: Publish
 
-    @property
-    def topic(self) -> str:
-        return self.publish.topic
+@record
+class Acknowledged:
+    """Our QoS 1 messages acknowledged with a plain PUBACK (success: reason 0, no properties), in order: the
+    context the owner passed to publish() of each. Other ends of a flow come as PublishAcknowledged."""
 
-    @property
-    def payload(self) -> bytes:
-        return self.publish.payload
+    contexts: list[Any]
 
 
 @record
 class PublishAcknowledged:
-    """The end of a QoS 1/2 flow: PUBACK, PUBCOMP, or a PUBREC with a failure code (>= 0x80)."""
+    """The end of a QoS 1/2 flow that a plain PUBACK (Acknowledged) does not say: a PUBACK with a reason code or
+    properties, PUBCOMP, or a PUBREC with a failure code (>= 0x80)."""
 
     packet_id: int
     reason_code: int
@@ -131,6 +136,7 @@ class Disconnected:
 
 
 Event = (
-    ConnectionAccepted | ConnectionRefused | MessageReceived | PublishAcknowledged | PublishReceived
-    | ReleaseReceived | SubscribeAcknowledged | UnsubscribeAcknowledged | PongReceived | Disconnected
+    ConnectionAccepted | ConnectionRefused | MessagesReceived | Acknowledged | PublishAcknowledged
+    | PublishReceived | ReleaseReceived | SubscribeAcknowledged | UnsubscribeAcknowledged | PongReceived
+    | Disconnected
 )  # fmt: skip

@@ -155,6 +155,10 @@ class OutgoingFlows:
         if not first <= self._next_id <= last:
             self._next_id = first
 
+    def allocate(self) -> int:
+        """A free packet identifier, taken, for a packet that is no message flow (SUBSCRIBE, UNSUBSCRIBE)."""
+        return self._allocate()
+
     def _allocate(self) -> int:
         reserved = self._reserved or _NO_IDS
         if len(self._inflight) + len(reserved) >= 65535:

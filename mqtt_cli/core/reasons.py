@@ -12,6 +12,7 @@ __all__ = [
     "ReasonCode",
     "reason_name",
     "v3_connack_code",
+    "v5_connack_reason",
 ]
 
 
@@ -176,6 +177,21 @@ _V5_TO_V3_CONNACK = {
 def v3_connack_code(reason_code: int) -> int:
     """The 3.x CONNACK return code that best conveys a 5.0 CONNACK reason code (3, server unavailable, else)."""
     return _V5_TO_V3_CONNACK.get(reason_code, 3)
+
+
+# The other way (a client reading a 3.x broker's refusal): each return code's 5.0 reason code.
+_V3_TO_V5_CONNACK = {
+    1: ReasonCode.UNSUPPORTED_PROTOCOL_VERSION,
+    2: ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+    3: ReasonCode.SERVER_UNAVAILABLE,
+    4: ReasonCode.BAD_USER_NAME_OR_PASSWORD,
+    5: ReasonCode.NOT_AUTHORIZED,
+}
+
+
+def v5_connack_reason(return_code: int, unknown: int = ReasonCode.UNSPECIFIED_ERROR) -> int:
+    """The 5.0 CONNACK reason code that means what the 3.x return code `return_code` (1-5) says, else `unknown`."""
+    return _V3_TO_V5_CONNACK.get(return_code, unknown)
 
 
 def reason_name(code: int, packet_type: int | None = None, version: int = 5) -> str:

@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING
 
 from mqtt_cli.core.errors import LocalProtocolError
 from mqtt_cli.core.events import (
+    Acknowledged,
     ConnectionAccepted,
     ConnectionRefused,
     Disconnected,
     Event,
-    MessageReceived,
+    MessagesReceived,
     PongReceived,
     PublishAcknowledged,
     SubscribeAcknowledged,
@@ -69,10 +70,6 @@ class BlockingClient:
     def __init__(self, settings: ClientSettings) -> None:
         self.settings = settings
         self.conn = new_connection(settings)
-        if settings.trace is not None:
-            from .trace import trace_connection
-
-            trace_connection(self.conn, settings.trace)
         self.endpoint = settings.endpoint
         self.version = 0
         self.failure: ClientError | None = None
@@ -114,9 +111,9 @@ class BlockingClient:
         deadline = time.monotonic() + s.connect_timeout
         sock = self._open(deadline)
         try:
-            if version == 3 and not conn.client_id:
-                conn.client_id = random_client_id("mqtt-")  # 3.1 has no empty client identifiers
-            conn.connect(clean_start=clean_start, version=version)
+            # 3.1 has no empty client identifiers
+            client_id = random_client_id("mqtt-") if version == 3 and not conn.client_id else None
+            conn.connect(clean_start=clean_start, version=version, client_id=client_id)
             received = 0
             reset = False
             try:
@@ -391,8 +388,10 @@ class BlockingClient:
 
     def _dispatch(self, events: list[Event]) -> None:
         for event in events:
-            if isinstance(event, MessageReceived):
-                self.messages.append(event.publish)
+            if isinstance(event, MessagesReceived):
+                self.messages.extend(event.messages)
+            elif isinstance(event, Acknowledged):
+                self.acknowledged += len(event.contexts)
             elif isinstance(event, PublishAcknowledged):
                 if event.reason_code < 0x80:
                     self.acknowledged += 1

@@ -32,9 +32,10 @@ import trio
 
 from mqtt_cli.core.bridge import BridgeRule, route, source_filters
 from mqtt_cli.core.events import (
+    Acknowledged,
     ConnectionAccepted,
     Disconnected,
-    MessageReceived,
+    MessagesReceived,
     PublishAcknowledged,
     PublishReceived,
     ReleaseReceived,
@@ -402,8 +403,6 @@ class Bridge:
             c.local if side == LOCAL else c.remote,
             c,
             observer=partial(self._observe, side),  # partial, not a lambda: one Python frame fewer per batch
-            on_message=partial(self._forward, side),  # the hot path: no event object per message
-            on_acknowledged=self._delivered,
             on_qos2_hand_over=partial(self._handed_over, side),
             on_retry=lambda error, pause: self._retrying(side, error, pause),
             on_primary_back=lambda primary, inflight: self._primary_back(side, primary, inflight),
@@ -432,9 +431,9 @@ class Bridge:
         for e in state.entries.values():
             ctx = Forward(e.src_side, e.src_pid, 2, seq=e.seq, acked=e.released)
             if not e.completed:
-                self.clients[e.dst_side].conn.restore_outgoing(e.publish, released=e.released, context=ctx)
+                self.clients[e.dst_side].restore_outgoing(e.publish, released=e.released, context=ctx)
             if not e.src_done:
-                self.clients[e.src_side].conn.restore_incoming(e.src_pid, 2, acknowledged=e.released)
+                self.clients[e.src_side].restore_incoming(e.src_pid, 2, acknowledged=e.released)
         if state.entries:
             self.log(f"{self.who}: {len(state.entries)} QoS 2 flows resumed from the journal")
 
@@ -473,7 +472,7 @@ class Bridge:
         client = self.clients[side]
         try:
             await client.wait_connected()
-            subs = self._subscriptions(side, client.conn.version)
+            subs = self._subscriptions(side, client.version)
             if not subs:
                 return
             # Remembered before subscribing: a bridge stopped between its SUBACK and the end of this would leave a
@@ -481,7 +480,7 @@ class Bridge:
             self._filters_file(side, [sub.topic_filter for sub in subs], keep_old=True)
             connack = client.connack
             props = connack.properties if connack is not None else EMPTY_PROPERTIES
-            if client.conn.version == 5 and props.subscription_identifier_available != 0:
+            if client.version == 5 and props.subscription_identifier_available != 0:
                 # One SUBSCRIBE per filter, each with its identifier: a broker that sends one copy per
                 # overlapping subscription (mosquitto, to 5.0 clients) says which copy is which, and only the
                 # one for the highest QoS is forwarded.
@@ -555,7 +554,7 @@ class Bridge:
         self._stopping = True
 
         def pending() -> int:
-            return sum(c.conn.inflight + c.queued for c in self.clients if c.connected)
+            return sum(c.inflight + c.queued for c in self.clients if c.connected)
 
         if waiting := pending():
             self.log(
@@ -576,7 +575,7 @@ class Bridge:
                     self._told[side] = b"0"
                     client.publish_nowait(self.config.notification_topic, b"0", 1, True)
             with trio.move_on_after(2):
-                while any(c.conn.inflight for c in self.clients if c.connected):
+                while any(c.inflight for c in self.clients if c.connected):
                     await trio.sleep(0.02)
         with trio.CancelScope(shield=True):
             for client in self.clients:
@@ -587,8 +586,15 @@ class Bridge:
     def _observe(self, side: int, events: list[Any]) -> None:
         for event in events:
             t = type(event)
-            if t is MessageReceived:
-                self._forward(side, event.publish)
+            if t is MessagesReceived:
+                forward = self._forward
+                epoch = self.clients[side].session_epoch  # (a read's messages are of one session)
+                for p in event.messages:
+                    forward(side, p, epoch)
+            elif t is Acknowledged:
+                delivered = self._delivered
+                for ctx in event.contexts:
+                    delivered(ctx)
             elif t is PublishAcknowledged:
                 self._acknowledged(side, event)
             elif t is PublishReceived:
@@ -611,7 +617,8 @@ class Bridge:
         for client in self.clients:
             client.send_now()
 
-    def _forward(self, side: int, p: Publish) -> None:
+    def _forward(self, side: int, p: Publish, epoch: int) -> None:
+        """A message from `side`'s broker, received in its session `epoch` (Client.session_epoch)."""
         if self._stopping:
             return  # not acknowledged: the source broker keeps it for the next session
         c = self.counters
@@ -631,7 +638,7 @@ class Bridge:
             # A subscription left in the persistent session by an earlier rule set, say: not ours to forward.
             c.unmatched[side] += 1
             if src_qos:
-                self.clients[side].acknowledge(p.packet_id)  # type: ignore[arg-type]
+                self.clients[side].acknowledge(p.packet_id, wake=False)  # type: ignore[arg-type]
             return
         topic, cap, sid = route
         props = p.properties
@@ -651,11 +658,11 @@ class Bridge:
             if sid and sids and sid not in sids:
                 c.overlap_copies[side] += 1  # another copy (for a lower QoS filter) carries the message
                 if src_qos:
-                    self.clients[side].acknowledge(p.packet_id)  # type: ignore[arg-type]
+                    self.clients[side].acknowledge(p.packet_id, wake=False)  # type: ignore[arg-type]
                 return
         qos = cap if cap < src_qos else src_qos
         client = self.clients[dst]
-        if props.items and client.conn.version != 5:
+        if props.items and client.protocol_version != 5:
             props = EMPTY_PROPERTIES
         c.forwarded[side] += 1
         if qos == 0:
@@ -665,9 +672,9 @@ class Bridge:
             else:
                 c.dropped[side] += 1
             if src_qos:
-                self.clients[side].acknowledge(p.packet_id)  # type: ignore[arg-type]
+                self.clients[side].acknowledge(p.packet_id, wake=False)  # type: ignore[arg-type]
             return
-        ctx = Forward(side, p.packet_id, src_qos, self.clients[side].conn.session_epoch)  # type: ignore[arg-type]
+        ctx = Forward(side, p.packet_id, src_qos, epoch)  # type: ignore[arg-type]
         if qos == 1 and not props.items and client.relay(topic, p.payload, 1, p.retain, ctx):
             # publish_nowait()'s common case in one call (no journal for QoS 1; what it queued leaves with
             # _observe's send_now()). Anything else, or a relay() that declines, takes publish_nowait().
@@ -696,14 +703,12 @@ class Bridge:
     def _ack_source(self, ctx: Forward) -> None:
         """Acknowledges a forward to the broker it came from, once; not when that broker lost the session
         meanwhile (the packet identifier may be another message's now). The connection's own acknowledge: what
-        it queues leaves with _observe's _send_direct()."""
+        it queues leaves with _observe's send_now()."""
         ctx.acked = True
-        src = self.clients[ctx.src_side].conn
-        if src.session_epoch == ctx.src_epoch:
-            src.acknowledge(ctx.src_pid)
+        self.clients[ctx.src_side].acknowledge(ctx.src_pid, epoch=ctx.src_epoch, wake=False)
 
     def _delivered(self, ctx: Any) -> None:
-        """A plain PUBACK (success) from a destination: _acknowledged's common case, without an event."""
+        """A plain PUBACK (success) from a destination (Acknowledged): _acknowledged's common case."""
         if type(ctx) is Forward and not ctx.acked:
             self._ack_source(ctx)
             self.counters.acknowledged[ctx.src_side] += 1
@@ -736,11 +741,11 @@ class Bridge:
         st.connected = True
         self._told[side] = None
         st.session_present = event.session_present
-        st.version = client.conn.version
+        st.version = client.protocol_version
         st.endpoint = str(client.endpoint)
         st.error = ""
         if event.session_present:
-            self.counters.resent[REMOTE if side == LOCAL else LOCAL] += client.conn.inflight
+            self.counters.resent[REMOTE if side == LOCAL else LOCAL] += client.inflight
         elif self.journal is not None and any(e.src_side == side for e in self.journal.state.entries.values()):
             self.journal.append(SourceLost(side))
         self.log(
@@ -820,7 +825,7 @@ class Bridge:
                 "endpoint": st.endpoint,
                 "protocol": version_name(st.version) if st.version else None,
                 "reconnects": st.reconnects,
-                "in_flight": client.conn.inflight if client else 0,
+                "in_flight": client.inflight if client else 0,
                 "queued": client.queued if client else 0,
                 "error": st.error or None,
             }

@@ -27,10 +27,11 @@ import trio
 
 from mqtt_cli.core.errors import LocalProtocolError
 from mqtt_cli.core.events import (
+    Acknowledged,
     ConnectionAccepted,
     ConnectionRefused,
     Disconnected,
-    MessageReceived,
+    MessagesReceived,
     PongReceived,
     PublishAcknowledged,
     SubscribeAcknowledged,
@@ -41,7 +42,6 @@ from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
 
 from .errors import BrokerRefused, ClientError, ConnectFailed, ConnectionLost, PublishFailed, TLSFailed, refused_error
 from .settings import ClientSettings, new_connection, random_client_id, version_name
-from .trace import trace_connection
 from .transports import direct_sender, open_transport
 
 __all__ = ["Client", "ClientSettings", "MessageStream", "open_client", "version_name"]
@@ -61,9 +61,8 @@ class Client:
     def __init__(self, settings: ClientSettings) -> None:
         self.settings = settings
         s = settings
+        #: The sans-IO connection this client drives (the owner uses the methods below; tests and benchmarks feed it).
         self.conn = new_connection(s)
-        if s.trace is not None:
-            self._trace(s.trace)
         self.endpoints = (s.endpoint, *s.alternates)
         self.endpoint = s.endpoint  # the one in use, or tried last
         self._endpoint_index = 0
@@ -104,10 +103,6 @@ class Client:
         self._unsent = b""  # what a direct send left over, for the writer
         self._writer_sending = False
         self._to_primary = False  # the connection is being left for the main address (round_robin False)
-
-    def _trace(self, write: Callable[[str], None]) -> None:
-        """-d: the connection's bytes each way pass a PacketTrace on their way (see net/trace.py)."""
-        trace_connection(self.conn, write)
 
     # --- public API ---------------------------------------------------------------------------------------
 
@@ -221,10 +216,53 @@ class Client:
         """Messages waiting to be handed to the connection (window closed, or not connected)."""
         return len(self._backlog)
 
-    def acknowledge(self, packet_id: int, reason_code: int = 0) -> None:
-        """With manual_ack: acknowledges a QoS 1/2 message received (see ClientConnection.acknowledge)."""
-        if self.conn.acknowledge(packet_id, reason_code):
+    def acknowledge(
+        self, packet_id: int, reason_code: int = 0, *, epoch: int | None = None, wake: bool = True
+    ) -> bool:
+        """With manual_ack: acknowledges a QoS 1/2 message received (see ClientConnection.acknowledge); False when
+        the broker no longer expects it: its session ended, or is not `epoch` (the `session_epoch` the message
+        came in) any more, so that the identifier may name another message now. `wake` False: it leaves with the
+        owner's next send_now() (a relay that sends once per batch it handled), not by waking the writer."""
+        conn = self.conn
+        if epoch is not None and conn.session_epoch != epoch:
+            return False
+        done = conn.acknowledge(packet_id, reason_code)
+        if done and wake:
             self._wake.set()
+        return done
+
+    # --- for a relay (the bridges): the session's state, and the flows of a journal ---------------------------
+
+    @property
+    def inflight(self) -> int:
+        """Our QoS 1/2 messages handed over and not yet acknowledged."""
+        return self.conn.inflight
+
+    @property
+    def session_epoch(self) -> int:
+        """Sessions the broker started us (ClientConnection.session_epoch): a message received in an earlier one
+        is no longer the broker's to be acknowledged."""
+        return self.conn.session_epoch
+
+    @property
+    def protocol_version(self) -> int:
+        """The protocol version of the connection in use, or of the next one tried (`version` is 0 until
+        connected)."""
+        return self.conn.version
+
+    def restore_outgoing(self, publish: Publish, *, released: bool, context: Any = None) -> None:
+        """Before run(), from the owner's journal: a QoS 1/2 message of ours in flight in an earlier process."""
+        self.conn.restore_outgoing(publish, released=released, context=context)
+
+    def restore_incoming(self, packet_id: int, qos: int, *, acknowledged: bool) -> None:
+        """Before run(), from the owner's journal: a message received in an earlier process (see
+        ClientConnection.restore_incoming)."""
+        self.conn.restore_incoming(packet_id, qos, acknowledged=acknowledged)
+
+    def release(self, packet_id: int) -> None:
+        """owner_ids: the PUBREL of a QoS 2 message whose PUBREC came goes now (ClientConnection.release); it
+        leaves with the owner's next send_now()."""
+        self.conn.release(packet_id)
 
     def _hand_over(
         self, topic: str, payload: bytes, qos: int, retain: bool, properties: Properties, context: Any, packet_id: int
@@ -408,10 +446,9 @@ class Client:
             except BrokerRefused as err:
                 if version == 5 and len(versions) > 1 and err.reason_code in (0x84, -1):
                     continue  # auto: the broker does not speak 5.0; try 3.1.1
-                if version < 5 and self.conn.bridge and err.reason_code in (0x01, -1):
+                if version < 5 and self.conn.options.bridge and err.reason_code in (0x01, -1):
                     # mosquitto's bridge flag (protocol level | 0x80) is no part of MQTT: a broker that does not
                     # know it (RabbitMQ) refuses the level or closes. Without it, from now on.
-                    self.conn.bridge = False
                     self.bridge_flag_refused = True
                     return await self._handshake(version, clean)
                 if err.tls_reset and not s.tls_client_cert:
@@ -431,9 +468,10 @@ class Client:
         try:
             with trio.fail_after(s.connect_timeout):
                 stream = await open_transport(self.endpoint, s.ssl_context)
-                if version == 3 and not conn.client_id:
-                    conn.client_id = random_client_id("mqtt-")  # 3.1 has no empty client identifiers
-                conn.connect(clean_start=clean_start, version=version)
+                # 3.1 has no empty client identifiers; mosquitto's bridge flag goes once a broker refused it
+                client_id = random_client_id("mqtt-") if version == 3 and not conn.client_id else None
+                bridge = False if self.bridge_flag_refused else None
+                conn.connect(clean_start=clean_start, version=version, client_id=client_id, bridge=bridge)
                 received = 0
                 reset = False
                 try:
@@ -641,7 +679,6 @@ class Client:
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
                 self._end_connection(f"reading failed: {err}")
                 data = b""
-            inflight = conn.inflight
             packets = conn.packets_received
             conn.receive_data(data, trio.current_time())
             events = conn.events()
@@ -649,8 +686,7 @@ class Client:
                 # The acknowledgements of what this read brought go out before the messages go to the owner: a
                 # broker's window to us (mosquitto: 20 in flight) reopens while we print, not after.
                 self._send_direct()
-            # Acknowledgements that went to on_acknowledged opened the window without an event.
-            await self._dispatch(events, conn.inflight < inflight)
+            await self._dispatch(events)
             if not data:
                 self._end_connection("the broker closed the connection")
                 return
@@ -750,14 +786,20 @@ class Client:
     async def _dispatch(self, events: list[Any], changed: bool = False) -> None:
         observer = self._observer
         if observer is not None:
-            observer(events)  # also when empty: what the relay hooks did in this read is sent by it
+            observer(events)  # also when empty: a relay sends what the read produced from there
         # A read's messages go to the owner as one list: one task switch a read, not one a message.
         batch: list[Publish] = []
         for event in events:
             t = type(event)
-            if t is MessageReceived:
+            if t is MessagesReceived:
                 if observer is None:
-                    batch.append(event.publish)
+                    if batch:
+                        batch += event.messages
+                    else:
+                        batch = event.messages  # (the connection no longer holds it)
+            elif t is Acknowledged:
+                self.acknowledged += len(event.contexts)
+                changed = True
             elif t is PublishAcknowledged:
                 if event.reason_code < 0x80:
                     self.acknowledged += 1

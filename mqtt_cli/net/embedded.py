@@ -29,9 +29,10 @@ import trio
 from mqtt_cli.core.bridge import BridgeRule, LinkStats, route, source_filters
 from mqtt_cli.core.broker import NEVER_EXPIRES, BrokerCore
 from mqtt_cli.core.events import (
+    Acknowledged,
     ConnectionAccepted,
     Disconnected,
-    MessageReceived,
+    MessagesReceived,
     PublishAcknowledged,
     PublishReceived,
     ReleaseReceived,
@@ -132,8 +133,6 @@ class EmbeddedBridge:
                 c.remote,
                 c,
                 observer=self._observe,
-                on_message=self._incoming,
-                on_acknowledged=self._delivered,
                 on_retry=self._retrying,
                 on_primary_back=self._primary_back,
                 owner_ids=True,
@@ -152,7 +151,7 @@ class EmbeddedBridge:
         for pid in core.unreleased_internal(self.conn):
             # QoS 2 from the remote stored (and PUBREC owed or sent) before a restart or a reload: its re-send is
             # acknowledged, not published again.
-            self.client.conn.restore_incoming(pid, 2, acknowledged=True)
+            self.client.restore_incoming(pid, 2, acknowledged=True)
         self._flush()
         try:
             with self._scope:
@@ -182,7 +181,7 @@ class EmbeddedBridge:
         best = source_filters(self.config.rules, remote=True)
         try:
             await client.wait_connected()
-            v5 = client.conn.version == 5
+            v5 = client.version == 5
             subs = [Subscription(f, q, no_local=v5, retain_as_published=v5) for f, q in best.items()]
             connack = client.connack
             props = connack.properties if connack is not None else EMPTY_PROPERTIES
@@ -238,8 +237,9 @@ class EmbeddedBridge:
         out_topic, cap, _ = found
         out_qos = cap if cap < qos else qos
         props = message.properties
-        if props.items and (client.conn.version != 5 or props.subscription_identifiers):
-            props = EMPTY_PROPERTIES if client.conn.version != 5 else props.replace(subscription_identifiers=())
+        v5 = client.protocol_version == 5
+        if props.items and (not v5 or props.subscription_identifiers):
+            props = props.replace(subscription_identifiers=()) if v5 else EMPTY_PROPERTIES
         stats = self.stats
         stats.forwarded[0] += 1
         if not out_qos:
@@ -268,7 +268,7 @@ class EmbeddedBridge:
         """The core says the PUBREL of a QoS 2 forward may go (received_internal: its PUBREC is stored)."""
         client = self.client
         if client is not None:
-            client.conn.release(packet_id)
+            client.release(packet_id)
             if not self._send_asked:
                 self._send_asked = True
                 self._to_send(self)
@@ -281,7 +281,7 @@ class EmbeddedBridge:
         found = self._route_out(message.topic)
         topic = found[0] if found is not None else message.topic
         publish = Publish(topic, message.payload, 2, retain, True, packet_id, EMPTY_PROPERTIES)
-        client.conn.restore_outgoing(publish, released=True, context=_Out(packet_id, self.conn))
+        client.restore_outgoing(publish, released=True, context=_Out(packet_id, self.conn))
 
     def send_now(self) -> None:
         """What deliver() gave the remote client leaves (the server calls it at the end of its flush)."""
@@ -294,13 +294,12 @@ class EmbeddedBridge:
         client = self.client
         if client is not None and token is not None:
             pid, epoch = token
-            if client.conn.session_epoch == epoch:
-                client.acknowledge(pid)
+            if client.acknowledge(pid, epoch=epoch, wake=False):
                 client.send_now()
 
     def _delivered(self, ctx: Any) -> None:
-        """The remote acknowledged a forward (PUBACK; PUBREC for QoS 2): the local flow ends (what that changes
-        leaves with the flush at the end of this read, _observe)."""
+        """The remote acknowledged a forward (a plain PUBACK, Acknowledged; or PublishAcknowledged): the local flow
+        ends (what that changes leaves with the flush at the end of this read, _observe)."""
         if type(ctx) is _Out and not ctx.conn.closed:
             self._core_of().acknowledge_internal(ctx.conn, ctx.pid, trio.current_time())
 
@@ -322,7 +321,7 @@ class EmbeddedBridge:
         qos = p.qos
         if found is None:
             if qos:
-                client.acknowledge(p.packet_id)  # type: ignore[arg-type]
+                client.acknowledge(p.packet_id, wake=False)  # type: ignore[arg-type]
             return
         topic, cap, sid = found
         props = p.properties
@@ -330,16 +329,16 @@ class EmbeddedBridge:
             sids = props.subscription_identifiers
             if sid and sids and sid not in sids:  # a copy for an overlapping, lower QoS filter
                 if qos:
-                    client.acknowledge(p.packet_id)  # type: ignore[arg-type]
+                    client.acknowledge(p.packet_id, wake=False)  # type: ignore[arg-type]
                 return
         out_qos = cap if cap < qos else qos
         self.stats.forwarded[1] += 1
         core = self._core_of()
-        token = (p.packet_id, client.conn.session_epoch) if qos else None
+        token = (p.packet_id, client.session_epoch) if qos else None
         taken = core.publish_internal(conn, topic, p.payload, out_qos, p.retain, props, trio.current_time(), token,
                                       incoming_id=p.packet_id if qos == 2 else None)  # fmt: skip
         if taken and qos:
-            client.acknowledge(p.packet_id)  # type: ignore[arg-type]
+            client.acknowledge(p.packet_id, wake=False)  # type: ignore[arg-type]
         # The deliveries it made leave with the flush at the end of this read (_observe).
 
     # --- events -------------------------------------------------------------------------------------------------
@@ -347,8 +346,14 @@ class EmbeddedBridge:
     def _observe(self, events: list[Any]) -> None:
         for event in events:
             t = type(event)
-            if t is MessageReceived:
-                self._incoming(event.publish)
+            if t is MessagesReceived:
+                incoming = self._incoming
+                for p in event.messages:
+                    incoming(p)
+            elif t is Acknowledged:
+                delivered = self._delivered
+                for ctx in event.contexts:
+                    delivered(ctx)
             elif t is PublishAcknowledged:
                 ctx = event.context
                 if event.reason_code >= 0x80 and type(ctx) is _Out:
@@ -391,13 +396,13 @@ class EmbeddedBridge:
         st.address = str(client.endpoint)
         st.address_index = client.endpoint_index
         if event.session_present:
-            st.resent += client.conn.inflight
+            st.resent += client.inflight
         elif self.conn is not None:  # the remote forgot its QoS 2 flows to us: so do we
             core = self._core_of()
             for pid in core.unreleased_internal(self.conn):
                 core.release_internal(self.conn, pid)
         self.log(
-            f"{self.who}: connected to {client.endpoint} (MQTT {version_name(client.conn.version)}, "
+            f"{self.who}: connected to {client.endpoint} (MQTT {version_name(client.protocol_version)}, "
             f"session {'resumed' if event.session_present else 'new'})"
         )
         topic = self.config.notification_topic

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mqtt_cli.core.client import ClientConnection
-from mqtt_cli.core.packets import Publish, Will
+from mqtt_cli.core.client_options import Tracer
+from mqtt_cli.core.packets import Will
 from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
 from mqtt_cli.core.records import record
 
@@ -71,11 +72,6 @@ class ClientSettings:
     # Called synchronously when a QoS 2 message gets its packet identifier, before its bytes can be written:
     # (packet id, topic, payload, retain, properties, context). The bridge journals its QoS 2 forwards there.
     on_qos2_hand_over: Callable[[int, str, bytes, bool, Properties, Any], None] | None = None
-    # With manual_ack, the relay's hot path (ClientConnection's on_message and on_acknowledged): messages received
-    # and plain PUBACKs go to these, synchronously from the reader, instead of as events to the observer (which is
-    # still called after each read, with what remains); `acknowledged` then counts only the others.
-    on_message: Callable[[Publish], None] | None = None
-    on_acknowledged: Callable[[Any], None] | None = None
     # Called when a reconnect attempt failed: (what went wrong, seconds until the next attempt).
     on_retry: Callable[[str, float], None] | None = None
     # The reader reads on only while this says True (the bridge: while the other side keeps up with QoS 0).
@@ -109,9 +105,14 @@ def new_connection(s: ClientSettings) -> ClientConnection:
         manual_ack=s.manual_ack,
         owner_ids=s.owner_ids,
         bridge=s.bridge_flag,
-        on_message=s.on_message,
-        on_acknowledged=s.on_acknowledged,
+        trace=_packet_trace(s.trace) if s.trace is not None else None,
     )
+
+
+def _packet_trace(write: Callable[[str], None]) -> Tracer:
+    from .trace import PacketTrace  # (only with -d: a one-shot client without it does not load it)
+
+    return PacketTrace(write)
 
 
 def version_name(version: int) -> str:

@@ -8,7 +8,6 @@ cannot change what the connection does when on.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from mqtt_cli.core.errors import RemoteProtocolError
 from mqtt_cli.core.packets import (
@@ -28,9 +27,6 @@ from mqtt_cli.core.packets import (
     Unsubscribe,
 )
 from mqtt_cli.core.reader import PacketReader
-
-if TYPE_CHECKING:
-    from mqtt_cli.core.client import ClientConnection
 
 
 def describe(packet: object, sending: bool, client_id: str) -> list[str]:
@@ -81,22 +77,21 @@ def describe(packet: object, sending: bool, client_id: str) -> list[str]:
 
 
 class PacketTrace:
-    """Decodes what a client connection sends and receives and hands `write` a line per packet. `reset()` at
-    each new connection, with the protocol version it speaks."""
+    """A client connection's trace hook (`ClientConnection(trace=...)`): decodes what it sends and receives and
+    hands `write` a line per packet. Each CONNECT sent starts a new connection: its protocol version decodes
+    what follows, its client identifier (or the one the broker's CONNACK assigns) names the lines."""
 
-    def __init__(self, write: Callable[[str], None], client_id: Callable[[], str]) -> None:
+    def __init__(self, write: Callable[[str], None]) -> None:
         self.write = write
-        self.client_id = client_id
-        self._out = PacketReader(None, strict=False)
+        self.client_id = ""
+        self._out = PacketReader(None, strict=False)  # learns the version from the CONNECT
         self._in = PacketReader(None, strict=False)
         self._broken: set[bool] = set()  # directions whose framing broke on this connection: said once
 
-    def reset(self, version: int) -> None:
-        self._out = PacketReader(version, strict=False)
-        self._in = PacketReader(version, strict=False)
-        self._broken.clear()
-
     def sent(self, data: bytes) -> None:
+        if data[:1] == b"\x10":  # CONNECT: a new connection, maybe another protocol version
+            self._out = PacketReader(None, strict=False)
+            self._broken.clear()
         if data:
             self._lines(self._out, data, True)
 
@@ -111,35 +106,21 @@ class PacketTrace:
             packets = reader.feed(data)
         except RemoteProtocolError as err:  # broken framing: said once, then nothing more on this connection
             self._broken.add(sending)
-            self.write(f"Client {self.client_id() or '(null)'} {'sending' if sending else 'received'} bad data: {err}")
+            self.write(f"Client {self.client_id or '(null)'} {'sending' if sending else 'received'} bad data: {err}")
             return
-        cid = self.client_id()
         for packet in packets:
             if isinstance(packet, RemoteProtocolError):
-                self.write(f"Client {cid or '(null)'} {'sending' if sending else 'received'} a bad packet: {packet}")
+                self.write(
+                    f"Client {self.client_id or '(null)'} {'sending' if sending else 'received'} a bad packet: {packet}"
+                )
                 continue
-            for line in describe(packet, sending, cid):
+            if isinstance(packet, Connect):
+                self.client_id = packet.client_id
+                self._in = PacketReader(packet.protocol_version, strict=False)
+            for line in describe(packet, sending, self.client_id):
                 self.write(line)
-
-
-def trace_connection(conn: ClientConnection, write: Callable[[str], None]) -> None:
-    """-d: `conn`'s bytes each way pass a PacketTrace on their way (its own methods, wrapped)."""
-    trace = PacketTrace(write, lambda: conn.client_id)
-    data_to_send, receive_data = conn.data_to_send, conn.receive_data
-
-    def traced_send(now: float | None = None) -> bytes:
-        data = data_to_send(now)
-        if data[:1] == b"\x10":  # CONNECT: a new connection, maybe another protocol version
-            trace.reset(conn.version)
-        trace.sent(data)
-        return data
-
-    def traced_receive(data: bytes | bytearray, now: float) -> None:
-        trace.received(data)
-        receive_data(data, now)
-
-    conn.data_to_send = traced_send  # type: ignore[method-assign]
-    conn.receive_data = traced_receive  # type: ignore[method-assign]
+            if isinstance(packet, ConnAck) and packet.properties.assigned_client_identifier:
+                self.client_id = packet.properties.assigned_client_identifier
 
 
 def describe_broker(packet: object, sending: bool, client_id: str) -> list[str]:

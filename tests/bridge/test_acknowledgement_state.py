@@ -19,6 +19,14 @@ def connect(client: Client, session_present: bool) -> None:
     client.conn.events()
 
 
+def read(client: Client, data: bytes, now: float) -> None:
+    """`data` as if read from the client's socket: its events go to the bridge's observer, as the reader does."""
+    client.conn.receive_data(data, now)
+    observer = client.settings.observer
+    assert observer is not None
+    observer(client.conn.events())
+
+
 def forwarded(client: Client) -> list[Publish]:
     return PacketReader(4).feed(client.conn.data_to_send())
 
@@ -39,19 +47,19 @@ def test_a_late_acknowledgement_does_not_acknowledge_a_reused_packet_id() -> Non
     connect(local, False)
     connect(remote, False)
 
-    local.conn.receive_data(encode(Publish("t/a", b"old", 1, packet_id=7), 4), 1.0)
+    read(local, encode(Publish("t/a", b"old", 1, packet_id=7), 4), 1.0)
     (old,) = forwarded(remote)
     assert old.payload == b"old" and local.conn.held == 1
 
     local.conn.connection_lost("gone")  # the local broker restarts without the session
     local.conn.events()
     connect(local, False)
-    local.conn.receive_data(encode(Publish("t/b", b"new", 1, packet_id=7), 4), 2.0)
+    read(local, encode(Publish("t/b", b"new", 1, packet_id=7), 4), 2.0)
     (new,) = forwarded(remote)
     assert new.payload == b"new" and local.conn.held == 1
 
-    remote.conn.receive_data(encode(PubAck(old.packet_id), 4), 3.0)  # type: ignore[arg-type]
+    read(remote, encode(PubAck(old.packet_id), 4), 3.0)  # type: ignore[arg-type]
     assert local.conn.data_to_send() == b"" and local.conn.held == 1
-    remote.conn.receive_data(encode(PubAck(new.packet_id), 4), 3.0)  # type: ignore[arg-type]
+    read(remote, encode(PubAck(new.packet_id), 4), 3.0)  # type: ignore[arg-type]
     assert local.conn.data_to_send() == encode(PubAck(7), 4) and local.conn.held == 0
     assert bridge.counters.forwarded[LOCAL] == 2

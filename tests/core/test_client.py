@@ -10,10 +10,11 @@ from mqtt_cli.core.client import ClientConnection
 from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.errors import LocalProtocolError
 from mqtt_cli.core.events import (
+    Acknowledged,
     ConnectionAccepted,
     ConnectionRefused,
     Disconnected,
-    MessageReceived,
+    MessagesReceived,
     PongReceived,
     PublishAcknowledged,
     SubscribeAcknowledged,
@@ -149,7 +150,7 @@ def test_connack_properties_apply() -> None:
         client.publish("a", b"3", 1)
     first, _ = broker.received()
     (ack,) = broker.send(PubAck(first.packet_id))
-    assert isinstance(ack, PublishAcknowledged) and client.window_open
+    assert isinstance(ack, Acknowledged) and client.window_open
 
 
 def test_max_inflight_caps_a_broker_without_receive_maximum() -> None:
@@ -167,7 +168,7 @@ def test_qos1_and_qos2_outgoing_flows() -> None:
     sent = broker.received()
     assert [p.qos for p in sent] == [1, 2, 0]
     events = broker.send(PubAck(p1), PubRec(p2))
-    assert [(type(e), e.context) for e in events] == [(PublishAcknowledged, "m1")]
+    assert events == [Acknowledged(["m1"])]
     assert broker.received() == [PubRel(p2)]
     (done,) = broker.send(PubComp(p2))
     assert done.context == "m2" and done.ok and client.inflight == 0
@@ -185,20 +186,20 @@ def test_failed_pubrec_ends_the_flow_with_its_reason() -> None:
 def test_incoming_qos1_is_acknowledged_and_delivered() -> None:
     _client, broker = connected(4)
     (event,) = broker.send(Publish("t", b"hi", 1, packet_id=9))
-    assert isinstance(event, MessageReceived) and event.payload == b"hi"
+    assert isinstance(event, MessagesReceived) and [p.payload for p in event.messages] == [b"hi"]
     assert broker.received() == [PubAck(9)]
 
 
 def test_incoming_qos2_is_delivered_exactly_once() -> None:
     _client, broker = connected(5)
     events = broker.send(Publish("t", b"once", 2, packet_id=4))
-    assert [type(e) for e in events] == [MessageReceived]
+    assert [type(e) for e in events] == [MessagesReceived]
     assert broker.received() == [PubRec(4)]
     assert broker.send(Publish("t", b"once", 2, dup=True, packet_id=4)) == []  # re-sent: acknowledged again only
     assert broker.received() == [PubRec(4)]
     assert broker.send(PubRel(4)) == []
     assert broker.received() == [PubComp(4)]
-    assert [type(e) for e in broker.send(Publish("t", b"again", 2, packet_id=4))] == [MessageReceived]
+    assert [type(e) for e in broker.send(Publish("t", b"again", 2, packet_id=4))] == [MessagesReceived]
 
 
 def test_our_receive_maximum_is_enforced() -> None:
@@ -217,10 +218,10 @@ def test_our_maximum_packet_size_is_enforced() -> None:
 
 def test_incoming_topic_aliases() -> None:
     _client, broker = connected(5, topic_alias_maximum=2)
-    a = broker.send(Publish("long/topic", b"1", properties=Properties(topic_alias=1)))
-    b = broker.send(Publish("", b"2", properties=Properties(topic_alias=1)))
-    assert [e.topic for e in a + b] == ["long/topic", "long/topic"]
-    assert b[0].publish.properties.topic_alias is None  # resolved, not passed on
+    (a,) = broker.send(Publish("long/topic", b"1", properties=Properties(topic_alias=1)))
+    (b,) = broker.send(Publish("", b"2", properties=Properties(topic_alias=1)))
+    assert [p.topic for p in a.messages + b.messages] == ["long/topic", "long/topic"]
+    assert b.messages[0].properties.topic_alias is None  # resolved, not passed on
     (bad,) = broker.send(Publish("", b"3", properties=Properties(topic_alias=2)))
     assert isinstance(bad, Disconnected) and bad.reason_code == 0x82
 
@@ -443,7 +444,8 @@ def test_qos1_acknowledgements_of_one_read_are_the_encoder_s_pubacks_in_order(ve
     client, broker = connected(version)
     pids = [1, 2, 255, 256, 4660, 65535]
     events = broker.send(*(Publish("a/b", b"m%d" % i, 1, False, False, pid) for i, pid in enumerate(pids)))
-    assert [e.publish.packet_id for e in events] == pids
+    (received,) = events  # one event for the read
+    assert [p.packet_id for p in received.messages] == pids
     assert client.data_to_send(0.0) == b"".join(encode(PubAck(pid), version) for pid in pids)
 
 
@@ -468,3 +470,26 @@ def test_close_window_holds_new_messages_until_the_next_connack() -> None:
     broker2.send(ConnAck(session_present=True))
     assert client.window_open
     assert client.relay("a", b"2", 1, False)
+
+
+def test_options_are_a_record_checked_once_and_replaced_by_connect() -> None:
+    for bad in ({"version": 6}, {"keepalive": -1}, {"receive_maximum": 0}):
+        with pytest.raises(ValueError, match="must be"):
+            ClientConnection("c1", **bad)
+    with pytest.raises(TypeError):
+        ClientConnection("c1", on_message=print)  # no such option
+    client = ClientConnection("", version=5)
+    with pytest.raises(ValueError, match="version must be"):
+        client.connect(version=2)
+    assert client.state is ConnectionState.IDLE  # a refused connect() changes nothing
+    client.connect(version=3, client_id="chosen")
+    assert (client.options.version, client.options.client_id, client.version) == (3, "chosen", 3)
+    broker = Broker(client)
+    (connect,) = broker.received()
+    assert (connect.protocol_version, connect.client_id) == (3, "chosen")
+
+
+def test_broker_limits_come_from_connack_as_a_record() -> None:
+    client, _ = connected(5, ConnAck(properties=Properties(receive_maximum=7, maximum_qos=1, retain_available=0)))
+    assert (client.limits.receive_maximum, client.limits.maximum_qos, client.limits.retain_available) == (7, 1, False)
+    assert client.limits.maximum_packet_size is None and client.limits.topic_alias_maximum == 0

@@ -7,13 +7,15 @@ import pytest
 
 from mqtt_cli.core.client import ClientConnection
 from mqtt_cli.core.events import (
+    Acknowledged,
     ConnectionAccepted,
-    MessageReceived,
+    MessagesReceived,
+    PongReceived,
     PublishAcknowledged,
     PublishReceived,
     ReleaseReceived,
 )
-from mqtt_cli.core.packets import ConnAck, Connect, Disconnect, PubAck, PubComp, Publish, PubRec, PubRel
+from mqtt_cli.core.packets import ConnAck, Connect, Disconnect, PingResp, PubAck, PubComp, Publish, PubRec, PubRel
 from mqtt_cli.core.properties import Properties
 
 from .test_client import Broker, connected
@@ -31,7 +33,7 @@ def reconnect(client: ClientConnection, broker: Broker, present: bool = True) ->
 def test_qos1_acknowledged_only_when_told(version: int) -> None:
     client, broker = connected(version, manual_ack=True)
     (event,) = broker.send(Publish("a", b"x", qos=1, packet_id=7))
-    assert isinstance(event, MessageReceived)
+    assert isinstance(event, MessagesReceived)
     assert broker.received() == [] and client.held == 1
     # A re-send before the owner is done is not delivered again.
     assert broker.send(Publish("a", b"x", qos=1, dup=True, packet_id=7)) == []
@@ -49,8 +51,8 @@ def test_qos1_identifier_reused_while_held_is_a_new_message(version: int) -> Non
     client, broker = connected(version, manual_ack=True)
     (first,) = broker.send(Publish("a", b"1", qos=1, packet_id=7))
     (second,) = broker.send(Publish("a", b"2", qos=1, packet_id=7))
-    assert isinstance(first, MessageReceived) and isinstance(second, MessageReceived)
-    assert second.publish.payload == b"2" and client.held == 2
+    assert isinstance(first, MessagesReceived) and isinstance(second, MessagesReceived)
+    assert second.messages[0].payload == b"2" and client.held == 2
     assert broker.send(Publish("a", b"2", qos=1, dup=True, packet_id=7)) == []  # a re-send still is one
     assert client.acknowledge(7) and client.acknowledge(7)
     assert broker.received() == [PubAck(7), PubAck(7)] and client.held == 0
@@ -67,7 +69,7 @@ def test_qos1_identifier_reused_while_held_is_a_new_message(version: int) -> Non
 def test_qos2_flow_is_reported_and_deduplicated() -> None:
     client, broker = connected(5, manual_ack=True)
     (event,) = broker.send(Publish("a", b"x", qos=2, packet_id=9))
-    assert isinstance(event, MessageReceived) and broker.received() == []
+    assert isinstance(event, MessagesReceived) and broker.received() == []
     client.acknowledge(9)
     assert broker.received() == [PubRec(9)]
     # After PUBREC, a re-send is acknowledged again but not delivered.
@@ -99,7 +101,7 @@ def test_session_lost_forgets_held_messages() -> None:
     assert not client.acknowledge(1)
     assert broker.received() == []
     (event,) = broker.send(Publish("a", b"1", qos=1, packet_id=1))
-    assert isinstance(event, MessageReceived)
+    assert isinstance(event, MessagesReceived)
 
 
 def test_outgoing_qos2_reports_pubrec() -> None:
@@ -151,24 +153,24 @@ def test_bridge_flag_in_connect(version: int, level: int) -> None:
     assert data[4 + name_len] == level
 
 
-# --- the relay's hot path: on_message, on_acknowledged, relay() ---------------------------------------------
+# --- the relay's hot path: a read's messages and plain PUBACKs as one event each, relay() --------------------
 
 
 @pytest.mark.parametrize("version", [4, 5])
-def test_hooks_take_messages_and_plain_pubacks_instead_of_events(version: int) -> None:
-    messages: list[Publish] = []
-    acked: list[object] = []
-    client, broker = connected(version, manual_ack=True, on_message=messages.append, on_acknowledged=acked.append)
-    assert broker.send(Publish("a", b"1", qos=1, packet_id=7), Publish("a", b"2", qos=2, packet_id=8)) == []
-    assert [m.payload for m in messages] == [b"1", b"2"] and client.held == 2
-    # Held like any other: a re-send is not delivered again, the owner's acknowledge() answers the broker.
-    assert broker.send(Publish("a", b"1", qos=1, dup=True, packet_id=7)) == [] and len(messages) == 2
+def test_messages_and_plain_pubacks_come_a_read_at_a_time(version: int) -> None:
+    client, broker = connected(version, manual_ack=True)
+    (received,) = broker.send(Publish("a", b"1", qos=1, packet_id=7), Publish("a", b"2", qos=2, packet_id=8))
+    assert isinstance(received, MessagesReceived) and [m.payload for m in received.messages] == [b"1", b"2"]
+    assert client.held == 2
+    # Held as ever: a re-send is not delivered again, the owner's acknowledge() answers the broker.
+    assert broker.send(Publish("a", b"1", qos=1, dup=True, packet_id=7)) == []
     assert client.acknowledge(7) and client.acknowledge(8)
     assert broker.received() == [PubAck(7), PubRec(8)]
-    pid = client.publish("out", b"x", 1, context="ctx")
+    pids = [client.publish("out", b"x", 1, context=f"c{i}") for i in range(3)]
     broker.received()
-    assert broker.send(PubAck(pid)) == [] and acked == ["ctx"] and client.inflight == 0
-    # Not a plain PUBACK (a failure on 5.0, or a QoS 2 flow): the event, as without the hook.
+    assert broker.send(*(PubAck(pid) for pid in pids)) == [Acknowledged(["c0", "c1", "c2"])]
+    assert client.inflight == 0
+    # Not a plain PUBACK (a failure on 5.0, or a QoS 2 flow): an event of its own.
     if version == 5:
         pid = client.publish("out", b"x", 1, context="refused")
         broker.received()
@@ -176,27 +178,29 @@ def test_hooks_take_messages_and_plain_pubacks_instead_of_events(version: int) -
     pid = client.publish("out", b"x", 2, context="two")
     broker.received()
     assert broker.send(PubRec(pid)) == [PublishReceived(pid, "two")]
-    assert acked == ["ctx"]
 
 
-def test_a_message_after_an_event_of_the_same_read_is_an_event_too() -> None:
-    """The hook must not overtake what the owner has not seen yet: once a read produced an event, the messages
-    after it in that read come as events, in order."""
-    messages: list[Publish] = []
-    _client, broker = connected(5, manual_ack=True, on_message=messages.append)
+@pytest.mark.parametrize("manual_ack", [False, True])
+def test_a_read_s_events_keep_the_order_received(manual_ack: bool) -> None:
+    """Messages and plain PUBACKs are batched only between other events: what the owner sees is in the order
+    the broker sent it (a marker PINGRESP after the messages before it, say)."""
+    client, broker = connected(5, manual_ack=manual_ack)
+    pid = client.publish("out", b"x", 1, context="ctx")
+    broker.received()
     events = broker.send(
-        Publish("a", b"1", qos=1, packet_id=1), Publish("a", b"0", qos=0), Publish("a", b"2", qos=1, packet_id=2)
+        PubAck(pid),
+        Publish("a", b"1", qos=1, packet_id=1),
+        Publish("a", b"0", qos=0),
+        PingResp(),
+        Publish("a", b"2", qos=1, packet_id=2),
     )
-    assert [m.payload for m in messages] == [b"1"]
-    assert [e.publish.payload for e in events] == [b"0", b"2"]  # type: ignore[attr-defined]
-    assert broker.send(Publish("a", b"3", qos=1, packet_id=3)) == [] and len(messages) == 2  # a new read
-
-
-def test_without_manual_ack_on_message_is_not_used() -> None:
-    messages: list[Publish] = []
-    _client, broker = connected(5, on_message=messages.append)
-    (event,) = broker.send(Publish("a", b"1", qos=1, packet_id=1))
-    assert isinstance(event, MessageReceived) and messages == []
+    assert events == [
+        Acknowledged(["ctx"]),
+        MessagesReceived([Publish("a", b"1", qos=1, packet_id=1), Publish("a", b"0", qos=0)]),
+        PongReceived(),
+        MessagesReceived([Publish("a", b"2", qos=1, packet_id=2)]),
+    ]
+    assert [type(e) for e in broker.send(Publish("a", b"3", qos=0))] == [MessagesReceived]  # a new read
 
 
 def test_packets_received_counts_what_each_read_brought() -> None:
@@ -221,7 +225,7 @@ def test_relay_queues_the_same_bytes_as_publish(version: int, retain: bool) -> N
         Publish("a/b", b"y", 1, retain, False, pid),
     ]
     assert [ctx for _, ctx in client.unacknowledged()] == ["p", "r"]
-    assert broker.send(PubAck(pid)) == [PublishAcknowledged(pid, 0, "r")]
+    assert broker.send(PubAck(pid)) == [Acknowledged(["r"])]
 
 
 def test_relay_declines_what_publish_must_check_or_queue() -> None:

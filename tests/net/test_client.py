@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from mqtt_cli.core.encoder import encode
+from mqtt_cli.core.events import MessagesReceived
 from mqtt_cli.core.packets import Publish, Subscription
 from mqtt_cli.core.properties import Properties
 from mqtt_cli.net.client import Client, ClientSettings, open_client
@@ -59,7 +60,7 @@ async def test_thousands_of_messages_through_a_small_window(mosquitto: Broker) -
         async with open_client(settings(mosquitto, client_id="window-sub")) as sub:
             await sub.subscribe([Subscription("window/#", 1)])
             async with open_client(settings(mosquitto, client_id="window-pub", auto_topic_aliases=True)) as pub:
-                assert pub.conn.server_receive_maximum == 20
+                assert pub.conn.limits.receive_maximum == 20
                 for i in range(n):
                     await pub.publish("window/t", b"%d" % i, 1 + i % 2)
                     assert pub.conn.inflight <= 20
@@ -156,7 +157,7 @@ async def test_linger_pauses_only_after_busy_reads_with_a_wide_window(burst: int
     linger x 50,000 messages held or in flight (500 at 10 ms), the reader waits before it reads again; with a
     narrower window it never waits (that would cost a pause per window), nor after a read of one packet. The
     messages stay held, unacknowledged, as a bridge holds them until the other broker has them; they reach the
-    owner through on_message."""
+    owner, a read at a time, through the observer."""
 
     async def handler(stream: trio.SocketStream) -> None:
         await stream.receive_some(1024)
@@ -169,11 +170,15 @@ async def test_linger_pauses_only_after_busy_reads_with_a_wide_window(burst: int
         await trio.sleep(10)
 
     held: list[Publish] = []
+
+    def observe(events: list[Any]) -> None:
+        held.extend(p for e in events if isinstance(e, MessagesReceived) for p in e.messages)
+
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             port = await fake_broker(nursery, handler)
             s = ClientSettings(
-                endpoint=Endpoint("mqtt", HOST, port), version=4, manual_ack=True, linger=0.01, on_message=held.append
+                endpoint=Endpoint("mqtt", HOST, port), version=4, manual_ack=True, linger=0.01, observer=observe
             )
             async with open_client(s) as c:
                 for expected in (burst, burst + 1):
