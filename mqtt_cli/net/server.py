@@ -374,9 +374,9 @@ class BrokerServer:
         while it lingers with nothing to send, output is still sent directly, and it is woken only for a rest.
         """
         core = self.core
-        if core.changes or core.held:
+        if core.storage.changes or core.storage.held:
             self._collect()
-        while core.dirty:
+        while core.out.dirty:
             nursery = self._nursery
             assert nursery is not None
             for conn in core.take_dirty():
@@ -416,9 +416,9 @@ class BrokerServer:
                     else:
                         net.writing = True
                         nursery.start_soon(self._writer, conn, net)
-        if core.changes or core.held:  # from core.drained() above
+        if core.storage.changes or core.storage.held:  # from core.drained() above
             self._collect()
-            if core.dirty:  # acknowledgements released at once (_collect): sent now, not at the next flush
+            if core.out.dirty:  # acknowledgements released at once (_collect): sent now, not at the next flush
                 self._flush()
                 return
         if self._bridges_to_send:  # what embedded bridges were given for their remotes: one send each
@@ -428,13 +428,13 @@ class BrokerServer:
         if core.dynsec_changed is not None:
             self._save_dynsec(core.dynsec_changed)
             core.dynsec_changed = None
-        if core.notices:
+        if core.out.notices:
             report = self.options.on_notice
-            while core.notices:
-                notice = core.notices.popleft()
+            while core.out.notices:
+                notice = core.out.notices.popleft()
                 if report is not None:
                     report(notice)
-            if core.dirty:  # log lines published to $SYS/broker/log/... (log_dest topic)
+            if core.out.dirty:  # log lines published to $SYS/broker/log/... (log_dest topic)
                 self._flush()
 
     def _save_dynsec(self, dynsec: DynamicSecurity) -> None:
@@ -447,7 +447,7 @@ class BrokerServer:
             save_dynsec_file(path, dynsec)
         except OSError as exc:
             why = f"cannot write the dynamic security file {path}: {exc.strerror or exc} (kept until a restart)"
-            self.core.notices.append(Notice(NoticeKind.ERROR, None, "-", why))
+            self.core.out.notices.append(Notice(NoticeKind.ERROR, None, "-", why))
 
     # --- persistence ------------------------------------------------------------------------------------------
 
@@ -457,16 +457,16 @@ class BrokerServer:
         without a commit. A commit due now is handed to the commit thread here, without waking the committer task
         (which waits for its end); one due later moves the committer's deadline forward."""
         core = self.core
-        assert core.changes is not None
+        assert core.storage.changes is not None
         pending = self._pending
         now = self._clock.current_time()
-        ready = pending.add(core.changes, core.held, now)
-        core.changes = []
-        core.held = []
+        ready = pending.add(core.storage.changes, core.storage.held, now)
+        core.storage.changes = []
+        core.storage.held = []
         if ready:
-            core.release(ready)
+            core.storage.release(ready)
         commits = self._commits
-        if commits is None or commits.busy or core.store_failing:  # (the committer retries a failed group)
+        if commits is None or commits.busy or core.storage.failing:  # (the committer retries a failed group)
             return
         due = pending.due(COMMIT_LINGER, COMMIT_IDLE)
         if due is None:
@@ -487,13 +487,13 @@ class BrokerServer:
         pending = self._pending
         changes = pending.take(now, COMMIT_LINGER)
         if not changes:
-            self.core.release(pending.committed())
+            self.core.storage.release(pending.committed())
             return
         store = self._store
         assert store is not None
-        if not self.core.store_failing and store.commit_at_once(changes):
+        if not self.core.storage.failing and store.commit_at_once(changes):
             self.core.stats.commit_latency.observe(self._clock.current_time() - now)
-            self.core.release(pending.committed())
+            self.core.storage.release(pending.committed())
             return
         self._commit_changes = changes
         self._commit_started = now
@@ -546,12 +546,12 @@ class BrokerServer:
                         # Not stored, so not acknowledged. Kept, in order, ahead of what comes next and tried
                         # again: a later group must not be stored without this one (a session's row before its
                         # deliveries), and once the disk has room again the withheld acknowledgements go out.
-                        # Meanwhile 5.0 publishers are told 0x97 (core.store_failing). Logged once per episode.
+                        # Meanwhile 5.0 publishers are told 0x97 (core.storage.failing). Logged once per episode.
                         pending.failed(self._commit_changes, trio.current_time())
                         self._commit_changes = []
                         if failing_since is None:
                             failing_since = trio.current_time()
-                            self.core.store_failing = True
+                            self.core.storage.failing = True
                             self.core.stats.store_failures += 1
                             why = (
                                 f"{exc}; {pending.withheld()} acknowledgements withheld, QoS 1/2 from MQTT 5.0 "
@@ -566,13 +566,13 @@ class BrokerServer:
                     if failing_since is not None:
                         took = trio.current_time() - failing_since
                         failing_since = None
-                        self.core.store_failing = False
+                        self.core.storage.failing = False
                         withheld = pending.withheld()
                         why = (
                             f"{store.path} written again after {took:.0f} s; {withheld} withheld acknowledgements sent"
                         )
                         self._report(Notice(NoticeKind.PERSISTENCE, None, "-", why))
-                    self.core.release(pending.committed())
+                    self.core.storage.release(pending.committed())
                     self._flush()
             self._commit_scope = None
             if retry:  # (out of the scope: its deadline must not cut the pause short)
@@ -591,7 +591,7 @@ class BrokerServer:
                 commits.close()
             except StoreError:  # the group it was writing: tried once more below
                 self._pending.failed(self._commit_changes, trio.current_time())
-        if self.core.changes or self.core.held:
+        if self.core.storage.changes or self.core.storage.held:
             self._collect()
         changes = self._pending.take(math.inf, 0.0)
         if changes:
@@ -620,17 +620,17 @@ class BrokerServer:
             self._report(Notice(NoticeKind.PERSISTENCE, None, "-", store.warning))
         self._store = store
         core = self.core
-        core.enable_persistence()
-        core.restore(restored.sessions, restored.retained, now)
+        core.storage.enable_persistence()
+        core.storage.restore(restored.sessions, restored.retained, now)
         del restored  # the restored records are the core's now: the lists holding them go
         # A bridge taken out of the configuration while the broker was stopped: its local session (and what it
         # queued for that remote) would otherwise stay in the file for ever, as it never expires.
         configured = {b.name: b.local_client_id for b in self.options.bridges}
-        for session in core.forget_bridges(configured, now):
+        for session in core.local.forget_bridges(configured, now):
             self._report(Notice(NoticeKind.BRIDGE, None, "-", f"bridge {session.bridge}: its stored local session "
                                 f"{session.client_id!r} is removed (no configured bridge uses it)"))  # fmt: skip
-        if core.changes:  # expiry and will delays that start now, wills published: written at once
-            changes, core.changes = core.changes, []
+        if core.storage.changes:  # expiry and will delays that start now, wills published: written at once
+            changes, core.storage.changes = core.storage.changes, []
             await trio.to_thread.run_sync(store.commit, changes)
 
     async def _writer(self, conn: ServerConnection, net: _Conn, delay: float = 0.0) -> None:
@@ -778,7 +778,7 @@ class BrokerServer:
                 core.receive(conn, data, now, batch)
                 del data  # not held while idle (up to READ_SIZE)
                 while conn.backlog is not None:
-                    if core.held or core.changes:
+                    if core.storage.held or core.storage.changes:
                         # Persistence holds its answers back: until a commit, or (QoS 1) until its subscribers
                         # acknowledge, which they do sooner when they get the read's first messages while its rest
                         # is handled. So everything so far goes now (core/persistence.py Pending).
@@ -797,8 +797,8 @@ class BrokerServer:
                             del out[:sent]
                     core.receive_rest(conn, now, batch)
                 self._flush()
-                if core.timers_changed:
-                    core.timers_changed = False
+                if core.closing.timers_changed:
+                    core.closing.timers_changed = False
                     self._ticker_wake.set()  # a will delay or session expiry may now come first
         except Exception as exc:  # a bug must cost one connection, never the broker
             core.internal_error(conn, trio.current_time(), f"{type(exc).__name__}: {exc}")
@@ -815,8 +815,8 @@ class BrokerServer:
         self._flush()  # a closing connection's last bytes (DISCONNECT, refusing CONNACK) get their writer
         core.connection_lost(conn, trio.current_time())
         self._flush()
-        if core.timers_changed:  # its will delay or session expiry may be the next thing due
-            core.timers_changed = False
+        if core.closing.timers_changed:  # its will delay or session expiry may be the next thing due
+            core.closing.timers_changed = False
             self._ticker_wake.set()
         if net.writing:  # it sends what is left (a DISCONNECT, a refusing CONNACK), then closes
             net.closing = trio.Event()
@@ -828,7 +828,7 @@ class BrokerServer:
 
     def publish_log(self, topic: str, line: str) -> None:
         """A log line to `topic` (log_dest topic); it goes out with the next flush."""
-        self.core.publish_log(topic, line, self._clock.current_time())
+        self.core.sys.publish_log(topic, line, self._clock.current_time())
 
     def _notice_refused(self, peer: str, detail: str) -> None:
         report = self.options.on_notice
@@ -848,7 +848,7 @@ class BrokerServer:
             elif now >= conn.opened_at + CONNECT_TIMEOUT:  # from the start: a trickle of bytes does not extend it
                 core.connection_lost(conn, now)
                 conn.close_requested = True
-                core.dirty[conn] = None
+                core.out.dirty[conn] = None
 
     async def _ticker(self) -> None:
         core = self.core
@@ -1002,7 +1002,7 @@ class BrokerServer:
             # reload: who may no longer connect is disconnected, the others get the new ACL at once).
             policy = policies[id(listener)]
             changes += [c for c in policy_changes(listener.policy, policy) if c not in changes]
-            self.core.replace_policy(listener.policy, policy, trio.current_time(), effect)
+            self.core.admission.replace_policy(listener.policy, policy, trio.current_time(), effect)
             listener.policy = policy
         changes += effect_changes(effect)
         self.core.reconfigure(options.broker, trio.current_time())
@@ -1188,7 +1188,7 @@ class BrokerServer:
         for listener in self.listeners:
             new = resolved.get(_where(listener.spec))
             if new is not None:
-                self.core.replace_policy(listener.policy, new, now)
+                self.core.admission.replace_policy(listener.policy, new, now)
                 listener.policy = new
         self._flush()
 

@@ -38,7 +38,7 @@ def test_sys_interval_change_moves_the_next_update() -> None:
     broker = BrokerCore(BrokerConfig(sys_interval=0))
     assert broker.tick(5.0) is None
     broker.reconfigure(BrokerConfig(sys_interval=2), 5.0)
-    assert broker.timers_changed
+    assert broker.closing.timers_changed
     assert broker.tick(5.0) == 7.0
 
 
