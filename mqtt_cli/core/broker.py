@@ -23,13 +23,13 @@ from .admission import Admission, PolicyEffect, refusal_name
 from .attachment import LocalClients
 from .auth import AuthPolicy, CertificateIdentity
 from .bridge import LinkStats
-from .closing import NEVER_EXPIRES, Closing
+from .closing import NEVER_EXPIRES, SWEEP_INTERVAL, Closing
 from .delivery import Deliverer
 from .dynsec import DynamicSecurity
 from .encoder import encode
 from .errors import RemoteProtocolError, UnsupportedProtocolVersion
 from .lifecycle import ConnectionState, LifecycleEvent
-from .outbox import Notice, NoticeKind, Outbox
+from .outbox import Notice, NoticeKind, Outbox, Output
 from .packets import (
     Auth,
     ConnAck,
@@ -42,9 +42,7 @@ from .packets import (
     Publish,
     PubRec,
     PubRel,
-    SubAck,
     Subscribe,
-    UnsubAck,
     Unsubscribe,
 )
 from .persistence import CommitLatency
@@ -55,11 +53,10 @@ from .reader import plain_ack_packet
 from .reasons import REASONS_BY_PACKET, SERVER_ONLY_DISCONNECT_REASONS, ReasonCode
 from .routing import Router
 from .server import ServerConnection
-from .session import Message, QueueLimits, Session, SubscriptionOptions
-from .storage import Storage
+from .session import QueueLimits, Session
+from .storage import Storage, StoreRecovered
 from .systopics import SysTopics
 from .topiccheck import TopicCheck
-from .topics import parse_shared, topic_filter_error
 
 __all__ = [
     "NEVER_EXPIRES",
@@ -180,8 +177,9 @@ class BrokerCore:
         self.connected = 0  # sessions with a connection
         self.clock = now  # the latest time given by the network layer (for what is not given one)
         self.links: dict[str, LinkStats] = {}  # embedded bridges by name: $SYS/broker/connection/... and metrics
-        # The dynamic security whose state a $CONTROL request changed (the network layer saves it, then resets it).
+        # The dynamic security whose state a $CONTROL request changed (handed out with the next output, to be saved).
         self.dynsec_changed: DynamicSecurity | None = None
+        self.next_sweep = now + SWEEP_INTERVAL  # keep alive and CONNECT timeouts are checked then (tick)
         # The components, in the order they refer to each other (each keeps those it calls on its hot path).
         self.out = Outbox(self)
         self.storage = Storage(self)
@@ -194,6 +192,7 @@ class BrokerCore:
         self.local = LocalClients(self)
         self.sys = SysTopics(self, now)
         self.queries = BrokerQueries(self)
+        self._output = Output(self.out.notices)
 
     # --- the network layer's entry points ------------------------------------------------------------------
 
@@ -295,7 +294,6 @@ class BrokerCore:
         config = dataclasses.replace(config, instance=self.config.instance, version=self.config.version)
         if config.sys_interval != self.config.sys_interval:
             self.sys.next_sys = now + config.sys_interval if config.sys_interval else None
-            self.closing.timers_changed = True
         self.config = config
         self.delivery.limits = QueueLimits(
             config.max_queued_messages, config.max_queued_bytes, config.queue_drop_oldest
@@ -326,10 +324,52 @@ class BrokerCore:
             self.delivery.pump(conn.session, now)
 
     def tick(self, now: float) -> float | None:
-        """Runs what is due (delayed wills, session expiry, $SYS); returns when to call again."""
+        """Runs what is due (delayed wills, session expiry, $SYS, keep alive and CONNECT timeouts); returns when
+        the next will or expiry or $SYS is due (`output` says when anything is)."""
         self.clock = now
+        if now >= self.next_sweep:
+            self.closing.sweep(now)
+            self.next_sweep = now + SWEEP_INTERVAL
         deadlines = [t for t in (self.closing.run_due(now), self.sys.tick(now)) if t is not None]
         return min(deadlines) if deadlines else None
+
+    def output(self, now: float) -> Output:
+        """What the network layer is to do now, in one record: send what the connections in `sends` hold, log
+        the notices, write the commit (then `commit_done` or `commit_failed`), save dynamic security, and call
+        `tick` by `deadline`. Before it, the acknowledgements held for commits that are done or no longer needed
+        are released. The record is the same object each pass: done with before the next call."""
+        record = self._output
+        storage = self.storage
+        record.commit = storage.collect(now) if storage.changes is not None else None
+        record.retrying = storage.failing
+        out = self.out
+        sends = record.sends
+        sends.clear()  # (the last pass's, sent)
+        record.sends = out.dirty
+        out.dirty = sends
+        record.dynsec = self.dynsec_changed
+        self.dynsec_changed = None
+        deadline = storage.commit_at
+        timers = self.closing.timers
+        if timers and timers[0].when < deadline:
+            deadline = timers[0].when
+        next_sys = self.sys.next_sys
+        if next_sys is not None and next_sys < deadline:
+            deadline = next_sys
+        if self.next_sweep < deadline:  # (a connection opened since, silent, is not seen by an output)
+            deadline = self.next_sweep
+        record.deadline = deadline
+        return record
+
+    def commit_done(self, now: float, took: float) -> StoreRecovered | None:
+        """The commit the last output handed out is written (in `took` seconds): what it held goes out with the
+        next output. After failures, what ended them (to log)."""
+        return self.storage.commit_done(now, took)
+
+    def commit_failed(self, now: float) -> int | None:
+        """The commit the last output handed out could not be written: tried again later; meanwhile 5.0
+        publishers are told 0x97. At the first failure, how many acknowledgements are withheld (to log)."""
+        return self.storage.commit_failed(now)
 
     def shutdown(self, now: float) -> None:
         """Server shutting down: wills are published (the close is not normal), then 5.0 clients get 0x8B.
@@ -343,12 +383,6 @@ class BrokerCore:
         for conn in list(self.connections):
             if not conn.closed:
                 self.closing.close(conn, now, reason=ReasonCode.SERVER_SHUTTING_DOWN, detail="server shutting down")
-
-    def take_dirty(self) -> dict[ServerConnection, None]:
-        """The connections with output, in the order they got it (iterate over it), and none from now on."""
-        dirty = self.out.dirty
-        self.out.dirty = {}
-        return dirty
 
     # --- dispatch ---------------------------------------------------------------------------------------------
 
@@ -423,80 +457,6 @@ class BrokerCore:
             return
         self.closing.close(conn, now, reason=err.reason_code, detail=str(err))
 
-    # --- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------------------------------------
-
-    def _on_subscribe(self, conn: ServerConnection, p: Subscribe, now: float) -> None:
-        session = conn.session
-        assert session is not None
-        if self.topics.filters_problem(conn, (sub.topic_filter for sub in p.subscriptions), "SUBSCRIBE", now):
-            return
-        version = conn.version
-        sid = p.properties.subscription_identifier if version == 5 else None
-        codes = []
-        retained: list[tuple[Message, int, bool, tuple[int, ...]]] = []
-        notices = self.out.notices
-        for sub in p.subscriptions:
-            flt = sub.topic_filter
-            if topic_filter_error(flt) is not None:
-                code = ReasonCode.TOPIC_FILTER_INVALID if version == 5 else _V3_SUBACK_FAILURE
-                codes.append(code)
-                detail = f"SUBSCRIBE {flt!r} QoS {sub.qos}: refused, not a valid topic filter"
-                notices.append(Notice(NoticeKind.REFUSED, conn.client_id, conn.peer, detail, code))
-                continue
-            if conn.acl is not None and not conn.acl.may_subscribe(flt):
-                # Our one difference from mosquitto's acl_file (which grants and then filters every delivery).
-                code = ReasonCode.NOT_AUTHORIZED if version == 5 else _V3_SUBACK_FAILURE
-                detail = f"SUBSCRIBE {flt!r} QoS {sub.qos}: refused by the ACL"
-                notices.append(Notice(NoticeKind.REFUSED, conn.client_id, conn.peer, detail, code))
-                codes.append(code)
-                continue
-            if conn.bridge:
-                # A 3.x bridge has no subscription options: the flag asks for what 5.0 bridges ask for (mosquitto).
-                opts = SubscriptionOptions(sub.qos, True, True, sub.retain_handling, sid)
-            else:
-                opts = SubscriptionOptions(sub.qos, sub.no_local, sub.retain_as_published, sub.retain_handling, sid)
-            is_new = self.router.subscribe(flt, session.client_id, opts)
-            session.subscriptions[flt] = opts
-            codes.append(sub.qos)
-            replaced = "" if is_new else ", replacing the one it had"
-            detail = f"SUBSCRIBE {flt!r} QoS {sub.qos}: granted QoS {sub.qos}{replaced}"
-            notices.append(Notice(NoticeKind.SUBSCRIBE, conn.client_id, conn.peer, detail))
-            group, real = parse_shared(flt)
-            if group is not None or sub.retain_handling == 2 or (sub.retain_handling == 1 and not is_new):
-                continue  # no retained messages for shared subscriptions (4.8.2) or when not asked for
-            for message in self.router.retained.match(real):
-                if conn.acl is not None and not conn.acl.can_read(message.topic):
-                    continue
-                retained.append((message, min(message.qos, sub.qos), True, (sid,) if sid else ()))
-        self.storage.save_session(session)
-        self.out.send(conn, SubAck(p.packet_id, tuple(codes)))
-        for message, qos, retain, sids in retained:
-            if message.expired(now):
-                self.router.retained.discard(message.topic)
-                self.stats.expired += 1
-                continue
-            self.delivery.deliver(session, message, qos, retain, sids, now)
-
-    def _on_unsubscribe(self, conn: ServerConnection, p: Unsubscribe, now: float) -> None:
-        session = conn.session
-        assert session is not None
-        if self.topics.filters_problem(conn, p.topic_filters, "UNSUBSCRIBE", now):
-            return
-        codes: list[int] = []
-        for flt in p.topic_filters:
-            if conn.acl is not None and not conn.acl.may_unsubscribe(flt):
-                # Dynamic security's unsubscribe ACLs (mosquitto): the subscription stays.
-                codes.append(ReasonCode.NOT_AUTHORIZED)
-                continue
-            existed = session.subscriptions.pop(flt, None) is not None
-            if existed:
-                self.router.unsubscribe(flt, session.client_id)
-            codes.append(0x00 if existed else 0x11)
-            detail = f"UNSUBSCRIBE {flt!r}: {'removed' if existed else 'no such subscription (0x11)'}"
-            self.out.notices.append(Notice(NoticeKind.UNSUBSCRIBE, conn.client_id, conn.peer, detail))
-        self.storage.save_session(session)
-        self.out.send(conn, UnsubAck(p.packet_id, tuple(codes) if conn.version == 5 else ()))
-
     def _on_pingreq(self, conn: ServerConnection, p: PingReq, now: float) -> None:
         self.out.write(conn, _PINGRESP)
 
@@ -549,13 +509,21 @@ def _on_pubrel(core: BrokerCore, conn: ServerConnection, p: Any, now: float) -> 
     core.publishing.on_pubrel(conn, p, now)
 
 
+def _on_subscribe(core: BrokerCore, conn: ServerConnection, p: Any, now: float) -> None:
+    core.router.on_subscribe(conn, p, now)
+
+
+def _on_unsubscribe(core: BrokerCore, conn: ServerConnection, p: Any, now: float) -> None:
+    core.router.on_unsubscribe(conn, p, now)
+
+
 _HANDLERS: dict[type, Callable[[BrokerCore, ServerConnection, Any, float], None]] = {
     PubAck: _on_ack,
     PubRec: _on_ack,
     PubComp: _on_ack,
     PubRel: _on_pubrel,
-    Subscribe: BrokerCore._on_subscribe,
-    Unsubscribe: BrokerCore._on_unsubscribe,
+    Subscribe: _on_subscribe,
+    Unsubscribe: _on_unsubscribe,
     PingReq: BrokerCore._on_pingreq,
     Disconnect: BrokerCore._on_disconnect,
     Auth: BrokerCore._on_auth,

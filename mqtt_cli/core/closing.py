@@ -20,7 +20,7 @@ from .persistence import (
     SessionRemoved,
 )
 from .properties import EMPTY_PROPERTIES, Properties
-from .reasons import REASONS_BY_PACKET
+from .reasons import REASONS_BY_PACKET, ReasonCode
 from .server import ServerConnection
 from .session import Message, Session
 
@@ -28,9 +28,11 @@ if TYPE_CHECKING:
     from .broker import BrokerCore
 
 
-__all__ = ["NEVER_EXPIRES", "Closing", "Timer", "TimerKind"]
+__all__ = ["CONNECT_TIMEOUT", "NEVER_EXPIRES", "SWEEP_INTERVAL", "Closing", "Timer", "TimerKind"]
 
 NEVER_EXPIRES = 0xFFFFFFFF
+CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send its CONNECT
+SWEEP_INTERVAL = 0.5  # seconds between keep-alive checks (a late close by half a second is within the spec)
 
 
 class TimerKind(Enum):
@@ -57,7 +59,6 @@ class Closing:
         self.sessions = core.sessions
         self.timers: list[Timer] = []
         self.seq = 0
-        self.timers_changed = False  # set when the earliest timer moved earlier; the caller resets it
 
     def close(
         self,
@@ -145,6 +146,22 @@ class Closing:
         props = will.properties.replace(will_delay_interval=None) if will.properties.items else EMPTY_PROPERTIES
         self.router.route(Message(will.topic, will.payload, will.qos, will.retain, props, session.client_id, now), now)
 
+    def sweep(self, now: float) -> None:
+        """Closes connections silent past their keep alive (1.5x), or without a CONNECT after CONNECT_TIMEOUT (from
+        the start: a trickle of bytes does not extend it)."""
+        core = self.core
+        for conn in list(core.connections):
+            if conn.closed:
+                continue
+            if conn.connected:
+                deadline = conn.keepalive_deadline()  # the rule both roles apply (core/lifecycle.py)
+                if deadline is not None and now >= deadline:
+                    self.close(conn, now, reason=ReasonCode.KEEP_ALIVE_TIMEOUT, detail="keep alive timeout")
+            elif now >= conn.opened_at + CONNECT_TIMEOUT:
+                core.connection_lost(conn, now)
+                conn.close_requested = True
+                self.out.dirty[conn] = None
+
     def run_due(self, now: float) -> float | None:
         """Publishes the delayed wills and ends the sessions whose time has come; returns when the next is due."""
         timers = self.timers
@@ -164,7 +181,4 @@ class Closing:
 
     def schedule(self, when: float, kind: TimerKind, client_id: str) -> None:
         self.seq += 1
-        timers = self.timers
-        if not timers or when < timers[0].when:
-            self.timers_changed = True  # the network layer's timer must wake earlier
-        heapq.heappush(timers, Timer(when, self.seq, kind, client_id))
+        heapq.heappush(self.timers, Timer(when, self.seq, kind, client_id))  # (BrokerCore.output: the earliest)

@@ -4,6 +4,7 @@ connection is marked dirty (in the order it got them); notices are what is worth
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
@@ -24,9 +25,11 @@ from .server import ServerConnection
 
 if TYPE_CHECKING:
     from .broker import BrokerCore
+    from .dynsec import DynamicSecurity
+    from .persistence import Change
 
 
-__all__ = ["Notice", "NoticeKind", "Outbox"]
+__all__ = ["Notice", "NoticeKind", "Outbox", "Output"]
 
 
 class NoticeKind(StrEnum):
@@ -54,6 +57,22 @@ class Notice:
     peer: str
     detail: str = ""
     reason_code: int | None = None
+
+
+class Output:
+    """What the core hands the network layer in one pass (BrokerCore.output): the connections with bytes in `out`
+    (in the order they got them), the notices to log, a group of changes to commit now, and when to call `tick`
+    next. One record, refilled each pass: the network layer is done with it before it asks again."""
+
+    __slots__ = ("commit", "deadline", "dynsec", "notices", "retrying", "sends")
+
+    def __init__(self, notices: deque[Notice]) -> None:
+        self.sends: dict[ServerConnection, None] = {}
+        self.notices = notices  # the outbox's own: taken (popleft) as they are logged
+        self.commit: list[Change] | None = None  # to write now; then BrokerCore.commit_done or commit_failed
+        self.retrying = False  # `commit` is a failed group tried again (in the commit thread, not inline)
+        self.deadline = math.inf  # when something is due next (a will, an expiry, $SYS, a keep alive, a commit)
+        self.dynsec: DynamicSecurity | None = None  # its state changed by a $CONTROL request: to be saved
 
 
 class Outbox:

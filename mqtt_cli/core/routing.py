@@ -13,15 +13,18 @@ from .encoder import encode_topic_name, frame_publish
 from .lifecycle import (
     ConnectionState,
 )
+from .outbox import Notice, NoticeKind
+from .packets import SubAck, Subscribe, UnsubAck, Unsubscribe
 from .persistence import (
     RetainedCleared,
     RetainedSet,
 )
+from .reasons import ReasonCode
 from .retained import RetainedStore
 from .server import ServerConnection
 from .session import Message, SubscriptionOptions
 from .sharing import SharedGroup, SharedGroups
-from .topics import TopicTrie, TrieEntry
+from .topics import TopicTrie, TrieEntry, parse_shared, topic_filter_error
 
 if TYPE_CHECKING:
     from .broker import BrokerCore
@@ -31,6 +34,7 @@ _CLOSED: Final = ConnectionState.CLOSED
 
 __all__ = ["MATCH_CACHE_TOPICS", "Router"]
 
+_V3_SUBACK_FAILURE = 0x80  # 3.1.1 SUBACK return code: refused
 MATCH_CACHE_TOPICS = 4096  # topics whose subscription matches are remembered (emptied when full)
 
 
@@ -48,6 +52,80 @@ class Router:
         self.retained: RetainedStore[Message] = RetainedStore()
         self.shared = SharedGroups()  # the $share/ groups, kept as subscriptions change; their policy picks
         self.views: dict[str, AclView] = {}  # client id -> its ACL, while its session lasts (auth hook)
+
+    # --- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------------------------------------
+
+    def on_subscribe(self, conn: ServerConnection, p: Subscribe, now: float) -> None:
+        session = conn.session
+        assert session is not None
+        if self.core.topics.filters_problem(conn, (sub.topic_filter for sub in p.subscriptions), "SUBSCRIBE", now):
+            return
+        version = conn.version
+        sid = p.properties.subscription_identifier if version == 5 else None
+        codes = []
+        retained: list[tuple[Message, int, bool, tuple[int, ...]]] = []
+        notices = self.out.notices
+        for sub in p.subscriptions:
+            flt = sub.topic_filter
+            if topic_filter_error(flt) is not None:
+                code = ReasonCode.TOPIC_FILTER_INVALID if version == 5 else _V3_SUBACK_FAILURE
+                codes.append(code)
+                detail = f"SUBSCRIBE {flt!r} QoS {sub.qos}: refused, not a valid topic filter"
+                notices.append(Notice(NoticeKind.REFUSED, conn.client_id, conn.peer, detail, code))
+                continue
+            if conn.acl is not None and not conn.acl.may_subscribe(flt):
+                # Our one difference from mosquitto's acl_file (which grants and then filters every delivery).
+                code = ReasonCode.NOT_AUTHORIZED if version == 5 else _V3_SUBACK_FAILURE
+                detail = f"SUBSCRIBE {flt!r} QoS {sub.qos}: refused by the ACL"
+                notices.append(Notice(NoticeKind.REFUSED, conn.client_id, conn.peer, detail, code))
+                codes.append(code)
+                continue
+            if conn.bridge:
+                # A 3.x bridge has no subscription options: the flag asks for what 5.0 bridges ask for (mosquitto).
+                opts = SubscriptionOptions(sub.qos, True, True, sub.retain_handling, sid)
+            else:
+                opts = SubscriptionOptions(sub.qos, sub.no_local, sub.retain_as_published, sub.retain_handling, sid)
+            is_new = self.subscribe(flt, session.client_id, opts)
+            session.subscriptions[flt] = opts
+            codes.append(sub.qos)
+            replaced = "" if is_new else ", replacing the one it had"
+            detail = f"SUBSCRIBE {flt!r} QoS {sub.qos}: granted QoS {sub.qos}{replaced}"
+            notices.append(Notice(NoticeKind.SUBSCRIBE, conn.client_id, conn.peer, detail))
+            group, real = parse_shared(flt)
+            if group is not None or sub.retain_handling == 2 or (sub.retain_handling == 1 and not is_new):
+                continue  # no retained messages for shared subscriptions (4.8.2) or when not asked for
+            for message in self.retained.match(real):
+                if conn.acl is not None and not conn.acl.can_read(message.topic):
+                    continue
+                retained.append((message, min(message.qos, sub.qos), True, (sid,) if sid else ()))
+        self.storage.save_session(session)
+        self.out.send(conn, SubAck(p.packet_id, tuple(codes)))
+        for message, qos, retain, sids in retained:
+            if message.expired(now):
+                self.retained.discard(message.topic)
+                self.stats.expired += 1
+                continue
+            self.delivery.deliver(session, message, qos, retain, sids, now)
+
+    def on_unsubscribe(self, conn: ServerConnection, p: Unsubscribe, now: float) -> None:
+        session = conn.session
+        assert session is not None
+        if self.core.topics.filters_problem(conn, p.topic_filters, "UNSUBSCRIBE", now):
+            return
+        codes: list[int] = []
+        for flt in p.topic_filters:
+            if conn.acl is not None and not conn.acl.may_unsubscribe(flt):
+                # Dynamic security's unsubscribe ACLs (mosquitto): the subscription stays.
+                codes.append(ReasonCode.NOT_AUTHORIZED)
+                continue
+            existed = session.subscriptions.pop(flt, None) is not None
+            if existed:
+                self.unsubscribe(flt, session.client_id)
+            codes.append(0x00 if existed else 0x11)
+            detail = f"UNSUBSCRIBE {flt!r}: {'removed' if existed else 'no such subscription (0x11)'}"
+            self.out.notices.append(Notice(NoticeKind.UNSUBSCRIBE, conn.client_id, conn.peer, detail))
+        self.storage.save_session(session)
+        self.out.send(conn, UnsubAck(p.packet_id, tuple(codes) if conn.version == 5 else ()))
 
     def route(self, message: Message, now: float) -> bool:
         """Stores a retained message and delivers to every matching subscription; True when any matched."""

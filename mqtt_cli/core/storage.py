@@ -5,6 +5,7 @@ that holds it. `restore` puts back what the store kept, before any connection.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
@@ -20,6 +21,7 @@ from .packets import (
 from .persistence import (
     Change,
     DeliveryDone,
+    Pending,
     SessionRemoved,
     SessionSaved,
     StoredDelivery,
@@ -35,7 +37,22 @@ if TYPE_CHECKING:
 _CONNECTED: Final = ConnectionState.CONNECTED
 _CLOSED: Final = ConnectionState.CLOSED
 
-__all__ = ["HeldDelivery", "HeldRelease", "Storage"]
+# How long acknowledgements wait for the subscribers of their QoS 1 messages (acknowledged before a commit, a
+# message is never written) before the commit that writes them; how long changes that only tidy the file (rows
+# deleted) wait for company; and the pause before a failed commit is tried again (a full disk, say).
+COMMIT_LINGER = 0.005
+COMMIT_IDLE = 0.1
+RETRY_COMMIT = 1.0
+
+__all__ = [
+    "COMMIT_IDLE",
+    "COMMIT_LINGER",
+    "RETRY_COMMIT",
+    "HeldDelivery",
+    "HeldRelease",
+    "Storage",
+    "StoreRecovered",
+]
 
 
 class HeldDelivery:
@@ -62,6 +79,16 @@ class HeldRelease:
         self.packet_id = packet_id
 
 
+class StoreRecovered:
+    """Commits are written again: how long they failed, and how many acknowledgements were withheld meanwhile."""
+
+    __slots__ = ("after", "withheld")
+
+    def __init__(self, after: float, withheld: int) -> None:
+        self.after = after
+        self.withheld = withheld
+
+
 class Storage:
     def __init__(self, core: BrokerCore) -> None:
         self.core = core
@@ -71,8 +98,93 @@ class Storage:
         self.changes: list[Change] | None = None
         self.held: list[tuple[ServerConnection, Any]] = []  # bytes, or an in-process client's token
         self.row = 0  # the last delivery row handed out
-        # Set by the network layer while no commit can be written: 5.0 publishers are told 0x97 (not stored).
+        # The commits: what they write and the acknowledgements they hold (persistence.Pending), the group handed
+        # out for the commit being written, and when the next one is due.
+        self.pending = Pending()
+        self.taken: list[Change] = []
+        self.commit_at = math.inf
+        # While no commit can be written (commit_failed until commit_done): 5.0 publishers are told 0x97 (not
+        # stored), and the failed group is tried again every RETRY_COMMIT seconds.
         self.failing = False
+        self.failing_since = 0.0
+        self.retry_at = 0.0
+
+    # --- commits: the network layer writes the groups this hands out ----------------------------------------
+
+    def collect(self, now: float) -> list[Change] | None:
+        """What the core changed and the acknowledgements it held since the last pass join the pending commits;
+        those that wait for nothing (their messages' subscribers acknowledged them, nothing else to write) go out
+        now. Returns the group to commit now, if one is due (else `commit_at` says when one is)."""
+        pending = self.pending
+        changes = self.changes
+        if changes or self.held:
+            assert changes is not None
+            ready = pending.add(changes, self.held, now)
+            self.changes = []
+            self.held = []
+            if ready:
+                self.release(ready)
+        self.commit_at = math.inf
+        if pending.committing:
+            return None
+        if self.failing and now < self.retry_at:
+            self.commit_at = self.retry_at
+            return None
+        due = pending.due(COMMIT_LINGER, COMMIT_IDLE)
+        if due is None:
+            return None
+        if due > now:
+            self.commit_at = due
+            return None
+        group = pending.take(now, COMMIT_LINGER)
+        if not group:  # pairs that cancel out: nothing to write, what they held goes now
+            self.release(pending.committed())
+            return None
+        self.taken = group
+        return group
+
+    def holding(self) -> bool:
+        """Whether acknowledgements are held back, or changes wait to be collected, since the last output."""
+        return bool(self.changes) or bool(self.held)
+
+    def commit_done(self, now: float, took: float) -> StoreRecovered | None:
+        """The group handed out is on file (it took `took` seconds): the acknowledgements it held go out. After
+        failures, what ended them."""
+        self.core.stats.commit_latency.observe(took)
+        recovered = None
+        if self.failing:
+            self.failing = False
+            recovered = StoreRecovered(now - self.failing_since, self.pending.withheld())
+        self.taken = []
+        self.release(self.pending.committed())
+        return recovered
+
+    def commit_failed(self, now: float) -> int | None:
+        """The group handed out could not be written: kept, ahead of what came since, and tried again after
+        RETRY_COMMIT. At the first failure of an episode, the acknowledgements withheld now (else None)."""
+        self.pending.failed(self.taken, now)
+        self.taken = []
+        self.retry_at = now + RETRY_COMMIT
+        if self.failing:
+            return None
+        self.failing = True
+        self.failing_since = now
+        self.core.stats.store_failures += 1
+        return self.pending.withheld()
+
+    def last_commit(self, now: float) -> list[Change]:
+        """At shutdown: everything not yet written, in one group."""
+        if self.changes is None:
+            return []
+        self.collect(now)
+        return self.pending.take(math.inf, 0.0)
+
+    def take_changes(self) -> list[Change]:
+        """The changes made since persistence was enabled (a restore's), to be written at once, before any
+        connection: they hold no acknowledgement."""
+        changes = self.changes or []
+        self.changes = []
+        return changes
 
     # --- persistence ----------------------------------------------------------------------------------------
 
