@@ -116,14 +116,7 @@ class Storage:
         those that wait for nothing (their messages' subscribers acknowledged them, nothing else to write) go out
         now. Returns the group to commit now, if one is due (else `commit_at` says when one is)."""
         pending = self.pending
-        changes = self.changes
-        if changes or self.held:
-            assert changes is not None
-            ready = pending.add(changes, self.held, now)
-            self.changes = []
-            self.held = []
-            if ready:
-                self.release(ready)
+        self._gather(now)
         self.commit_at = math.inf
         if pending.committing:
             return None
@@ -146,6 +139,16 @@ class Storage:
     def holding(self) -> bool:
         """Whether acknowledgements are held back, or changes wait to be collected, since the last output."""
         return bool(self.changes) or bool(self.held)
+
+    def _gather(self, now: float) -> None:
+        changes = self.changes
+        if changes or self.held:
+            assert changes is not None
+            ready = self.pending.add(changes, self.held, now)
+            self.changes = []
+            self.held = []
+            if ready:
+                self.release(ready)
 
     def commit_done(self, now: float, took: float) -> StoreRecovered | None:
         """The group handed out is on file (it took `took` seconds): the acknowledgements it held go out. After
@@ -176,7 +179,7 @@ class Storage:
         """At shutdown: everything not yet written, in one group."""
         if self.changes is None:
             return []
-        self.collect(now)
+        self._gather(now)
         return self.pending.take(math.inf, 0.0)
 
     def take_changes(self) -> list[Change]:

@@ -103,3 +103,10 @@ def test_keep_alive_and_connect_timeouts_are_the_cores_timers() -> None:
     assert not quiet.closed
     broker.tick(15.0)  # 1.5 x its keep alive without a packet
     assert quiet.closed
+
+
+def test_the_last_commit_at_shutdown_holds_everything_not_written() -> None:
+    broker, pub = _persistent()
+    pub.send(Publish("q/x", b"m", 1, True, packet_id=3))  # due at once (a retained message, a queued delivery)
+    last = broker.storage.last_commit(2.0)
+    assert [type(c) for c in last] == [RetainedSet, DeliveryAdded]
