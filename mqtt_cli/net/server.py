@@ -371,11 +371,13 @@ class BrokerServer:
         clock = self._clock
         while True:
             out = core.output(clock.current_time())
-            sends = out.sends
-            if sends:
-                self._send(sends)  # (a drained connection's queue moves on: more for the next pass)
+            # Another pass only when this one may have made more output: a drained connection's queue moved on,
+            # a commit written here released what it held, a notice went to a $SYS log topic.
+            again = False
+            if out.sends:
+                again = self._send(out.sends)
             if out.commit is not None:
-                self._start_commit(out.commit, out.retrying)
+                again = self._start_commit(out.commit, out.retrying) or again
             if self._bridges_to_send:  # what embedded bridges were given for their remotes: one send each
                 sending, self._bridges_to_send = self._bridges_to_send, []
                 for bridge in sending:
@@ -383,8 +385,8 @@ class BrokerServer:
             if out.dynsec is not None:
                 self._save_dynsec(out.dynsec)
             notices = out.notices
-            logged = bool(notices)
-            if logged:
+            if notices:
+                again = True
                 report = self.options.on_notice
                 while notices:
                     notice = notices.popleft()
@@ -393,14 +395,16 @@ class BrokerServer:
             if out.deadline < self._due:
                 self._due = out.deadline
                 self._ticker_wake.set()
-            if not (sends or logged or out.commit is not None):
+            if not again:
                 return
 
-    def _send(self, sends: dict[ServerConnection, None]) -> None:
-        """Each connection's output: straight to its socket when it takes it, else through its writer task."""
+    def _send(self, sends: dict[ServerConnection, None]) -> bool:
+        """Each connection's output: straight to its socket when it takes it, else through its writer task. True
+        when a connection that had held deliveries back drained (the core may have more output now)."""
         core = self.core
         nursery = self._nursery
         assert nursery is not None
+        drained = False
         for conn in sends:
             net = conn.context
             if net is None:
@@ -428,6 +432,7 @@ class BrokerServer:
                     out.clear()
                     if conn.wants_drain:
                         core.drained(conn, self._clock.current_time())  # output for the next pass
+                        drained = True
                     if not conn.close_requested:
                         continue
                 elif sent:
@@ -438,6 +443,7 @@ class BrokerServer:
                 else:
                     net.writing = True
                     nursery.start_soon(self._writer, conn, net)
+        return drained
 
     def _save_dynsec(self, dynsec: DynamicSecurity) -> None:
         """A $CONTROL request changed dynamic security: its file is written at once (a small file, as mosquitto
@@ -453,18 +459,19 @@ class BrokerServer:
 
     # --- persistence ------------------------------------------------------------------------------------------
 
-    def _start_commit(self, changes: list[Change], retrying: bool) -> None:
+    def _start_commit(self, changes: list[Change], retrying: bool) -> bool:
         """A group the core handed out to commit: written here when that is a write to the OS only
         (Store.commit_at_once: the common QoS 2 group; not a failed group tried again), else handed to the commit
-        thread, whose end the committer task waits for."""
+        thread, whose end the committer task waits for. True when it is written here (what it held is released)."""
         store = self._store
         assert store is not None
         now = self._clock.current_time()
         if not retrying and store.commit_at_once(changes):
             self.core.commit_done(now, self._clock.current_time() - now)
-            return
+            return True
         self._commit_started = now
         self._commit_thread().start(changes)
+        return False
 
     def _commit_thread(self) -> CommitThread:
         """The commit thread, started with the first group (which may come before the committer task runs)."""
