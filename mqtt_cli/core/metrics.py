@@ -157,17 +157,17 @@ def broker_families(core: BrokerCore, connected: Iterable[ConnectedClients], now
     rejected = {refusal_name(code): n for code, n in s.rejected.items()}
     f.add("mqtt_broker_publish_rejected", c, "PUBLISH packets not taken (ACL, size, $SYS), by reason.",
           _by("reason", rejected))  # fmt: skip
-    queued, queued_bytes = core.queued()
+    queued, queued_bytes = core.queries.queued()
     inflight = sum(len(x.outgoing) for x in core.sessions.values())
     f.add("mqtt_broker_messages_queued", g, "QoS 1/2 messages queued for sessions, beyond their in-flight windows.",
           _one(queued))  # fmt: skip
     f.add("mqtt_broker_queued_payload_bytes", g, "Payload bytes of the queued messages.", _one(queued_bytes), "bytes")
     f.add("mqtt_broker_messages_inflight", g, "QoS 1/2 messages sent and not yet acknowledged.", _one(inflight))
-    f.add("mqtt_broker_retained_messages", g, "Retained messages held.", _one(len(core.retained)))
-    f.add("mqtt_broker_subscriptions", g, "Subscriptions (shared ones included).", _one(len(core.subscriptions)))
+    f.add("mqtt_broker_retained_messages", g, "Retained messages held.", _one(len(core.router.retained)))
+    f.add("mqtt_broker_subscriptions", g, "Subscriptions (shared ones included).", _one(len(core.router.subscriptions)))
     f.add("mqtt_broker_shared_subscriptions", g, "Shared subscriptions ($share/...).",
-          _one(core.shared_subscriptions()))  # fmt: skip
-    if core.changes is not None:  # persistence on
+          _one(core.queries.shared_subscriptions()))  # fmt: skip
+    if core.storage.changes is not None:  # persistence on
         f.add("mqtt_broker_persistence_commit_seconds", MetricType.HISTOGRAM,
               "Time each persistence commit took (one transaction holding a group of changes).",
               _histogram(s.commit_latency), "seconds")  # fmt: skip
@@ -176,7 +176,7 @@ def broker_families(core: BrokerCore, connected: Iterable[ConnectedClients], now
               _one(s.store_failures))  # fmt: skip
         f.add("mqtt_broker_persistence_failing", g,
               "1 while the persistence file cannot be written (QoS 1/2 not acknowledged), 0 otherwise.",
-              _one(1 if core.store_failing else 0))  # fmt: skip
+              _one(1 if core.storage.failing else 0))  # fmt: skip
     if core.links:
         links = sorted(core.links.values(), key=lambda x: x.name)
         f.add("mqtt_bridge_up", g, "1 while an embedded bridge is connected to its remote broker, else 0 (as "
@@ -199,7 +199,7 @@ def broker_families(core: BrokerCore, connected: Iterable[ConnectedClients], now
         f.add("mqtt_bridge_reconnects", c, "Times an embedded bridge connected to its remote broker again.",
               tuple(Sample(x.reconnects, (("bridge", x.name),)) for x in links))  # fmt: skip
         f.add("mqtt_bridge_messages_queued", g, "QoS 1/2 messages held for the remote broker (in flight or queued "
-              "in the bridge's session).", tuple(Sample(core.link_queued(x), (("bridge", x.name),))
+              "in the bridge's session).", tuple(Sample(core.queries.link_queued(x), (("bridge", x.name),))
               for x in links))  # fmt: skip
     return f.items
 

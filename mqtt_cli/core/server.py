@@ -15,6 +15,7 @@ from .reader import PacketReader
 
 if TYPE_CHECKING:
     from .acl import AclView
+    from .attachment import LocalSink
     from .auth import AuthPolicy, CertificateIdentity
     from .session import Session
 
@@ -101,7 +102,7 @@ class ServerConnection:
         self.context: Any = None  # the network layer's own bookkeeping
         # An in-process client (BrokerCore.attach: an embedded bridge's local side): deliveries go to its
         # `deliver`, held acknowledgements to its `taken`, and no bytes are written. None for a network connection.
-        self.sink: Any = None
+        self.sink: LocalSink | None = None  # an in-process client's (core/attachment.py)
 
     def advance(self, event: LifecycleEvent) -> None:
         """Moves `state` by the shared table; raises (state unchanged) where `event` does not fit it."""

@@ -92,39 +92,40 @@ def answer(source: AdminSource, method: str, path: str, authorization: str) -> A
     if method == "DELETE":
         return _delete(source, core, kind, name, user)
     if kind == "clients":
-        clients = core.client_infos()
+        clients = core.queries.client_infos()
         if not name:
             return _json(200, {"clients": _records(clients)})
         found = [c for c in clients if c.client_id == name]
         return _json(200, dataclasses.asdict(found[0])) if found else _error(404, f"no client {name!r} connected")
     if name:
         if kind == "retained":
-            found_r = [r for r in core.retained_infos() if r.topic == name]
+            found_r = [r for r in core.queries.retained_infos() if r.topic == name]
             return _json(200, dataclasses.asdict(found_r[0])) if found_r else _error(404, f"no retained {name!r}")
         return _error(404, f"not found: {path}")
     if kind == "sessions":
-        return _json(200, {"sessions": _records(core.session_infos())})
+        return _json(200, {"sessions": _records(core.queries.session_infos())})
     if kind == "subscriptions":
-        return _json(200, {"subscriptions": _records(core.subscription_infos())})
+        return _json(200, {"subscriptions": _records(core.queries.subscription_infos())})
     if kind == "retained":
-        return _json(200, {"retained": _records(core.retained_infos())})
+        return _json(200, {"retained": _records(core.queries.retained_infos())})
     if kind == "listeners":
         return _json(200, {"listeners": source.listeners()})
     if kind == "bridges":
-        return _json(200, {"bridges": _records(core.bridge_infos())})
+        return _json(200, {"bridges": _records(core.queries.bridge_infos())})
     if kind == "stats":
-        return _json(200, dataclasses.asdict(core.totals(source.now())))
+        return _json(200, dataclasses.asdict(core.queries.totals(source.now())))
     return _error(404, "not found: try /api/v1/clients, sessions, subscriptions, retained, listeners, bridges, stats")
 
 
 def _delete(source: AdminSource, core: BrokerCore, kind: str, name: str, user: str) -> Answer:
     if kind == "clients" and name:
-        if not core.disconnect_client(name, source.now(), f"disconnected through the admin API by user {user!r}"):
+        detail = f"disconnected through the admin API by user {user!r}"
+        if not core.queries.disconnect_client(name, source.now(), detail):
             return _error(404, f"no client {name!r} connected")
         source.flush()
         return _json(200, {"disconnected": name})
     if kind == "retained" and name:
-        if not core.delete_retained(name, f"through the admin API by user {user!r}"):
+        if not core.queries.delete_retained(name, f"through the admin API by user {user!r}"):
             return _error(404, f"no retained message on {name!r}")
         source.flush()
         return _json(200, {"deleted": name})

@@ -139,16 +139,16 @@ class EmbeddedBridge:
             )
         )
         now = trio.current_time()
-        self.conn = core.attach(
+        self.conn = core.local.attach(
             c.local_client_id, self, now, receive_maximum=c.receive_maximum, expiry=NEVER_EXPIRES, bridge=c.name
         )
         filters = source_filters(c.rules, remote=False)
         # No local: what this bridge publishes locally (from the remote) is not sent back; retain as published.
-        core.subscribe_internal(
+        core.local.subscribe_internal(
             self.conn, {f: SubscriptionOptions(q, True, True) for f, q in filters.items()}, now
         )
-        core.resume_internal(self.conn, now)  # what the session kept (a restart's store, an earlier run) goes on
-        for pid in core.unreleased_internal(self.conn):
+        core.local.resume_internal(self.conn, now)  # what the session kept (a restart's store, an earlier run) goes on
+        for pid in core.local.unreleased_internal(self.conn):
             # QoS 2 from the remote stored (and PUBREC owed or sent) before a restart or a reload: its re-send is
             # acknowledged, not published again.
             self.client.restore_incoming(pid, 2, acknowledged=True)
@@ -162,7 +162,7 @@ class EmbeddedBridge:
                     nursery.start_soon(self._stopper)
         finally:
             core = self._core_of()
-            core.detach(self.conn, trio.current_time(), forget=self._cleanup)
+            core.local.detach(self.conn, trio.current_time(), forget=self._cleanup)
             if core.links.get(c.name) is self.stats:
                 del core.links[c.name]
             self.stats.connected = False
@@ -232,7 +232,7 @@ class EmbeddedBridge:
         core = self._core_of()
         if found is None:  # a filter kept from an earlier rule set: not ours to forward
             if packet_id is not None:
-                core.acknowledge_internal(self.conn, packet_id, trio.current_time())
+                core.local.acknowledge_internal(self.conn, packet_id, trio.current_time())
             return
         out_topic, cap, _ = found
         out_qos = cap if cap < qos else qos
@@ -251,7 +251,7 @@ class EmbeddedBridge:
             else:
                 stats.dropped[0] += 1
             if packet_id is not None:
-                core.acknowledge_internal(self.conn, packet_id, trio.current_time())
+                core.local.acknowledge_internal(self.conn, packet_id, trio.current_time())
             return
         if not self._send_asked:
             self._send_asked = True
@@ -301,7 +301,7 @@ class EmbeddedBridge:
         """The remote acknowledged a forward (a plain PUBACK, Acknowledged; or PublishAcknowledged): the local flow
         ends (what that changes leaves with the flush at the end of this read, _observe)."""
         if type(ctx) is _Out and not ctx.conn.closed:
-            self._core_of().acknowledge_internal(ctx.conn, ctx.pid, trio.current_time())
+            self._core_of().local.acknowledge_internal(ctx.conn, ctx.pid, trio.current_time())
 
     # --- remote to local ----------------------------------------------------------------------------------------
 
@@ -335,8 +335,8 @@ class EmbeddedBridge:
         self.stats.forwarded[1] += 1
         core = self._core_of()
         token = (p.packet_id, client.session_epoch) if qos else None
-        taken = core.publish_internal(conn, topic, p.payload, out_qos, p.retain, props, trio.current_time(), token,
-                                      incoming_id=p.packet_id if qos == 2 else None)  # fmt: skip
+        taken = core.local.publish_internal(conn, topic, p.payload, out_qos, p.retain, props, trio.current_time(),
+                                            token, incoming_id=p.packet_id if qos == 2 else None)  # fmt: skip
         if taken and qos:
             client.acknowledge(p.packet_id, wake=False)  # type: ignore[arg-type]
         # The deliveries it made leave with the flush at the end of this read (_observe).
@@ -365,11 +365,11 @@ class EmbeddedBridge:
                 self._delivered(ctx)
             elif t is PublishReceived:  # PUBREC for a QoS 2 forward: its PUBREL waits for the store (released)
                 ctx = event.context
-                if not (type(ctx) is _Out and self._core_of().received_internal(ctx.conn, ctx.pid)):
+                if not (type(ctx) is _Out and self._core_of().local.received_internal(ctx.conn, ctx.pid)):
                     self.released(event.packet_id)  # no flow of the session's waits for it: the flow goes on
             elif t is ReleaseReceived:
                 if self.conn is not None:
-                    self._core_of().release_internal(self.conn, event.packet_id)
+                    self._core_of().local.release_internal(self.conn, event.packet_id)
             elif t is ConnectionAccepted:
                 self._connected(event)
             elif t is Disconnected:
@@ -399,8 +399,8 @@ class EmbeddedBridge:
             st.resent += client.inflight
         elif self.conn is not None:  # the remote forgot its QoS 2 flows to us: so do we
             core = self._core_of()
-            for pid in core.unreleased_internal(self.conn):
-                core.release_internal(self.conn, pid)
+            for pid in core.local.unreleased_internal(self.conn):
+                core.local.release_internal(self.conn, pid)
         self.log(
             f"{self.who}: connected to {client.endpoint} (MQTT {version_name(client.protocol_version)}, "
             f"session {'resumed' if event.session_present else 'new'})"
@@ -415,7 +415,7 @@ class EmbeddedBridge:
         if topic is None or self.conn is None or self.conn.closed or self._told == value:
             return
         self._told = value
-        self._core_of().publish_internal(
+        self._core_of().local.publish_internal(
             self.conn, topic, value, 1, True, EMPTY_PROPERTIES, trio.current_time(), None, system=True
         )
         self._flush()

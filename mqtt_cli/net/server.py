@@ -26,11 +26,13 @@ from mqtt_cli.core.auth import OPEN_POLICY, AuthPolicy, CertificateIdentity, cer
 from mqtt_cli.core.bridge import source_filters
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore, Notice, NoticeKind, PolicyEffect
 from mqtt_cli.core.changes import effect_changes, field_changes, policy_changes
+from mqtt_cli.core.closing import CONNECT_TIMEOUT
 from mqtt_cli.core.config import MetricsAddress, PersistenceSettings, Scheme
 from mqtt_cli.core.dynsec import DynamicSecurity
 from mqtt_cli.core.metrics import ConnectedClients
-from mqtt_cli.core.persistence import Change, Pending
+from mqtt_cli.core.persistence import Change
 from mqtt_cli.core.server import ServerConnection
+from mqtt_cli.core.storage import RETRY_COMMIT
 from mqtt_cli.net.admin_api import AdminSource
 from mqtt_cli.net.auth_files import save_dynsec_file
 from mqtt_cli.net.committer import CommitThread
@@ -77,16 +79,8 @@ READ_SIZE = 65536
 # publisher with 100 in flight) gets its acknowledgements, and sends more, while the rest of its read is handled,
 # instead of both sides waiting for each other in turn.
 RECEIVE_BATCH = 32
-CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send its CONNECT
-RETRY_COMMIT = 1.0  # seconds between tries of a persistence commit that failed (a full disk, say)
-# Persistence (core/persistence.py Pending): how long acknowledgements wait for the subscribers of their QoS 1
-# messages (acknowledged before a commit, a message is never written) before the commit that writes them; and
-# how long changes that only tidy the file (rows deleted) wait for company.
-COMMIT_LINGER = 0.005
-COMMIT_IDLE = 0.1
 DRAIN_ON_SHUTDOWN = 2.0  # seconds writers get to send the last DISCONNECTs and wills
 WRITER_LINGER = 1.0  # seconds a writer waits for more output before it ends
-SWEEP_INTERVAL = 0.5  # seconds between keep-alive checks (a late close by half a second is within the spec)
 LOGIN_FAILURE_DELAY = 1.0  # seconds a client refused for its credentials waits for its CONNACK (that task only)
 # What a connection's stream raises when its peer is gone or it was closed: the end of that connection only.
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
@@ -151,16 +145,15 @@ class BrokerServer:
         self.active = 0
         self.listeners: list[OpenListener] = []
         self._ticker_wake = trio.Event()
+        self._due = math.inf  # when the ticker wakes next (it is woken sooner when the core's output says so)
         self._nursery: trio.Nursery | None = None  # where writers run; set by run() (or a test)
         self._stopping = False
         self.ready = False  # listeners bound (GET /readyz)
         self.metrics_bound: MetricsAddress | None = None
-        # Persistence (net/store.py), when on: changes and held acknowledgements waiting for the next commit.
+        # Persistence (net/store.py), when on: the thread writing the groups the core hands out, while the
+        # committer task runs, and when the group it writes was handed to it.
         self._store: Store | None = None
-        self._pending = Pending()
-        self._commits: CommitThread | None = None  # the thread writing them, while the committer task runs
-        self._commit_scope: trio.CancelScope | None = None  # the committer's: its deadline is the next commit due
-        self._commit_changes: list[Change] = []  # the group being written
+        self._commits: CommitThread | None = None
         self._commit_started = 0.0
         # Embedded bridges by name: each its task's bridge and an event set when that task has ended.
         self.bridges: dict[str, tuple[EmbeddedBridge, trio.Event]] = {}
@@ -174,7 +167,8 @@ class BrokerServer:
     # --- plumbing ------------------------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        """Sends what the core produced: straight to the socket when it takes it, else through a writer task.
+        """Does what the core's output asks, pass after pass until a pass asks nothing: sends what connections
+        hold, writes the commit handed out, logs the notices; and wakes the ticker when something is due sooner.
 
         Most of the time the kernel's socket buffer has room, so a delivery or an answer leaves with one
         non-blocking send() from the task that produced it, without waking any other task. Only what the socket
@@ -182,68 +176,82 @@ class BrokerServer:
         while it lingers with nothing to send, output is still sent directly, and it is woken only for a rest.
         """
         core = self.core
-        if core.changes or core.held:
-            self._collect()
-        while core.dirty:
-            nursery = self._nursery
-            assert nursery is not None
-            for conn in core.take_dirty():
-                net = conn.context
-                if net is None:
-                    continue
-                # A writer that sent everything and waits for more is not needed for this: sent directly, in order
-                # (a rest that the socket did not take stays at the front of conn.out for it).
-                lingering = net.wake if net.writing else None
-                if net.writing:
-                    if lingering is None:  # it is sending (or waiting to): what accumulated goes with its next send
-                        continue
-                elif conn.login_failed:  # its refusing CONNACK waits a moment, in a writer task of its own
-                    net.writing = True
-                    nursery.start_soon(self._writer, conn, net, LOGIN_FAILURE_DELAY)
-                    continue
-                out = conn.out
-                sock = net.sock
-                if out and sock is not None:
-                    try:
-                        sent = send_direct(sock, out)
-                    except OSError:  # would block, or the peer is gone: the writer finds out which
-                        sent = 0
-                    if net.trace is not None:
-                        net.trace.sent(out[:sent], conn.version, conn.client_id, conn.peer)
-                    if sent == len(out):
-                        out.clear()
-                        if conn.wants_drain:
-                            core.drained(conn, self._clock.current_time())  # may make `conn` dirty again
-                        if not conn.close_requested:
-                            continue
-                    elif sent:
-                        del out[:sent]
-                if out or conn.close_requested:
-                    if lingering is not None:
-                        lingering.set()
-                    else:
-                        net.writing = True
-                        nursery.start_soon(self._writer, conn, net)
-        if core.changes or core.held:  # from core.drained() above
-            self._collect()
-            if core.dirty:  # acknowledgements released at once (_collect): sent now, not at the next flush
-                self._flush()
+        clock = self._clock
+        while True:
+            out = core.output(clock.current_time())
+            # Another pass only when this one may have made more output: a drained connection's queue moved on,
+            # a commit written here released what it held, a notice went to a $SYS log topic.
+            again = False
+            if out.sends:
+                again = self._send(out.sends)
+            if out.commit is not None:
+                again = self._start_commit(out.commit, out.retrying) or again
+            if self._bridges_to_send:  # what embedded bridges were given for their remotes: one send each
+                sending, self._bridges_to_send = self._bridges_to_send, []
+                for bridge in sending:
+                    bridge.send_now()
+            if out.dynsec is not None:
+                self._save_dynsec(out.dynsec)
+            notices = out.notices
+            if notices:
+                again = True
+                report = self.options.on_notice
+                while notices:
+                    notice = notices.popleft()
+                    if report is not None:
+                        report(notice)  # (a log line published to $SYS/broker/log/...: for the next pass)
+            if out.deadline < self._due:
+                self._due = out.deadline
+                self._ticker_wake.set()
+            if not again:
                 return
-        if self._bridges_to_send:  # what embedded bridges were given for their remotes: one send each
-            sending, self._bridges_to_send = self._bridges_to_send, []
-            for bridge in sending:
-                bridge.send_now()
-        if core.dynsec_changed is not None:
-            self._save_dynsec(core.dynsec_changed)
-            core.dynsec_changed = None
-        if core.notices:
-            report = self.options.on_notice
-            while core.notices:
-                notice = core.notices.popleft()
-                if report is not None:
-                    report(notice)
-            if core.dirty:  # log lines published to $SYS/broker/log/... (log_dest topic)
-                self._flush()
+
+    def _send(self, sends: dict[ServerConnection, None]) -> bool:
+        """Each connection's output: straight to its socket when it takes it, else through its writer task. True
+        when a connection that had held deliveries back drained (the core may have more output now)."""
+        core = self.core
+        nursery = self._nursery
+        assert nursery is not None
+        drained = False
+        for conn in sends:
+            net = conn.context
+            if net is None:
+                continue
+            # A writer that sent everything and waits for more is not needed for this: sent directly, in order
+            # (a rest that the socket did not take stays at the front of conn.out for it).
+            lingering = net.wake if net.writing else None
+            if net.writing:
+                if lingering is None:  # it is sending (or waiting to): what accumulated goes with its next send
+                    continue
+            elif conn.login_failed:  # its refusing CONNACK waits a moment, in a writer task of its own
+                net.writing = True
+                nursery.start_soon(self._writer, conn, net, LOGIN_FAILURE_DELAY)
+                continue
+            out = conn.out
+            sock = net.sock
+            if out and sock is not None:
+                try:
+                    sent = send_direct(sock, out)
+                except OSError:  # would block, or the peer is gone: the writer finds out which
+                    sent = 0
+                if net.trace is not None:
+                    net.trace.sent(out[:sent], conn.version, conn.client_id, conn.peer)
+                if sent == len(out):
+                    out.clear()
+                    if conn.wants_drain:
+                        core.drained(conn, self._clock.current_time())  # output for the next pass
+                        drained = True
+                    if not conn.close_requested:
+                        continue
+                elif sent:
+                    del out[:sent]
+            if out or conn.close_requested:
+                if lingering is not None:
+                    lingering.set()
+                else:
+                    net.writing = True
+                    nursery.start_soon(self._writer, conn, net)
+        return drained
 
     def _save_dynsec(self, dynsec: DynamicSecurity) -> None:
         """A $CONTROL request changed dynamic security: its file is written at once (a small file, as mosquitto
@@ -255,137 +263,67 @@ class BrokerServer:
             save_dynsec_file(path, dynsec)
         except OSError as exc:
             why = f"cannot write the dynamic security file {path}: {exc.strerror or exc} (kept until a restart)"
-            self.core.notices.append(Notice(NoticeKind.ERROR, None, "-", why))
+            self._report(Notice(NoticeKind.ERROR, None, "-", why))
 
     # --- persistence ------------------------------------------------------------------------------------------
 
-    def _collect(self) -> None:
-        """Takes what the core wants stored and the acknowledgements waiting for it (persistence.Pending): those
-        that wait for nothing (their messages' subscribers acknowledged them, nothing else to write) go out now,
-        without a commit. A commit due now is handed to the commit thread here, without waking the committer task
-        (which waits for its end); one due later moves the committer's deadline forward."""
-        core = self.core
-        assert core.changes is not None
-        pending = self._pending
-        now = self._clock.current_time()
-        ready = pending.add(core.changes, core.held, now)
-        core.changes = []
-        core.held = []
-        if ready:
-            core.release(ready)
-        commits = self._commits
-        if commits is None or commits.busy or core.store_failing:  # (the committer retries a failed group)
-            return
-        due = pending.due(COMMIT_LINGER, COMMIT_IDLE)
-        if due is None:
-            return
-        if due <= now:
-            self._start_commit(now)
-        else:
-            scope = self._commit_scope
-            if scope is not None and due < scope.deadline:
-                scope.deadline = due
-
-    def _start_commit(self, now: float) -> None:
-        """Hands the changes due to the commit thread, or writes them here when that is a write to the OS only
-        (Store.commit_at_once: the common QoS 2 group; not while commits fail, whose retries the committer ends);
-        with nothing to write after all (pairs that cancel out), what they held is released at once."""
-        commits = self._commits
-        assert commits is not None
-        pending = self._pending
-        changes = pending.take(now, COMMIT_LINGER)
-        if not changes:
-            self.core.release(pending.committed())
-            return
+    def _start_commit(self, changes: list[Change], retrying: bool) -> bool:
+        """A group the core handed out to commit: written here when that is a write to the OS only
+        (Store.commit_at_once: the common QoS 2 group; not a failed group tried again), else handed to the commit
+        thread, whose end the committer task waits for. True when it is written here (what it held is released)."""
         store = self._store
         assert store is not None
-        if not self.core.store_failing and store.commit_at_once(changes):
-            self.core.stats.commit_latency.observe(self._clock.current_time() - now)
-            self.core.release(pending.committed())
-            return
-        self._commit_changes = changes
+        now = self._clock.current_time()
+        if not retrying and store.commit_at_once(changes):
+            self.core.commit_done(now, self._clock.current_time() - now)
+            return True
         self._commit_started = now
-        commits.start(changes)
+        self._commit_thread().start(changes)
+        return False
+
+    def _commit_thread(self) -> CommitThread:
+        """The commit thread, started with the first group (which may come before the committer task runs)."""
+        commits = self._commits
+        if commits is None:
+            assert self._store is not None
+            commits = self._commits = CommitThread(self._store.commit)
+        return commits
 
     async def _committer(self) -> None:
-        """Commits in groups when persistence.Pending says one is due: whatever accumulated while the previous
-        commit ran goes in one transaction; the acknowledgements it held go out when it is done (never before:
-        acknowledged means stored, or no longer in need of it). The commits run in a thread of their own
-        (net/committer.py); `_collect` starts those due at once, this task those due after a delay and waits for
-        each to end.
-
-        Under load this task runs once per commit, so its turn is kept short: one cancel scope serves turn after
-        turn until its deadline passes (entering and leaving one cost more than the rest of a turn), and the clock
-        is read once."""
+        """Waits for the end of each commit the commit thread writes (net/committer.py) and tells the core how it
+        went: its acknowledgements go out, or (a failure: a full disk, say) the group is kept and the core hands it
+        out again after a pause, withholding them meanwhile. When commits are due is the core's business
+        (BrokerCore.output); this task only waits, on the socket the commit thread signals on."""
         store = self._store
         assert store is not None
-        self._commits = commits = CommitThread(store.commit)
-        pending = self._pending
+        commits = self._commit_thread()
         clock = self._clock
-        latency = self.core.stats.commit_latency
-        failing_since: float | None = None  # while commits fail: since when (one log line per episode)
-        retry = False  # a commit failed: tried again after a pause
         while True:
-            # Its deadline: the next commit due later, if any (`_collect` moves it forward); else none, so that it
-            # does not pass while this waits for a commit's end or for anything to write (a wasted turn).
-            with trio.CancelScope() as scope:
-                self._commit_scope = scope
-                while True:
-                    deadline = math.inf
-                    if not commits.busy:
-                        due = pending.due(COMMIT_LINGER, COMMIT_IDLE)
-                        if due is not None:
-                            now = clock.current_time()
-                            if due <= now:
-                                self._start_commit(now)
-                                if not commits.busy:  # nothing to write: what it held was released
-                                    self._flush()
-                                    continue
-                            else:
-                                deadline = due
-                    if scope.deadline != deadline:
-                        scope.deadline = deadline
-                    # Until the commit started (here or by `_collect`) is done: the socket the commit thread
-                    # signals on becomes readable.
-                    await commits.wait()
-                    try:
-                        commits.outcome()
-                    except StoreError as exc:
-                        # Not stored, so not acknowledged. Kept, in order, ahead of what comes next and tried
-                        # again: a later group must not be stored without this one (a session's row before its
-                        # deliveries), and once the disk has room again the withheld acknowledgements go out.
-                        # Meanwhile 5.0 publishers are told 0x97 (core.store_failing). Logged once per episode.
-                        pending.failed(self._commit_changes, trio.current_time())
-                        self._commit_changes = []
-                        if failing_since is None:
-                            failing_since = trio.current_time()
-                            self.core.store_failing = True
-                            self.core.stats.store_failures += 1
-                            why = (
-                                f"{exc}; {pending.withheld()} acknowledgements withheld, QoS 1/2 from MQTT 5.0 "
-                                f"publishers refused (0x97) until it can be written, tried again every "
-                                f"{RETRY_COMMIT:g} s"
-                            )
-                            self._report(Notice(NoticeKind.ERROR, None, "-", why))
-                        retry = True
-                        break
-                    self._commit_changes = []
-                    latency.observe(clock.current_time() - self._commit_started)
-                    if failing_since is not None:
-                        took = trio.current_time() - failing_since
-                        failing_since = None
-                        self.core.store_failing = False
-                        withheld = pending.withheld()
-                        why = (
-                            f"{store.path} written again after {took:.0f} s; {withheld} withheld acknowledgements sent"
-                        )
-                        self._report(Notice(NoticeKind.PERSISTENCE, None, "-", why))
-                    self.core.release(pending.committed())
-                    self._flush()
-            self._commit_scope = None
-            if retry:  # (out of the scope: its deadline must not cut the pause short)
-                retry = False
-                await trio.sleep(RETRY_COMMIT)
+            await commits.wait()
+            now = clock.current_time()
+            try:
+                commits.outcome()
+            except StoreError as exc:
+                # Not stored, so not acknowledged. Kept, in order, ahead of what comes next and tried again: a
+                # later group must not be stored without this one (a session's row before its deliveries), and
+                # once the disk has room again the withheld acknowledgements go out. Meanwhile 5.0 publishers are
+                # told 0x97. Logged once per episode.
+                withheld = self.core.commit_failed(now)
+                if withheld is not None:
+                    why = (
+                        f"{exc}; {withheld} acknowledgements withheld, QoS 1/2 from MQTT 5.0 publishers refused "
+                        f"(0x97) until it can be written, tried again every {RETRY_COMMIT:g} s"
+                    )
+                    self._report(Notice(NoticeKind.ERROR, None, "-", why))
+            else:
+                recovered = self.core.commit_done(now, now - self._commit_started)
+                if recovered is not None:
+                    why = (
+                        f"{store.path} written again after {recovered.after:.0f} s; {recovered.withheld} withheld "
+                        "acknowledgements sent"
+                    )
+                    self._report(Notice(NoticeKind.PERSISTENCE, None, "-", why))
+            self._flush()
 
     def _commit_now(self) -> None:
         """The last changes, at shutdown (in this thread: nothing else runs any more, once the commit thread has
@@ -394,14 +332,13 @@ class BrokerServer:
         if store is None:
             return
         commits, self._commits = self._commits, None
+        now = trio.current_time()
         if commits is not None:
             try:
                 commits.close()
             except StoreError:  # the group it was writing: tried once more below
-                self._pending.failed(self._commit_changes, trio.current_time())
-        if self.core.changes or self.core.held:
-            self._collect()
-        changes = self._pending.take(math.inf, 0.0)
+                self.core.commit_failed(now)
+        changes = self.core.storage.last_commit(now)
         if changes:
             try:
                 store.commit(changes)
@@ -428,17 +365,17 @@ class BrokerServer:
             self._report(Notice(NoticeKind.PERSISTENCE, None, "-", store.warning))
         self._store = store
         core = self.core
-        core.enable_persistence()
-        core.restore(restored.sessions, restored.retained, now)
+        core.storage.enable_persistence()
+        core.storage.restore(restored.sessions, restored.retained, now)
         del restored  # the restored records are the core's now: the lists holding them go
         # A bridge taken out of the configuration while the broker was stopped: its local session (and what it
         # queued for that remote) would otherwise stay in the file for ever, as it never expires.
         configured = {b.name: b.local_client_id for b in self.options.bridges}
-        for session in core.forget_bridges(configured, now):
+        for session in core.local.forget_bridges(configured, now):
             self._report(Notice(NoticeKind.BRIDGE, None, "-", f"bridge {session.bridge}: its stored local session "
                                 f"{session.client_id!r} is removed (no configured bridge uses it)"))  # fmt: skip
-        if core.changes:  # expiry and will delays that start now, wills published: written at once
-            changes, core.changes = core.changes, []
+        changes = core.storage.take_changes()  # expiry and will delays that start now, wills published
+        if changes:  # written at once
             await trio.to_thread.run_sync(store.commit, changes)
 
     async def _writer(self, conn: ServerConnection, net: _Conn, delay: float = 0.0) -> None:
@@ -587,7 +524,7 @@ class BrokerServer:
                 core.receive(conn, data, now, batch)
                 del data  # not held while idle (up to READ_SIZE)
                 while conn.backlog is not None:
-                    if core.held or core.changes:
+                    if core.storage.holding():
                         # Persistence holds its answers back: until a commit, or (QoS 1) until its subscribers
                         # acknowledge, which they do sooner when they get the read's first messages while its rest
                         # is handled. So everything so far goes now (core/persistence.py Pending).
@@ -606,9 +543,6 @@ class BrokerServer:
                             del out[:sent]
                     core.receive_rest(conn, now, batch)
                 self._flush()
-                if core.timers_changed:
-                    core.timers_changed = False
-                    self._ticker_wake.set()  # a will delay or session expiry may now come first
         except Exception as exc:  # a bug must cost one connection, never the broker
             core.internal_error(conn, trio.current_time(), f"{type(exc).__name__}: {exc}")
         finally:
@@ -623,10 +557,7 @@ class BrokerServer:
             listener.connections.discard(conn)
         self._flush()  # a closing connection's last bytes (DISCONNECT, refusing CONNACK) get their writer
         core.connection_lost(conn, trio.current_time())
-        self._flush()
-        if core.timers_changed:  # its will delay or session expiry may be the next thing due
-            core.timers_changed = False
-            self._ticker_wake.set()
+        self._flush()  # (its will delay or session expiry may be the next thing due: the ticker is woken)
         if net.writing:  # it sends what is left (a DISCONNECT, a refusing CONNACK), then closes
             net.closing = trio.Event()
             with trio.move_on_after(DRAIN_ON_SHUTDOWN):
@@ -637,41 +568,24 @@ class BrokerServer:
 
     def publish_log(self, topic: str, line: str) -> None:
         """A log line to `topic` (log_dest topic); it goes out with the next flush."""
-        self.core.publish_log(topic, line, self._clock.current_time())
+        self.core.sys.publish_log(topic, line, self._clock.current_time())
 
     def _notice_refused(self, peer: str, detail: str) -> None:
         report = self.options.on_notice
         if report is not None:
             report(Notice(NoticeKind.REFUSED, None, peer, detail))
 
-    def _sweep(self, now: float) -> None:
-        """Closes connections silent past their keep alive (1.5x), or without a CONNECT after CONNECT_TIMEOUT."""
-        core = self.core
-        for conn in list(core.connections):
-            if conn.closed:
-                continue
-            if conn.connected:
-                deadline = conn.keepalive_deadline()  # the rule both roles apply (core/lifecycle.py)
-                if deadline is not None and now >= deadline:
-                    core.keepalive_expired(conn, now)
-            elif now >= conn.opened_at + CONNECT_TIMEOUT:  # from the start: a trickle of bytes does not extend it
-                core.connection_lost(conn, now)
-                conn.close_requested = True
-                core.dirty[conn] = None
-
     async def _ticker(self) -> None:
+        """Runs the core's timers (wills, expiry, $SYS, keep alive and CONNECT timeouts, commits due after a
+        linger) when the core's output says the next is due; `_flush` wakes it when that comes sooner."""
         core = self.core
-        next_sweep = trio.current_time() + SWEEP_INTERVAL
         while True:
-            now = trio.current_time()
-            deadline = core.tick(now)
-            if now >= next_sweep:
-                self._sweep(now)
-                next_sweep = now + SWEEP_INTERVAL
+            core.tick(self._clock.current_time())
+            self._due = math.inf
             self._flush()
-            with trio.move_on_at(min(deadline or math.inf, next_sweep)):
+            self._ticker_wake = trio.Event()  # (after the flush: what it set is done)
+            with trio.move_on_at(self._due):
                 await self._ticker_wake.wait()
-            self._ticker_wake = trio.Event()
 
     # --- listeners ------------------------------------------------------------------------------------------
 
@@ -791,7 +705,7 @@ class BrokerServer:
             # reload: who may no longer connect is disconnected, the others get the new ACL at once).
             policy = policies[id(listener)]
             changes += [c for c in policy_changes(listener.policy, policy) if c not in changes]
-            self.core.replace_policy(listener.policy, policy, trio.current_time(), effect)
+            self.core.admission.replace_policy(listener.policy, policy, trio.current_time(), effect)
             listener.policy = policy
         changes += effect_changes(effect)
         self.core.reconfigure(options.broker, trio.current_time())
@@ -806,7 +720,7 @@ class BrokerServer:
             changes.append(f"listener {listener.spec.url} closed ({ended} connections ended)")
         changes += await self._reload_bridges(options.bridges)
         self._listening_changed()
-        self._ticker_wake.set()  # the $SYS interval may have changed
+        self._flush()  # the $SYS interval may have changed: the ticker wakes if it is due sooner
         return changes
 
     # --- running --------------------------------------------------------------------------------------------
@@ -977,7 +891,7 @@ class BrokerServer:
         for listener in self.listeners:
             new = resolved.get(_where(listener.spec))
             if new is not None:
-                self.core.replace_policy(listener.policy, new, now)
+                self.core.admission.replace_policy(listener.policy, new, now)
                 listener.policy = new
         self._flush()
 

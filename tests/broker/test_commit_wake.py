@@ -1,6 +1,7 @@
-"""How the broker's committer task (BrokerServer._committer) learns that a persistence commit is due or done:
-one cancel scope serves it turn after turn, its deadline set to the next commit due later, which `_collect` moves
-forward while the task waits with nothing to write; a commit's end comes through the commit thread's socket pair.
+"""How the broker learns that a persistence commit is due or done: the core's output (BrokerCore.output) hands
+out a group due now, or says when the next is due, which wakes the ticker then (its flush hands the group out); a
+commit's end comes through the commit thread's socket pair, which the committer task (BrokerServer._committer)
+waits on.
 
 Real `python -m mqtt_cli serve --persistence` processes, spoken to on raw sockets with our codec; and the commit
 thread's scheduling policy (it must not preempt the trio thread when handed a group).
@@ -30,9 +31,8 @@ def test_a_delivery_its_subscriber_holds_is_written_after_the_linger_then_acknow
     ours: Callable[..., Ours],
 ) -> None:
     """A QoS 1 message to an online persistent subscriber that does not acknowledge it: its PUBACK waits for the
-    commit due a linger later, which `_collect` sets as the deadline of the waiting committer; the message was on
-    file by then (it is there after a SIGKILL). Three times, each with the committer waiting with nothing to write
-    before (its last commit done): the first in the scope it started with, then in one made after a deadline passed."""
+    commit due a linger later, the deadline the core's output gives the ticker; the message was on file by then (it
+    is there after a SIGKILL). Three times, each with nothing to write before (the last commit done)."""
     broker = ours()
     sub = Raw(broker.port, version=4)
     sub.connect("holder", clean=False)

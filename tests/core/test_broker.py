@@ -295,7 +295,7 @@ def test_clean_session_discards(broker: BrokerCore) -> None:
     sub.lose()
     again = Client(broker)
     assert again.connect("s", clean_start=True).session_present is False
-    assert len(broker.subscriptions) == 0
+    assert len(broker.router.subscriptions) == 0
 
 
 def test_offline_queue_limit_counts_drops() -> None:
@@ -379,8 +379,8 @@ def test_shared_group_and_its_turn_go_with_its_last_member(broker: BrokerCore, l
     for c in (a, b):
         c.subscribe("$share/g/jobs", "$share/h/jobs")
     client(broker, "p").send(Publish("jobs", b"x"))
-    assert set(broker.shared.groups) == {"$share/g/jobs", "$share/h/jobs"}
-    assert broker.shared.groups["$share/g/jobs"].last == "a"
+    assert set(broker.router.shared.groups) == {"$share/g/jobs", "$share/h/jobs"}
+    assert broker.router.shared.groups["$share/g/jobs"].last == "a"
     for c in (a, b):
         if leave == "unsubscribe":
             c.send(Unsubscribe(2, ("$share/g/jobs", "$share/h/jobs")))
@@ -388,8 +388,8 @@ def test_shared_group_and_its_turn_go_with_its_last_member(broker: BrokerCore, l
             c.send(Disconnect())
         else:
             c.lose()
-    assert broker.shared.groups == {}
-    assert len(broker.subscriptions) == 0
+    assert broker.router.shared.groups == {}
+    assert len(broker.router.subscriptions) == 0
 
 
 def test_topic_alias_from_client(broker: BrokerCore) -> None:
@@ -455,7 +455,7 @@ def test_unsubscribe(broker: BrokerCore) -> None:
     c = client(broker, "c", 5)
     c.subscribe("t")
     assert c.send(Unsubscribe(2, ("t", "nope"))) == [UnsubAck(2, (0x00, 0x11))]
-    assert len(broker.subscriptions) == 0
+    assert len(broker.router.subscriptions) == 0
 
 
 def test_ping(broker: BrokerCore) -> None:
@@ -540,7 +540,7 @@ def test_connected_count(broker: BrokerCore) -> None:
     b.lose()
     a.send(Disconnect())
     assert broker.connected == 1
-    assert broker.sys_figures(0)["$SYS/broker/clients/connected"] == "1"
+    assert broker.sys.sys_figures(0)["$SYS/broker/clients/connected"] == "1"
 
 
 def test_response_information(broker: BrokerCore) -> None:
@@ -596,7 +596,7 @@ def test_clients_cannot_publish_to_sys(broker: BrokerCore) -> None:
     v3 = client(broker, "v3", 4)
     assert v3.send(Publish("$SYS/x", b"fake", 2, True, packet_id=3)) == [PubRec(3)]
     assert v3.send(PubRel(3)) == [PubComp(3)]
-    assert w.received() == [] and len(broker.retained) == 0
+    assert w.received() == [] and len(broker.router.retained) == 0
     assert not v5.closed and not v3.closed
 
 
@@ -629,7 +629,7 @@ def test_a_first_packet_that_is_not_connect_closes_at_once(broker: BrokerCore) -
     assert http.closed
     tls = Client(broker)
     tls.send_raw(b"\x16\x03\x01\x02\x00")
-    assert tls.closed and "TLS handshake" in broker.notices[-1].detail
+    assert tls.closed and "TLS handshake" in broker.out.notices[-1].detail
     slow = Client(broker)
     slow.send_raw(b"\x10")  # a CONNECT in pieces is fine
     assert not slow.closed

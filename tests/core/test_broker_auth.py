@@ -64,16 +64,17 @@ def test_reload_drops_removed_users_and_unreadable_subscriptions() -> None:
     (ack,) = alice.send(Subscribe(1, (Subscription("a/#", 1), Subscription("b/#", 1))))
     assert isinstance(ack, SubAck) and ack.reason_codes == (1, 1)
     new = policy("user alice\ntopic readwrite a/#\n", users=("alice",))
-    effect = core.replace_policy(old, new, 1.0)
+    effect = core.admission.replace_policy(old, new, 1.0)
     assert (effect.disconnected, effect.unsubscribed) == (1, 1)  # what the reload's log line counts
     assert policy_changes(old, new) == ["password file: bob removed", "ACL file: 2 lines removed"]
     assert effect_changes(effect) == ["1 client disconnected, 1 subscription removed"]
     assert bob.conn.closed and not alice.conn.closed  # bob is gone from the password file
     assert bob.reader.feed(bytes(bob.conn.out))[0].reason_code == 0x98  # administrative action, as mosquitto
     assert set(alice.conn.session.subscriptions) == {"a/#"}  # type: ignore[union-attr]
-    assert [n.kind for n in core.notices if n.client_id == "alice-c"][-1] == "unsubscribed"
+    assert [n.kind for n in core.out.notices if n.client_id == "alice-c"][-1] == "unsubscribed"
     rehashed = policy("user alice\ntopic readwrite a/#\n", users=("alice",))
-    core.replace_policy(new, dataclasses.replace(rehashed, passwords={"alice": hash_password("alice", "x", SALT)}), 2)
+    passwords = {"alice": hash_password("alice", "x", SALT)}
+    core.admission.replace_policy(new, dataclasses.replace(rehashed, passwords=passwords), 2)
     assert alice.conn.closed  # another password: logged out
 
 
@@ -82,7 +83,7 @@ def test_reload_keeps_a_user_whose_hash_is_unchanged() -> None:
     old = policy()
     alice = Conn(core, old)
     alice.connect("alice")
-    effect = core.replace_policy(old, policy(), 1.0)  # the same files read again (equal tables)
+    effect = core.admission.replace_policy(old, policy(), 1.0)  # the same files read again (equal tables)
     assert not alice.conn.closed
     assert policy_changes(old, policy()) == effect_changes(effect) == []  # "no change"
 
@@ -103,7 +104,7 @@ def test_offline_queue_and_delayed_will_are_checked() -> None:
     delivered = [p for p in got + bob.reader.feed(bytes(bob.conn.out)) if isinstance(p, Publish)]
     assert [p.topic for p in delivered] == ["x/1"]  # no will
     assert len(core.sessions["alice-c"].queue) == 1  # the readable message is queued for alice
-    assert any(n.kind == "dropped" and "will" in n.detail for n in core.notices)
+    assert any(n.kind == "dropped" and "will" in n.detail for n in core.out.notices)
     bob.send(Disconnect())
 
 

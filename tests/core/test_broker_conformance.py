@@ -724,7 +724,7 @@ def test_an_invalid_topic_filter_is_malformed_MQTT_4_7_1_1_MQTT_4_8_2_2(
         c = client(broker, "c", version)
         assert c.send_raw(packet) == expected
         assert c.closed
-    assert not broker.subscriptions.match("ok")  # nothing of the refused SUBSCRIBE was applied
+    assert not broker.router.subscriptions.match("ok")  # nothing of the refused SUBSCRIBE was applied
 
 
 def test_a_connack_over_the_clients_maximum_packet_size_closes_MQTT_3_1_2_24(broker: BrokerCore) -> None:

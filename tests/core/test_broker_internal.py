@@ -26,9 +26,9 @@ class Sink:
 
 
 def attached(broker: BrokerCore, sink: Sink, filters: dict[str, int], window: int = 3) -> Any:
-    conn = broker.attach("local.bridge", sink, 0.0, receive_maximum=window)
-    broker.subscribe_internal(conn, {f: SubscriptionOptions(q, True, True) for f, q in filters.items()}, 0.0)
-    broker.resume_internal(conn, 0.0)
+    conn = broker.local.attach("local.bridge", sink, 0.0, receive_maximum=window)
+    broker.local.subscribe_internal(conn, {f: SubscriptionOptions(q, True, True) for f, q in filters.items()}, 0.0)
+    broker.local.resume_internal(conn, 0.0)
     return conn
 
 
@@ -42,10 +42,10 @@ def test_deliveries_are_messages_bounded_by_the_window_until_acknowledged() -> N
     assert [d[1] for d in sink.delivered] == [b"0", b"1", b"2"]  # the window: 3 in flight, 2 queued
     assert all(d[2] == 1 and d[4] is not None for d in sink.delivered) and conn.out == bytearray()
     assert broker.stats.publish_sent_qos[1] == 3
-    broker.acknowledge_internal(conn, sink.delivered[0][4], 1.0)
+    broker.local.acknowledge_internal(conn, sink.delivered[0][4], 1.0)
     assert [d[1] for d in sink.delivered] == [b"0", b"1", b"2", b"3"]
     for d in list(sink.delivered[1:]):
-        broker.acknowledge_internal(conn, d[4], 1.0)
+        broker.local.acknowledge_internal(conn, d[4], 1.0)
     assert [d[1] for d in sink.delivered] == [b"0", b"1", b"2", b"3", b"4"]
     assert len(conn.session.outgoing) == 1
 
@@ -59,7 +59,7 @@ def test_no_local_and_retained_on_subscribe() -> None:
     assert sink.delivered == [("r/kept", b"old", 0, True, None)]
     watcher = client(broker, "watch")
     watcher.subscribe("r/#")
-    assert broker.publish_internal(conn, "r/in", b"from-remote", 1, False, EMPTY_PROPERTIES, 1.0, token=7)
+    assert broker.local.publish_internal(conn, "r/in", b"from-remote", 1, False, EMPTY_PROPERTIES, 1.0, token=7)
     assert len(sink.delivered) == 1  # not back to the bridge itself (no local)
     assert [p.payload for p in watcher.received()] == [b"from-remote"]
 
@@ -69,32 +69,32 @@ def test_sys_is_refused_from_the_remote_but_allowed_for_notifications() -> None:
     conn = attached(broker, Sink(), {})
     watcher = client(broker, "watch")
     watcher.subscribe("$SYS/#")
-    assert broker.publish_internal(conn, "$SYS/x", b"no", 1, False, EMPTY_PROPERTIES, 1.0, token=1)
+    assert broker.local.publish_internal(conn, "$SYS/x", b"no", 1, False, EMPTY_PROPERTIES, 1.0, token=1)
     assert watcher.received() == [] and broker.stats.rejected == {0x87: 1}
-    broker.publish_internal(conn, "$SYS/x", b"yes", 1, True, EMPTY_PROPERTIES, 1.0, system=True)
+    broker.local.publish_internal(conn, "$SYS/x", b"yes", 1, True, EMPTY_PROPERTIES, 1.0, system=True)
     assert [p.payload for p in watcher.received()] == [b"yes"]
 
 
 def test_with_persistence_taken_after_the_commit_and_deliveries_stored() -> None:
     broker = BrokerCore(BrokerConfig(sys_interval=0))
-    broker.enable_persistence()
+    broker.storage.enable_persistence()
     sink = Sink()
     conn = attached(broker, sink, {"out/#": 1})
-    assert any(isinstance(c, SessionSaved) and c.client_id == "local.bridge" for c in broker.changes)
+    assert any(isinstance(c, SessionSaved) and c.client_id == "local.bridge" for c in broker.storage.changes)
     # From the remote: not taken until the commit is done.
-    assert broker.publish_internal(conn, "in/x", b"m", 1, False, EMPTY_PROPERTIES, 1.0, token=("pid", 1)) is False
-    held = list(broker.held)
-    broker.held.clear()
-    broker.release(held)
+    assert broker.local.publish_internal(conn, "in/x", b"m", 1, False, EMPTY_PROPERTIES, 1.0, token=("pid", 1)) is False
+    held = list(broker.storage.held)
+    broker.storage.held.clear()
+    broker.storage.release(held)
     assert sink.taken_tokens == [("pid", 1)]
     # For the remote: stored as a delivery of the bridge's session, done when the remote acknowledged it.
     pub = client(broker, "pub")
-    broker.changes.clear()
+    broker.storage.changes.clear()
     pub.send(Publish("out/y", b"o", 1, packet_id=1))
     # Added, and sent at once with its packet identifier (schema 2: re-handed with it after a restart).
-    assert [type(c) for c in broker.changes] == [DeliveryAdded, DeliverySent]
-    broker.acknowledge_internal(conn, sink.delivered[-1][4], 2.0)
-    assert isinstance(broker.changes[-1], DeliveryDone)
+    assert [type(c) for c in broker.storage.changes] == [DeliveryAdded, DeliverySent]
+    broker.local.acknowledge_internal(conn, sink.delivered[-1][4], 2.0)
+    assert isinstance(broker.storage.changes[-1], DeliveryDone)
 
 
 def test_detach_keeps_the_session_and_a_new_attach_resends_in_flight_first() -> None:
@@ -104,12 +104,12 @@ def test_detach_keeps_the_session_and_a_new_attach_resends_in_flight_first() -> 
     pub = client(broker, "pub")
     pub.send(Publish("a/1", b"1", 2, packet_id=1))
     pub.send(Publish("a/2", b"2", 1, packet_id=2))
-    broker.detach(conn, 3.0)
+    broker.local.detach(conn, 3.0)
     pub.send(Publish("a/3", b"3", 1, packet_id=3))  # queued for the session meanwhile
     again = Sink()
     conn = attached(broker, again, {"a/#": 2}, window=5)
     assert [(d[1], d[2]) for d in again.delivered] == [(b"1", 2), (b"2", 1), (b"3", 1)]
-    broker.acknowledge_internal(conn, again.delivered[0][4], 4.0)  # QoS 2: the flow ends at once
+    broker.local.acknowledge_internal(conn, again.delivered[0][4], 4.0)  # QoS 2: the flow ends at once
     assert len(conn.session.outgoing) == 2
-    broker.detach(conn, 5.0, forget=True)
-    assert "local.bridge" not in broker.sessions and len(broker.subscriptions) == 0
+    broker.local.detach(conn, 5.0, forget=True)
+    assert "local.bridge" not in broker.sessions and len(broker.router.subscriptions) == 0

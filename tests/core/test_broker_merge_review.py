@@ -33,9 +33,9 @@ def taken(conn: ServerConnection, version: int = 4) -> list[object]:
 
 def restart(core: BrokerCore, now: float) -> BrokerCore:
     """A new core given back what the store would hold of `core`'s sessions."""
-    assert core.changes is not None
+    assert core.storage.changes is not None
     saved: dict[str, SessionSaved] = {}
-    for change in core.changes:
+    for change in core.storage.changes:
         if isinstance(change, SessionSaved):
             saved[change.client_id] = change
         elif isinstance(change, SessionRemoved):
@@ -45,14 +45,14 @@ def restart(core: BrokerCore, now: float) -> BrokerCore:
         for s in saved.values()
     ]
     again = BrokerCore(now=now)
-    again.restore(stored, [], now)
-    again.enable_persistence()
+    again.storage.restore(stored, [], now)
+    again.storage.enable_persistence()
     return again
 
 
 def test_a_restored_session_is_not_handed_to_another_user_nor_given_what_its_acl_denies() -> None:
     core = BrokerCore()
-    core.enable_persistence()
+    core.storage.enable_persistence()
     alice = connect(core, "alice", "alice-client", 0)
     core.receive(alice, encode(Subscribe(1, (Subscription("a/#", 1),))), 0)
     core.receive(alice, encode(Disconnect()), 0)
@@ -70,7 +70,7 @@ def test_a_restored_session_is_not_handed_to_another_user_nor_given_what_its_acl
 
 def test_queued_messages_are_checked_against_the_acl_when_a_restored_client_comes_back() -> None:
     core = BrokerCore()
-    core.enable_persistence()
+    core.storage.enable_persistence()
     alice = connect(core, "alice", "alice-client", 0)
     core.receive(alice, encode(Subscribe(1, (Subscription("a/#", 1),))), 0)
     core.receive(alice, encode(Disconnect()), 0)
@@ -102,7 +102,7 @@ def test_an_offline_client_comes_back_under_the_acl_of_a_reload() -> None:
 
 def test_with_persistence_acknowledgements_keep_the_order_of_their_publishes() -> None:
     core = BrokerCore(BrokerConfig(limits=Limits(message_size_limit=10)))
-    core.enable_persistence()
+    core.storage.enable_persistence()
     bob = connect(core, "bob", "bob-client", 0, clean=True, version=5)
     taken(bob, 5)
     ok = encode(Publish("a/ok", b"x", 1, packet_id=1), 5)
@@ -110,14 +110,14 @@ def test_with_persistence_acknowledgements_keep_the_order_of_their_publishes() -
     too_large = encode(Publish("a/big", b"x" * 100, 1, packet_id=3), 5)
     core.receive(bob, ok + denied + too_large, 1)
     assert bytes(bob.out) == b""  # all three wait for the commit
-    core.release(core.held)
-    core.held.clear()
+    core.storage.release(core.storage.held)
+    core.storage.held.clear()
     assert [p.packet_id for p in taken(bob, 5) if isinstance(p, PubAck)] == [1, 2, 3]
 
 
 def test_with_persistence_a_resent_qos2_publish_is_answered_after_the_commit() -> None:
     core = BrokerCore()
-    core.enable_persistence()
+    core.storage.enable_persistence()
     first = connect(core, "bob", "bob-client", 0)
     taken(first)
     publish = Publish("a/x", b"x", 2, packet_id=7)
@@ -126,8 +126,8 @@ def test_with_persistence_a_resent_qos2_publish_is_answered_after_the_commit() -
     taken(again)
     core.receive(again, encode(Publish("a/x", b"x", 2, dup=True, packet_id=7)), 3)
     assert bytes(again.out) == b""
-    core.release(core.held)
-    core.held.clear()
+    core.storage.release(core.storage.held)
+    core.storage.held.clear()
     assert taken(again) == [PubRec(7)]
 
 

@@ -16,8 +16,8 @@ DAY = 86400  # an integer, as the [limits] key is (the compiled core checks the 
 
 
 def notices(broker: BrokerCore, kind: NoticeKind | None = None) -> list[Notice]:
-    found = [n for n in broker.notices if kind is None or n.kind is kind]
-    broker.notices.clear()
+    found = [n for n in broker.out.notices if kind is None or n.kind is kind]
+    broker.out.notices.clear()
     return found
 
 
@@ -57,7 +57,7 @@ def test_user_name_as_client_id_and_a_client_without_one_refused() -> None:
 
 def test_persistent_client_expiration_ends_idle_never_expiring_sessions_and_the_stored_one() -> None:
     broker = BrokerCore(BrokerConfig(sys_interval=0, limits=Limits(persistent_client_expiration=14 * DAY)))
-    broker.enable_persistence()
+    broker.storage.enable_persistence()
     old = Client(broker, 4)
     old.connect("old311", clean_start=False)
     never = Client(broker, 5)
@@ -67,16 +67,16 @@ def test_persistent_client_expiration_ends_idle_never_expiring_sessions_and_the_
     for c in (old, never, short):
         c.subscribe(Subscription("a/#", 1))
         c.lose(0.0)
-    broker.changes = []
+    broker.storage.changes = []
     broker.tick(61.0)
     assert set(broker.sessions) == {"old311", "never5"}  # its own expiry of 60 s came first
     broker.tick(14 * DAY - 1)
     assert set(broker.sessions) == {"old311", "never5"}
-    broker.changes = []
+    broker.storage.changes = []
     broker.tick(14 * DAY + 1)
     assert broker.sessions == {}
-    assert {c.client_id for c in broker.changes if isinstance(c, SessionRemoved)} == {"old311", "never5"}
-    assert broker.subscriptions.match("a/b") == []
+    assert {c.client_id for c in broker.storage.changes if isinstance(c, SessionRemoved)} == {"old311", "never5"}
+    assert broker.router.subscriptions.match("a/b") == []
 
 
 def test_without_persistent_client_expiration_such_sessions_stay() -> None:

@@ -211,7 +211,7 @@ def test_control_requests_are_answered_not_routed_and_only_for_admins() -> None:
     assert isinstance(answer, Publish) and answer.topic == RESPONSE_TOPIC  # not the request itself
     assert json.loads(answer.payload) == {"responses": [{"command": "createClient"}]}
     assert isinstance(puback, PubAck) and puback.reason_code == 0
-    assert core.dynsec_changed is ds and [n.kind for n in core.notices][-1] == "dynsec"
+    assert core.dynsec_changed is ds and [n.kind for n in core.out.notices][-1] == "dynsec"
     user = login(core, pol, "u", "p")
     (denied,) = control(user, {"command": "deleteClient", "username": "admin"})
     assert isinstance(denied, PubAck) and denied.reason_code == 0x87  # no role on $CONTROL
@@ -268,11 +268,11 @@ def test_reload_keeps_clients_the_file_still_admits() -> None:
     control(admin, {"command": "createClient", "username": "u", "password": "p"})
     user = login(core, pol, "u", "p")
     same = AuthPolicy(allow_anonymous=False, dynsec=DynamicSecurity.from_json(ds.dumps(), lambda n: SALT[:n]))
-    core.replace_policy(pol, same, 1.0)
+    core.admission.replace_policy(pol, same, 1.0)
     assert not user.conn.closed and not admin.conn.closed
     changed = DynamicSecurity.from_json(ds.dumps(), lambda n: SALT[:n])
     run(changed, {"command": "setClientPassword", "username": "u", "password": "new"})
-    core.replace_policy(same, AuthPolicy(allow_anonymous=False, dynsec=changed), 2.0)
+    core.admission.replace_policy(same, AuthPolicy(allow_anonymous=False, dynsec=changed), 2.0)
     assert user.conn.closed and not admin.conn.closed
 
 

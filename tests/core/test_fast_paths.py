@@ -29,7 +29,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqtt_cli.core import broker as broker_module
+from mqtt_cli.core import publishing as publishing_module
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
 from mqtt_cli.core.client import ClientConnection
 from mqtt_cli.core.decoder import decode_body
@@ -553,7 +553,7 @@ def test_forwarded_bytes_equal_the_general_path(
     publishers = {fast: _subscriber(fast, "pub", pub_version), slow: _subscriber(slow, "pub", pub_version)}
     if inspect.isfunction(BrokerCore.receive):  # pure Python: check that the fast broker really builds no Message
         built: list[str] = []
-        monkeypatch.setattr(broker_module, "Message", lambda *args: built.append("Message") or Message(*args))
+        monkeypatch.setattr(publishing_module, "Message", lambda *args: built.append("Message") or Message(*args))
     counted = ("messages_sent", "bytes_sent", "publish_sent_qos", "publish_sent_bytes_qos", "messages_received")
 
     def figures(broker: BrokerCore) -> list[object]:

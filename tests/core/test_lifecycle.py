@@ -243,9 +243,9 @@ def test_server_in_process_client_through_the_table() -> None:
         def taken(self, data: object) -> None: ...
 
     core = _broker()
-    conn = core.attach("inner", Sink(), 0.0, receive_maximum=10)
+    conn = core.local.attach("inner", Sink(), 0.0, receive_maximum=10)
     assert conn.state is S.CONNECTED
-    core.detach(conn, 1.0)
+    core.local.detach(conn, 1.0)
     assert conn.state is S.CLOSED
 
 

@@ -110,7 +110,7 @@ def test_counters_by_qos_and_drop_reason() -> None:
     assert 'mqtt_broker_messages_dropped_total{reason="queue_full"} 2\n' in text
     assert 'mqtt_broker_publish_received_total{qos="1"} 3\n' in text
     assert "mqtt_broker_messages_queued 1\n" in text and "mqtt_broker_queued_payload_bytes 3\n" in text
-    assert broker.sys_figures(1.0)["$SYS/broker/store/messages/bytes"] == "3"
+    assert broker.sys.sys_figures(1.0)["$SYS/broker/store/messages/bytes"] == "3"
     empty = Client(broker, 4)  # 3.1.1: an empty client id without clean session is refused (0x02)
     assert empty.send(Connect("", protocol_version=4, clean_start=False))[0].reason_code == 2
     refused = Client(broker, 5)  # protocol level 6: answered in the 5.0 format

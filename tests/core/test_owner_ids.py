@@ -107,17 +107,17 @@ class Sink:
 
 
 def attach(broker: BrokerCore, sink: Sink) -> Any:
-    conn = broker.attach("local.bridge", sink, 0.0, receive_maximum=10, bridge="cloud")
-    broker.subscribe_internal(conn, {"a/#": SubscriptionOptions(2, True, True)}, 0.0)
-    broker.resume_internal(conn, 0.0)
+    conn = broker.local.attach("local.bridge", sink, 0.0, receive_maximum=10, bridge="cloud")
+    broker.local.subscribe_internal(conn, {"a/#": SubscriptionOptions(2, True, True)}, 0.0)
+    broker.local.resume_internal(conn, 0.0)
     return conn
 
 
 def commit(broker: BrokerCore) -> None:
-    held = list(broker.held)
-    broker.held.clear()
-    broker.changes = []
-    broker.release(held)
+    held = list(broker.storage.held)
+    broker.storage.held.clear()
+    broker.storage.changes = []
+    broker.storage.release(held)
 
 
 def test_a_bridge_session_never_hands_out_the_clients_own_identifiers() -> None:
@@ -128,34 +128,34 @@ def test_a_bridge_session_never_hands_out_the_clients_own_identifiers() -> None:
     pub = client(broker, "pub")
     for i in range(3):
         pub.send(Publish("a/x", b"%d" % i, 1, packet_id=i + 1))
-        broker.acknowledge_internal(conn, sink.delivered[-1][2], 1.0)  # type: ignore[arg-type]
+        broker.local.acknowledge_internal(conn, sink.delivered[-1][2], 1.0)  # type: ignore[arg-type]
     assert [d[2] for d in sink.delivered] == [OWN_IDS_FROM - 2, OWN_IDS_FROM - 1, OWN_IDS_FROM - 2]
 
 
 def test_with_persistence_a_qos2_forward_and_its_pubrel_wait_for_their_commits() -> None:
     broker = BrokerCore(BrokerConfig(sys_interval=0))
-    broker.enable_persistence()
+    broker.storage.enable_persistence()
     sink = Sink()
     conn = attach(broker, sink)
     pub = client(broker, "pub")
-    broker.changes = []
+    broker.storage.changes = []
     pub.send(Publish("a/x", b"q2", 2, packet_id=1))
     assert sink.delivered == []  # its packet identifier is not on file yet
-    assert [type(c) for c in broker.changes] == [DeliveryAdded, DeliverySent]
-    pid = broker.changes[1].packet_id  # type: ignore[attr-defined]
+    assert [type(c) for c in broker.storage.changes] == [DeliveryAdded, DeliverySent]
+    pid = broker.storage.changes[1].packet_id  # type: ignore[attr-defined]
     commit(broker)
     assert sink.delivered == [(b"q2", 2, pid)]
-    assert broker.received_internal(conn, pid)
-    assert [type(c) for c in broker.changes] == [DeliveryReleased] and sink.released_ids == []
+    assert broker.local.received_internal(conn, pid)
+    assert [type(c) for c in broker.storage.changes] == [DeliveryReleased] and sink.released_ids == []
     commit(broker)
     assert sink.released_ids == [pid]
-    assert not broker.received_internal(conn, pid)  # no flow awaits PUBREC under it now: the caller releases
+    assert not broker.local.received_internal(conn, pid)  # no flow awaits PUBREC under it now: the caller releases
     # Detached before PUBCOMP: the next attach re-sends only the PUBREL, under the same identifier.
-    broker.detach(conn, 2.0)
+    broker.local.detach(conn, 2.0)
     again = Sink()
     conn = attach(broker, again)
     assert again.restored == [(b"q2", pid)] and again.delivered == []
-    broker.acknowledge_internal(conn, pid, 3.0)
+    broker.local.acknowledge_internal(conn, pid, 3.0)
     assert len(conn.session.outgoing) == 0
 
 
@@ -167,4 +167,4 @@ def test_without_persistence_nothing_waits() -> None:
     pub.send(Publish("a/x", b"q2", 2, packet_id=1))
     ((_, _, pid),) = sink.delivered
     assert pid is not None
-    assert broker.received_internal(conn, pid) and sink.released_ids == [pid]
+    assert broker.local.received_internal(conn, pid) and sink.released_ids == [pid]

@@ -110,14 +110,14 @@ def test_a_restored_packed_queue_is_delivered_acknowledged_and_counted() -> None
     for i in range(5):
         packed.add(10 + i, 0.0, 0, b"m%d" % i, 5)
     subs = (("q/#", SubscriptionOptions(1)),)
-    broker.restore([StoredSession("keeper", 4, 0xFFFFFFFF, None, subs, (), queued=packed)], [], 1.0)
-    broker.enable_persistence()
-    assert broker.queued() == (5, 10)
+    broker.storage.restore([StoredSession("keeper", 4, 0xFFFFFFFF, None, subs, (), queued=packed)], [], 1.0)
+    broker.storage.enable_persistence()
+    assert broker.queries.queued() == (5, 10)
     sub = Client(broker)
     assert sub.connect("keeper", clean_start=False).session_present
     first = [p for p in sub.after_connack if isinstance(p, Publish)]
     assert [p.payload for p in first] == [b"m0", b"m1"]  # the window of 2
-    assert broker.queued() == (3, 6)
+    assert broker.queries.queued() == (3, 6)
     got = [p.payload for p in first]
     while True:
         more: list[Publish] = []
@@ -128,15 +128,15 @@ def test_a_restored_packed_queue_is_delivered_acknowledged_and_counted() -> None
         got += [p.payload for p in more]
         first = more
     assert got == [b"m0", b"m1", b"m2", b"m3", b"m4"]
-    assert broker.changes is not None
-    assert [c.row for c in broker.changes if isinstance(c, DeliveryDone)] == [10, 11, 12, 13, 14]
-    assert broker.queued() == (0, 0)
+    assert broker.storage.changes is not None
+    assert [c.row for c in broker.storage.changes if isinstance(c, DeliveryDone)] == [10, 11, 12, 13, 14]
+    assert broker.queries.queued() == (0, 0)
     # New deliveries are numbered after the restored rows.
     pub = Client(broker)
     pub.connect("p2")
     sub.lose()
     pub.send(Publish("q/x", b"new", 1, packet_id=1))
-    assert [c.row for c in broker.changes if isinstance(c, DeliveryAdded)] == [15]
+    assert [c.row for c in broker.storage.changes if isinstance(c, DeliveryAdded)] == [15]
 
 
 # Every property a PUBLISH can carry from its publisher to a retained message (the topic alias is the
@@ -210,10 +210,10 @@ def test_a_restored_frozen_retained_message_is_delivered_as_the_live_one(kind: s
         pub.send(Publish(topic, b"v%d" % i, i % 3, True, packet_id=i + 1 if i % 3 else None, properties=props), 3.0)
     restored = BrokerCore(BrokerConfig(sys_interval=0))
     # In topic order, as the store reads them (and as they were published here): the same tree, the same order.
-    packed = _freeze([m for _, m in sorted(live.retained.items())])
-    restored.restore([], packed, 3.0)
+    packed = _freeze([m for _, m in sorted(live.router.retained.items())])
+    restored.storage.restore([], packed, 3.0)
     assert len(packed) == 0  # handed over: the tree holds them, a message retained since frees the one it replaces
-    assert len(restored.retained) == len(live.retained) == 4
+    assert len(restored.router.retained) == len(live.router.retained) == 4
     got = []
     for broker in (live, restored):
         sub = Client(broker, version)
@@ -222,7 +222,7 @@ def test_a_restored_frozen_retained_message_is_delivered_as_the_live_one(kind: s
         broker.receive(sub.conn, encode(Subscribe(1, (Subscription("s/#", 2),), EMPTY_PROPERTIES), version), 10.0)
         got.append(bytes(sub.conn.out))
         sub.conn.out.clear()
-        assert len(broker.retained) == 3
-        assert broker.retained.get("s/1") is not None and "s/2/x" not in broker.retained
+        assert len(broker.router.retained) == 3
+        assert broker.router.retained.get("s/1") is not None and "s/2/x" not in broker.router.retained
     assert got[0] == got[1]
     assert b"v1" in got[1] and b"v3" in got[1] and b"v2" not in got[1] and b"v0" not in got[1]

@@ -390,7 +390,7 @@ class _BrokerRun:
     # --- what the network layer does after each call, and the invariants ---
 
     def settle(self) -> None:
-        for conn in self.core.take_dirty():
+        for conn in list(self.core.output(self.now).sends):
             if conn.close_requested:
                 self.check_output(conn)
                 conn.out.clear()
