@@ -114,11 +114,15 @@ class Inbox:
 
     def acknowledgement(self, packet: PubAck | PubComp | PubRec) -> None:
         """PUBACK, PUBREC or PUBCOMP for one of our messages."""
+        pid = packet.packet_id
+        if type(packet) is PubRec and packet.reason_code < 0x80 and self._flows.pubrec_again(pid):
+            if pid not in self.session.unreleased:  # (a PUBREL still held goes when the owner releases it)
+                self.out.append(encode(PubRel(pid), self.version))
+            return
         try:
             entry, pubrel = self._flows.acknowledge(packet)
         except ProtocolError as err:
             raise RemoteProtocolError(f"the broker sent {err}", reason_code=err.reason_code) from None
-        pid = packet.packet_id
         if pubrel is not None:
             if not self.session.hold_pubrel(pid):  # (held: PUBREL when the owner's store says so, release())
                 self.out.append(encode(pubrel, self.version))

@@ -277,6 +277,13 @@ class OutgoingFlows:
         entry.state = _AWAIT_PUBCOMP
         return entry
 
+    def pubrec_again(self, packet_id: int) -> bool:
+        """A PUBREC for a QoS 2 message whose PUBREL was sent already: True, and the caller sends PUBREL again
+        (nothing else changes). The peer answered a PUBLISH re-sent on reconnect after it had acknowledged it
+        (its owed PUBREC went first): a repeat, not a protocol error; mosquitto answers it the same way."""
+        entry = self._inflight.get(packet_id)
+        return entry is not None and entry.state is _AWAIT_PUBCOMP
+
     def pubcomp(self, packet_id: int) -> Inflight | None:
         """puback() for PUBCOMP: ends a QoS 2 flow whose PUBREL was sent (any reason code); returns the entry. None
         when it is anything else: call acknowledge() for the answer."""

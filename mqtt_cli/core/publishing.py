@@ -238,8 +238,13 @@ class Publishing:
         if kind is PubAck or kind is PubComp:
             if self.flow_ended(session, p.packet_id, kind is PubAck, now):
                 return
-        elif p.reason_code < 0x80 and self.pubrec_taken(conn, session, p.packet_id):
-            return
+        elif p.reason_code < 0x80:
+            if self.pubrec_taken(conn, session, p.packet_id):
+                return
+            if session.outgoing.pubrec_again(p.packet_id):
+                # Behind the first PUBREL when that one waits for a commit.
+                self.acknowledge(conn, b"\x62\x02" + p.packet_id.to_bytes(2, "big"))
+                return
         held = False
         try:
             _, pubrel = session.outgoing.acknowledge(p)

@@ -165,6 +165,45 @@ def test_pubrel_is_always_answered_across_reconnects_MQTT_4_3_3_11(any_broker: B
     c3.close()
 
 
+@pytest.mark.parametrize("version", [4, 5])
+def test_a_subscriber_owing_a_pubrec_across_a_reconnect_gets_pubrel_for_both_of_its_pubrecs(
+    any_broker: Broker, version: int
+) -> None:
+    """A subscriber reconnects owing the PUBREC of a QoS 2 delivery: it sends it right after CONNACK, while the
+    broker re-sends the PUBLISH (DUP), which it answers with PUBREC again. Both get a PUBREL; the connection stays."""
+    cid, topic = uid("owed"), uid("conf/owed")
+    sub = Raw(any_broker, version)
+    sub.connect(cid, **persistent(version))
+    sub.subscribe(topic, 2)
+    pub = Raw(any_broker, version)
+    pub.connect(uid("p"))
+    pub.send(Publish(topic, b"x", 2, packet_id=1))
+    assert pub.next() == PubRec(1)
+    pub.send(PubRel(1))  # (mosquitto delivers at PUBREL)
+    assert pub.next() == PubComp(1)
+    delivered = sub.next()
+    assert isinstance(delivered, Publish) and delivered.packet_id is not None
+    pid = delivered.packet_id
+    sub.kill()
+    time.sleep(0.2)
+    sub = Raw(any_broker, version)
+    sub.send(Connect(cid, protocol_version=version, **persistent(version)))
+    sub.send(PubRec(pid))  # owed, sent before the CONNACK is read
+    assert isinstance(sub.next(), ConnAck)
+    got = sub.quiet(0.5)
+    resent = [p for p in got if isinstance(p, Publish)]
+    assert resent and resent[0].dup and resent[0].packet_id == pid
+    sub.send(PubRec(pid))  # the answer to the re-sent PUBLISH
+    got += sub.quiet(0.5)
+    assert [p for p in got if isinstance(p, PubRel)] == [PubRel(pid), PubRel(pid)]
+    assert not sub.closed
+    sub.send(PubComp(pid))
+    assert sub.quiet(0.3) == [] and not sub.closed
+    sub.send(Disconnect(0, Properties(session_expiry_interval=0)) if version == 5 else Disconnect())
+    sub.close()
+    pub.close()
+
+
 # --- #3, #4: wills on take-over and will delay ------------------------------------------------------------------
 
 

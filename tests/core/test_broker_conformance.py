@@ -731,3 +731,44 @@ def test_a_connack_over_the_clients_maximum_packet_size_closes_MQTT_3_1_2_24(bro
     c = Client(broker, 5)
     assert c.send(Connect("c", protocol_version=5, properties=Properties(maximum_packet_size=5))) == []
     assert c.closed and not broker.sessions and broker.connected == 0
+
+
+# --- a PUBREC again after PUBREL: PUBREL again (mosquitto), not a protocol error ------------------------------
+
+
+@pytest.mark.parametrize("version", [4, 5])
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_pubrec_for_a_released_message_gets_pubrel_again(version: int, persistent: bool) -> None:
+    """A subscriber that reconnects owing a PUBREC sends it right after CONNACK, while the broker re-sends the
+    PUBLISH (DUP); it answers that re-send with PUBREC again, which finds the flow awaiting PUBCOMP."""
+    from mqtt_cli.core.packets import PubComp, PubRec, PubRel
+
+    broker = BrokerCore(BrokerConfig(sys_interval=0))
+    if persistent:
+        broker.storage.enable_persistence()
+    sub = Client(broker, version)
+    sub.connect("s", clean_start=False)
+    sub.subscribe(Subscription("t", 2))
+    pub = client(broker, "p", version)
+    pub.send(Publish("t", b"x", 2, packet_id=1))
+    if persistent:
+        broker.output(0.0)
+        broker.commit_done(0.0, 0.0)
+        broker.output(0.0)
+    (delivered,) = [p for p in sub.received() if isinstance(p, Publish)]
+    pid = delivered.packet_id
+    assert pid is not None
+    def answer(packet: PubRec) -> list[object]:
+        got = sub.send(packet)
+        if persistent:  # the PUBREL waits for the commit saying so
+            broker.output(0.0)
+            broker.commit_done(0.0, 0.0)
+            broker.output(0.0)
+            got += sub.received()
+        return got
+
+    assert answer(PubRec(pid)) == [PubRel(pid)]
+    assert answer(PubRec(pid)) == [PubRel(pid)]
+    assert not sub.closed
+    assert sub.send(PubComp(pid)) == [] and not sub.closed
+    assert pid not in broker.sessions["s"].outgoing

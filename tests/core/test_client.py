@@ -493,3 +493,17 @@ def test_broker_limits_come_from_connack_as_a_record() -> None:
     client, _ = connected(5, ConnAck(properties=Properties(receive_maximum=7, maximum_qos=1, retain_available=0)))
     assert (client.limits.receive_maximum, client.limits.maximum_qos, client.limits.retain_available) == (7, 1, False)
     assert client.limits.maximum_packet_size is None and client.limits.topic_alias_maximum == 0
+
+
+def test_a_pubrec_again_after_pubrel_gets_pubrel_again() -> None:
+    """The broker answered our re-sent QoS 2 PUBLISH after it had acknowledged it: PUBREL again, no second
+    event, no protocol error (as mosquitto does)."""
+    client, broker = connected(5)
+    pid = client.publish("a", b"x", 2, context="m")
+    broker.received()
+    assert broker.send(PubRec(pid)) == []
+    assert broker.received() == [PubRel(pid)]
+    assert broker.send(PubRec(pid)) == []
+    assert broker.received() == [PubRel(pid)]
+    (done,) = broker.send(PubComp(pid))
+    assert done.context == "m" and done.ok and client.inflight == 0
