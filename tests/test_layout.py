@@ -222,3 +222,35 @@ def test_the_client_commands_stay_thin() -> None:
             if lines >= 100:
                 long.append(f"commands/{file}: {name}'s body is {lines} lines")
     assert not long, long
+
+
+#: The longest function body (statements after the docstring) a module of mqtt_cli may hold: past it, a function
+#: does several things and wants cutting along its own steps.
+MAX_BODY_LINES = 100
+
+
+def long_functions(source: str, where: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        body = node.body
+        if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]
+        lines = (node.end_lineno or node.lineno) - body[0].lineno + 1
+        if lines > MAX_BODY_LINES:
+            found.append(f"{where}:{node.lineno} {node.name} has a body of {lines} lines")
+    return found
+
+
+@pytest.mark.parametrize(("lines", "bad"), [(MAX_BODY_LINES, False), (MAX_BODY_LINES + 1, True)])
+def test_long_function_checker(lines: int, bad: bool) -> None:
+    source = 'def f():\n    """Doc."""\n' + "    x = 1\n" * lines
+    assert bool(long_functions(source, "example.py")) is bad
+
+
+def test_no_function_body_is_over_the_limit() -> None:
+    found = []
+    for path in python_files(PACKAGE):
+        found += long_functions(path.read_text(encoding="utf-8"), str(path.relative_to(REPO_ROOT)))
+    assert not found, f"cut these along their steps (at most {MAX_BODY_LINES} lines):\n" + "\n".join(found)

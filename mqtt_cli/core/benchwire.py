@@ -204,6 +204,13 @@ class Latencies:
         self.min_us = -1  # none yet
         self.max_us = 0
 
+    def settle(self, total: int, sum_us: int, min_us: int, max_us: int) -> None:
+        """A scan's running figures, kept in locals while it ran (Receiver.feed), written back."""
+        self.total = total
+        self.sum_us = sum_us
+        self.min_us = min_us
+        self.max_us = max_us
+
     def record(self, us: int) -> None:
         if us < 0:
             us = 0
@@ -270,9 +277,7 @@ class Receiver:
         max_us = lat.max_us
         unpack = HEADER.unpack_from
         v5 = self.v5
-        delivered = 0
-        samples = 0
-        foreign = 0
+        delivered = samples = foreign = 0
         distinct = self.distinct
         dups = self.dups
         reordered = self.reordered
@@ -307,13 +312,9 @@ class Receiver:
                     header: tuple[int, int, int] = unpack(buf, p)  # typed: mypyc unpacks it natively
                     sent_ns, publisher, seq = header
                     us = (now_ns - sent_ns) // 1000
-                    if us < _SUB:
-                        if us < 0:
-                            us = 0
-                        counts[us] += 1
-                    else:  # bucket_of(us), without a call
-                        shift = us.bit_length() - _SUB_BITS
-                        counts[(shift << 6) + (us >> shift)] += 1
+                    if us < 0:
+                        us = 0
+                    counts[bucket_of(us)] += 1
                     total += 1
                     sum_us += us
                     if us > max_us:
@@ -325,10 +326,7 @@ class Receiver:
                         if current >= 0:
                             self.last[current] = last
                         current = publisher
-                        got = self.bits.get(publisher)
-                        if got is None:
-                            got = self.bits[publisher] = bytearray(max(1024, (seq >> 3) + 1))
-                        bits = got
+                        bits = self._bitmap(publisher, seq)
                         size = len(bits)
                         last = self.last.get(publisher, -1)
                     byte = seq >> 3
@@ -356,10 +354,7 @@ class Receiver:
         if current >= 0:
             self.last[current] = last
         self.rest = buf[pos:] if pos < n else b""
-        lat.total = total
-        lat.sum_us = sum_us
-        lat.min_us = min_us
-        lat.max_us = max_us
+        lat.settle(total, sum_us, min_us, max_us)
         self.delivered += delivered
         self.samples += samples
         if kernel:
@@ -369,6 +364,14 @@ class Receiver:
         self.dups = dups
         self.reordered = reordered
         return bytes(acks)
+
+
+    def _bitmap(self, publisher: int, seq: int) -> bytearray:
+        """The bitmap of `publisher`'s sequence numbers, made at its first message."""
+        bits = self.bits.get(publisher)
+        if bits is None:
+            bits = self.bits[publisher] = bytearray(max(1024, (seq >> 3) + 1))
+        return bits
 
 
 class Acks:

@@ -822,19 +822,7 @@ def run(spec: Spec, on_tick: Callable[[Tick], None]) -> Outcome:
     added to the figures (each worker measures its own)."""
     total = spec.clients + (spec.subs if spec.mode is Mode.PUBSUB else 0)
     fd_note = raise_fd_limit(total // max(1, spec.workers) + 64)
-    ctx = multiprocessing.get_context("fork")
-    pipes: list[multiprocessing.connection.Connection] = []
-    procs: list[multiprocessing.context.ForkProcess] = []
-    for i in range(spec.workers):
-        parent_end, child_end = ctx.Pipe()
-        inherited = [*pipes, parent_end]
-        proc = ctx.Process(
-            target=_worker_main, args=(spec, i, child_end, inherited), daemon=True, name=f"bench-worker-{i}"
-        )
-        proc.start()
-        child_end.close()
-        pipes.append(parent_end)
-        procs.append(proc)
+    pipes, procs = _start_workers(spec)
     ticks: dict[int, Figures] = {}
     finals: dict[int, Figures] = {}
     ready: set[int] = set()
@@ -924,6 +912,26 @@ def run(spec: Spec, on_tick: Callable[[Tick], None]) -> Outcome:
     if broker is not None and broker_end is not None:
         figures.broker_cpu_ns, figures.broker_wait_ns = (broker_end - broker).cpu_ns, (broker_end - broker).wait_ns
     return Outcome(figures, start_ns, interrupted, fd_note)
+
+
+def _start_workers(
+    spec: Spec,
+) -> tuple[list[multiprocessing.connection.Connection], list[multiprocessing.context.ForkProcess]]:
+    """`spec.workers` forked processes, each with a pipe to this one (its end of the others' pipes closed)."""
+    ctx = multiprocessing.get_context("fork")
+    pipes: list[multiprocessing.connection.Connection] = []
+    procs: list[multiprocessing.context.ForkProcess] = []
+    for i in range(spec.workers):
+        parent_end, child_end = ctx.Pipe()
+        inherited = [*pipes, parent_end]
+        proc = ctx.Process(
+            target=_worker_main, args=(spec, i, child_end, inherited), daemon=True, name=f"bench-worker-{i}"
+        )
+        proc.start()
+        child_end.close()
+        pipes.append(parent_end)
+        procs.append(proc)
+    return pipes, procs
 
 
 def _tell(pipe: multiprocessing.connection.Connection, message: tuple[str, Any]) -> None:
