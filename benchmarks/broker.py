@@ -289,6 +289,53 @@ def builds_mode(args: argparse.Namespace, work: Path, load: LoadGen) -> int:
     return matrix_mode(args, work, load, targets, "broker-builds", env)
 
 
+def against_mode(args: argparse.Namespace, work: Path, load: LoadGen) -> int:
+    """The matrix (--only) for this checkout's broker and REF's (`git archive` into the work directory, compiled
+    there with its own scripts/build_compiled.py when this checkout runs compiled), in rotating order, with the
+    same load generator; prints this checkout's medians as a ratio of REF's (rates: higher is better; p99 and CPU
+    per message: lower is better)."""
+    sys.path.insert(0, str(ROOT))
+    from mqtt_cli import buildmode
+
+    tree = work / "against"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.against, "mqtt_cli", "scripts"],
+                             capture_output=True, check=False)  # fmt: skip
+    if archive.returncode:
+        print(f"benchmarks/broker.py --against: {archive.stderr.decode().strip()}", file=sys.stderr)
+        return 2
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    env = LoadGen.env()
+    if Path(buildmode.STAMP).exists() and not os.environ.get(buildmode.ENV_PURE):
+        print(f"compiling {args.against} with mypyc (a minute or two)", flush=True)
+        built = subprocess.run([sys.executable, str(tree / "scripts" / "build_compiled.py"), "--root", str(tree)],
+                               capture_output=True, text=True, check=False)  # fmt: skip
+        if built.returncode:
+            print(f"benchmarks/broker.py --against: {args.against} did not compile:\n{built.stderr}", file=sys.stderr)
+            return 2
+    targets = {args.against: (18880, serve_command(18880)), "this": (18881, serve_command(18881))}
+    rows = matrix(load, targets, reps=args.reps, only=args.only.split(","), count=args.count, conns=args.conns,
+                  out=work / "results.jsonl", lat_seconds=args.lat_seconds,
+                  env={args.against: {**env, "PYTHONPATH": str(tree)}, "this": env})  # fmt: skip
+    out_path = save_rows("broker-against", rows)
+    groups: dict[tuple[object, ...], dict[str, list[dict[str, object]]]] = {}
+    for row in rows:
+        groups.setdefault(key(row), {}).setdefault(str(row["label"]), []).append(row)
+    print(f"{'test':<26}{args.against[:12]:>12}{'this':>12}{'this/ref':>10}  CPU us/msg ref, this")
+    for k in sorted(groups, key=_order):
+        by = groups[k]
+        field = "p99_us" if k[0] == "lat" else "delivered_per_s"
+        if k[0] == "conns":
+            ref, this = kb_per_conn(by.get(args.against, [])), kb_per_conn(by.get("this", []))
+        else:
+            ref, this = median(by.get(args.against, []), field), median(by.get("this", []), field)
+        cpu = [cpu_per_message(by.get(lb, [])) for lb in targets] if k[0] != "conns" else []
+        print(f"{test_label(k):<26}{ref:>12,.1f}{this:>12,.1f}{this / ref if ref else math.nan:>10.3f}  "
+              + ", ".join(f"{c:.2f}" for c in cpu))  # fmt: skip
+    print(f"load: {load.name}; load average {os.getloadavg()[0]:.2f} at the end; raw results: {out_path}")
+    return 0
+
+
 def mosquitto_command(work: Path, port: int) -> list[str]:
     conf = work / f"mosquitto-{port}.conf"
     conf.write_text(mosquitto_conf(port))
@@ -387,6 +434,7 @@ def main() -> int:
     parser.add_argument("--acl", action="store_true", help="QoS 1 fan-in/fan-out with 1,000 ACL patterns vs none")
     parser.add_argument("--metrics", action="store_true", help="fan-in QoS 0 with the metrics endpoint scraped vs off")
     parser.add_argument("--builds", action="store_true", help="the matrix for mosquitto, our pure and compiled builds")
+    parser.add_argument("--against", metavar="REF", help="this checkout's broker against REF's (a commit or branch)")
     parser.add_argument("--lat-seconds", type=float, default=10, help="seconds of each latency run")
     parser.add_argument("--quick", action="store_true", help="every test once, briefly (reps 1, 2,000 messages)")
     args = parser.parse_args()
@@ -403,6 +451,8 @@ def main() -> int:
         return metrics_mode(args, load)
     if args.builds:
         return builds_mode(args, work, load)
+    if args.against:
+        return against_mode(args, work, load)
     targets = {"mosquitto": (18860, mosquitto_command(work, 18860)), "ours": (18861, serve_command(18861))}
     return matrix_mode(args, work, load, targets, "broker")
 
