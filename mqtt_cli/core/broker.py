@@ -152,6 +152,13 @@ class BrokerStats:
 
 
 class BrokerCore:
+    """The broker without I/O: the network layer feeds it bytes (`receive`), time (`tick`) and connection ends, and
+    asks `output` what to do after each. It dispatches packets to its components, one job each: `admission`
+    (CONNECT, auth, ACL), `publishing` (PUBLISH and the acknowledgements), `router` (subscriptions, retained,
+    shared groups), `delivery` (sending and queueing to one session), `closing` (ends, wills, expiry, timers),
+    `storage` (persistence's records and held acknowledgements), `out` (bytes and notices), `local` (in-process
+    clients), `sys` ($SYS), `queries` (what the admin API reads), `topics` (topic checks)."""
+
     def __init__(self, config: BrokerConfig | None = None, now: float = 0.0) -> None:
         self.config = config or BrokerConfig()
         self.sessions: dict[str, Session] = {}
