@@ -134,3 +134,29 @@ def test_acks_count_completions_and_answer_pubrec() -> None:
     assert acks.feed(data[5:]) == 2 and acks.replies == encode(PubRel(2), 4)
     with pytest.raises(Closed):
         acks.feed(encode(Disconnect(), 4))
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"temperature": 21.5, "unit": "C", "device": "kitchen"}',  # JSON: its first bytes as a time are absurd
+        bytes(range(20)),  # exactly 20 bytes, not a time of this hour
+        make_payload(20, T0, 1, 1) + b"x" * 30,  # a send time of now, but not the bench's padding
+    ],
+    ids=["json", "20-bytes", "not-padded"],
+)
+def test_another_publishers_payload_is_foreign_not_a_latency_sample(payload: bytes) -> None:
+    data = encode(Publish("bench/1", payload, 0), 4) + _stream(4, 0, [(1, 0)])[0]
+    latencies = Latencies()
+    r = Receiver(4, latencies)
+    r.feed(data, T0 + 90_000, True)
+    assert _counts(r) == (2, 1, 1, 1, 0, 0)
+    assert (latencies.total, latencies.min_us, latencies.max_us) == (1, 90, 90)
+
+
+def test_a_send_time_slightly_after_the_receive_time_is_a_sample_of_zero() -> None:
+    data, _ = _stream(4, 0, [(1, 0)], sent_ns=T0 + 5_000)  # the wall clock stepped back by 5 us
+    latencies = Latencies()
+    r = Receiver(4, latencies)
+    r.feed(data, T0, True)
+    assert (r.samples, r.foreign, latencies.max_us) == (1, 0, 0)
