@@ -6,6 +6,7 @@ import gzip
 import json
 import select
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from tests.capture.helpers import session
 from tests.capture.pcapwriter import ETHERNET, Conversation, Interface, pcap, pcapng
 
 from ..conftest import REPO_ROOT, Run, cli_env
+
+MQTT = [sys.executable, "-m", "mqtt_cli"]  # this checkout's (run from REPO_ROOT), whichever venv runs the tests
 
 SESSION_TYPES = ["CONNECT", "CONNACK", "SUBSCRIBE", "SUBACK", "PUBLISH", "PUBACK", "PUBLISH", "PUBACK", "PUBLISH",
                  "PUBACK", "PINGREQ", "DISCONNECT"]  # fmt: skip
@@ -41,7 +44,7 @@ def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def dump(*args: Any, stdin: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [str(REPO_ROOT / ".venv" / "bin" / "mqtt"), "dump", *map(str, args)],
+        [*MQTT, "dump", *map(str, args)],
         input=stdin, capture_output=True, timeout=timeout, env=cli_env(), cwd=REPO_ROOT,
         stdin=None if stdin is not None else subprocess.DEVNULL,
     )  # fmt: skip
@@ -350,7 +353,7 @@ def test_closed_output_is_not_an_error(capture: Path) -> None:
         frames += session(Conversation(cport=41000 + n, ts=1_700_000_000_000_000_000 + n * 10**9)).frames()
     big.write_bytes(pcap(frames))
     proc = subprocess.Popen(
-        [str(REPO_ROOT / ".venv" / "bin" / "mqtt"), "dump", str(big)],
+        [*MQTT, "dump", str(big)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(), stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert proc.stdout is not None and proc.stderr is not None
@@ -368,7 +371,7 @@ def test_live_pipe_shows_packets_as_they_come(json_output: bool) -> None:
     data = pcap(conv.frames())
     first_packet_end = len(pcap(conv.frames()[:4]))  # the pcap header and the frames up to the CONNECT
     proc = subprocess.Popen(
-        [str(REPO_ROOT / ".venv" / "bin" / "mqtt"), "dump", *(["--json"] if json_output else []), "-"],
+        [*MQTT, "dump", *(["--json"] if json_output else []), "-"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(),
     )  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None
@@ -405,7 +408,7 @@ def test_progress_bar_on_a_terminal_for_a_large_capture(tmp_path: Path) -> None:
         env = {**cli_env(), "TERM": "xterm", "COLUMNS": "100"}
         env.pop("NO_COLOR", None)
         done = subprocess.run(
-            [str(REPO_ROOT / ".venv" / "bin" / "mqtt"), "dump", "--json", str(path)],
+            [*MQTT, "dump", "--json", str(path)],
             stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL, timeout=60, env=env, cwd=REPO_ROOT,
         )  # fmt: skip
         os.close(follower)
@@ -436,8 +439,6 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(capture: Path) -> None:
 
 def test_stats_written_to_a_pipe_or_file_are_not_cut() -> None:
     """rich cuts a table to 80 columns when its output is no terminal: a long topic came out as `plant/xxx…`."""
-    import sys
-
     topic = "plant/" + "x" * 120 + "/temp"
     packet = encode(Publish(topic, b"21.5"), 4).hex()
     for stderr in (False, True):  # --stats go to standard error with --json
