@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from .lifecycle import (
     LifecycleEvent,
@@ -27,6 +27,16 @@ from .session import Message, Session
 if TYPE_CHECKING:
     from .broker import BrokerCore
 
+# Reasons the broker closes a connection for that are no fault (logged `disconnected` with the reason, not `error`).
+_CHOSEN: Final = frozenset(
+    {
+        ReasonCode.SESSION_TAKEN_OVER,
+        ReasonCode.ADMINISTRATIVE_ACTION,
+        ReasonCode.SERVER_SHUTTING_DOWN,
+        ReasonCode.USE_ANOTHER_SERVER,
+        ReasonCode.SERVER_MOVED,
+    }
+)
 
 __all__ = ["CONNECT_TIMEOUT", "NEVER_EXPIRES", "SWEEP_INTERVAL", "Closing", "Timer", "TimerKind"]
 
@@ -86,7 +96,13 @@ class Closing:
             self.out.send(conn, Disconnect(reason, why))
         conn.advance(event)
         self.out.dirty[conn] = None
-        kind = NoticeKind.REFUSED if refused else NoticeKind.DISCONNECTED if reason is None else NoticeKind.ERROR
+        kind = (
+            NoticeKind.REFUSED
+            if refused
+            else NoticeKind.DISCONNECTED
+            if reason is None or reason in _CHOSEN
+            else NoticeKind.ERROR
+        )
         self.out.notices.append(Notice(kind, conn.client_id, conn.peer, detail, reason))
         session = conn.session
         if session is None or session.connection is not conn:

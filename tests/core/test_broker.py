@@ -9,6 +9,7 @@ import pytest
 from mqtt_cli.core.broker import BrokerConfig, BrokerCore
 from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.limits import Limits
+from mqtt_cli.core.outbox import NoticeKind
 from mqtt_cli.core.packets import (
     ConnAck,
     Connect,
@@ -266,6 +267,23 @@ def test_take_over_v5(broker: BrokerCore) -> None:
     (d,) = old.received()
     assert isinstance(d, Disconnect) and d.reason_code == 0x8E and old.closed
     assert [p.payload for p in w.received()] == [b"taken"]
+
+
+def test_a_close_the_broker_chose_is_logged_as_a_disconnection_with_its_reason(broker: BrokerCore) -> None:
+    """A take-over or an operator's disconnection is no fault: `disconnected` with its reason code, not `error`;
+    a protocol error stays `error`."""
+    client(broker, "dup", 5)
+    Client(broker, 5).connect("dup")  # takes the session over: the first connection gets 0x8E
+    client(broker, "kicked", 5)
+    assert broker.queries.disconnect_client("kicked", 0.0, "by the admin API")
+    bad = client(broker, "bad", 5)
+    bad.send_raw(b"\xf0\x00")  # reserved packet type: malformed
+    notices = [(n.kind, n.client_id, n.reason_code) for n in broker.out.notices if n.kind != NoticeKind.CONNECTED]
+    assert notices == [
+        (NoticeKind.DISCONNECTED, "dup", 0x8E),
+        (NoticeKind.DISCONNECTED, "kicked", 0x98),
+        (NoticeKind.ERROR, "bad", 0x82),
+    ]
 
 
 def test_persistent_session_queue_and_resend(broker: BrokerCore) -> None:
