@@ -513,8 +513,11 @@ class BrokerServer:
                             continue
                         full = len(data) == READ_SIZE
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                    if isinstance(exc.__cause__, ssl.SSLError) and not conn.connected:
-                        self._notice_refused(conn.peer, f"TLS handshake failed: {_ssl_reason(exc.__cause__)}")
+                    cause = exc.__cause__
+                    # An alert about our certificate comes after the server's half of the handshake; a peer gone
+                    # without close_notify (a port check, a killed client) is no failed handshake.
+                    if isinstance(cause, ssl.SSLError) and not _is_eof(cause) and not conn.connected:
+                        self._notice_refused(conn.peer, f"TLS handshake failed: {_ssl_reason(cause)}")
                     data = b""
                 if not data:
                     break
@@ -918,6 +921,11 @@ def _ssl_reason(exc: ssl.SSLError) -> str:
     if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
         reason += f": {exc.verify_message}"
     return reason.removeprefix("sslv3 alert ").removeprefix("tlsv13 alert ")
+
+
+def _is_eof(exc: ssl.SSLError) -> bool:
+    """The peer closed the connection without TLS's close_notify."""
+    return isinstance(exc, ssl.SSLEOFError) or exc.reason == "UNEXPECTED_EOF_WHILE_READING"
 
 
 def _write_ready_file(path: Path, bound: list[Listener], metrics: MetricsAddress | None = None) -> None:

@@ -4,9 +4,11 @@ sends exactly the frames a test needs (fragments, pings, text frames, closes).""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
+import ssl
 import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -32,6 +34,7 @@ from wsproto.events import (
 from mqtt_cli.core.broker import BrokerConfig
 from mqtt_cli.core.encoder import encode
 from mqtt_cli.core.limits import Limits
+from mqtt_cli.core.outbox import Notice, NoticeKind
 from mqtt_cli.core.packets import (
     ConnAck,
     Connect,
@@ -230,6 +233,33 @@ async def test_every_transport_with_our_client(tmp_path: Path) -> None:
             peers = {c.peer for c in server.core.connections}
         assert f"unix:{sock_path}" in peers
     assert not os.path.exists(sock_path)  # removed on shutdown
+
+
+async def test_a_tls_client_that_leaves_before_connect_is_no_failed_handshake(tmp_path: Path) -> None:
+    """A client that completes TLS and closes its socket before CONNECT (no close_notify: a port check, a killed
+    client) is no handshake failure; a client that refuses our certificate, after the server's half, is."""
+    ca = _make_certs(tmp_path)
+    notices: list[Notice] = []
+    async with running(
+        parse_listen_url("mqtts://127.0.0.1:0"), tls_cert=tmp_path / "server.pem", tls_key=tmp_path / "server.key",
+        on_notice=notices.append,
+    ) as server:  # fmt: skip
+        port = bound(server, Scheme.MQTTS).port
+        trusting = make_ssl_context(TLSOptions(cafile=str(ca)))
+        distrusting = make_ssl_context(TLSOptions())  # the system's CAs: our test CA is not one of them
+
+        def visit(ctx: ssl.SSLContext) -> None:  # the standard library's blocking socket: it sends its alert
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, contextlib.suppress(ssl.SSLError):
+                ctx.wrap_socket(raw, server_hostname="localhost")  # closed with raw: no close_notify
+
+        with trio.fail_after(10):
+            for ctx in (trusting, distrusting):
+                await trio.to_thread.run_sync(visit, ctx)
+            while len([n for n in notices if n.kind == NoticeKind.REFUSED]) < 1:
+                await trio.sleep(0.01)
+            await trio.sleep(0.2)  # time for a wrong notice about the first client to arrive too
+    refused = [n.detail for n in notices if n.kind == NoticeKind.REFUSED]
+    assert len(refused) == 1 and "TLS handshake failed" in refused[0] and "unknown ca" in refused[0], refused
 
 
 async def test_listener_of_its_own_tls_files(tmp_path: Path) -> None:
