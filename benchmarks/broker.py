@@ -343,8 +343,10 @@ def mosquitto_command(work: Path, port: int) -> list[str]:
 
 
 def serve_command(port: int) -> list[str]:
-    """Our broker with mosquitto's limits (start it with LoadGen.env(): this checkout first on the path)."""
-    return [*pin(0), sys.executable, "-m", "mqtt_cli", "serve", "--port", str(port), "--max-queued-messages", "0",
+    """Our broker with mosquitto's limits (start it with LoadGen.env(): this checkout first on the path, or with
+    PYTHONPATH naming another tree). -P: `-m` would otherwise put the working directory (this checkout) first on
+    the path, before PYTHONPATH, and run this checkout's broker whatever PYTHONPATH says."""
+    return [*pin(0), sys.executable, "-P", "-m", "mqtt_cli", "serve", "--port", str(port), "--max-queued-messages", "0",
             "--max-inflight", "0", "--sys-interval", "0"]  # fmt: skip
 
 
