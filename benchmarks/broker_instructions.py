@@ -1,6 +1,6 @@
 """Instructions per message of this checkout's broker against another commit's, counted by valgrind's callgrind.
 
-    .venv/bin/python benchmarks/broker_instructions.py --against REF [--reps 2] [--messages 100] [--only ROWS]
+    .venv/bin/python benchmarks/broker_instructions.py --against REF [--reps 2] [--messages 200] [--only ROWS]
     .venv/bin/python benchmarks/broker_instructions.py --quick      # this checkout, the one-shot row: does it run
 
 Needs valgrind (callgrind_control, callgrind_annotate; `make install` as root installs it). Rates timed on a
@@ -23,10 +23,14 @@ Rows (--only takes their groups: fanin, fanout, persist, lat, bridge, startup):
   saturated broker batches reads and sends differently from one tree to the other, which would skew the count.
   A row whose p99 latency reached the interval between a publisher's messages is marked `late` (the broker fell
   behind).
-  Per message is per message published: a fan-out message's ten deliveries count as one.
+  Per message is per message published: a fan-out message's ten deliveries count as one. The idle broker wakes
+  twice a second (its ticker), about 150k instructions a wake-up under callgrind: a count can hold one wake-up
+  more or less than its share, which --messages 200 keeps within about 2% of the cheapest row. Each row's raw
+  record names its two callgrind files (`dumps`, in --work) for `callgrind_annotate`.
 - bridge: benchmarks/bridge_path.py's forwarding path (QoS 1, MQTT 3.1.1, reads of 64) in a process of its own
   under callgrind, instrumentation on only around the messages (after a warm-up run); per message.
-- startup: `mqtt pub` of one message to mosquitto, the whole process under callgrind (start-up included).
+- startup: `mqtt pub` of one message to mosquitto, the whole process under callgrind (start-up included), each
+  tree byte-compiled first.
 
 Prints test, REF, this, this/REF (the mean of --reps; the spread of the reps beside). Raw rows go to a new file
 benchmarks/results/broker-instructions[-against-REF]-DATE[-N].jsonl, headed by the CPU model (lscpu).
@@ -35,6 +39,7 @@ benchmarks/results/broker-instructions[-against-REF]-DATE[-N].jsonl, headed by t
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import shutil
@@ -81,8 +86,8 @@ class Row:
 BROKER_ROWS = (
     *(Row("fanin", f"fan-in 4->1 QoS {q} {s} B", q, s, pubs=4, rate=20) for s in (64, 1024) for q in (0, 1, 2)),
     *(Row("fanout", f"fan-out 1->10 QoS {q} 64 B", q, subs=10, rate=8, weight=2) for q in (0, 1)),
-    Row("persist", "persistent fan-in QoS 1, persistence off", 1, rate=5),
-    Row("persist", "persistent fan-in QoS 1, persistence on", 1, rate=5, persistence=True),
+    Row("persist", "persistent fan-in QoS 1, persistence off", 1, rate=8),
+    Row("persist", "persistent fan-in QoS 1, persistence on", 1, rate=8, persistence=True),
     *(Row("lat", f"latency 10/s QoS {q} 64 B", q) for q in (0, 1, 2)),
 )
 #: The interpreter, run with PYTHONPATH set to a tree: -P keeps the working directory (a checkout) off the path.
@@ -224,7 +229,10 @@ def startup_instructions(tree: Path, work: Path, port: int) -> dict[str, object]
     out = work / f"callgrind-startup-{time.monotonic_ns()}.out"
     pub = [*PYTHON, "-m", "mqtt_cli", "pub", "-h", "127.0.0.1", "-p", str(port), "-t", "bench/startup", "-m",
            "hello"]  # fmt: skip
-    subprocess.run(pub, cwd=work, env=tree_env(tree), capture_output=True, check=True)  # byte-compiled first
+    # Byte-compiled first, as pip does when it installs a wheel: with PYTHONDONTWRITEBYTECODE set (as in many
+    # development shells) every run would otherwise compile the sources again, and count that.
+    compileall.compile_dir(str(tree / "mqtt_cli"), quiet=1)
+    subprocess.run(pub, cwd=work, env=tree_env(tree), capture_output=True, check=True)
     subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *pub], cwd=work,
                    env=tree_env(tree), capture_output=True, check=True)  # fmt: skip
     return {"per_message": total_instructions(out), "sent": [1]}
@@ -311,7 +319,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--against", metavar="REF", help="the commit (or branch) to count beside this checkout")
     parser.add_argument("--reps", type=int, default=2)
-    parser.add_argument("--messages", type=int, default=60, help="messages of each row's long count beyond the short")
+    parser.add_argument("--messages", type=int, default=200, help="messages of each row's long count beyond the short")
     parser.add_argument("--only", default=",".join(GROUPS), help="row groups: " + ", ".join(GROUPS))
     parser.add_argument("--work", type=Path, help="work directory (kept; a REF tree there is reused)")
     parser.add_argument("--quick", action="store_true", help="this checkout's one-shot row once")
