@@ -23,10 +23,13 @@ Rows (--only takes their groups: fanin, fanout, persist, lat, bridge, startup):
   saturated broker batches reads and sends differently from one tree to the other, which would skew the count.
   A row whose p99 latency reached the interval between a publisher's messages is marked `late` (the broker fell
   behind).
-  Per message is per message published: a fan-out message's ten deliveries count as one. The idle broker wakes
-  twice a second (its ticker), about 150k instructions a wake-up under callgrind: a count can hold one wake-up
-  more or less than its share, which --messages 200 keeps within about 2% of the cheapest row. Each row's raw
-  record names its two callgrind files (`dumps`, in --work) for `callgrind_annotate`.
+  `mqtt bench` paces its publishers on one schedule, so fan-in's four send together: a burst of four each
+  period, usually read in one wake-up. On a busy machine (a load average well above the cores) the generator
+  itself falls behind and sends in bursts, the broker batches more and the counts drop: run it on a quiet
+  machine. Per message is per message published: a fan-out message's ten deliveries count as one. The idle
+  broker wakes twice a second (its ticker), about 150k instructions a wake-up under callgrind: a count can hold
+  one wake-up more or less than its share, which --messages 200 keeps within about 2% of the cheapest row. Each
+  row's raw record names its two callgrind files (`dumps`, in --work) for `callgrind_annotate`.
 - bridge: benchmarks/bridge_path.py's forwarding path (QoS 1, MQTT 3.1.1, reads of 64) in a process of its own
   under callgrind, instrumentation on only around the messages (after a warm-up run); per message.
 - startup: `mqtt pub` of one message to mosquitto, the whole process under callgrind (start-up included), each
