@@ -112,8 +112,14 @@ class LoadGen:
         return Path(name)
 
     def thru(self, port: int, *, pattern: str, pubs: int, subs: int, qos: int, size: int, count: int,
-             broker_pid: int | None = None, timeout: float = 300) -> dict:  # fmt: skip
-        """`count` messages as fast as the window allows: pattern `fanin` (all to one subscriber) or `fanout`."""
+             broker_pid: int | None = None, timeout: float = 300, rate: float | None = None,
+             persistent: str | None = None, workers: int | None = None) -> dict:  # fmt: skip
+        """`count` messages as fast as the window allows: pattern `fanin` (all to one subscriber) or `fanout`.
+        `rate`: paced instead, messages a second in all. `persistent`: MQTT 3.1.1 persistent sessions (not clean)
+        whose client ids and topics start with this run name (new sessions each run: a session coming back would
+        find the previous run's state). Both need `mqtt bench`."""
+        if self.mqttload and (rate or persistent):
+            raise SystemExit(f"{ENV_C_TOOL}: paced or persistent loads need `mqtt bench` (unset it)")
         if self.mqttload:
             argv = [*pin(1), self.mqttload, "thru", f"--{pattern}", "--pubs", str(pubs), "--subs", str(subs),
                     "--qos", str(qos), "--size", str(size), "--count", str(count), "--timeout", str(int(timeout)),
@@ -122,9 +128,11 @@ class LoadGen:
                 argv += ["--broker-pid", str(broker_pid)]
             return self._run(argv, None, broker_pid, timeout + 30)
         out = self._json_file()
+        pace = ["--rate", str(rate)] if rate else ["-I", "0"]
+        sessions = ["-V", "311", "--no-clean", "--prefix", f"{persistent}-", "-t", f"pbench/{persistent}/%i"]
         argv = [*self._bench(), "pubsub", "-h", "127.0.0.1", "-p", str(port), "-c", str(pubs), "--subs", str(subs),
-                "-q", str(qos), "-s", str(max(size, 20)), "-L", str(count), "-I", "0", "--workers",
-                str(min(2, pubs + subs)), "--quiet", "--json", str(out)]  # fmt: skip
+                "-q", str(qos), "-s", str(max(size, 20)), "-L", str(count), *pace, *(sessions if persistent else []),
+                "--workers", str(workers or min(2, pubs + subs)), "--quiet", "--json", str(out)]  # fmt: skip
         row = self._run(argv, out, broker_pid, timeout)
         row.update(mode="thru", pattern=pattern, subs=subs, count=count)
         return row

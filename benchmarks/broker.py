@@ -42,6 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _against import AgainstError, prepare
 from _loadgen import MOSQUITTO, MOSQUITTO_SETTINGS, LoadGen, matrix, mosquitto_conf, pin
 from _results import results_dir
 
@@ -290,29 +291,16 @@ def builds_mode(args: argparse.Namespace, work: Path, load: LoadGen) -> int:
 
 
 def against_mode(args: argparse.Namespace, work: Path, load: LoadGen) -> int:
-    """The matrix (--only) for this checkout's broker and REF's (`git archive` into the work directory, compiled
-    there with its own scripts/build_compiled.py when this checkout runs compiled), in rotating order, with the
+    """The matrix (--only) for this checkout's broker and REF's (benchmarks/_against.py: archived into the work
+    directory, compiled there when this checkout runs compiled), in rotating order, with the
     same load generator; prints this checkout's medians as a ratio of REF's (rates: higher is better; p99 and CPU
     per message: lower is better)."""
-    sys.path.insert(0, str(ROOT))
-    from mqtt_cli import buildmode
-
-    tree = work / "against"
-    tree.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.against, "mqtt_cli", "scripts"],
-                             capture_output=True, check=False)  # fmt: skip
-    if archive.returncode:
-        print(f"benchmarks/broker.py --against: {archive.stderr.decode().strip()}", file=sys.stderr)
+    try:
+        tree = prepare(args.against, work / "against")
+    except AgainstError as e:
+        print(f"benchmarks/broker.py --against: {e}", file=sys.stderr)
         return 2
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
     env = LoadGen.env()
-    if Path(buildmode.STAMP).exists() and not os.environ.get(buildmode.ENV_PURE):
-        print(f"compiling {args.against} with mypyc (a minute or two)", flush=True)
-        built = subprocess.run([sys.executable, str(tree / "scripts" / "build_compiled.py"), "--root", str(tree)],
-                               capture_output=True, text=True, check=False)  # fmt: skip
-        if built.returncode:
-            print(f"benchmarks/broker.py --against: {args.against} did not compile:\n{built.stderr}", file=sys.stderr)
-            return 2
     targets = {args.against: (18880, serve_command(18880)), "this": (18881, serve_command(18881))}
     rows = matrix(load, targets, reps=args.reps, only=args.only.split(","), count=args.count, conns=args.conns,
                   out=work / "results.jsonl", lat_seconds=args.lat_seconds,
@@ -343,8 +331,10 @@ def mosquitto_command(work: Path, port: int) -> list[str]:
 
 
 def serve_command(port: int) -> list[str]:
-    """Our broker with mosquitto's limits (start it with LoadGen.env(): this checkout first on the path)."""
-    return [*pin(0), sys.executable, "-m", "mqtt_cli", "serve", "--port", str(port), "--max-queued-messages", "0",
+    """Our broker with mosquitto's limits (start it with LoadGen.env(): this checkout first on the path, or with
+    PYTHONPATH naming another tree). -P: `-m` would otherwise put the working directory (this checkout) first on
+    the path, before PYTHONPATH, and run this checkout's broker whatever PYTHONPATH says."""
+    return [*pin(0), sys.executable, "-P", "-m", "mqtt_cli", "serve", "--port", str(port), "--max-queued-messages", "0",
             "--max-inflight", "0", "--sys-interval", "0"]  # fmt: skip
 
 
