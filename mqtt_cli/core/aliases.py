@@ -2,9 +2,10 @@
 
 `OutgoingAliases` holds which of our aliases names which topic, within the peer's Topic Alias Maximum: a topic
 keeps the alias it got, and an alias the owner points at another topic forgets the old one. The client applies
-it to a PUBLISH with `apply()`. A sender that builds its bytes itself (the broker's deliveries) uses the map
-alone: `alias_of(topic)` (0: none yet), `free()` (the next alias to hand out, 0 when all are taken), and
-`point(alias, topic)` once the packet that sets it is written.
+it to a PUBLISH with `apply()`. The broker's deliveries build their bytes themselves and use the map alone:
+`alias_of(topic)` (0: none yet), `free()` (the next alias to hand out, 0 when all are taken), and `point(alias,
+topic)` once the packet that sets it is written. Compiled with the broker (mypyc): those are direct C calls on its
+delivery path.
 """
 
 from __future__ import annotations
@@ -48,7 +49,10 @@ class OutgoingAliases:
 
     def free(self) -> int:
         """The alias to give a topic that has none: the lowest free one, 0 when all are taken."""
-        return next_topic_alias(self._by_alias, self.maximum)
+        by_alias = self._by_alias
+        if len(by_alias) >= self.maximum:  # (all taken, the common case once a client has them all: no call)
+            return 0
+        return next_topic_alias(by_alias, self.maximum)
 
     def point(self, alias: int, topic: str) -> None:
         """`alias` names `topic` from now on (the packet saying so is on its way)."""

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Final
 
 from .lifecycle import (
     ConnectionState,
-    next_topic_alias,
     over_maximum_packet_size,
 )
 from .outbox import Notice, NoticeKind
@@ -125,9 +124,9 @@ class Deliverer:
             data = message.wire(version, qos, retain, pid, props)
         else:
             # The client takes topic aliases: a topic sent before goes as its alias and an empty topic name.
-            alias = aliases.get(message.topic, 0)
-            if not alias and len(aliases) < conn.alias_out_maximum:  # (the call only when one is left)
-                alias = new_alias = next_topic_alias(aliases.values(), conn.alias_out_maximum)
+            alias = aliases.alias_of(message.topic)
+            if not alias:
+                alias = new_alias = aliases.free()
             if alias:
                 data = message.wire_aliased(qos, retain, pid, props, alias, new_alias != 0)
             else:  # all aliases taken: the topic in full
@@ -142,7 +141,7 @@ class Deliverer:
             session.dropped += 1
             return
         if new_alias and aliases is not None:  # (new_alias implies aliases)
-            aliases[message.topic] = new_alias  # only once the client has it
+            aliases.point(new_alias, message.topic)  # only once the client has it
         stats = self.stats
         stats.publish_sent_qos[qos] += 1
         stats.publish_sent_bytes_qos[qos] += len(message.payload)

@@ -1,5 +1,5 @@
 """aliases.OutgoingAliases: our topic aliases towards a peer, as the client applies them and as a sender that
-builds its own bytes (the broker's deliveries) would use the map."""
+builds its own bytes (the broker's deliveries) uses the map."""
 
 from __future__ import annotations
 
