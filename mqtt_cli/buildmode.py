@@ -49,6 +49,7 @@ COMPILED = (
     "mqtt_cli.core.flows",
     "mqtt_cli.core.server",
     "mqtt_cli.core.lifecycle",
+    "mqtt_cli.core.aliases",
     "mqtt_cli.core.persistence",
     "mqtt_cli.core.changelog",
     "mqtt_cli.core.packed",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .acl import AclView
+from .aliases import OutgoingAliases
 from .auth import AuthPolicy, authenticate
 from .closing import NEVER_EXPIRES
 from .dynsec import CONTROL_TOPIC, RESPONSE_TOPIC, DynamicSecurity
@@ -239,8 +240,7 @@ class Admission:
             conn.client_max_packet_size = props.maximum_packet_size
             conn.topic_alias_maximum = c.limits.max_topic_alias
             if props.topic_alias_maximum:
-                conn.aliases_out = {}
-                conn.alias_out_maximum = props.topic_alias_maximum
+                conn.aliases_out = OutgoingAliases(props.topic_alias_maximum)
             conn.reader.version = 5
 
     def _connack_properties(self, p: Connect, client_id: str, checked: _Checked) -> Properties:

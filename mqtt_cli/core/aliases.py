@@ -1,10 +1,12 @@
 """Topic aliases we set towards a peer on one connection (MQTT 5.0, 3.3.2.3.4), for either side.
 
 `OutgoingAliases` holds which of our aliases names which topic, within the peer's Topic Alias Maximum: a topic
-keeps the alias it got, and an alias the owner points at another topic forgets the old one. The client applies
-it to a PUBLISH with `apply()`. A sender that builds its bytes itself (the broker's deliveries) uses the map
-alone: `alias_of(topic)` (0: none yet), `free()` (the next alias to hand out, 0 when all are taken), and
-`point(alias, topic)` once the packet that sets it is written.
+keeps the alias it got, and an alias the owner points at another topic forgets the old one. An alias is pointed
+only once the packet that sets it goes (one refused as too large sets nothing). The client applies it to a PUBLISH
+with `prepare()` (then `point()`) or `apply()` (both at once). The broker's deliveries build their bytes
+themselves and use the map alone: `alias_of(topic)` (0: none yet), `free()` (the next alias to hand out, 0 when
+all are taken), and `point(alias, topic)` once the packet that sets it is written. Compiled with the broker
+(mypyc): those are direct C calls on its delivery path.
 """
 
 from __future__ import annotations
@@ -48,7 +50,10 @@ class OutgoingAliases:
 
     def free(self) -> int:
         """The alias to give a topic that has none: the lowest free one, 0 when all are taken."""
-        return next_topic_alias(self._by_alias, self.maximum)
+        by_alias = self._by_alias
+        if len(by_alias) >= self.maximum:  # (all taken, the common case once a client has them all: no call)
+            return 0
+        return next_topic_alias(by_alias, self.maximum)
 
     def point(self, alias: int, topic: str) -> None:
         """`alias` names `topic` from now on (the packet saying so is on its way)."""
@@ -60,27 +65,33 @@ class OutgoingAliases:
         by_topic[topic] = alias
 
     def apply(self, p: Publish, auto: bool) -> Publish:
-        """`p` as it goes on the wire: the topic replaced by its alias where one is set. An alias in `p`'s
-        properties is the owner's (the topic goes only when the alias is new or points elsewhere); without one,
-        `auto` gives the topic an alias of its own while any is free."""
+        """`p` as it goes on the wire (see `prepare`), its alias pointed at once: for a packet that surely goes."""
+        wire, alias = self.prepare(p, auto)
+        if alias:
+            self.point(alias, p.topic)
+        return wire
+
+    def prepare(self, p: Publish, auto: bool) -> tuple[Publish, int]:
+        """`p` as it goes on the wire: the topic replaced by its alias where one is set; and the alias to `point` at
+        its topic once the packet has gone (0: none), not before (one refused, too large, must set nothing). An
+        alias in `p`'s properties is the owner's (the topic goes only when the alias is new or points elsewhere);
+        without one, `auto` gives the topic an alias of its own while any is free."""
         props = p.properties
         alias = props.topic_alias if props else None
         if alias is None:
             if not auto:
-                return p
-            topic = ""  # the alias alone, once set
+                return p, 0
             alias = self._by_topic.get(p.topic)
-            if alias is None:
-                alias = self.free()
-                if not alias:
-                    return p  # every alias is taken: the topic goes in full
-                self.point(alias, p.topic)
-                topic = p.topic
-            return _new_publish(topic, p.payload, p.qos, p.retain, p.dup, p.packet_id, self._aliased(props, alias))
+            if alias is not None:  # the alias alone
+                return _new_publish("", p.payload, p.qos, p.retain, p.dup, p.packet_id, self._aliased(props, alias)), 0
+            alias = self.free()
+            if not alias:
+                return p, 0  # every alias is taken: the topic goes in full
+            props = self._aliased(props, alias)
+            return _new_publish(p.topic, p.payload, p.qos, p.retain, p.dup, p.packet_id, props), alias
         if self._by_alias.get(alias) == p.topic:
-            return Publish("", p.payload, p.qos, p.retain, p.dup, p.packet_id, props)
-        self.point(alias, p.topic)
-        return p
+            return Publish("", p.payload, p.qos, p.retain, p.dup, p.packet_id, props), 0
+        return p, alias
 
     def _aliased(self, props: Properties, alias: int) -> Properties:
         last = self._last

@@ -97,7 +97,7 @@ def encode(changes: list[Logged], offset: float) -> bytes:
     names: dict[str, bytes] = {}
     for c in changes:
         if type(c) is DeliveryAdded:
-            _put_added(parts, c, _utf8(names, c.client_id), names, offset, -1)
+            _put_added(parts, c, _utf8(names, c.client_id), names, offset, c.packet_id)
         elif type(c) is DeliverySent:
             parts.append(_TAG_SENT_ROW)
             parts.append(_row_bytes(c.row))
@@ -219,9 +219,7 @@ def _decode(data: bytes, offset: float) -> list[Logged]:
             message = Message(
                 topic, payload, mqos, bool(flags & _MESSAGE_RETAIN), properties, origin, received - offset
             )
-            out.append(DeliveryAdded(cid, row, message, qos, bool(flags & _RETAIN), sids))
-            if pid >= 0:
-                out.append(DeliverySent(cid, row, pid))
+            out.append(DeliveryAdded(cid, row, message, qos, bool(flags & _RETAIN), sids, pid))
         elif tag == _SENT_ROW:
             _, row, pid = _SR.unpack_from(data, pos)
             pos += _SR.size
@@ -376,7 +374,7 @@ class LogState:
 
     def apply(self, c: Logged) -> None:
         if type(c) is DeliveryAdded:
-            self.rows[c.row] = _Row(c)
+            self.rows[c.row] = _Row(c, c.packet_id)
         elif type(c) is DeliverySent:
             self._row(c.row).packet_id = c.packet_id
         elif type(c) is DeliveryReleased:
@@ -422,8 +420,8 @@ class LogState:
         """Takes `changes` from `start` up to the first SessionRemoved (whose deletes need the tables folded
         first) or their end: the per-message records are applied and encoded, except deliveries added and not
         sent in the group, likely to stay, which go to their table, as do the changes no log record touches. A
-        delivery queued and done within the segment goes nowhere; one added and sent at once (its DeliverySent
-        right after it, as the core makes them) is one record (_ADDED_SENT)."""
+        delivery queued and done within the segment goes nowhere; one added and sent at once (with its packet
+        identifier, as the core makes them, or its DeliverySent right after it) is one record (_ADDED_SENT)."""
         parts: list[bytes] = []
         names: dict[str, bytes] = {}
         queued: dict[int, DeliveryAdded] = {}
@@ -457,17 +455,18 @@ class LogState:
                 _identifier_released(client.ids, c.packet_id)
             elif type(c) is DeliveryAdded:
                 row = c.row
-                pid = -1
-                after = changes[i] if i < n else None
-                if type(after) is DeliverySent and after.row == row:
-                    pid = after.packet_id
-                    i += 1
-                else:
-                    if sent is None:
-                        sent = {d.row for d in changes if type(d) is DeliverySent}
-                    if row not in sent:
-                        queued[row] = c
-                        continue
+                pid = c.packet_id  # (-1: not sent as it was added)
+                if pid < 0:
+                    after = changes[i] if i < n else None
+                    if type(after) is DeliverySent and after.row == row:
+                        pid = after.packet_id
+                        i += 1
+                    else:
+                        if sent is None:
+                            sent = {d.row for d in changes if type(d) is DeliverySent}
+                        if row not in sent:
+                            queued[row] = c
+                            continue
                 fixed = _put_added(parts, c, _utf8(names, c.client_id), names, offset, pid)
                 self.rows[row] = _Row(c, pid, fixed[1:9])  # (its later DeliverySent, if any: a record of its own)
             elif type(c) is DeliverySent:

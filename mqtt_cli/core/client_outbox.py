@@ -68,9 +68,12 @@ class Outbox:
             self._topic_names[topic] = topic_name
         version = self.version
         if qos == 0:
-            data = encode(self.on_wire(_new_publish(topic, payload, 0, retain, False, None, properties)), version)
+            wire, alias = self.prepare(_new_publish(topic, payload, 0, retain, False, None, properties))
+            data = encode(wire, version)
             self.check_size(data)
             self.out.append(data)
+            if alias:  # only once the packet goes: a refused one sets nothing
+                self._aliases.point(alias, topic)
             return None
         if limits.maximum_packet_size is not None:
             self.check_size(encode(Publish(topic, payload, qos, retain, False, 1, properties), version))
@@ -127,3 +130,9 @@ class Outbox:
         if self.version != 5 or not self._aliases.maximum:
             return p
         return self._aliases.apply(p, self.auto_aliases)
+
+    def prepare(self, p: Publish) -> tuple[Publish, int]:
+        """`on_wire` for a packet that may yet be refused: the alias to point once it goes (0: none) apart."""
+        if self.version != 5 or not self._aliases.maximum:
+            return p, 0
+        return self._aliases.prepare(p, self.auto_aliases)

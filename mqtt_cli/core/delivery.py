@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Final
 
 from .lifecycle import (
     ConnectionState,
-    next_topic_alias,
     over_maximum_packet_size,
 )
 from .outbox import Notice, NoticeKind
@@ -60,26 +59,37 @@ class Deliverer:
     ) -> None:
         row = 0
         if qos and self.storage.changes is not None and session.expiry_interval:
+            # Its DeliveryAdded: made here when it is queued, by send_message when it goes at once (with its packet
+            # identifier: one record, not a DeliverySent after it).
             self.storage.row = row = self.storage.row + 1
-            self.storage.changes.append(DeliveryAdded(session.client_id, row, message, qos, retain, sids))
         conn = session.connection
         if conn is None or conn.state is _CLOSED:
             if qos:
-                self.enqueue(session, Delivery(message, qos, retain, sids, row))
+                self.queue_new(session, Delivery(message, qos, retain, sids, row))
             return
         if conn.wants_drain or len(conn.out) >= self.core.config.max_buffered_bytes:
             conn.wants_drain = True
             if qos:
-                self.enqueue(session, Delivery(message, qos, retain, sids, row))
+                self.queue_new(session, Delivery(message, qos, retain, sids, row))
             else:
                 self.stats.dropped_buffer_full += 1
                 session.dropped += 1
                 self.dropped(session, "its connection's send buffer is full", "")
             return
         if qos and (session.queue or not session.outgoing.window_open):
-            self.enqueue(session, Delivery(message, qos, retain, sids, row))
+            self.queue_new(session, Delivery(message, qos, retain, sids, row))
             return
-        self.send_message(conn, session, message, qos, retain, sids, now, row)
+        self.send_message(conn, session, message, qos, retain, sids, now, row, True)
+
+    def queue_new(self, session: Session, delivery: Delivery) -> None:
+        """A new delivery queued (its DeliveryAdded first, when it is stored)."""
+        if delivery.row:
+            assert self.storage.changes is not None  # rows only with persistence on
+            d = delivery
+            self.storage.changes.append(
+                DeliveryAdded(session.client_id, d.row, d.message, d.qos, d.retain, d.subscription_ids)
+            )
+        self.enqueue(session, delivery)
 
     def send_message(
         self,
@@ -91,7 +101,10 @@ class Deliverer:
         sids: tuple[int, ...],
         now: float,
         row: int = 0,
+        new: bool = False,
     ) -> None:
+        """`row`: its stored delivery (0: none); `new`: its DeliveryAdded is still to be made (with the packet
+        identifier), else a DeliverySent says which identifier it went with."""
         version = conn.version
         props = None
         if version == 5 and (sids or message.expires_at is not None):
@@ -106,7 +119,10 @@ class Deliverer:
                     session.rows = {}
                 session.rows[pid] = row
                 assert self.storage.changes is not None  # rows only with persistence on
-                self.storage.changes.append(DeliverySent(session.client_id, row, pid))
+                if new:
+                    self.storage.changes.append(DeliveryAdded(session.client_id, row, message, qos, retain, sids, pid))
+                else:
+                    self.storage.changes.append(DeliverySent(session.client_id, row, pid))
         sink = conn.sink
         if sink is not None:  # an in-process client: the message itself, no bytes
             self.stats.publish_sent_qos[qos] += 1
@@ -125,9 +141,9 @@ class Deliverer:
             data = message.wire(version, qos, retain, pid, props)
         else:
             # The client takes topic aliases: a topic sent before goes as its alias and an empty topic name.
-            alias = aliases.get(message.topic, 0)
-            if not alias and len(aliases) < conn.alias_out_maximum:  # (the call only when one is left)
-                alias = new_alias = next_topic_alias(aliases.values(), conn.alias_out_maximum)
+            alias = aliases.alias_of(message.topic)
+            if not alias:
+                alias = new_alias = aliases.free()
             if alias:
                 data = message.wire_aliased(qos, retain, pid, props, alias, new_alias != 0)
             else:  # all aliases taken: the topic in full
@@ -142,7 +158,7 @@ class Deliverer:
             session.dropped += 1
             return
         if new_alias and aliases is not None:  # (new_alias implies aliases)
-            aliases[message.topic] = new_alias  # only once the client has it
+            aliases.point(new_alias, message.topic)  # only once the client has it
         stats = self.stats
         stats.publish_sent_qos[qos] += 1
         stats.publish_sent_bytes_qos[qos] += len(message.payload)

@@ -83,7 +83,9 @@ class SessionRemoved:
 @dataclass(slots=True, init=False)
 class DeliveryAdded:
     """A QoS 1/2 message for a persistent session, queued or in flight until its client acknowledges it.
-    `row` orders a session's deliveries and names this one in DeliveryDone."""
+    `row` orders a session's deliveries and names this one in DeliveryDone. `packet_id`: the identifier it went
+    out with as it was added (the common case: one record, not a DeliverySent after it); -1: queued, a DeliverySent
+    says when it goes."""
 
     client_id: str
     row: int
@@ -91,9 +93,17 @@ class DeliveryAdded:
     qos: int
     retain: bool
     subscription_ids: tuple[int, ...]
+    packet_id: int
 
     def __init__(
-        self, client_id: str, row: int, message: Message, qos: int, retain: bool, subscription_ids: tuple[int, ...]
+        self,
+        client_id: str,
+        row: int,
+        message: Message,
+        qos: int,
+        retain: bool,
+        subscription_ids: tuple[int, ...],
+        packet_id: int = -1,
     ) -> None:
         self.client_id = client_id
         self.row = row
@@ -101,6 +111,7 @@ class DeliveryAdded:
         self.qos = qos
         self.retain = retain
         self.subscription_ids = subscription_ids
+        self.packet_id = packet_id
 
 
 @dataclass(slots=True, init=False)
@@ -180,14 +191,16 @@ Change = (
 
 def log_only(changes: list[Change]) -> bool:
     """Whether `changes` are all per-message records the store logs (no session, retained message or queued
-    delivery for its tables): each delivery added is sent at once (its DeliverySent right after it, as the core
-    makes them). Such a group is one frame of the store's change file, nothing else."""
+    delivery for its tables): each delivery added is sent at once (with its packet identifier, as the core makes
+    them, or its DeliverySent right after it). Such a group is one frame of the store's change file, nothing else."""
     n = len(changes)
     i = 0
     while i < n:
         c = changes[i]
         i += 1
         if type(c) is DeliveryAdded:  # (narrowed by `type(...) is`: native attribute reads when compiled)
+            if c.packet_id >= 0:
+                continue
             if i == n:
                 return False
             after = changes[i]
@@ -328,6 +341,7 @@ class Pending:
         hard = False
         live = self._live
         added = sent = 0  # QoS 1 deliveries added in this batch, and sent in it (the core sends one as it adds it)
+        steps = 0  # their records: one for a delivery added as it was sent, two with a DeliverySent
         elided = 0  # DeliveryDone of rows added in batches not taken: not kept (nor, later, their DeliveryAdded)
         dropped: list[int] = []  # their rows
         for c in changes:
@@ -336,6 +350,9 @@ class Pending:
                     live[c.row] = batch
                     batch.waiting += 1
                     added += 1
+                    steps += 1
+                    if c.packet_id >= 0:
+                        sent += 1
                 else:
                     hard = True
             elif type(c) is DeliveryDone:
@@ -358,6 +375,7 @@ class Pending:
                             self._elided.add(key)  # its records, where they still are, are left out by take
             elif type(c) is DeliverySent and live.get(c.row) is batch:
                 sent += 1  # (its identifier goes with its INSERT, if it is written)
+                steps += 1
             else:
                 hard = True
         if sent < added:
@@ -371,7 +389,7 @@ class Pending:
             changes = [c for c in changes if not (type(c) is DeliveryDone and c.row in gone)]
             batch.changes = changes
         if changes:
-            batch.pure = not hard and len(changes) == added + sent
+            batch.pure = not hard and len(changes) == steps
             if batch.pure and not batch.waiting:  # done within the batch itself
                 changes = batch.changes = []
         batches = self._batches

@@ -15,6 +15,7 @@ from .reader import PacketReader
 
 if TYPE_CHECKING:
     from .acl import AclView
+    from .aliases import OutgoingAliases
     from .attachment import LocalSink
     from .auth import AuthPolicy, CertificateIdentity
     from .session import Session
@@ -29,7 +30,6 @@ _SERVER: Final = Role.SERVER
 class ServerConnection:
     __slots__ = (
         "acl",
-        "alias_out_maximum",
         "aliases_in",
         "aliases_out",
         "backlog",
@@ -93,10 +93,9 @@ class ServerConnection:
         self.out = bytearray()  # bytes waiting for the writer
         self.wants_drain = False  # deliveries wait for `out` to drain below the broker's limit
         self.aliases_in: dict[int, str] | None = None  # 5.0 topic aliases set by the client (made at the first)
-        # Ours towards a 5.0 client that allows them (Topic Alias Maximum in CONNECT): topic -> alias. None when it
-        # does not, so that deliveries to other clients do not look at it.
-        self.aliases_out: dict[str, int] | None = None
-        self.alias_out_maximum = 0
+        # Ours towards a 5.0 client that allows them (Topic Alias Maximum in CONNECT). None when it does not, so
+        # that deliveries to other clients do not look at it.
+        self.aliases_out: OutgoingAliases | None = None
         self.topic_alias_maximum = 0  # ours, as announced in CONNACK
         self.client_max_packet_size: int | None = None  # 5.0: the client's Maximum Packet Size
         self.context: Any = None  # the network layer's own bookkeeping

@@ -1,5 +1,5 @@
 """aliases.OutgoingAliases: our topic aliases towards a peer, as the client applies them and as a sender that
-builds its own bytes (the broker's deliveries) would use the map."""
+builds its own bytes (the broker's deliveries) uses the map."""
 
 from __future__ import annotations
 
@@ -32,3 +32,13 @@ def test_apply_sets_an_alias_once_then_sends_it_alone() -> None:
     assert aliases.apply(Publish("x/y", b"4"), auto=False).topic == "x/y"  # without auto: untouched
     own = Publish("z", b"5", properties=Properties(topic_alias=1))  # the owner's alias, pointed elsewhere
     assert aliases.apply(own, auto=True) is own and aliases.topic_of(1) == "z" and aliases.alias_of("x/y") == 0
+
+
+def test_prepare_points_nothing_until_told() -> None:
+    aliases = OutgoingAliases(1)
+    wire, alias = aliases.prepare(Publish("x/y", b"1"), auto=True)
+    assert (wire.topic, wire.properties.topic_alias, alias) == ("x/y", 1, 1)
+    assert aliases.alias_of("x/y") == 0 and aliases.free() == 1  # not sent (too large, say): nothing set
+    aliases.point(alias, "x/y")
+    wire, alias = aliases.prepare(Publish("x/y", b"2"), auto=True)
+    assert (wire.topic, wire.properties.topic_alias, alias) == ("", 1, 0)

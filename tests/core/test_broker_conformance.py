@@ -618,9 +618,11 @@ def test_broker_assigns_topic_aliases_to_a_client_that_allows_them_MQTT_3_3_2_11
     from mqtt_cli.core.packets import PubAck
 
     sub = client(broker, "s", 5, properties=Properties(topic_alias_maximum=2))
-    assert broker.sessions["s"].connection.aliases_out == {}
+    aliases = broker.sessions["s"].connection.aliases_out
+    assert (aliases.maximum, aliases.free()) == (2, 1)
     sub.subscribe(Subscription("a/#", 1))
     plain = client(broker, "plain", 5)  # asks for no aliases: gets none
+    assert broker.sessions["plain"].connection.aliases_out is None
     plain.subscribe(Subscription("a/#", 1))
     pub = client(broker, "p", 5)
     for i, topic in enumerate(["a/1", "a/1", "a/2", "a/3", "a/2", "a/1", "a/3"], 1):

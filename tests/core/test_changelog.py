@@ -44,6 +44,7 @@ def _records() -> list[Logged]:
         IncomingAdded("pub", 1),
         IncomingReleased("pub", 65535),
         DeliveryAdded("c", 7, Message("x", b"y" * 70_000, 1, False, PROPERTY_KINDS["none"], "p", -3.0), 1, False, ()),
+        DeliveryAdded("c", 8, Message("x", b"z", 1, False, PROPERTY_KINDS["none"], "p", 0.0), 1, False, (), 65535),
     ]
     return out
 
@@ -51,7 +52,7 @@ def _records() -> list[Logged]:
 def _comparable(c: Logged) -> tuple[object, ...]:
     if type(c) is DeliveryAdded:
         m = c.message
-        return (c.client_id, c.row, c.qos, c.retain, c.subscription_ids, *(getattr(m, f) for f in _FIELDS))
+        return (c.client_id, c.row, c.qos, c.retain, c.subscription_ids, c.packet_id, *(getattr(m, f) for f in _FIELDS))
     if type(c) is DeliverySent:  # a delivery's later steps name its row only
         return (type(c), c.row, c.packet_id)
     if type(c) is DeliveryReleased or type(c) is DeliveryDone:
@@ -94,8 +95,19 @@ def test_garbage_is_unreadable() -> None:
         decode(encode([IncomingAdded("c", 1)], 0.0) + b"\x02", 0.0)
 
 
-def _added(row: int) -> DeliveryAdded:
-    return DeliveryAdded("c", row, Message("t", b"p", 2, False, PROPERTY_KINDS["none"], "pub", 0.0), 2, False, ())
+def _added(row: int, packet_id: int = -1) -> DeliveryAdded:
+    m = Message("t", b"p", 2, False, PROPERTY_KINDS["none"], "pub", 0.0)
+    return DeliveryAdded("c", row, m, 2, False, (), packet_id)
+
+
+def test_a_delivery_added_as_it_was_sent_logs_as_the_pair_did() -> None:
+    # The core makes one record where it made DeliveryAdded then DeliverySent: the same bytes on file, so a file
+    # written before reads the same, and a restart re-sends what it did.
+    one, pair = LogState(), LogState()
+    data = one.log([_added(1, 7), IncomingAdded("c", 3)], 0, 0.0).data
+    assert data == pair.log([_added(1), DeliverySent("c", 1, 7), IncomingAdded("c", 3)], 0, 0.0).data
+    assert (one.added.keys(), one.packet_ids) == (pair.added.keys(), pair.packet_ids) == ({1}, {1: 7})
+    assert encode([_added(1, 7)], 0.0) == one.log([_added(1, 7)], 0, 0.0).data  # encode writes it alike
 
 
 def test_log_takes_a_segment_up_to_a_session_removed_and_cancels_what_ends_in_it() -> None:
@@ -112,8 +124,9 @@ def test_log_takes_a_segment_up_to_a_session_removed_and_cancels_what_ends_in_it
     ]  # fmt: skip
     first = state.log(changes, 0, 0.0)
     assert (first.end, first.queued, first.direct) == (7, [changes[2]], [retained])
-    assert first.data[0] == 7  # added and sent: one record, which decodes as both
-    assert [type(c) for c in decode(first.data, 0.0)] == [DeliveryAdded, DeliverySent, IncomingAdded]
+    assert first.data[0] == 7  # added and sent: one record, which decodes as one added with its identifier
+    back = decode(first.data, 0.0)
+    assert [type(c) for c in back] == [DeliveryAdded, IncomingAdded] and back[0].packet_id == 7  # type: ignore[union-attr]
     assert set(state.added) == {1} and state.packet_ids == {1: 7}
     assert state.incoming == {("c", 4): IncomingFate.NEW}
     state.clear()  # (the store folds here, then removes the session)
@@ -127,8 +140,9 @@ def test_log_takes_a_segment_up_to_a_session_removed_and_cancels_what_ends_in_it
         [_added(1), DeliverySent("c", 1, 7), DeliverySent("c", 1, 9), DeliveryReleased("c", 1)],  # sent at once
         [_added(1), IncomingAdded("c", 3), DeliverySent("c", 1, 9), DeliveryReleased("c", 1)],  # sent later on
         [_added(1), DeliverySent("c", 2, 4), DeliveryReleased("c", 1)],  # another row's: not sent in the group
+        [_added(1, 7), DeliverySent("c", 1, 9), DeliveryReleased("c", 1)],  # added as sent: one record (the core's)
     ],
-    ids=["at-once", "later", "queued"],
+    ids=["at-once", "later", "queued", "one-record"],
 )
 def test_a_delivery_added_and_sent_at_once_is_one_record_and_the_state_is_the_records_one_by_one(
     changes: list[Change],

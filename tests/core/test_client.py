@@ -507,3 +507,15 @@ def test_a_pubrec_again_after_pubrel_gets_pubrel_again() -> None:
     assert broker.received() == [PubRel(pid)]
     (done,) = broker.send(PubComp(pid))
     assert done.context == "m" and done.ok and client.inflight == 0
+
+
+@pytest.mark.parametrize("qos", [0, 1])
+def test_a_publish_too_large_for_the_broker_sets_no_alias(qos: int) -> None:
+    # As the broker's deliveries (test_a_message_too_large_does_not_set_an_alias): an alias is the broker's to
+    # use only once the packet that sets it went out.
+    limits = Properties(topic_alias_maximum=2, maximum_packet_size=40)
+    client, broker = connected(5, ConnAck(False, 0, limits), auto_topic_aliases=True)
+    with pytest.raises(LocalProtocolError, match="maximum packet size"):
+        client.publish("t/x", b"." * 40, qos)
+    client.publish("t/x", b"small", qos)
+    assert [(p.topic, p.properties.topic_alias) for p in broker.received()] == [("t/x", 1)]

@@ -40,6 +40,12 @@ def _sent(row: int, qos: int = 1) -> list[DeliveryAdded | DeliverySent]:
     return [_added(row, qos), DeliverySent("sub", row, row)]
 
 
+def _added_sent(row: int, qos: int = 1) -> DeliveryAdded:
+    """As the core makes a delivery sent as it is added: one record, with its packet identifier."""
+    m = Message("t", b"p", qos, False, EMPTY_PROPERTIES, "pub", 0.0)
+    return DeliveryAdded("sub", row, m, qos, False, (), row)
+
+
 _DELIVERY_STEPS = (DeliveryAdded, DeliverySent, DeliveryReleased, DeliveryDone)
 _UPDATES = (DeliverySent, DeliveryReleased)
 
@@ -55,8 +61,7 @@ def coalesce(changes: list[Change]) -> list[Change]:
     return [
         c
         for c in changes
-        if not (isinstance(c, _DELIVERY_STEPS) and c.row in gone)
-        and not (isinstance(c, _UPDATES) and c.row in done)
+        if not (isinstance(c, _DELIVERY_STEPS) and c.row in gone) and not (isinstance(c, _UPDATES) and c.row in done)
     ]
 
 
@@ -73,6 +78,21 @@ def test_acknowledgements_go_once_their_qos1_deliveries_are_done_and_nothing_is_
     assert pending.add([DeliveryDone("sub", 2)], [], 0.001) == []
     assert pending.add([DeliveryDone("sub", 1)], [], 0.001) == [("pub", b"ack1"), ("pub", b"ack2")]
     assert pending.due(LINGER, IDLE) is None  # the pairs write nothing: no commit at all
+
+
+def test_deliveries_added_as_they_are_sent_one_record_each_are_dropped_once_done() -> None:
+    pending = Pending()
+    assert pending.add([_added_sent(1)], [("pub", b"ack1")], 0.0) == []
+    assert pending.add([_added_sent(2), _added_sent(3)], [("pub", b"ack2")], 0.0) == []
+    assert pending.count == 3 and pending.due(LINGER, IDLE) == LINGER
+    assert pending.add([DeliveryDone("sub", 1)], [], 0.001) == [("pub", b"ack1")]
+    assert pending.add([DeliveryDone("sub", 3), DeliveryDone("sub", 2)], [], 0.001) == [("pub", b"ack2")]
+    assert pending.count == 0 and pending.due(LINGER, IDLE) is None  # nothing to write, no commit
+    # One not done in time is written with its packet identifier, and its end later.
+    pending.add([_added_sent(4)], [("pub", b"ack4")], 0.002)
+    (taken,) = pending.take(1.0, LINGER)
+    assert type(taken) is DeliveryAdded and (taken.row, taken.packet_id) == (4, 4)
+    assert pending.committed() == [("pub", b"ack4")]
 
 
 def test_a_delivery_not_done_in_time_is_written_and_its_acknowledgement_goes_at_the_first_of_commit_or_done() -> None:
@@ -222,7 +242,13 @@ def test_random_flows_against_a_model_of_the_file(seed: int) -> None:
             for _ in range(rnd.randint(1, 3)):
                 row += 1
                 qos_of[row] = rnd.choice((1, 1, 2))
-                changes += [DeliveryAdded("sub", row, message, qos_of[row], False, ()), DeliverySent("sub", row, row)]
+                if rnd.random() < 0.5:  # as the core makes it: one record
+                    changes.append(DeliveryAdded("sub", row, message, qos_of[row], False, (), row))
+                else:  # added, then sent (queued and sent within the batch)
+                    changes += [
+                        DeliveryAdded("sub", row, message, qos_of[row], False, ()),
+                        DeliverySent("sub", row, row),
+                    ]
                 live.append(row)
             ack += 1
             added_before[ack] = list(qos_of)
@@ -263,6 +289,7 @@ _LOG_ONLY: list[tuple[str, list[Change], bool]] = [
     ("a QoS 2 message's first commit", [IncomingAdded("pub", 1), *_sent(1, 2)], True),
     ("its second", [IncomingReleased("pub", 1), DeliveryReleased("sub", 1)], True),
     ("its end", [DeliveryDone("sub", 1)], True),
+    ("deliveries added as they were sent", [_added_sent(1), _added_sent(2, 2), IncomingAdded("pub", 1)], True),
     ("several messages", [*_sent(1, 2), *_sent(2, 2), DeliveryReleased("sub", 1), DeliveryDone("sub", 0)], True),
     ("a delivery queued (not sent)", [_added(1)], False),
     ("a delivery queued, the last change", [*_sent(1), _added(2)], False),
