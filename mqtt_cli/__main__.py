@@ -11,6 +11,7 @@ trio and the core are loaded, that teardown (freeing every module, then garbage 
 40 ms of a one-shot ``mqtt pub``'s 250.
 """
 
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -26,11 +27,17 @@ _FAST_COMMANDS = ("pub", "sub", "rr")
 
 def _run_fast(args: list[str]) -> int | None:
     """The fast path's exit code, or None when the command goes to typer."""
+    # Start-up makes many objects and no garbage: collections then are wasted work (the fast path turns the
+    # collector back on once connected, before it publishes or prints anything).
+    gc.disable()
     try:
-        from mqtt_cli.commands._fast import run
-    except KeyboardInterrupt:  # Ctrl-C while importing
-        return EXIT_INTERRUPTED
-    return run(args)
+        try:
+            from mqtt_cli.commands._fast import run
+        except KeyboardInterrupt:  # Ctrl-C while importing
+            return EXIT_INTERRUPTED
+        return run(args)
+    finally:
+        gc.enable()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,10 +55,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if code is not None:
             _exit_now(SystemExit(code))
             return code
+    gc.disable()  # as on the fast path: no garbage to collect while importing
     try:
         from mqtt_cli.app import run
     except KeyboardInterrupt:  # Ctrl-C while importing
         return EXIT_INTERRUPTED
+    finally:
+        gc.enable()
     if argv is not None:  # called from Python: leave the interpreter alone
         return run(args)
     try:

@@ -18,6 +18,7 @@ with -U, --output, --stats or --remove-retained); rr; each with the connection o
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -260,6 +261,8 @@ def run(args: list[str]) -> int | None:
         return stop.code
     except Exception as err:
         return _client_error(err)
+    finally:
+        gc.enable()  # off while starting up (mqtt_cli/__main__.py): on for what may run long (pub -l, sub -C)
     try:
         try:
             if parsed.command == "pub":
