@@ -77,7 +77,7 @@ $(STAMP): pyproject.toml
 
 # With a compiled build the whole suite runs on it, then the core's tests again on pure Python (both must work).
 test: install lint ## ruff check and mypy, then the whole test suite (no test collected counts as a failure)
-	@cmd="$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)"; echo "$$cmd"; rc=0; $$cmd || rc=$$?; \
+	@cmd="$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)"; echo "$$cmd"; rc=0; $$cmd || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	if [ $$rc -eq 0 ] && [ -z "$(PYTEST_ARGS)" ] && [ -f $(COMPILED_STAMP) ]; then \
 		cmd="$(BIN)/pytest -n $(PYTEST_WORKERS) -q tests/core"; \
