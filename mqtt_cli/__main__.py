@@ -55,13 +55,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if code is not None:
             _exit_now(SystemExit(code))
             return code
+    collecting = gc.isenabled()  # (a program calling main() may have its own reason to keep it off)
     gc.disable()  # as on the fast path: no garbage to collect while importing
     try:
         from mqtt_cli.app import run
     except KeyboardInterrupt:  # Ctrl-C while importing
         return EXIT_INTERRUPTED
     finally:
-        gc.enable()
+        if collecting:
+            gc.enable()
     if argv is not None:  # called from Python: leave the interpreter alone
         return run(args)
     try:

@@ -383,3 +383,24 @@ def test_help_at_ordinary_widths_cuts_nothing_and_breaks_no_sentence(run: Run, c
         for line, after in itertools.pairwise(prose):
             if line.strip() and after.strip():
                 assert len(line.rstrip()) + 1 + len(after.split()[0]) > columns - 2, (path, line, after)
+
+
+def test_main_called_from_python_leaves_the_collector_as_it_found_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """main() turns the garbage collector off while it imports the app, and back on only if it was on."""
+    import gc
+
+    from mqtt_cli.__main__ import main
+
+    def help_of_serve() -> None:
+        with pytest.raises(SystemExit) as done:
+            main(["serve", "--help"])
+        assert done.value.code == 0
+
+    gc.disable()
+    try:
+        help_of_serve()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    help_of_serve()
+    assert gc.isenabled()
