@@ -144,8 +144,11 @@ class BrokerServer:
         self._clock = trio.lowlevel.current_clock()
         self.active = 0
         self.listeners: list[OpenListener] = []
-        self._ticker_wake = trio.Event()
-        self._due = math.inf  # when the ticker wakes next (it is woken sooner when the core's output says so)
+        # When the ticker wakes next: the last output's deadline. While the ticker waits, its cancel scope's
+        # deadline follows it (moving a deadline wakes no task; an Event set per message woke the ticker for
+        # nothing whenever a commit's linger moved it sooner).
+        self._due = math.inf
+        self._ticker_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None  # where writers run; set by run() (or a test)
         self._stopping = False
         self.ready = False  # listeners bound (GET /readyz)
@@ -200,9 +203,12 @@ class BrokerServer:
                     notice = notices.popleft()
                     if report is not None:
                         report(notice)  # (a log line published to $SYS/broker/log/...: for the next pass)
-            if out.deadline < self._due:
-                self._due = out.deadline
-                self._ticker_wake.set()
+            deadline = out.deadline
+            if deadline != self._due:
+                self._due = deadline
+                scope = self._ticker_scope
+                if scope is not None:
+                    scope.deadline = deadline
             if not again:
                 return
 
@@ -580,15 +586,14 @@ class BrokerServer:
 
     async def _ticker(self) -> None:
         """Runs the core's timers (wills, expiry, $SYS, keep alive and CONNECT timeouts, commits due after a
-        linger) when the core's output says the next is due; `_flush` wakes it when that comes sooner."""
+        linger) when the core's output says the next is due; `_flush` moves its deadline as the outputs do."""
         core = self.core
         while True:
             core.tick(self._clock.current_time())
-            self._due = math.inf
             self._flush()
-            self._ticker_wake = trio.Event()  # (after the flush: what it set is done)
-            with trio.move_on_at(self._due):
-                await self._ticker_wake.wait()
+            with trio.CancelScope(deadline=self._due) as self._ticker_scope:
+                await trio.sleep_forever()
+            self._ticker_scope = None
 
     # --- listeners ------------------------------------------------------------------------------------------
 
