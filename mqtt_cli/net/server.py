@@ -169,9 +169,10 @@ class BrokerServer:
 
     # --- plumbing ------------------------------------------------------------------------------------------
 
-    def _flush(self) -> None:
+    def _flush(self, now: float | None = None) -> None:
         """Does what the core's output asks, pass after pass until a pass asks nothing: sends what connections
-        hold, writes the commit handed out, logs the notices; and wakes the ticker when something is due sooner.
+        hold, writes the commit handed out, logs the notices; and moves the ticker's deadline. `now`: the clock
+        as the caller just read it (else read here); the passes of one call happen at one moment.
 
         Most of the time the kernel's socket buffer has room, so a delivery or an answer leaves with one
         non-blocking send() from the task that produced it, without waking any other task. Only what the socket
@@ -179,14 +180,15 @@ class BrokerServer:
         while it lingers with nothing to send, output is still sent directly, and it is woken only for a rest.
         """
         core = self.core
-        clock = self._clock
+        if now is None:
+            now = self._clock.current_time()
         while True:
-            out = core.output(clock.current_time())
+            out = core.output(now)
             # Another pass only when this one may have made more output: a drained connection's queue moved on,
             # a commit written here released what it held, a notice went to a $SYS log topic.
             again = False
             if out.sends:
-                again = self._send(out.sends)
+                again = self._send(out.sends, now)
             if out.commit is not None:
                 again = self._start_commit(out.commit, out.retrying) or again
             if self._bridges_to_send:  # what embedded bridges were given for their remotes: one send each
@@ -212,7 +214,7 @@ class BrokerServer:
             if not again:
                 return
 
-    def _send(self, sends: dict[ServerConnection, None]) -> bool:
+    def _send(self, sends: dict[ServerConnection, None], now: float) -> bool:
         """Each connection's output: straight to its socket when it takes it, else through its writer task. True
         when a connection that had held deliveries back drained (the core may have more output now)."""
         core = self.core
@@ -245,7 +247,7 @@ class BrokerServer:
                 if sent == len(out):
                     out.clear()
                     if conn.wants_drain:
-                        core.drained(conn, self._clock.current_time())  # output for the next pass
+                        core.drained(conn, now)  # output for the next pass
                         drained = True
                     if not conn.close_requested:
                         continue
@@ -537,7 +539,7 @@ class BrokerServer:
                         # Persistence holds its answers back: until a commit, or (QoS 1) until its subscribers
                         # acknowledge, which they do sooner when they get the read's first messages while its rest
                         # is handled. So everything so far goes now (core/persistence.py Pending).
-                        self._flush()
+                        self._flush(now)
                     else:
                         # Its answers so far, straight to its socket; what others got goes with the read's _flush
                         # (one send each a read). Not while a writer has its output or it waits to drain: _flush's.
@@ -551,7 +553,7 @@ class BrokerServer:
                                 net.trace.sent(out[:sent], conn.version, conn.client_id, conn.peer)
                             del out[:sent]
                     core.receive_rest(conn, now, batch)
-                self._flush()
+                self._flush(now)
         except Exception as exc:  # a bug must cost one connection, never the broker
             core.internal_error(conn, trio.current_time(), f"{type(exc).__name__}: {exc}")
         finally:
@@ -589,8 +591,9 @@ class BrokerServer:
         linger) when the core's output says the next is due; `_flush` moves its deadline as the outputs do."""
         core = self.core
         while True:
-            core.tick(self._clock.current_time())
-            self._flush()
+            now = self._clock.current_time()
+            core.tick(now)
+            self._flush(now)
             with trio.CancelScope(deadline=self._due) as self._ticker_scope:
                 await trio.sleep_forever()
             self._ticker_scope = None
