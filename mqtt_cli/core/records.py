@@ -2,11 +2,12 @@
 
 Every command imports the packets and events (about 40 classes), and a dataclass costs about 0.9 ms to create
 because each generated method is compiled by an `exec` of its own; that was a tenth of a one-shot `mqtt pub`.
-`record` compiles only `__init__` per class and shares the other methods. Semantics follow dataclasses for
-what the core uses: fields from annotations (ClassVar excluded) in base-first order, defaults, `__post_init__`,
-`__repr__`, `__eq__` (same class only), `__hash__`, `__match_args__`, assignment refused, pickling. `fields` and
-`replace` stand in for their dataclasses namesakes. `record(frozen=False)` makes a mutable one (no `__hash__`,
-as `@dataclass(slots=True)`), for settings objects a one-shot client builds.
+`record` shares the other methods and compiles only `__init__`, once per shape, for a class only once it has
+built a few instances (COMPILE_AFTER). Semantics follow dataclasses for what the core uses: fields from
+annotations (ClassVar excluded) in base-first order, defaults, `__post_init__`, `__repr__`, `__eq__` (same class
+only), `__hash__`, `__match_args__`, assignment refused, pickling. `fields` and `replace` stand in for their
+dataclasses namesakes. `record(frozen=False)` makes a mutable one (no `__hash__`, as `@dataclass(slots=True)`),
+for settings objects a one-shot client builds.
 """
 
 from __future__ import annotations
@@ -99,10 +100,16 @@ def __setstate__(self: Any, state: tuple[Any, ...]) -> None:
 
 
 # --- __init__ ----------------------------------------------------------------------------------------------
-# Each record class needs an __init__ with its fields as parameters. Compiling one from source was most of what
-# a record class cost (a one-shot client builds about 40 of them at start; docs/PERFORMANCE.md). So the code is
+# Each record class needs an __init__ with its fields as parameters. Compiled code is the fastest, and it is
 # compiled once per shape (number of fields, how they are set), with placeholder names, and each class gets a
-# copy carrying its own names (CodeType.replace): the same bytecode as compiling its own source.
+# copy carrying its own names (CodeType.replace): the same bytecode as compiling its own source. Compiling even
+# one shape costs more than building a few hundred instances without it (parsing source), and a one-shot client
+# needs some 18 shapes, for a handful of instances each: so a class starts with a generic __init__ (the
+# arguments bound in a loop) and gets its compiled one at its COMPILE_AFTER-th instance. The broker's and the
+# clients' per-message records are compiled within their first messages; a one-shot command compiles none.
+
+#: Instances a record class builds with the generic __init__ before its compiled one replaces it.
+COMPILE_AFTER = 32
 
 
 class _Init(Enum):
@@ -130,7 +137,7 @@ def _template(kind: _Init, n: int) -> CodeType:
     return code
 
 
-def _init_function(kind: _Init, names: tuple[str, ...], defaults: dict[str, Any], qualname: str) -> Callable[..., None]:
+def _compiled_init(kind: _Init, names: tuple[str, ...], defaults: dict[str, Any], qualname: str) -> Callable[..., None]:
     """`def __init__(self, *names)` setting each field as `kind` says; `defaults` for the last parameters."""
     template = _template(kind, len(names))
     names_of = {f"_f{i}": name for i, name in enumerate(names)}
@@ -143,6 +150,47 @@ def _init_function(kind: _Init, names: tuple[str, ...], defaults: dict[str, Any]
     given = tuple(defaults[name] for name in names if name in defaults)
     init: Callable[..., None] = FunctionType(code, {"_set": object.__setattr__}, "__init__", given or None)
     return init
+
+
+def _lazy_init(
+    kind: _Init, names: tuple[str, ...], defaults: dict[str, Any], qualname: str, owner: list[type]
+) -> Callable[..., None]:
+    """An __init__ taking and setting the fields as `_compiled_init`'s does, by a loop; at its COMPILE_AFTER-th
+    call it puts the compiled one on the class (`owner[0]`, set once the class is made)."""
+    count = len(names)
+    at = {name: i for i, name in enumerate(names)}
+    setter: Callable[[Any, str, Any], None] = setattr if kind is _Init.ASSIGN else object.__setattr__
+    post = kind is _Init.POST
+    name_of_call = qualname.removesuffix(".__init__") + "()"
+    made = 0
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        nonlocal made
+        given = len(args)
+        if given > count:
+            raise TypeError(f"{name_of_call} takes {count} positional arguments but {given} were given")
+        for name, value in zip(names, args, strict=False):  # (fewer args than names: the rest below)
+            setter(self, name, value)
+        if given < count or kwargs:
+            for name in names[given:]:
+                if name in kwargs:
+                    setter(self, name, kwargs.pop(name))
+                elif name in defaults:
+                    setter(self, name, defaults[name])
+                else:
+                    raise TypeError(f"{name_of_call} missing required argument: {name!r}")
+            for name in kwargs:  # what is left: a field given twice, or no field
+                if name in at:
+                    raise TypeError(f"{name_of_call} got multiple values for argument {name!r}")
+                raise TypeError(f"{name_of_call} got an unexpected keyword argument {name!r}")
+        if post:
+            self.__post_init__()
+        made += 1
+        if made == COMPILE_AFTER:
+            owner[0].__init__ = _compiled_init(kind, names, defaults, qualname)  # type: ignore[misc]
+
+    __init__.__qualname__ = qualname
+    return __init__
 
 
 _SHARED = (__repr__, __eq__, __hash__, __setattr__, __delattr__, __getstate__, __setstate__)
@@ -198,9 +246,11 @@ def _make(cls: _C, frozen: bool) -> _C:
         if before in defaults and name not in defaults:
             raise TypeError(f"{cls.__name__}: field {name!r} without a default follows one with a default")
     kind = _Init.POST if hasattr(cls, "__post_init__") else _Init.SET
-    namespace["__init__"] = _init_function(kind, names, defaults, f"{cls.__qualname__}.__init__")
+    owner: list[type] = []
+    namespace["__init__"] = _lazy_init(kind, names, defaults, f"{cls.__qualname__}.__init__", owner)
     new = type(cls)(cls.__name__, cls.__bases__, namespace)
     new.__qualname__ = cls.__qualname__
+    owner.append(new)
     made: _C = new
     return made
 
@@ -220,8 +270,10 @@ def mutable_twin(cls: type) -> type:
     if twin is None:
         names = fields(cls)
         defaults: dict[str, Any] = vars(cls)["__record_defaults__"]
-        init = _init_function(_Init.ASSIGN, names, defaults, f"_Mutable{cls.__name__}.__init__")
+        owner: list[type] = []
+        init = _lazy_init(_Init.ASSIGN, names, defaults, f"_Mutable{cls.__name__}.__init__", owner)
         twin = _TWINS[cls] = type(f"_Mutable{cls.__name__}", (), {"__slots__": names, "__init__": init})
+        owner.append(twin)
     return twin
 
 

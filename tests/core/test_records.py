@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import copy
 import pickle
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
 from mqtt_cli.core.packets import Connect, PubAck, Publish, PubRec, Subscribe, Subscription
-from mqtt_cli.core.records import FrozenInstanceError, fast_constructor, fields, record, replace
+from mqtt_cli.core.records import (
+    COMPILE_AFTER,
+    FrozenInstanceError,
+    fast_constructor,
+    fields,
+    mutable_twin,
+    record,
+    replace,
+)
 
 
 @record
@@ -168,33 +176,70 @@ def test_mutable_record_is_assignable_unhashable_and_compares_by_value() -> None
             items: list[int] = []  # noqa: RUF012
 
 
-@record
-class Pair:
-    left: int
-    right: str = "r"
+def _shapes() -> tuple[type, type, type, type]:
+    """Record classes of one shape and more, made afresh (so their __init__ are still the generic ones)."""
+
+    @record
+    class Pair:
+        left: int
+        right: str = "r"
+
+    @record
+    class Other:
+        first: int
+        second: str = "s"
+
+    @record
+    class Empty:
+        pass
+
+    @record
+    class Checked:
+        items: tuple[int, ...]
+
+        def __post_init__(self) -> None:
+            if not isinstance(self.items, tuple):
+                raise TypeError("items: a tuple")
+
+    return Pair, Other, Empty, Checked
 
 
-@record
-class Other:
-    first: int
-    second: str = "s"
-
-
-@record
-class Empty:
-    pass
-
-
-def test_records_of_one_shape_keep_their_own_names() -> None:
-    # Their __init__ share compiled code (records.py): each must take and set its own fields.
-    assert Pair(1) == Pair(left=1, right="r") and Pair(right="x", left=2).right == "x"
-    assert Other(second="t", first=3) == Other(3, "t") and Other(3).second == "s"
-    with pytest.raises(TypeError, match="right"):
-        Other(1, right="x")  # type: ignore[call-arg]
-    assert Pair.__init__.__qualname__ == "Pair.__init__" and Other.__init__.__code__.co_varnames == (
-        "self", "first", "second")  # fmt: skip
-    assert Empty() == Empty() and fields(Empty) == ()
+def _build_same_shape(pair: Any, other: Any, empty: Any, checked: Any) -> None:
+    assert pair(1) == pair(left=1, right="r") and pair(right="x", left=2).right == "x"
+    assert other(second="t", first=3) == other(3, "t") and other(3).second == "s"
+    assert empty() == empty() and fields(empty) == ()
+    assert checked((1,)).items == (1,)
+    with pytest.raises(TypeError, match="a tuple"):
+        checked([1])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'right'"):
+        other(1, right="x")
+    with pytest.raises(TypeError, match="multiple values for argument 'first'"):
+        other(1, first=2)
+    with pytest.raises(TypeError, match="'first'"):
+        other(second="t")
+    with pytest.raises(TypeError, match="positional argument"):
+        other(1, "t", 3)
     with pytest.raises(TypeError):
-        Empty(1)  # type: ignore[call-arg]
-    twin = fast_constructor(Pair)(5, "m")
-    assert type(twin) is Pair and twin == Pair(5, "m")
+        empty(1)
+    twin = fast_constructor(pair)(5, "m")
+    assert type(twin) is pair and twin == pair(5, "m")
+
+
+def test_records_take_and_set_their_own_fields_before_and_after_their_init_is_compiled() -> None:
+    # A class starts with a generic __init__ and gets compiled code shared by its shape at its COMPILE_AFTER-th
+    # instance (records.py): both must take and set its own fields, and refuse the same wrong calls.
+    pair, other, empty, checked = _shapes()
+    _build_same_shape(pair, other, empty, checked)
+    assert other.__init__.__qualname__.endswith("Other.__init__")
+    assert other.__init__.__code__.co_varnames[:1] == ("self",) and other.__init__.__code__.co_argcount == 1
+    for cls, args in ((pair, (1,)), (other, (1,)), (empty, ()), (checked, ((1,),))):
+        for _ in range(COMPILE_AFTER):
+            cls(*args)
+    build_pair = fast_constructor(pair)  # (its mutable twin's __init__ too)
+    for _ in range(COMPILE_AFTER):
+        build_pair(1, "r")
+    assert mutable_twin(pair).__init__.__code__.co_varnames == ("self", "left", "right")
+    assert other.__init__.__code__.co_varnames == ("self", "first", "second")
+    assert pair.__init__.__code__.co_varnames == ("self", "left", "right")
+    assert other.__init__.__qualname__.endswith("Other.__init__")
+    _build_same_shape(pair, other, empty, checked)
