@@ -61,18 +61,13 @@ from _against import AgainstError, compiled_here, prepare
 from _loadgen import MOSQUITTO, LoadGen, mosquitto_conf
 from _results import results_dir
 from broker import start_broker, stop_brokers
-from lat_instructions import free_port, total_instructions, wait_for_port
-
-from mqtt_cli.core.records import COMPILE_AFTER
+from lat_instructions import WARM_UP, free_port, total_instructions, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = Path(__file__).resolve().parent
 GROUPS = ("fanin", "fanout", "persist", "lat", "bridge", "startup")
 IDLE_SECONDS = 6
 FEW = 10  # messages of the short count of each row (connects, subscriptions and disconnects cancel out)
-# Messages of each row's warm-up pass, not counted: enough for every record class a message makes to have built
-# records.COMPILE_AFTER instances and compiled its __init__ (a one-time cost that would otherwise land in a count).
-WARM_UP = 2 * COMPILE_AFTER
 BRIDGE_MESSAGES = 4000
 
 
@@ -201,7 +196,7 @@ def broker_row(load: LoadGen, broker: CountedBroker, row: Row, messages: int) ->
                                  subs=row.subs, qos=row.qos, size=row.size, count=count, rate=row.rate,
                                  persistent=run, workers=1 if run else None))  # fmt: skip
 
-    one(WARM_UP)  # not counted: the row's first pass runs code for the first time (specialisation, caches)
+    one(WARM_UP)  # not counted: the row's first pass runs code for the first time (record __init__s, caches)
     records.clear()
     few, few_s = broker.count(lambda: one(FEW))
     many, many_s = broker.count(lambda: one(FEW + messages))
