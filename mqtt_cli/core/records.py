@@ -19,7 +19,16 @@ from operator import attrgetter
 from types import CodeType, FunctionType
 from typing import Any, TypeVar, dataclass_transform, overload
 
-__all__ = ["FrozenInstanceError", "fast_constructor", "fields", "mutable_twin", "record", "replace"]
+__all__ = [
+    "COMPILE_AFTER",
+    "FrozenInstanceError",
+    "compile_waiting",
+    "fast_constructor",
+    "fields",
+    "mutable_twin",
+    "record",
+    "replace",
+]
 
 _C = TypeVar("_C", bound=type)
 _T = TypeVar("_T")
@@ -111,6 +120,19 @@ def __setstate__(self: Any, state: tuple[Any, ...]) -> None:
 #: Instances a record class builds with the generic __init__ before its compiled one replaces it.
 COMPILE_AFTER = 32
 
+# What gives each class still on its generic __init__ its compiled one.
+_WAITING: list[Callable[[], None]] = []
+
+
+def compile_waiting() -> None:
+    """Gives every record class made so far its compiled __init__ now. For a long-running process (the broker),
+    at start: a compile costs ~1 ms, which would otherwise come at a class's COMPILE_AFTER-th instance, in the
+    middle of its traffic."""
+    waiting = _WAITING[:]
+    _WAITING.clear()
+    for switch in waiting:
+        switch()
+
 
 class _Init(Enum):
     """How an __init__ sets the fields."""
@@ -187,9 +209,15 @@ def _lazy_init(
             self.__post_init__()
         made += 1
         if made == COMPILE_AFTER:
-            owner[0].__init__ = _compiled_init(kind, names, defaults, qualname)  # type: ignore[misc]
+            switch()
+
+    def switch() -> None:
+        cls = owner[0]
+        if cls.__dict__.get("__init__") is __init__:  # (not done yet)
+            cls.__init__ = _compiled_init(kind, names, defaults, qualname)  # type: ignore[misc]
 
     __init__.__qualname__ = qualname
+    _WAITING.append(switch)
     return __init__
 
 

@@ -31,6 +31,7 @@ from mqtt_cli.core.config import MetricsAddress, PersistenceSettings, Scheme
 from mqtt_cli.core.dynsec import DynamicSecurity
 from mqtt_cli.core.metrics import ConnectedClients
 from mqtt_cli.core.persistence import Change
+from mqtt_cli.core.records import compile_waiting
 from mqtt_cli.core.server import ServerConnection
 from mqtt_cli.core.storage import RETRY_COMMIT
 from mqtt_cli.net.admin_api import AdminSource
@@ -139,6 +140,7 @@ class BrokerServer:
 
     def __init__(self, options: ServeOptions) -> None:
         self.options = options
+        compile_waiting()  # every record class's compiled __init__ now, not in the middle of the traffic
         self.core = BrokerCore(options.broker, trio.current_time())
         # The run's clock, read directly on the per-message path: trio.current_time() is three Python calls to it.
         self._clock = trio.lowlevel.current_clock()

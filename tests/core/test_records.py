@@ -12,6 +12,7 @@ from mqtt_cli.core.packets import Connect, PubAck, Publish, PubRec, Subscribe, S
 from mqtt_cli.core.records import (
     COMPILE_AFTER,
     FrozenInstanceError,
+    compile_waiting,
     fast_constructor,
     fields,
     mutable_twin,
@@ -242,4 +243,14 @@ def test_records_take_and_set_their_own_fields_before_and_after_their_init_is_co
     assert other.__init__.__code__.co_varnames == ("self", "first", "second")
     assert pair.__init__.__code__.co_varnames == ("self", "left", "right")
     assert other.__init__.__qualname__.endswith("Other.__init__")
+    _build_same_shape(pair, other, empty, checked)
+
+
+def test_compile_waiting_gives_every_class_its_compiled_init_at_once() -> None:
+    # (What the broker calls at start: no compiling in the middle of its traffic.)
+    pair, other, empty, checked = _shapes()
+    assert other.__init__.__code__.co_argcount == 1  # the generic one: (self, *args, **kwargs)
+    compile_waiting()
+    assert other.__init__.__code__.co_varnames == ("self", "first", "second")
+    assert pair.__init__.__code__.co_varnames == ("self", "left", "right")
     _build_same_shape(pair, other, empty, checked)
