@@ -61,7 +61,7 @@ from _against import AgainstError, compiled_here, prepare
 from _loadgen import MOSQUITTO, LoadGen, mosquitto_conf
 from _results import results_dir
 from broker import start_broker, stop_brokers
-from lat_instructions import WARM_UP, free_port, total_instructions, wait_for_port
+from lat_instructions import WARM_UP, counted_run, free_port, total_instructions, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = Path(__file__).resolve().parent
@@ -158,16 +158,9 @@ class CountedBroker:
 
     def count(self, run: Callable[[], object]) -> tuple[int, float]:
         """Instructions while `run` runs, and its duration."""
-        pid = str(self.proc.pid)
-        subprocess.run(["callgrind_control", "-i", "on", pid], capture_output=True, check=True)
-        started = time.monotonic()
-        run()
-        took = time.monotonic() - started
-        subprocess.run(["callgrind_control", "-i", "off", pid], capture_output=True, check=True)
-        subprocess.run(["callgrind_control", "-d", pid], capture_output=True, check=True)
-        dumps = sorted(self.out.parent.glob(f"{self.out.name}.*"), key=lambda p: int(p.suffix[1:]))
-        self.dumps.append(dumps[-1].name)
-        return total_instructions(dumps[-1]), took
+        instructions, took, dump = counted_run(self.proc.pid, self.out, run)
+        self.dumps.append(dump.name)
+        return instructions, took
 
     def measure_idle(self, load: LoadGen) -> None:
         """The idle broker's instructions a second, after a second of latency load has run its code once."""

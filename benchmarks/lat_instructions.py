@@ -82,6 +82,19 @@ def total_instructions(out_file: Path) -> int:
     return int(match.group(1).replace(",", ""))
 
 
+def counted_run(pid: int, out_file: Path, run: Callable[[], object]) -> tuple[int, float, Path]:
+    """Instructions of the process `pid` (under callgrind with instrumentation off, writing `out_file`) while
+    `run` runs, its duration, and the dump of the count (a file of its own)."""
+    subprocess.run(["callgrind_control", "-i", "on", str(pid)], capture_output=True, check=True)
+    started = time.monotonic()
+    run()
+    took = time.monotonic() - started
+    subprocess.run(["callgrind_control", "-i", "off", str(pid)], capture_output=True, check=True)
+    subprocess.run(["callgrind_control", "-d", str(pid)], capture_output=True, check=True)
+    dump = max(out_file.parent.glob(f"{out_file.name}.*"), key=lambda p: int(p.suffix[1:]))
+    return total_instructions(dump), took, dump
+
+
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -117,24 +130,16 @@ def broker_per_message(load: LoadGen, work: Path, qos: int, messages: int) -> tu
         load.lat(port, rate=RATE, seconds=WARM_UP / RATE, qos=qos, size=64)  # warm-up, not counted
         time.sleep(2)  # its connections' ends done before the idle count
 
-        def counted(run: Callable[[], object]) -> tuple[int, float]:
-            """Instructions while `run` runs (a dump of its own), and its duration."""
-            pid = str(proc.pid)
-            subprocess.run(["callgrind_control", "-i", "on", pid], capture_output=True, check=True)
-            started = time.monotonic()
-            run()
-            took = time.monotonic() - started
-            subprocess.run(["callgrind_control", "-i", "off", pid], capture_output=True, check=True)
-            subprocess.run(["callgrind_control", "-d", pid], capture_output=True, check=True)
-            dumps = sorted(work.glob(f"{out.name}.*"), key=lambda p: int(p.suffix[1:]))
-            return total_instructions(dumps[-1]), took
-
         # The broker's own timers (keep-alive sweep) run whether messages come or not: counted idle for as long
         # as the load takes, and taken off, so that the figure is what the messages cost.
         seconds = messages / RATE
-        idle, idle_took = counted(lambda: time.sleep(seconds))
+        idle, idle_took, _ = counted_run(proc.pid, out, lambda: time.sleep(seconds))
         done: list[dict[str, object]] = []
-        busy, took = counted(lambda: done.append(load.lat(port, rate=RATE, seconds=seconds, qos=qos, size=64)))
+
+        def lat() -> None:
+            done.append(load.lat(port, rate=RATE, seconds=seconds, qos=qos, size=64))
+
+        busy, took, _ = counted_run(proc.pid, out, lat)
     finally:
         proc.terminate()
         proc.wait(120)
