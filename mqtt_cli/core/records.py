@@ -120,15 +120,15 @@ def __setstate__(self: Any, state: tuple[Any, ...]) -> None:
 #: Instances a record class builds with the generic __init__ before its compiled one replaces it.
 COMPILE_AFTER = 32
 
-# What gives each class still on its generic __init__ its compiled one.
-_WAITING: list[Callable[[], None]] = []
+# What gives each class still on its generic __init__ its compiled one (a set, in the order the classes came).
+_WAITING: dict[Callable[[], None], None] = {}
 
 
 def compile_waiting() -> None:
     """Gives every record class made so far its compiled __init__ now. For a long-running process (the broker),
     at start: a compile costs ~1 ms, which would otherwise come at a class's COMPILE_AFTER-th instance, in the
     middle of its traffic."""
-    waiting = _WAITING[:]
+    waiting = list(_WAITING)
     _WAITING.clear()
     for switch in waiting:
         switch()
@@ -209,6 +209,7 @@ def _lazy_init(
             self.__post_init__()
         made += 1
         if made == COMPILE_AFTER:
+            _WAITING.pop(switch, None)
             switch()
 
     def switch() -> None:
@@ -217,7 +218,7 @@ def _lazy_init(
             cls.__init__ = _compiled_init(kind, names, defaults, qualname)  # type: ignore[misc]
 
     __init__.__qualname__ = qualname
-    _WAITING.append(switch)
+    _WAITING[switch] = None
     return __init__
 
 
