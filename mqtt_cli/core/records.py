@@ -111,10 +111,10 @@ def __setstate__(self: Any, state: tuple[Any, ...]) -> None:
 # --- __init__ ----------------------------------------------------------------------------------------------
 # Each record class needs an __init__ with its fields as parameters. Compiled code is the fastest, and it is
 # compiled once per shape (number of fields, how they are set), with placeholder names, and each class gets a
-# copy carrying its own names (CodeType.replace): the same bytecode as compiling its own source. Compiling even
-# one shape costs more than building a few hundred instances without it (parsing source), and a one-shot client
-# needs some 18 shapes, for a handful of instances each: so a class starts with a generic __init__ (the
-# arguments bound in a loop) and gets its compiled one at its COMPILE_AFTER-th instance. The broker's and the
+# copy carrying its own names (CodeType.replace): the same bytecode as compiling its own source. Compiling one
+# shape (parsing source) costs about as much as 50 instances built without it, and a one-shot client needs some
+# 18 shapes, for a handful of instances each: so a class starts with a generic __init__ (the arguments bound in
+# a loop) and gets its compiled one at its COMPILE_AFTER-th instance. The broker's and the
 # clients' per-message records are compiled within their first messages; a one-shot command compiles none.
 
 #: Instances a record class builds with the generic __init__ before its compiled one replaces it.
