@@ -46,6 +46,7 @@ from ..core.benchstats import Clock, ErrorKind, Figures, expand_topic
 from ..core.benchwire import Acks, Closed, Latencies, Publishes, Receiver, after_props, packet_at, split_frames
 from ..core.encoder import encode
 from ..core.packets import Connect, Disconnect, Subscribe, Subscription
+from .benchloop import PacedLoop
 from .cputime import CpuTime, cpu_time
 from .errors import ClientError, TLSFailed
 from .ticker import Ticker
@@ -169,12 +170,13 @@ class Conn:
     a read carries the kernel's arrival time (a bench that times reads itself measures its own delays too). TLS
     and WebSocket go through their trio stream."""
 
-    __slots__ = ("buf", "client_id", "kernel_stamp", "last_sent", "lock", "raw", "stream", "timestamps")
+    __slots__ = ("buf", "client_id", "held", "kernel_stamp", "last_sent", "lock", "raw", "stream", "timestamps")
 
     def __init__(self, stream: trio.abc.Stream | None, client_id: str, raw: socket.socket | None = None) -> None:
         self.stream = stream
         self.raw = raw
         self.lock = trio.Lock()  # held while a write waits for room: later writes queue behind it
+        self.held = False  # the lock is held for the rest of a partial write (send_nowait)
         self.last_sent = time.monotonic()
         self.buf = b""
         self.client_id = client_id
@@ -193,20 +195,42 @@ class Conn:
         return True
 
     async def send(self, data: bytes) -> None:
+        rest = memoryview(data) if self.raw is None else self.send_nowait(data)
+        if rest is not None:
+            await self.send_rest(rest)
+
+    def send_nowait(self, data: bytes) -> memoryview | None:
+        """Plain TCP: writes what the kernel takes of `data` now. None when it took all; else what is left, for
+        `send_rest`. After a partial write the calling task holds the connection's lock until then, so that no
+        other write lands inside the packet cut short."""
         raw = self.raw
-        if raw is None or self.lock.locked():
-            async with self.lock:
-                await self._send_rest(memoryview(data))
-        else:
+        assert raw is not None
+        if self.lock.locked():
+            return memoryview(data)
+        try:
+            n = raw.send(data)
+        except BlockingIOError:
+            n = 0
+        except OSError as err:
+            raise trio.BrokenResourceError(str(err)) from err
+        self.last_sent = time.monotonic()
+        if n == len(data):
+            return None
+        self.lock.acquire_nowait()
+        self.held = True
+        return memoryview(data)[n:]
+
+    async def send_rest(self, view: memoryview) -> None:
+        """Writes `view` once the kernel has room, after the writes waiting before it."""
+        if self.held and self.lock.statistics().owner is trio.lowlevel.current_task():
             try:
-                n = raw.send(data)
-            except BlockingIOError:
-                n = 0
-            except OSError as err:
-                raise trio.BrokenResourceError(str(err)) from err
-            if n < len(data):
-                async with self.lock:
-                    await self._send_rest(memoryview(data)[n:])
+                await self._send_rest(view)
+            finally:
+                self.held = False
+                self.lock.release()
+        else:
+            async with self.lock:
+                await self._send_rest(view)
         self.last_sent = time.monotonic()
 
     async def _send_rest(self, view: memoryview) -> None:
@@ -234,26 +258,30 @@ class Conn:
             data = await self.stream.receive_some(65536)
             return bytes(data), time.time_ns()  # the same object when it is bytes already
         waited = False
-        while True:
-            try:
-                if self.timestamps:
-                    data, ancillary, _, _ = raw.recvmsg(_RECV_SIZE, _ANCILLARY)
-                else:
-                    data = raw.recv(_RECV_SIZE)
-                    ancillary = None
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(raw)
-                waited = True
-                continue
-            except OSError as err:
-                raise trio.BrokenResourceError(str(err)) from err
-            now = arrival(ancillary)
-            self.kernel_stamp = now is not None
-            if now is None:
-                now = time.time_ns()
-            if not waited:
-                await trio.lowlevel.checkpoint()  # data was waiting: let the other clients run too
-            return data, now
+        while (got := self.read_nowait()) is None:
+            await trio.lowlevel.wait_readable(raw)
+            waited = True
+        if not waited:
+            await trio.lowlevel.checkpoint()  # data was waiting: let the other clients run too
+        return got
+
+    def read_nowait(self) -> tuple[bytes, int] | None:
+        """As `receive` on plain TCP, without waiting: None when nothing is waiting."""
+        raw = self.raw
+        assert raw is not None
+        try:
+            if self.timestamps:
+                data, ancillary, _, _ = raw.recvmsg(_RECV_SIZE, _ANCILLARY)
+            else:
+                data = raw.recv(_RECV_SIZE)
+                ancillary = None
+        except BlockingIOError:
+            return None
+        except OSError as err:
+            raise trio.BrokenResourceError(str(err)) from err
+        now = arrival(ancillary)
+        self.kernel_stamp = now is not None
+        return data, now if now is not None else time.time_ns()
 
     def receive_nowait(self) -> bytes | None:
         """What a plain TCP connection holds now (b"" when the broker closed it), or None when nothing waits."""
@@ -322,6 +350,10 @@ class Worker:
         self.sources = source_addresses(spec, spec.clients + (spec.subs if spec.mode is Mode.PUBSUB else 0))
         self.handshakes = trio.Semaphore(max(1, spec.parallel))
         self.last_delivery = time.monotonic()
+        self.subscribed: list[tuple[Conn, Receiver]] = []
+        # While the paced loop (benchloop.py) runs, it serves the subscribers over plain TCP: their tasks wait.
+        self.polling = False
+        self.polling_over = trio.Event()
 
     # --- plumbing --------------------------------------------------------------------------------------------
 
@@ -463,7 +495,7 @@ class Worker:
         self.conns.append(conn)
         return conn
 
-    def _lost(self, conn: Conn) -> None:
+    def lost(self, conn: Conn) -> None:
         if conn in self.conns:
             self.conns.remove(conn)
             self.fig.error(ErrorKind.DROPPED)
@@ -505,22 +537,27 @@ class Worker:
             if acks:
                 await conn.send(acks)
         except (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            self._lost(conn)
+            self.lost(conn)
             return None
         self.fig.subscribers += 1
         self.receivers.append(receiver)
+        self.subscribed.append((conn, receiver))
         return receiver
 
     async def receive(self, conn: Conn, receiver: Receiver) -> None:
         try:
             await self._receive(conn, receiver)
         except (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            self._lost(conn)
+            self.lost(conn)
 
     async def _receive(self, conn: Conn, receiver: Receiver) -> None:
         fig = self.fig
         feed = receiver.feed
         while True:
+            if self.polling and conn.raw is not None:
+                await self.polling_over.wait()
+                if conn not in self.conns:
+                    return  # lost in the paced loop (and counted there)
             data, now = await conn.receive()
             if not data:
                 raise Closed("closed by the broker")
@@ -536,8 +573,7 @@ class Worker:
 
     async def publisher(self, conn: Conn, number: int, count: int) -> None:
         spec = self.spec
-        topic = expand_topic(spec.topic, number, conn.client_id, spec.username).encode()
-        packets = Publishes(topic, spec.qos, spec.retain, spec.version, spec.size, number)
+        packets = self.packets(conn, number)
         state = _PubState(spec.inflight)
         acks = Acks()
         acks.rest, conn.buf = conn.buf, b""
@@ -556,12 +592,9 @@ class Worker:
                 pending = 0  # paced messages due and not sent yet (the window was full): sent once it opens
                 # trio's timers tick in milliseconds: gaps shorter than a few of those are timed by the kernel, so
                 # that 10,000 msg/s go one by one, not in bursts of ten (which the broker would queue, and the
-                # latency would show).
+                # latency would show). (Over plain TCP the paced loop, benchloop.py, runs those publishers.)
                 ticker = Ticker.start(self.start_ns, round(interval * 1e9)) if 0 < interval < _EXACT_PACING else None
-                # Paced that fast, the acknowledgements are read once a period, before the next message, where they
-                # are waiting by then: a task reading them as they come would cost a wake-up of the loop each.
-                inline = bool(qos) and ticker is not None and conn.raw is not None
-                if qos and not inline:
+                if qos:
                     nursery.start_soon(self._acks, conn, state, acks)
                 while (not count or packets.seq < count) and time.monotonic() < end:
                     if ticker is not None:
@@ -583,11 +616,9 @@ class Worker:
                         due = batch
                     if count:
                         due = min(due, count - packets.seq)
-                    if inline and (data := conn.receive_nowait()) is not None:
-                        await self._acked(conn, state, acks, data)
                     if qos:
                         while state.inflight >= state.window:
-                            await self._next_acks(conn, state, acks, inline)
+                            await self._next_acks(state)
                         due = min(due, state.window - state.inflight)
                     # The wall clock: the kernel's receive timestamps are on it.
                     data = packets.build(due, time.time_ns())
@@ -603,31 +634,37 @@ class Worker:
                         fig.acked += due
                 while state.inflight:
                     with trio.move_on_after(max(spec.drain, 5.0)) as scope:
-                        await self._next_acks(conn, state, acks, inline)
+                        await self._next_acks(state)
                     if scope.cancelled_caught:
                         break
                 nursery.cancel_scope.cancel()
         except* (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            self._lost(conn)
+            self.lost(conn)
         finally:
             if ticker is not None:
                 ticker.close()
-            self.publishing -= 1
-            if not self.publishing:
-                self.publishers_done.set()
-            self.inflight -= state.inflight
-            end_ns = state.last_ack_ns if qos and state.last_ack_ns else time.monotonic_ns()
-            if fig.pub_end_ns is None or end_ns > fig.pub_end_ns:
-                fig.pub_end_ns = end_ns
+            self.publisher_finished(state.inflight, state.last_ack_ns if qos else 0)
 
-    async def _next_acks(self, conn: Conn, state: _PubState, acks: Acks, inline: bool) -> None:
-        """Until the next acknowledgements: read here (`inline`), or counted by the publisher's _acks task."""
-        if inline:
-            data, _ = await conn.receive()
-            await self._acked(conn, state, acks, data)
-        else:
-            state.wake = trio.Event()
-            await state.wake.wait()
+    def publisher_finished(self, unacknowledged: int, last_ack_ns: int) -> None:
+        """A publisher is done: what it left unacknowledged leaves the worker's in-flight count, and the
+        publishers' end is its last acknowledgement (QoS 1/2) or now."""
+        self.publishing -= 1
+        if not self.publishing:
+            self.publishers_done.set()
+        self.inflight -= unacknowledged
+        end_ns = last_ack_ns or time.monotonic_ns()
+        if self.fig.pub_end_ns is None or end_ns > self.fig.pub_end_ns:
+            self.fig.pub_end_ns = end_ns
+
+    def packets(self, conn: Conn, number: int) -> Publishes:
+        spec = self.spec
+        topic = expand_topic(spec.topic, number, conn.client_id, spec.username).encode()
+        return Publishes(topic, spec.qos, spec.retain, spec.version, spec.size, number)
+
+    async def _next_acks(self, state: _PubState) -> None:
+        """Until the publisher's _acks task counts the next acknowledgements."""
+        state.wake = trio.Event()
+        await state.wake.wait()
 
     async def _acks(self, conn: Conn, state: _PubState, acks: Acks) -> None:
         while True:
@@ -657,7 +694,7 @@ class Worker:
                 if any(first >> 4 == 14 for first, _ in frames):
                     raise Closed("DISCONNECT from the broker")
         except (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            self._lost(conn)
+            self.lost(conn)
 
     # --- the run ----------------------------------------------------------------------------------------------
 
@@ -743,6 +780,7 @@ class Worker:
             gc.disable()
             self.report("ready")
             await self.go.wait()
+            paced: list[tuple[Conn, Publishes, int]] = []
             for k, conn in conns.items():
                 if conn is None:
                     continue
@@ -754,7 +792,16 @@ class Worker:
                         work.start_soon(self.idle, conn)
                         continue
                     self.publishing += 1
-                    work.start_soon(self.publisher, conn, spec.start_number + k, count)
+                    if conn.raw is not None and 0 < spec.msg_interval < _EXACT_PACING:
+                        paced.append((conn, self.packets(conn, spec.start_number + k), count))
+                    else:
+                        work.start_soon(self.publisher, conn, spec.start_number + k, count)
+            if paced:
+                if (loop := PacedLoop.open(self, paced)) is not None:
+                    work.start_soon(loop.run)
+                else:  # no timerfd: a task each, paced by trio's clock
+                    for conn, packets, count in paced:
+                        work.start_soon(self.publisher, conn, packets.publisher, count)
             if spec.mode in (Mode.CONN, Mode.SUB):
                 if spec.duration:
                     assert self.start_ns is not None

@@ -74,14 +74,18 @@ class Ticker:
         # then wait first.
         if time.monotonic_ns() < self.next_ns:
             await trio.lowlevel.wait_readable(fd)
-        while True:
-            try:
-                periods = int.from_bytes(os.read(fd, 8), sys.byteorder)
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(fd)
-                continue
-            self.next_ns += periods * self.interval_ns
-            return periods
+        while not (periods := self.read_nowait()):
+            await trio.lowlevel.wait_readable(fd)
+        return periods
+
+    def read_nowait(self) -> int:
+        """The number of periods that ended since the last call (0 for none), without waiting."""
+        try:
+            periods = int.from_bytes(os.read(self.fd, 8), sys.byteorder)
+        except BlockingIOError:
+            return 0
+        self.next_ns += periods * self.interval_ns
+        return periods
 
     def close(self) -> None:
         trio.lowlevel.notify_closing(self.fd)
