@@ -27,13 +27,10 @@ import math
 import multiprocessing
 import multiprocessing.connection
 import os
-import platform
 import resource
 import signal
 import socket
 import ssl
-import struct
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +43,7 @@ from ..core.benchstats import Clock, ErrorKind, Figures, expand_topic
 from ..core.benchwire import Acks, Closed, Latencies, Publishes, Receiver, after_props, packet_at, split_frames
 from ..core.encoder import encode
 from ..core.packets import Connect, Disconnect, Subscribe, Subscription
+from .benchio import SO_TIMESTAMPNS, Read, read_nowait, send_nowait
 from .benchloop import PacedLoop
 from .cputime import CpuTime, cpu_time
 from .errors import ClientError, TLSFailed
@@ -55,18 +53,6 @@ from .transports import Endpoint, open_transport
 _PINGREQ = b"\xc0\x00"
 _IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
 _PER_SOURCE = 20000  # connections per 127.0.0.x source address (the ephemeral port range holds ~28,000)
-# Receive timestamps: the socket module may not name SO_TIMESTAMPNS (3.11's does not); 35 is Linux's on the
-# architectures with the generic socket options (SPARC, PA-RISC, Alpha and MIPS number them apart: the user clock).
-_GENERIC_SOCKOPTS = ("x86_64", "i386", "i686", "aarch64", "arm", "riscv", "ppc", "s390", "loongarch")
-_SO_TIMESTAMPNS = getattr(
-    socket,
-    "SO_TIMESTAMPNS",
-    35 if sys.platform == "linux" and platform.machine().lower().startswith(_GENERIC_SOCKOPTS) else None,
-)
-_SCM_TIMESTAMPNS = getattr(socket, "SCM_TIMESTAMPNS", _SO_TIMESTAMPNS)
-_TIMESPEC = struct.Struct("@ll")  # struct timespec
-_ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
-_RECV_SIZE = 262144
 _WRITE_BYTES = 65536  # unpaced: messages built per write (a socket buffer's worth, as C load generators queue)
 _EXACT_PACING = 0.002  # message gaps below this are timed by a timerfd (see Worker.publisher)
 
@@ -185,10 +171,10 @@ class Conn:
 
     def timestamp_arrivals(self) -> bool:
         """Asks the kernel to timestamp what arrives on this connection; False where it cannot."""
-        if self.raw is None or _SO_TIMESTAMPNS is None:
+        if self.raw is None or SO_TIMESTAMPNS is None:
             return False
         try:
-            self.raw.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            self.raw.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         except OSError:
             return False
         self.timestamps = True
@@ -208,9 +194,7 @@ class Conn:
         if self.lock.locked():
             return memoryview(data)
         try:
-            n = raw.send(data)
-        except BlockingIOError:
-            n = 0
+            n = send_nowait(raw, data)
         except OSError as err:
             raise trio.BrokenResourceError(str(err)) from err
         self.last_sent = time.monotonic()
@@ -242,12 +226,9 @@ class Conn:
         while view:
             await trio.lowlevel.wait_writable(raw)
             try:
-                n = raw.send(view)
-            except BlockingIOError:
-                continue
+                view = view[send_nowait(raw, view) :]
             except OSError as err:
                 raise trio.BrokenResourceError(str(err)) from err
-            view = view[n:]
 
     async def receive(self) -> tuple[bytes, int]:
         """The next bytes, and when they arrived (wall clock, ns): the kernel's timestamp of the last segment read
@@ -263,35 +244,27 @@ class Conn:
             waited = True
         if not waited:
             await trio.lowlevel.checkpoint()  # data was waiting: let the other clients run too
-        return got
+        return got.data, got.now
 
-    def read_nowait(self) -> tuple[bytes, int] | None:
+    def read_nowait(self) -> Read | None:
         """As `receive` on plain TCP, without waiting: None when nothing is waiting."""
-        raw = self.raw
-        assert raw is not None
+        assert self.raw is not None
         try:
-            if self.timestamps:
-                data, ancillary, _, _ = raw.recvmsg(_RECV_SIZE, _ANCILLARY)
-            else:
-                data = raw.recv(_RECV_SIZE)
-                ancillary = None
-        except BlockingIOError:
-            return None
+            got = read_nowait(self.raw, self.timestamps)
         except OSError as err:
             raise trio.BrokenResourceError(str(err)) from err
-        now = arrival(ancillary)
-        self.kernel_stamp = now is not None
-        return data, now if now is not None else time.time_ns()
+        if got is not None:
+            self.kernel_stamp = got.kernel
+        return got
 
     def receive_nowait(self) -> bytes | None:
         """What a plain TCP connection holds now (b"" when the broker closed it), or None when nothing waits."""
         assert self.raw is not None
         try:
-            return self.raw.recv(_RECV_SIZE)
-        except BlockingIOError:
-            return None
+            got = read_nowait(self.raw, False)
         except OSError as err:
             raise trio.BrokenResourceError(str(err)) from err
+        return None if got is None else got.data
 
     async def read_frames(self) -> tuple[list[tuple[int, bytes]], int]:
         """The complete packets of the next read (first byte, body) and the time (ns) the read returned."""
@@ -309,18 +282,6 @@ class Conn:
             self.raw.close()
         elif self.stream is not None:
             await trio.aclose_forcefully(self.stream)
-
-
-def arrival(ancillary: list[tuple[int, int, bytes]] | None) -> int | None:
-    """The kernel's receive timestamp (CLOCK_REALTIME ns) in recvmsg's ancillary data, or None."""
-    if ancillary:
-        for level, kind, data in ancillary:
-            if level == socket.SOL_SOCKET and kind == _SCM_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
-                sec: int
-                nsec: int
-                sec, nsec = _TIMESPEC.unpack_from(data)
-                return sec * 1_000_000_000 + nsec
-    return None
 
 
 class Worker:

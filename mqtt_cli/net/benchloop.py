@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import math
 import select
+import socket
 import time
 from typing import TYPE_CHECKING
 
 import trio
 
 from ..core.benchwire import Acks, Closed, Publishes, Receiver
+from .benchio import read_nowait, timer_periods
 from .ticker import Ticker
 
 if TYPE_CHECKING:
@@ -49,6 +51,18 @@ class _Pub:
         self.watched = False  # its socket is in the epoll set (once it drains), else read at ticks and turns
 
 
+class _Sub:
+    """One subscriber in the loop."""
+
+    __slots__ = ("conn", "raw", "receiver", "stamped")
+
+    def __init__(self, conn: Conn, raw: socket.socket, receiver: Receiver) -> None:
+        self.conn = conn
+        self.raw = raw
+        self.receiver = receiver
+        self.stamped = conn.timestamps
+
+
 class PacedLoop:
     """Runs a worker's paced publishers and serves its subscribers over plain TCP."""
 
@@ -67,7 +81,7 @@ class PacedLoop:
         self.ep = select.epoll()
         self.ticks: dict[int, _Pub] = {}  # by timerfd
         self.pubs: dict[int, _Pub] = {}  # by socket
-        self.subs: dict[int, tuple[Conn, Receiver]] = {}  # by socket
+        self.subs: dict[int, _Sub] = {}  # by socket
         self.owed: list[tuple[Conn, memoryview]] = []  # writes the kernel took part of: finished in trio's turn
         for pub in pubs:
             assert pub.ticker is not None and pub.conn.raw is not None
@@ -78,7 +92,7 @@ class PacedLoop:
         # holds a delivery while the one before is unacknowledged (Nagle's algorithm).
         for conn, receiver in worker.subscribed:
             if conn.raw is not None and conn in worker.conns:
-                self.subs[conn.raw.fileno()] = (conn, receiver)
+                self.subs[conn.raw.fileno()] = _Sub(conn, conn.raw, receiver)
                 self.ep.register(conn.raw.fileno(), select.EPOLLIN)
 
     @classmethod
@@ -136,15 +150,15 @@ class PacedLoop:
                 conn = pub.conn
                 self._acked(pub)
             elif (sub := self.subs.get(fd)) is not None:
-                conn = sub[0]
-                self._delivered(*sub)
+                conn = sub.conn
+                self._delivered(sub)
         except _LOST:
             if conn is not None:
                 self._lost(conn)
 
     def _tick(self, pub: _Pub) -> None:
-        periods = pub.ticker.read_nowait() if pub.ticker is not None else 0
-        if not periods:
+        periods = timer_periods(pub.ticker.fd) if pub.ticker is not None else 0
+        if periods <= 0:
             return
         if time.monotonic_ns() >= self.end_ns:
             self._stop(pub)
@@ -208,17 +222,17 @@ class PacedLoop:
         else:
             self._finish(pub)
 
-    def _delivered(self, conn: Conn, receiver: Receiver) -> None:
-        got = conn.read_nowait()
+    def _delivered(self, sub: _Sub) -> None:
+        got = read_nowait(sub.raw, sub.stamped)
         if got is None:
             return
-        data, now = got
-        if not data:
+        if not got.data:
             raise Closed("closed by the broker")
+        receiver = sub.receiver
         before = receiver.delivered
-        acks = receiver.feed(data, now, conn.kernel_stamp)
+        acks = receiver.feed(got.data, got.now, got.kernel)
         if acks:
-            self._write(conn, acks)
+            self._write(sub.conn, acks)
         if receiver.delivered != before:
             worker = self.worker
             worker.fig.last_delivery_ns = at = time.monotonic_ns()

@@ -10,7 +10,8 @@ import time
 import pytest
 import trio
 
-from mqtt_cli.net.bench import Conn, arrival
+from mqtt_cli.net.bench import Conn
+from mqtt_cli.net.benchio import arrival
 
 
 def _pair() -> tuple[socket.socket, socket.socket]:
