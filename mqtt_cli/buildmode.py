@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # (nothing more is imported at start-up)
 __all__ = ["BUILD", "COMPILED", "ENV_PURE", "STAMP", "WHY_PURE", "select"]
 
 #: The modules compiled (the hot paths: decoding and encoding, topic matching, the broker's per-message work, the
-#: persistence log's records, a restore's queues, `mqtt bench`'s per-message work).
+#: persistence log's records, a restore's queues, `mqtt bench`'s per-message work and paced loop).
 COMPILED = (
     "mqtt_cli.core.encoder",
     "mqtt_cli.core.decoder",
@@ -55,6 +55,8 @@ COMPILED = (
     "mqtt_cli.core.packed",
     "mqtt_cli.core.sharing",
     "mqtt_cli.core.benchwire",
+    "mqtt_cli.net.benchio",
+    "mqtt_cli.net.benchloop",
 )
 ENV_PURE = "MQTT_CLI_PURE"
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
