@@ -71,11 +71,15 @@ def run() -> Run:
 
     return _run
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the groups into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`make test`), keep the tests of one heavy session-wide peer on one worker."""
     for item in items:
-        if any(name.startswith("rabbitmq") for name in getattr(item, "fixturenames", ())):
+        names = getattr(item, "fixturenames", ())
+        if any(name.startswith("rabbitmq") for name in names):
             item.add_marker(pytest.mark.xdist_group("rabbitmq"))
+        elif "pyz" in names:  # the zipapp, built once per worker that needs it (about 25 s)
+            item.add_marker(pytest.mark.xdist_group("zipapp"))
 
 
 # Real brokers (mosquitto, rabbitmq) on free loopback ports: fixtures in tests/brokers.py.
