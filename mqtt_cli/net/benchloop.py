@@ -5,8 +5,8 @@ Why not a trio task per client: a turn of trio's run loop costs several times a 
 about 46 µs of CPU against 13 for a timerfd read), and paced this fast every message takes two (its tick, its
 delivery). At 10,000 msg/s the bench's core filled, ticks ran late, and the tail it measured was its own. Here a
 tick, an acknowledgement or a delivery costs one epoll_wait and its work. The loop is still a trio task: every
-10 ms it gives trio's loop a turn (the parent's requests, keepalives, signals, subscribers not yet handed over),
-where it can be cancelled, and a write the kernel cannot take at once is finished there, in order.
+10 ms it gives trio's loop a turn (the parent's requests, keepalives, signals), where it can be cancelled, and a
+write the kernel cannot take at once is finished there, in order.
 """
 
 from __future__ import annotations
