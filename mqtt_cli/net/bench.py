@@ -198,8 +198,11 @@ class Conn:
         except OSError as err:
             raise trio.BrokenResourceError(str(err)) from err
         self.last_sent = time.monotonic()
-        if n == len(data):
-            return None
+        return None if n == len(data) else self.cut(data, n)
+
+    def cut(self, data: bytes, n: int) -> memoryview:
+        """The kernel took the first `n` bytes of `data`, written without waiting while the lock was free: the
+        calling task holds the lock from now until `send_rest` has written the rest, which this returns."""
         self.lock.acquire_nowait()
         self.held = True
         return memoryview(data)[n:]
@@ -256,15 +259,6 @@ class Conn:
         if got is not None:
             self.kernel_stamp = got.kernel
         return got
-
-    def receive_nowait(self) -> bytes | None:
-        """What a plain TCP connection holds now (b"" when the broker closed it), or None when nothing waits."""
-        assert self.raw is not None
-        try:
-            got = read_nowait(self.raw, False)
-        except OSError as err:
-            raise trio.BrokenResourceError(str(err)) from err
-        return None if got is None else got.data
 
     async def read_frames(self) -> tuple[list[tuple[int, bytes]], int]:
         """The complete packets of the next read (first byte, body) and the time (ns) the read returned."""

@@ -104,6 +104,16 @@ def test_the_paced_loop_acknowledges_and_delivers_every_message(mosq: Broker, tm
     assert (f["lost"], f["dups"], f["clock"]) == (0, 0, "kernel")
 
 
+def test_the_paced_loop_keeps_its_connections_alive(ours: Broker, tmp_path: Path) -> None:
+    """Keepalive 1 s for 3 s at QoS 0: the loop's subscriber never writes, and its writes do not reach the
+    connections' keepalive clock at once (trio's turns tell it). Our broker drops a client silent for 1.5 s
+    (mosquitto only after about 4.5 s)."""
+    code, f, text = bench(ours, tmp_path, "pubsub", "--rate", "1000", "--duration", "3", "-q", "0", "-k", "1",
+                          "--workers", "1")  # fmt: skip
+    assert code == 0, text
+    assert f["errors"] == {} and f["lost"] == 0 and f["delivered"] == f["sent"] >= 2700, f
+
+
 def test_loss_detected_when_the_broker_drops(tmp_path: Path) -> None:
     """mosquitto with a queue of 5 messages per client: the flood does not fit; what is missing counts as lost."""
     broker = start_mosquitto(tmp_path / "m", extra_conf="max_queued_messages 5\nmax_inflight_messages 1")
