@@ -162,7 +162,9 @@ class Conn:
     a read carries the kernel's arrival time (a bench that times reads itself measures its own delays too). TLS
     and WebSocket go through their trio stream."""
 
-    __slots__ = ("buf", "client_id", "held", "kernel_stamp", "last_sent", "lock", "raw", "stream", "timestamps")
+    __slots__ = (
+        "buf", "client_id", "held", "kernel_stamp", "last_sent", "lock", "raw", "reading", "stream", "timestamps"
+    )  # fmt: skip
 
     def __init__(self, stream: trio.abc.Stream | None, client_id: str, raw: socket.socket | None = None) -> None:
         self.stream = stream
@@ -174,6 +176,7 @@ class Conn:
         self.client_id = client_id
         self.timestamps = False  # the kernel timestamps what arrives (SO_TIMESTAMPNS is on)
         self.kernel_stamp = False  # the last read's time is the kernel's
+        self.reading: trio.CancelScope | None = None  # a subscriber task's wait for its next read
 
     def timestamp_arrivals(self) -> bool:
         """Asks the kernel to timestamp what arrives on this connection; False where it cannot."""
@@ -251,8 +254,8 @@ class Conn:
         while (got := self.read_nowait()) is None:
             await trio.lowlevel.wait_readable(raw)
             waited = True
-        if not waited:
-            await trio.lowlevel.checkpoint()  # data was waiting: let the other clients run too
+        if not waited:  # data was waiting: let the other clients run too (what was read is the caller's: no cancel)
+            await trio.lowlevel.cancel_shielded_checkpoint()
         return got.data, got.now
 
     def read_nowait(self) -> Read | None:
@@ -520,7 +523,10 @@ class Worker:
                 await self.polling_over.wait()
                 if conn not in self.conns:
                     return  # lost in the paced loop (and counted there)
-            data, now = await conn.receive()
+            with trio.CancelScope() as conn.reading:  # the paced loop cancels the wait when it takes over
+                data, now = await conn.receive()
+            if conn.reading.cancelled_caught:
+                continue
             if not data:
                 raise Closed("closed by the broker")
             before = receiver.delivered

@@ -134,6 +134,11 @@ class PacedLoop:
     async def run(self) -> None:
         worker = self.worker
         worker.polling = True
+        # The subscribers' tasks stop waiting for reads (then wait for the loop's end): left in trio's epoll set,
+        # each would wake at every turn and read deliveries there.
+        for sub in self.subs.values():
+            if sub.conn.reading is not None:
+                sub.conn.reading.cancel()
         self._resumed()
         try:
             turn_ns = time.monotonic_ns() + _TURN_NS
