@@ -5,8 +5,9 @@ Why not a trio task per client: a turn of trio's run loop costs several times a 
 about 46 µs of CPU against 13 for a timerfd read), and paced this fast every message takes two (its tick, its
 delivery). At 10,000 msg/s the bench's core filled, ticks ran late, and the tail it measured was its own. Here a
 tick, an acknowledgement or a delivery costs one epoll_wait and its work. The loop is still a trio task: about
-every 100 ms it gives trio's loop a turn (the parent's requests, keepalives, signals), where it can be cancelled,
-and a write the kernel cannot take at once is finished there, in order.
+every 100 ms, between ticks, it gives trio's loop a turn (the parent's requests, keepalives, signals), where it can
+be cancelled, and a write the kernel cannot take at once is finished there, in order. At rates that leave no gap
+for a turn (above about 3,000 msg/s) it comes after a second at the latest: Ctrl-C takes up to that long.
 
 The tail measured is the broker's only while the bench answers at once: mosquitto (by default Nagle's algorithm
 on) holds a small write while what it sent before is unacknowledged, so an acknowledgement sent late delays the
@@ -31,11 +32,14 @@ from .ticker import Ticker
 if TYPE_CHECKING:
     from .bench import Conn, Worker
 
-# trio's loop gets a turn about every 100 ms, at a moment the loop sent nothing (10 ms late at most). A turn costs
-# 100-250 µs on an AMD EPYC: an acknowledgement it holds up holds up the next delivery too (Nagle's algorithm), so at
-# 10,000 msg/s a turn every 10 ms put one message in a hundred at the p99.
+# trio's loop gets a turn every 100 ms in a gap between ticks that holds one (a turn costs 100-250 µs on an AMD
+# EPYC), else after a second at the latest (a quarter of the keepalive if that is shorter). A turn that delays a
+# tick puts two messages in one write, and mosquitto holds the second's delivery until our acknowledgement of the
+# first (Nagle's algorithm): at 10,000 msg/s, turns every 10 ms put one message in a hundred at the p99, and every
+# 100 ms still raised it by a third.
 _TURN_NS = 100_000_000
-_TURN_LATE_NS = 10_000_000
+_TURN_GAP_NS = 300_000
+_TURN_LATE_NS = 1_000_000_000
 _LOST = (Closed, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
@@ -92,6 +96,9 @@ class PacedLoop:
         # publisher are not held meanwhile: each message carries the TCP acknowledgement of what came before.
         self.read_acks_at = max(1, self.window // (3 if self.qos == 2 else 2))
         self.drain_ns = round(max(spec.drain, 5.0) * 1e9)
+        self.interval_ns = max(1, round(spec.msg_interval * 1e9))  # every publisher ticks in phase from start_ns
+        self.start_ns = worker.start_ns
+        self.turn_late_ns = min(_TURN_LATE_NS, spec.keepalive * 250_000_000 or _TURN_LATE_NS)
         self.ep = select.epoll()
         self.ticks: dict[int, _Pub] = {}  # by timerfd
         self.pubs: dict[int, _Pub] = {}  # by socket
@@ -146,7 +153,7 @@ class PacedLoop:
                 # Ticks last: the acknowledgement of a delivery already here goes out before the next message.
                 ticked: list[_Pub] = []
                 now = time.monotonic_ns()
-                until = turn_ns if now < turn_ns else turn_ns + _TURN_LATE_NS  # a turn put off waits for an event
+                until = turn_ns if now < turn_ns else turn_ns + self.turn_late_ns  # a turn put off waits for an event
                 for fd, _ in self.ep.poll(max(0, until - now) / 1e9):
                     if (pub := self.ticks.get(fd)) is not None:
                         ticked.append(pub)
@@ -163,7 +170,10 @@ class PacedLoop:
                     except _LOST:
                         self._lost(conn)
                     self._resumed()
-                if (now := time.monotonic_ns()) >= turn_ns and (not ticked or now >= turn_ns + _TURN_LATE_NS):
+                if (now := time.monotonic_ns()) >= turn_ns and (
+                    self.interval_ns - (now - self.start_ns) % self.interval_ns >= _TURN_GAP_NS
+                    or now >= turn_ns + self.turn_late_ns
+                ):
                     for pub in list(self.pubs.values()):
                         if pub.ticker is None and now > pub.drain_until:
                             self._finish(pub)  # acknowledgements still missing: given up on, as a publisher task does
