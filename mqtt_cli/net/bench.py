@@ -858,8 +858,10 @@ def run(spec: Spec, on_tick: Callable[[Tick], None]) -> Outcome:
     cpu_at_go: tuple[CpuTime | None, CpuTime | None] = (None, None)
     cpu_at_end: tuple[CpuTime | None, CpuTime | None] = (None, None)
     try:
-        while len(finals) < len(pipes):
-            try:
+        while True:
+            try:  # the loop's test too: a Ctrl-C anywhere in it stops the workers cleanly
+                if len(finals) >= len(pipes):
+                    break
                 live = [p for i, p in enumerate(pipes) if i not in finals]
                 if stop_deadline is not None and time.monotonic() > stop_deadline:
                     break
