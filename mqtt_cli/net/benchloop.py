@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 # trio's loop gets a turn every 100 ms in a gap between ticks that holds one (a turn costs 100-250 µs on an AMD
 # EPYC), else after a second at the latest (a quarter of the keepalive if that is shorter). A turn that delays a
 # tick puts two messages in one write, and mosquitto holds the second's delivery until our acknowledgement of the
-# first (Nagle's algorithm): at 10,000 msg/s, turns every 10 ms put one message in a hundred at the p99, and every
-# 100 ms still raised it by a third.
+# first (Nagle's algorithm): at 10,000 msg/s a turn every 10 ms would put one message in a hundred at the p99, and
+# one every 100 ms raises it by a third against one a second.
 _TURN_NS = 100_000_000
 _TURN_GAP_NS = 300_000
 _TURN_LATE_NS = 1_000_000_000
