@@ -22,10 +22,10 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS ?=
 
-# The hot modules compiled with mypyc (scripts/build_compiled.py; mqtt_cli/buildmode.py names them), rebuilt when
-# one of their sources changes. Without a C compiler, or with MQTT_CLI_PURE=1, there is no build: pure Python runs.
-COMPILED_SOURCES := $(addprefix mqtt_cli/core/,encoder.py decoder.py reader.py topics.py broker.py admission.py attachment.py closing.py delivery.py outbox.py publishing.py routing.py storage.py systopics.py topiccheck.py session.py flows.py server.py lifecycle.py aliases.py persistence.py changelog.py packed.py sharing.py benchwire.py) \
-	mqtt_cli/net/benchio.py mqtt_cli/net/benchloop.py
+# The hot modules compiled with mypyc (scripts/build_compiled.py), rebuilt when one of their sources changes; their
+# list is mqtt_cli/buildmode.py's COMPILED, read here. Without a C compiler, or with MQTT_CLI_PURE=1, there is no
+# build: pure Python runs.
+COMPILED_SOURCES := $(shell $(PYTHON) -c 'import runpy; print(" ".join(m.replace(".", "/") + ".py" for m in runpy.run_path("mqtt_cli/buildmode.py")["COMPILED"]))' 2>/dev/null)
 COMPILED_STAMP := mqtt_cli/compiled.stamp
 
 .PHONY: help install system-deps web-deps compiled test lint serve zipapp completions bench bench-quick fuzz clean \
