@@ -88,7 +88,9 @@ def test_paced_rate_and_duration(mosq: Broker, tmp_path: Path) -> None:
     assert code == 0, text
     assert 500 <= f["sent"] <= 640  # 400/s for 1.5 s (a late wake-up sends what is due at once)
     assert f["delivered"] == f["sent"] and f["lost"] == 0
-    assert f["p99_us"] < 200_000  # paced, not saturated: no queueing in the bench
+    # Paced, not saturated: no queueing in the bench. The median, not p99: a stall of a loaded machine (a CI run
+    # beside Spark's JVMs held one for 350 ms) delays every message in it, but not half of the run's.
+    assert f["p50_us"] < 50_000
 
 
 @pytest.mark.parametrize(("qos", "version"), [(1, "5"), (2, "311"), (2, "5")])
