@@ -14,6 +14,8 @@
 * The commands tell the size of their input (InputSize): under a local master a small one gets one shuffle
   partition and no adaptive planning, a tiny one also the JIT's first tier only and no generated code (see
   SMALL_INPUT_CONF, TINY_INPUT_CONF).
+* The driver JVM starts from a class-data archive of the classes an earlier session loaded, in the user's cache
+  (classdata.py): the first session writes it as its JVM exits, the next ones start about 5 s sooner.
 * PySpark starts the JVM with SIGINT ignored: Ctrl-C reaches Python only, where `CtrlC` cancels the running
   jobs (from a thread of its own); the commands then stop the session, so the JVM and its workers go away and
   the terminal is left as it was.
@@ -37,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from mqtt_cli import DIST_NAME
+
+from . import classdata
 
 __all__ = [
     "INSTALL_HINT",
@@ -138,10 +142,12 @@ def package_zip(directory: Path) -> Path:
 
 def start_session(
     master: str = "local[*]", conf: dict[str, str] | None = None, app_name: str = "mqtt analyze",
-    size: InputSize = InputSize.LARGE,
+    size: InputSize = InputSize.LARGE, dump_classes: bool = True,
 ) -> Any:  # fmt: skip
     """A SparkSession set up as the module's docstring says, with the settings for an input of `size` (InputSize)
-    under a local master; `conf` (from --conf k=v) wins over our defaults."""
+    under a local master; `conf` (from --conf k=v) wins over our defaults. The driver JVM starts from the
+    class-data archive (classdata.py) if there is one; else, with `dump_classes`, it writes one when it exits (a
+    session kept for the life of a long process would write it only then: False there)."""
     from pyspark.sql import SparkSession
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -153,6 +159,8 @@ def start_session(
         if root not in paths:
             os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
     quiet = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
+    java = java_executable()
+    driver = f"{quiet} {classdata.java_options(java, classdata.jars_dir(), dump=dump_classes)}" if java else quiet
     tiny = local and size is InputSize.TINY
     settings = {
         "spark.app.name": app_name,
@@ -162,7 +170,7 @@ def start_session(
         # Parquet timestamps as INT64 microseconds (not the deprecated INT96): what the workers' pyarrow writer
         # writes too (pipeline/parts.py), and what other readers of the table expect.
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-        "spark.driver.extraJavaOptions": f"{quiet} {TINY_INPUT_JAVA_OPTIONS}" if tiny else quiet,
+        "spark.driver.extraJavaOptions": f"{driver} {TINY_INPUT_JAVA_OPTIONS}" if tiny else driver,
         "spark.executor.extraJavaOptions": quiet,
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
     }

@@ -60,7 +60,8 @@ def spark() -> Iterator[Any]:
         pytest.skip(problem)
     from mqtt_cli.pipeline.session import start_session
 
-    session = start_session("local[2]", {"spark.sql.shuffle.partitions": "4"})
+    # It starts from the class-data archive the suite's commands write, and writes none (only at the worker's end).
+    session = start_session("local[2]", {"spark.sql.shuffle.partitions": "4"}, dump_classes=False)
     yield session
     session.stop()
 
