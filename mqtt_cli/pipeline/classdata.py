@@ -69,7 +69,10 @@ def archive_path(java: str, jars: Path) -> Path:
 def java_options(java: str, jars: Path, *, dump: bool) -> str:
     """The driver JVM's options: start from the archive when there is one; else, with `dump` and no other
     process dumping, dump one at exit. Only the log options when neither."""
-    archive = archive_path(java, jars)
+    try:
+        archive = archive_path(java, jars)
+    except RuntimeError:  # no home directory to find a cache in
+        return JVM_LOG_OPTIONS
     part = archive.with_suffix(".part")
     if not archive.exists() and _finished(part):
         with contextlib.suppress(OSError):  # another session moved it first, or the directory is read-only

@@ -75,6 +75,14 @@ def test_a_cache_that_cannot_be_written_gives_no_archive(jvm: tuple[str, Path], 
     (tmp_path / "file").write_bytes(b"")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))  # a file where the directory would be
     assert classdata.java_options(java, jars, dump=True) == classdata.JVM_LOG_OPTIONS
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.delenv("HOME")
+    monkeypatch.setattr("pwd.getpwuid", _no_user)  # no home directory at all
+    assert classdata.java_options(java, jars, dump=True) == classdata.JVM_LOG_OPTIONS
+
+
+def _no_user(uid: int) -> None:
+    raise KeyError(uid)
 
 
 _SESSION = """
