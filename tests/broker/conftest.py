@@ -12,41 +12,37 @@ from typing import Any
 
 import pytest
 
-from tests.brokers import HOST, Broker, free_port, start_mosquitto, wait_for_port
+from tests.brokers import HOST, Broker, start_mosquitto, wait_for_port
 
 
 def start_ours(workdir: Path, *args: str, tls: bool = False, require_certificate: bool = False) -> Broker:
-    """`mqtt serve` on a free port in `workdir`; `restart()` brings it back on the same port."""
+    """`mqtt serve` in `workdir` on ports it chose (port 0: no other process can take them between a check and
+    the bind), told by its ready file; `restart()` brings it back on the same ports."""
     workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
     ca_path = None
-    listen = ["--port", str(port)]
     extra: dict[str, Any] = {}
+    tls_args: list[str] = []
     if tls:
         from tests.brokers import _make_certs
 
         ca_path = _make_certs(workdir)
-        tls_port = free_port()
-        extra["tls_port"] = tls_port
-        listen = [
-            "--listen",
-            f"mqtt://{HOST}:{port}",
-            "--listen",
-            f"mqtts://{HOST}:{tls_port}",
-            "--tls-cert",
-            str(workdir / "server.pem"),
-            "--tls-key",
-            str(workdir / "server.key"),
-        ]
+        tls_args = ["--tls-cert", str(workdir / "server.pem"), "--tls-key", str(workdir / "server.key")]
         if require_certificate:
-            listen += ["--tls-cafile", str(ca_path), "--require-certificate"]
+            tls_args += ["--tls-cafile", str(ca_path), "--require-certificate"]
+
+    def listen(ports: list[int]) -> list[str]:
+        if not tls:
+            return ["--port", str(ports[0])]
+        return ["--listen", f"mqtt://{HOST}:{ports[0]}", "--listen", f"mqtts://{HOST}:{ports[1]}", *tls_args]
+
+    ports = [0, 0] if tls else [0]
     ready = workdir / "ready.json"
 
     def launch() -> subprocess.Popen[Any]:
         ready.unlink(missing_ok=True)
         log = (workdir / "serve.log").open("ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mqtt_cli", "serve", *listen, "--ready-file", str(ready), "-v", *args],
+            [sys.executable, "-m", "mqtt_cli", "serve", *listen(ports), "--ready-file", str(ready), "-v", *args],
             stdout=subprocess.DEVNULL,
             stderr=log,
             stdin=subprocess.DEVNULL,
@@ -57,11 +53,17 @@ def start_ours(workdir: Path, *args: str, tls: bool = False, require_certificate
                 proc.kill()
                 raise RuntimeError(f"mqtt serve did not start: {(workdir / 'serve.log').read_text()[-2000:]}")
             time.sleep(0.02)
-        assert json.loads(ready.read_text())["listeners"][0]["port"] == port
-        wait_for_port(port, proc, 5)
+        # Ours first, in order; a configuration file's listeners follow.
+        bound = [listener["port"] for listener in json.loads(ready.read_text())["listeners"]][: len(ports)]
+        assert all(n in (0, b) for n, b in zip(ports, bound, strict=True)), (ports, bound)
+        ports[:] = bound
+        wait_for_port(bound[0], proc, 5)
         return proc
 
-    return Broker("ours", HOST, port, workdir, launch, launch(), ca_path=ca_path, extra=extra)
+    proc = launch()
+    if tls:
+        extra["tls_port"] = ports[1]
+    return Broker("ours", HOST, ports[0], workdir, launch, proc, ca_path=ca_path, extra=extra)
 
 
 @pytest.fixture(scope="module")
