@@ -159,8 +159,11 @@ def start_session(
         if root not in paths:
             os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
     quiet = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
+    driver = quiet
     java = java_executable()
-    driver = f"{quiet} {classdata.java_options(java, classdata.jars_dir(), dump=dump_classes)}" if java else quiet
+    # A --conf spark.driver.extraJavaOptions replaces ours, archive and all: then no dump is claimed.
+    if java is not None and "spark.driver.extraJavaOptions" not in (conf or {}):
+        driver = f"{quiet} {classdata.java_options(java, classdata.jars_dir(), dump=dump_classes)}"
     tiny = local and size is InputSize.TINY
     settings = {
         "spark.app.name": app_name,
