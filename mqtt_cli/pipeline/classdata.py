@@ -56,11 +56,9 @@ def archive_path(java: str, jars: Path) -> Path:
     digest = hashlib.sha256()
     for path in (Path(java).resolve(), jars):
         digest.update(str(path).encode())
-        try:
+        with contextlib.suppress(OSError):
             st = path.stat()
             digest.update(f" {st.st_size} {st.st_mtime_ns}".encode())
-        except OSError:
-            pass
     with contextlib.suppress(OSError):
         digest.update("\n".join(sorted(p.name for p in jars.iterdir())).encode())
     return cache_dir() / f"driver-{digest.hexdigest()[:16]}.jsa"
