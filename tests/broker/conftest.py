@@ -15,20 +15,23 @@ import pytest
 from tests.brokers import HOST, Broker, start_mosquitto, wait_for_port
 
 
-def start_ours(workdir: Path, *args: str, tls: bool = False, require_certificate: bool = False) -> Broker:
+def start_ours(
+    workdir: Path, *args: str, tls: bool = False, require_certificate: bool = False, tls_args: tuple[str, ...] = ()
+) -> Broker:
     """`mqtt serve` in `workdir` on ports it chose (port 0: no other process can take them between a check and
-    the bind), told by its ready file; `restart()` brings it back on the same ports."""
+    the bind), told by its ready file; `restart()` brings it back on the same ports. With `tls` (certificates made
+    here) or `tls_args` (the caller's), an mqtts:// listener too."""
     workdir.mkdir(parents=True, exist_ok=True)
     ca_path = None
     extra: dict[str, Any] = {}
-    tls_args: list[str] = []
-    if tls:
+    if tls and not tls_args:
         from tests.brokers import _make_certs
 
         ca_path = _make_certs(workdir)
-        tls_args = ["--tls-cert", str(workdir / "server.pem"), "--tls-key", str(workdir / "server.key")]
+        tls_args = ("--tls-cert", str(workdir / "server.pem"), "--tls-key", str(workdir / "server.key"))
         if require_certificate:
-            tls_args += ["--tls-cafile", str(ca_path), "--require-certificate"]
+            tls_args += ("--tls-cafile", str(ca_path), "--require-certificate")
+    tls = bool(tls_args)
 
     def listen(ports: list[int]) -> list[str]:
         if not tls:

@@ -24,6 +24,8 @@ from paho.mqtt.properties import Properties as PahoProperties
 
 from tests.brokers import HOST, Broker, free_port, start_mosquitto, wait_for_port
 
+from .conftest import start_ours
+
 pytestmark = pytest.mark.interop
 
 DEADLINE = 15.0
@@ -76,36 +78,6 @@ def make_password_file(path: Path) -> None:
     run("mosquitto_passwd", "-b", str(path), "dave", PASSWORDS["dave"])  # mosquitto_passwd updating our file
     kinds = {line.split("$")[1] for line in path.read_text().splitlines()}
     assert kinds == {"6", "7"}
-
-
-def start_ours(workdir: Path, *args: str, tls_args: tuple[str, ...] = ()) -> Broker:
-    """`mqtt serve` on 127.0.0.1 (and an mqtts:// listener with `tls_args`), waited for through --ready-file."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    listen = ["--listen", f"mqtt://{HOST}:{port}"]
-    extra: dict[str, Any] = {}
-    if tls_args:
-        extra["tls_port"] = free_port()
-        listen += ["--listen", f"mqtts://{HOST}:{extra['tls_port']}", *tls_args]
-    ready = workdir / "ready.json"
-    log = workdir / "serve.log"
-
-    def launch() -> subprocess.Popen[Any]:
-        ready.unlink(missing_ok=True)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "mqtt_cli", "serve", *listen, "--ready-file", str(ready), "-v", *args],
-            stdout=subprocess.DEVNULL, stderr=log.open("ab"), stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 20
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"mqtt serve did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.02)
-        wait_for_port(port, proc, 5)
-        return proc
-
-    return Broker("ours", HOST, port, workdir, launch, launch(), extra=extra)
 
 
 class Client:

@@ -4,6 +4,7 @@ in test_persistence_torture.py, the state of schema 2 (QoS 2, wills, migration) 
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import sqlite3
@@ -19,7 +20,7 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from tests.brokers import HOST, free_port, wait_for_port
+from tests.brokers import HOST, wait_for_port
 
 pytestmark = [pytest.mark.slow]
 
@@ -27,24 +28,35 @@ DEADLINE = 20.0
 
 
 class Ours:
-    """`mqtt serve --persistence DB` on a fixed port, restartable after a SIGKILL."""
+    """`mqtt serve --persistence DB`, restartable after a SIGKILL on the port it chose first (port 0, told by its
+    ready file: no other process can take it between a check and the bind)."""
 
     def __init__(self, workdir: Path, *extra: str) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
         self.db = workdir / "broker.db"
-        self.port = free_port()
+        self.port = 0
         self.stderr = workdir / "stderr.log"
+        self.ready = workdir / "ready.json"
         self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
 
     def start(self) -> None:
+        self.ready.unlink(missing_ok=True)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mqtt_cli", "serve", "--listen", f"mqtt://{HOST}:{self.port}",
-             "--persistence", str(self.db), "--max-queued-messages", "0", *self.extra],
+             "--persistence", str(self.db), "--max-queued-messages", "0", "--ready-file", str(self.ready),
+             *self.extra],
             stdout=subprocess.DEVNULL, stderr=self.stderr.open("ab"), stdin=subprocess.DEVNULL,
         )  # fmt: skip
+        deadline = time.monotonic() + DEADLINE
+        while not self.ready.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                raise RuntimeError(f"mqtt serve did not start: {self.stderr.read_text()[-2000:]}")
+            time.sleep(0.02)
+        self.port = json.loads(self.ready.read_text())["listeners"][0]["port"]
         wait_for_port(self.port, self.proc, DEADLINE, self.stderr)
 
     def kill(self) -> None:
