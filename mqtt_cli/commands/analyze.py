@@ -340,15 +340,40 @@ def _table_bytes(table: Path) -> int:
     return sum(os.path.getsize(os.path.join(root, f)) for root, _dirs, files in os.walk(table) for f in files)
 
 
-def _has_parquet(table: Path) -> bool:
-    """Does the directory hold a Parquet file where Spark looks (names starting with _ or . are not data)?"""
+def _data_files(table: Path) -> list[Path]:
+    """The files Spark reads as the table's data: every one in it, in folders too, but those whose names start
+    with _ or . (Spark's own: _SUCCESS, _temporary, .crc files)."""
     import os
 
-    for _root, dirs, files in os.walk(table):
+    found: list[Path] = []
+    for root, dirs, files in os.walk(table):
         dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
-        if any(f.endswith(".parquet") and not f.startswith(("_", ".")) for f in files):
-            return True
-    return False
+        found.extend(Path(root, f) for f in sorted(files) if not f.startswith(("_", ".")))
+    return found
+
+
+_PARQUET_MAGIC = (b"PAR1", b"PARE")  # plain, encrypted footer
+
+
+def _not_parquet(files: list[Path]) -> Path | None:
+    """The first non-empty file that does not begin and end with Parquet's mark, or None: said in a line before
+    Spark starts (Spark would take seconds to start, then fail on it with a page of Java)."""
+    for path in files:
+        try:
+            with path.open("rb") as f:
+                size = f.seek(0, 2)
+                if size == 0:
+                    continue  # Spark skips an empty file
+                f.seek(0)
+                head = f.read(4)
+                f.seek(max(0, size - 4))
+                tail = f.read(4)
+        except OSError:
+            continue  # unreadable: Spark's own error names it
+        # The smallest Parquet file is its mark, a footer's length (4 bytes) and its mark again.
+        if size < 12 or head not in _PARQUET_MAGIC or tail not in _PARQUET_MAGIC:
+            return path
+    return None
 
 
 @app.command()
@@ -375,10 +400,16 @@ def report(
     if not table.is_dir():
         fail(f"{table}: no such directory (write one with `mqtt analyze ingest`)", EXIT_USAGE)
     _require_spark()
-    if not _has_parquet(table):
+    files = _data_files(table)
+    if not any(f.suffix == ".parquet" for f in files):
         fail(
             f"{table}: not a Parquet table, it holds no .parquet file (write one with `mqtt analyze ingest`)",
             EXIT_USAGE,
+        )
+    if (stray := _not_parquet(files)) is not None:
+        fail(
+            f"{stray} is not a Parquet file, and Spark reads every file in {table}: move it out of the table",
+            EXIT_FAILURE,
         )
     if top < 1:
         fail("--top must be at least 1", EXIT_USAGE)
