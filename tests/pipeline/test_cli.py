@@ -133,16 +133,28 @@ def test_timestamps_past_2262_stop_the_ingest_at_their_frame(run: Run, mqtt_exe:
 
 @needs_spark
 @pytest.mark.slow
-def test_ingest_then_report(run: Run, mqtt_exe: Path, tmp_path: Path) -> None:
+def test_ingest_from_standard_input_then_report(mqtt_exe: Path, run: Run, tmp_path: Path) -> None:
+    """The commands end to end: `ingest -` reads the capture from standard input into a table (one line on
+    standard error, no Spark chatter, no staging left), then `report` reads that table. One test, because each
+    command is a Spark session of its own; a capture named on the command line is ingested in the tests above."""
     capture = next(p for p in sample_captures() if p.name == "12-v5-properties.pcap")
     table = tmp_path / "table"
-    ingest = run(
-        [mqtt_exe, "analyze", "ingest", "--master", "local[2]", "-p", "18841", "-o", table, capture], timeout=180
-    )
+    with capture.open("rb") as stdin:
+        ingest = subprocess.run(
+            [str(mqtt_exe), "analyze", "ingest", "--master", "local[2]", "-p", "18841", "-o", str(table), "-"],
+            stdin=stdin, capture_output=True, text=True, timeout=180, env=cli_env(),
+        )  # fmt: skip
     assert ingest.returncode == 0, ingest.stderr
     records = dump_records(capture)
-    [summary] = ingest.stderr.splitlines()  # one line, no Spark chatter
+    [summary] = ingest.stderr.splitlines()
     assert summary.startswith(f"{len(records)} packets from ")
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(table).to_pylist()
+    assert len(rows) == len(records)
+    assert {row["capture_file"] for row in rows} == {"-"}
+    assert not list(tmp_path.glob(".*staging*"))
+    assert sorted((r["seq"], r["type"]) for r in rows)[0][1] == records[0]["type"]
     page = tmp_path / "report.html"
     report = run([mqtt_exe, "analyze", "report", "--master", "local[2]", "--json", "--html", page, table], timeout=180)
     assert report.returncode == 0, report.stderr
@@ -151,26 +163,6 @@ def test_ingest_then_report(run: Run, mqtt_exe: Path, tmp_path: Path) -> None:
     assert data["summary"]["packets"] == len(records)
     assert data["summary"]["publishes"] == sum(r["type"] == "PUBLISH" for r in records)
     assert page.read_text().startswith("<!doctype html>")
-
-
-def test_ingest_reads_a_capture_from_standard_input(mqtt_exe: Path, tmp_path: Path) -> None:
-    capture = next(p for p in sample_captures() if p.name == "12-v5-properties.pcap")
-    table = tmp_path / "table"
-    with capture.open("rb") as stdin:
-        proc = subprocess.run(
-            [str(mqtt_exe), "analyze", "ingest", "--master", "local[1]", "-p", "18841", "-o", str(table), "-"],
-            stdin=stdin, capture_output=True, text=True, timeout=180, env=cli_env(),
-        )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    records = dump_records(capture)
-    assert proc.stderr.startswith(f"{len(records)} packets from ")
-    import pyarrow.parquet as pq
-
-    rows = pq.read_table(table).to_pylist()
-    assert len(rows) == len(records)
-    assert {row["capture_file"] for row in rows} == {"-"}
-    assert not list(tmp_path.glob(".*staging*"))
-    assert sorted((r["seq"], r["type"]) for r in rows)[0][1] == records[0]["type"]
 
 
 @needs_spark
