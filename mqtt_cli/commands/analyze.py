@@ -69,9 +69,10 @@ def _spark(
     """(session, CtrlC) for one command: requirements checked first; the session is stopped on the way out, Ctrl-C
     included (the first Ctrl-C cancels the running jobs, see session.CtrlC)."""
     _require_spark()
-    from mqtt_cli.pipeline.session import CtrlC, InputSize, start_session
+    from mqtt_cli.pipeline.session import CtrlC, InputSize, start_session, stop_session
 
     spark = None
+    keep_log = False  # Spark's log (and its session's work directory) stays only when a failure names it
     try:
         try:
             spark = start_session(master, conf, size=size or InputSize.LARGE)
@@ -85,13 +86,14 @@ def _spark(
             except Exception as exc:
                 if ctrl_c.interrupted:
                     raise KeyboardInterrupt from None
+                keep_log = _names_the_log(exc)
                 _spark_failure(exc)
     except KeyboardInterrupt:
         say("mqtt: interrupted: Spark jobs cancelled")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         if spark is not None:
-            spark.stop()
+            stop_session(spark, keep_log=keep_log)
 
 
 def _require_spark() -> None:
@@ -103,13 +105,20 @@ def _require_spark() -> None:
         fail(problem, EXIT_MISSING_DEPENDENCY)
 
 
+def _names_the_log(exc: Exception) -> bool:
+    """Does _spark_failure's line for `exc` name Spark's log (a failure of Spark's, not of our input)?"""
+    from mqtt_cli.capture import CaptureError
+
+    return not isinstance(exc, CaptureError | ValueError | OSError)
+
+
 def _spark_failure(exc: Exception) -> None:
     """A failure from Spark or the pipeline as one line (Spark's messages run over many)."""
-    from mqtt_cli.capture import CaptureError, NotACapture
+    from mqtt_cli.capture import NotACapture
 
     if isinstance(exc, NotACapture):
         fail(str(exc), EXIT_NOT_A_CAPTURE)
-    if isinstance(exc, CaptureError | ValueError | OSError):
+    if not _names_the_log(exc):
         fail(str(exc), EXIT_FAILURE)
     import re
 

@@ -3,7 +3,7 @@
     problem = missing_requirement()          # None, or one line saying what to install
     spark = start_session("local[*]", {"spark.executor.memory": "2g"})
     ...
-    spark.stop()
+    stop_session(spark)                      # keep_log=True: after a failure that named spark_log
 
 * Workers run `sys.executable` (PYSPARK_PYTHON), so they import the same pyspark, pyarrow and mqtt_cli as the
   driver. Our code reaches them through PYTHONPATH on a local master, and as a zip of the `mqtt_cli` package
@@ -55,6 +55,7 @@ __all__ = [
     "package_zip",
     "spark_log",
     "start_session",
+    "stop_session",
 ]
 
 INSTALL_HINT = f"pip install '{DIST_NAME}[spark]'"
@@ -208,8 +209,21 @@ def start_session(
     return spark
 
 
-#: Where the JVM of the latest session writes its standard error (Spark's errors, the JVM's own warnings).
+#: Where the JVM of the latest session writes its standard error (Spark's errors, the JVM's own warnings), in a
+#: work directory of that session's own (the package zip too, off a local master).
 spark_log: Path | None = None
+
+
+def stop_session(spark: Any, keep_log: bool = False) -> None:
+    """Stops a session of start_session's and removes its work directory, unless `keep_log` (a failure told the
+    user where the log is). The JVM may write on until it exits: into a file already unlinked."""
+    global spark_log
+    try:
+        spark.stop()
+    finally:
+        if spark_log is not None and not keep_log:
+            shutil.rmtree(spark_log.parent, ignore_errors=True)
+            spark_log = None
 
 
 @contextmanager

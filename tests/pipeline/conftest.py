@@ -58,12 +58,12 @@ def spark() -> Iterator[Any]:
     problem = missing_requirement()
     if problem is not None:
         pytest.skip(problem)
-    from mqtt_cli.pipeline.session import start_session
+    from mqtt_cli.pipeline.session import start_session, stop_session
 
     # It starts from the class-data archive the suite's commands write, and writes none (only at the worker's end).
     session = start_session("local[2]", {"spark.sql.shuffle.partitions": "4"}, dump_classes=False)
     yield session
-    session.stop()
+    stop_session(session)
 
 
 @pytest.fixture(scope="session")

@@ -88,13 +88,13 @@ def _no_user(uid: int) -> None:
 _SESSION = """
 import os, sys
 from pathlib import Path
-from mqtt_cli.pipeline.session import start_session
+from mqtt_cli.pipeline.session import start_session, stop_session
 spark = start_session("local[1]")  # no job: the start-up alone loads most of what is archived
 me = os.getpid()
 children = [c for t in Path(f"/proc/{me}/task").iterdir() for c in (t / "children").read_text().split()]
 maps = "".join(Path(f"/proc/{c}/maps").read_text() for c in children)
 print("mapped" if sys.argv[1] in maps else "not mapped")
-spark.stop()
+stop_session(spark)
 """
 
 

@@ -124,25 +124,34 @@ def test_timestamps_past_2262_stop_the_ingest_at_their_frame(run: Run, mqtt_exe:
     capture.write_bytes(pcapng([(0, ts, f) for ts, (_, f) in zip(late, frames, strict=True)], [Interface()]))
     assert len(dump_records(capture, "-p", "1883")) == 12  # mqtt dump writes any timestamp
     table = tmp_path / "table"
-    result = run([mqtt_exe, "analyze", "ingest", "--master", "local[1]", "-o", table, capture], timeout=180)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    result = run(
+        [mqtt_exe, "analyze", "ingest", "--master", "local[1]", "-o", table, capture],
+        env=cli_env(TMPDIR=str(scratch)), timeout=180,
+    )  # fmt: skip
     assert result.returncode == 1
     error = result.stderr.splitlines()[-1]
     assert f"frame 6 has the timestamp {format_ts(late[5])}" in error and "the years 1677 to 2262" in error, error
     assert "the packets before that point were ingested" in error
+    assert not list(scratch.iterdir())  # the error names no log of Spark's: its session's directory is gone
 
 
 @needs_spark
 @pytest.mark.slow
 def test_ingest_from_standard_input_then_report(mqtt_exe: Path, run: Run, tmp_path: Path) -> None:
     """The commands end to end: `ingest -` reads the capture from standard input into a table (one line on
-    standard error, no Spark chatter, no staging left), then `report` reads that table. One test, because each
-    command is a Spark session of its own; a capture named on the command line is ingested in the tests above."""
+    standard error, no Spark chatter, no staging left), then `report` reads that table; neither leaves a
+    directory in TMPDIR. One test, because each command is a Spark session of its own; a capture named on the
+    command line is ingested in the tests above."""
     capture = next(p for p in sample_captures() if p.name == "12-v5-properties.pcap")
     table = tmp_path / "table"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     with capture.open("rb") as stdin:
         ingest = subprocess.run(
             [str(mqtt_exe), "analyze", "ingest", "--master", "local[2]", "-p", "18841", "-o", str(table), "-"],
-            stdin=stdin, capture_output=True, text=True, timeout=180, env=cli_env(),
+            stdin=stdin, capture_output=True, text=True, timeout=180, env=cli_env(TMPDIR=str(scratch)),
         )  # fmt: skip
     assert ingest.returncode == 0, ingest.stderr
     records = dump_records(capture)
@@ -155,14 +164,44 @@ def test_ingest_from_standard_input_then_report(mqtt_exe: Path, run: Run, tmp_pa
     assert {row["capture_file"] for row in rows} == {"-"}
     assert not list(tmp_path.glob(".*staging*"))
     assert sorted((r["seq"], r["type"]) for r in rows)[0][1] == records[0]["type"]
+    assert not list(scratch.iterdir())
     page = tmp_path / "report.html"
-    report = run([mqtt_exe, "analyze", "report", "--master", "local[2]", "--json", "--html", page, table], timeout=180)
+    report = run(
+        [mqtt_exe, "analyze", "report", "--master", "local[2]", "--json", "--html", page, table],
+        env=cli_env(TMPDIR=str(scratch)), timeout=180,
+    )  # fmt: skip
     assert report.returncode == 0, report.stderr
     assert report.stderr == ""
+    assert not list(scratch.iterdir())
     data = json.loads(report.stdout)
     assert data["summary"]["packets"] == len(records)
     assert data["summary"]["publishes"] == sum(r["type"] == "PUBLISH" for r in records)
     assert page.read_text().startswith("<!doctype html>")
+
+
+@needs_spark
+@pytest.mark.slow
+def test_a_parquet_table_of_another_kind_fails_in_spark_and_keeps_its_log(
+    run: Run, mqtt_exe: Path, tmp_path: Path
+) -> None:
+    """A failure of Spark's own is one line that names Spark's log, and that log is kept (a successful command
+    removes its session's directory, see above)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "other"
+    table.mkdir()
+    pq.write_table(pa.table({"name": ["a"], "value": [1]}), table / "part-0.parquet")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    result = run(
+        [mqtt_exe, "analyze", "report", "--master", "local[1]", table], env=cli_env(TMPDIR=str(scratch)), timeout=180
+    )
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith("mqtt: error: Spark: ") and "`topic` cannot be resolved" in line, line
+    log = Path(line.rsplit("(Spark's log: ", 1)[1].rstrip(")"))
+    assert log.is_file() and log.parent.parent == scratch
 
 
 @needs_spark
@@ -175,7 +214,7 @@ def test_the_cluster_path_ships_our_code(tmp_path: Path) -> None:
     table = tmp_path / "table"
     script = f"""
 import json, os
-from mqtt_cli.pipeline.session import start_session
+from mqtt_cli.pipeline.session import start_session, stop_session
 from mqtt_cli.pipeline.ingest import ingest
 from mqtt_cli.pipeline.dissect import DissectOptions
 spark = start_session("local-cluster[1,1,1024]", {{"spark.sql.shuffle.partitions": "2"}})
@@ -183,7 +222,7 @@ where = spark.sparkContext.parallelize(range(4), 4).map(
     lambda _: (__import__("mqtt_cli").__file__, os.getpid())).collect()
 result = ingest(spark, [{str(capture)!r}], {str(table)!r}, DissectOptions(ports=(18841,)), split_bytes=4096)
 print(json.dumps({{"where": where, "driver": os.getpid(), "windows": result.windows}}))
-spark.stop()
+stop_session(spark)
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240, env=cli_env())
     assert proc.returncode == 0, proc.stderr
