@@ -47,6 +47,7 @@ from .benchio import SO_TIMESTAMPNS, Read, read_nowait, send_nowait
 from .benchloop import PacedLoop
 from .cputime import CpuTime, cpu_time
 from .errors import ClientError, TLSFailed
+from .readsize import READ_SIZE
 from .ticker import Ticker
 from .transports import Endpoint, open_transport
 
@@ -248,7 +249,7 @@ class Conn:
         raw = self.raw
         if raw is None:
             assert self.stream is not None
-            data = await self.stream.receive_some(65536)
+            data = await self.stream.receive_some(READ_SIZE)
             return bytes(data), time.time_ns()  # the same object when it is bytes already
         waited = False
         while (got := self.read_nowait()) is None:

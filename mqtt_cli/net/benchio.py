@@ -11,6 +11,8 @@ import struct
 import sys
 import time
 
+from .readsize import READ_SIZE
+
 # Receive timestamps: the socket module may not name SO_TIMESTAMPNS (3.11's does not); 35 is Linux's on the
 # architectures with the generic socket options (SPARC, PA-RISC, Alpha and MIPS number them apart: the user clock).
 _GENERIC_SOCKOPTS = ("x86_64", "i386", "i686", "aarch64", "arm", "riscv", "ppc", "s390", "loongarch")
@@ -22,7 +24,6 @@ SO_TIMESTAMPNS: int | None = getattr(
 _SCM_TIMESTAMPNS: int | None = getattr(socket, "SCM_TIMESTAMPNS", SO_TIMESTAMPNS)
 _TIMESPEC = struct.Struct("@ll")  # struct timespec
 _ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
-RECV_SIZE = 262144
 
 
 class Read:
@@ -42,12 +43,12 @@ def read_nowait(raw: socket.socket, stamped: bool) -> Read | None:
     `stamped` (SO_TIMESTAMPNS on) through recvmsg, for the kernel's arrival time. OSError as the socket's."""
     try:
         if stamped:
-            data, ancillary, _, _ = raw.recvmsg(RECV_SIZE, _ANCILLARY)
+            data, ancillary, _, _ = raw.recvmsg(READ_SIZE, _ANCILLARY)
             now = arrival(ancillary)
             if now is not None:
                 return Read(data, now, True)
         else:
-            data = raw.recv(RECV_SIZE)
+            data = raw.recv(READ_SIZE)
     except BlockingIOError:
         return None
     return Read(data, time.time_ns(), False)

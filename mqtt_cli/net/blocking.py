@@ -40,6 +40,7 @@ from mqtt_cli.core.events import (
 from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
 
 from .errors import BrokerRefused, ClientError, ConnectFailed, ConnectionLost, PublishFailed, refused_error
+from .readsize import READ_SIZE
 from .settings import ClientSettings, new_connection, random_client_id, version_name
 
 if TYPE_CHECKING:
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
 
 __all__ = ["BlockingClient", "WorkTimedOut", "supports"]
 
-_READ_SIZE = 65536
 #: Linux's TCP_QUICKACK (elsewhere None): see BlockingClient._wait_readable.
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 
@@ -128,7 +128,7 @@ class BlockingClient:
                 try:
                     if not self._wait_readable(sock, deadline):
                         raise ConnectFailed(f"no answer from {self.endpoint} within {s.connect_timeout:g} s")
-                    data = sock.recv(_READ_SIZE)
+                    data = sock.recv(READ_SIZE)
                 except OSError:
                     reset = True  # a reset in answer to CONNECT is the same as closing
                 received += len(data)
@@ -349,7 +349,7 @@ class BlockingClient:
                 self._dispatch(conn.events())
                 self._flush()
                 return
-            data = sock.recv(_READ_SIZE)
+            data = sock.recv(READ_SIZE)
         except OSError as err:
             conn.connection_lost(f"reading failed: {err}")
             self._dispatch(conn.events())
@@ -380,7 +380,7 @@ class BlockingClient:
             return
         try:
             sock.setblocking(False)
-            while data := sock.recv(_READ_SIZE):
+            while data := sock.recv(READ_SIZE):
                 self.conn.receive_data(data, time.monotonic())
         except OSError:
             pass

@@ -41,12 +41,12 @@ from mqtt_cli.core.packets import Publish, Subscription
 from mqtt_cli.core.properties import EMPTY_PROPERTIES, Properties
 
 from .errors import BrokerRefused, ClientError, ConnectFailed, ConnectionLost, PublishFailed, TLSFailed, refused_error
+from .readsize import READ_SIZE
 from .settings import ClientSettings, new_connection, random_client_id, version_name
 from .transports import direct_sender, open_transport
 
 __all__ = ["Client", "ClientSettings", "MessageStream", "open_client", "version_name"]
 
-_READ_SIZE = 262144  # a subscriber that fell behind catches up in few reads (the kernel's buffer is often larger)
 _LINGER_RATE = 50_000  # messages a second that lingering must be able to pass (see _reader)
 _QOS0_BACKLOG = 4096  # QoS 0 messages queued but not yet written before publish() waits for the writer
 _BACKLOG = 1024  # messages waiting for the window before publish() waits
@@ -483,7 +483,7 @@ class Client:
                     reset = True
                 while True:
                     try:
-                        data = await stream.receive_some(_READ_SIZE)
+                        data = await stream.receive_some(READ_SIZE)
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
                         # A TLS alert after the handshake (TLS 1.3: "certificate required") is a TLS failure; a
                         # reset in answer to CONNECT is the same as closing.
@@ -675,7 +675,7 @@ class Client:
         peak = 0  # the most messages seen held or in flight on this connection: a window it lets us use
         while not self._ending:
             try:
-                data = await stream.receive_some(_READ_SIZE)
+                data = await stream.receive_some(READ_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
                 self._end_connection(f"reading failed: {err}")
                 data = b""

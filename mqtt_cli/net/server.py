@@ -53,6 +53,7 @@ from mqtt_cli.net.listeners import (
     tls_for,
 )
 from mqtt_cli.net.metrics import MetricsSource, bind_metrics, open_metrics
+from mqtt_cli.net.readsize import READ_SIZE
 from mqtt_cli.net.store import Store, StoreError
 from mqtt_cli.net.tlsstream import TLSStream
 from mqtt_cli.net.trace import BrokerTrace
@@ -74,7 +75,6 @@ __all__ = [
     "tls_context",
 ]
 
-READ_SIZE = 65536
 # Packets of one read that get an answer (all but QoS 0 PUBLISH) handled before the answers so far are sent to
 # the client (with persistence holding them back, all output so far): one with a small window (a QoS 1/2
 # publisher with 100 in flight) gets its acknowledgements, and sends more, while the rest of its read is handled,

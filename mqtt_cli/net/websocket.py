@@ -38,13 +38,13 @@ from wsproto.frame_protocol import CloseReason
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from .errors import ConnectFailed
+from .readsize import READ_SIZE
 
 __all__ = ["SUBPROTOCOLS", "CloseReason", "FrameError", "HandshakeRefused", "WebSocketStream"]
 
 # What we accept, in order of preference: "mqtt" is the standard's [MQTT-6.0.0-3]; "mqttv3.1" is what MQTT 3.1
 # clients (and old paho) offer, and mosquitto accepts it too.
 SUBPROTOCOLS = ("mqtt", "mqttv3.1")
-READ_SIZE = 65536
 CLOSE_TIMEOUT = 1.0  # seconds a closing handshake may take before the transport is closed anyway
 # A server that closes in answer to the upgrade request most often does not speak WebSocket there.
 _NOT_WEBSOCKET = "is it a WebSocket listener? a plain MQTT port takes mqtt:// (mqtts:// over TLS)"
