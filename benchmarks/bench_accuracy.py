@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from _loadgen import ENV_C_TOOL, mosquitto_conf  # noqa: E402
+from _results import cpu_model  # noqa: E402
 
 from tests.brokers import MOSQUITTO, free_port, wait_for_port  # noqa: E402
 
@@ -202,8 +203,7 @@ def main() -> None:
                      "rss_kb_held": big, "kb_per_conn": round((big - small) / max(1, big_n - small_n), 2)}  # fmt: skip
                 print(json.dumps(r), flush=True)
                 results.append(r)
-    cpu = next((line.split(":", 1)[1].strip() for line in subprocess.run(["lscpu"], capture_output=True, text=True)
-                .stdout.splitlines() if line.startswith("Model name")), "?")  # fmt: skip
+    cpu = cpu_model()
     print(json.dumps({"cpu": cpu, "nproc": os.cpu_count(), "mosquitto": shutil.which("mosquitto") or MOSQUITTO}))
 
 

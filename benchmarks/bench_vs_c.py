@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from _loadgen import MOSQUITTO, LoadGen, mosquitto_conf  # noqa: E402
-from _results import results_dir  # noqa: E402
+from _results import cpu_model, results_dir  # noqa: E402
 
 from tests.brokers import free_port, wait_for_port  # noqa: E402
 
@@ -50,13 +50,6 @@ FIELDS = ("delivered_per_s", "p50_us", "p99_us", "p999_us", "gen_cpu_pct", "brok
 USER_CLOCK = "mqtt bench --clock user"
 EXTRA = ("clock", "sent", "lost", "samples", "gen_wait_pct", "broker_wait_pct")
 
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
 
 
 class Pinning:

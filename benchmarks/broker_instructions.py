@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _against import AgainstError, compiled_here, prepare
 from _loadgen import MOSQUITTO, LoadGen, mosquitto_conf
-from _results import results_dir
+from _results import cpu_model, results_dir
 from broker import start_broker, stop_brokers
 from lat_instructions import WARM_UP, counted_run, free_port, total_instructions, wait_for_port
 
@@ -233,12 +233,6 @@ def startup_instructions(tree: Path, work: Path, port: int) -> dict[str, object]
                    env=tree_env(tree), capture_output=True, check=True)  # fmt: skip
     return {"per_message": total_instructions(out), "sent": [1]}
 
-
-def cpu_model() -> str:
-    for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def new_results_path(against: str | None) -> Path:

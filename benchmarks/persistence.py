@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _loadgen import MOSQUITTO, LoadGen, mosquitto_conf, pin
-from _results import results_dir
+from _results import cpu_model, results_dir
 from broker import ROOT, median, start_broker
 
 PORTS = {"ours off": 18880, "ours on": 18881, "mosquitto persist": 18882}
@@ -308,9 +308,7 @@ def main() -> int:
     modes = set(args.mode.split(","))
     work = Path(tempfile.mkdtemp(prefix="mqtt-bench-persist-"))
     rows: list[dict] = []
-    cpu = next((ln.split(":", 1)[1].strip() for ln in subprocess.run(
-        ["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines() if ln.startswith("Model name")),
-        "?")  # fmt: skip
+    cpu = cpu_model()
     print(f"CPU: {cpu}; {os.cpu_count()} CPUs; load average at start: {os.getloadavg()[0]:.2f}")
     try:
         if "fanin" in modes:

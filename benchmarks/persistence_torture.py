@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -22,20 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _results import cpu_model  # noqa: E402
+
 from tests.broker.persistence_torture import torture  # noqa: E402
 from tests.broker.test_persistence import Ours  # noqa: E402
 from tests.brokers import start_mosquitto  # noqa: E402
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor() or "unknown"
-    for line in out.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def main() -> int:

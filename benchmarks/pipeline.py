@@ -45,7 +45,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _results import results_dir  # noqa: E402
+from _results import cpu_model, results_dir  # noqa: E402
 
 from mqtt_cli.core import ConnAck, Connect, Disconnect, PubAck, PubComp, Publish, PubRec, PubRel, encode  # noqa: E402
 from tests.capture.pcapwriter import ACK, FIN, PSH, SYN, ethernet, ipv4, tcp  # noqa: E402
@@ -245,13 +245,6 @@ def _timed(cmd: list[str], code: Path) -> tuple[float, str]:
     return seconds, proc.stdout
 
 
-def _cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        return platform.processor()
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
-
 
 def _median(values: list[float]) -> float:
     ordered = sorted(values)
@@ -323,7 +316,7 @@ def small(rounds: int, compare: Path | None) -> int:
                                 text=True).stdout.strip() or "not a git checkout"  # fmt: skip
         say(f"same report as the compared checkout ({commit}): {same}")
     load_after = os.getloadavg()
-    model = _cpu_model()
+    model = cpu_model()
     say(f"CPU: {model}, {os.cpu_count()} CPUs; load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f}")
     stem = results_dir() / f"pipeline-small-{datetime.date.today().isoformat()}"
     results = {"cpu": model, "times": times, "medians": medians, "bare": bare, "bare_tiny": bare_tiny,

@@ -13,6 +13,8 @@ import argparse
 import subprocess
 import sys
 
+from _results import cpu_model
+
 _PROBE = """
 import socket, sys, time
 size, count, warm = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
@@ -29,13 +31,6 @@ for _ in range(count):
 print((time.perf_counter_ns() - start) / count / 1000)
 """
 
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
 
 
 def _probe(size: int, count: int, warm: bool) -> float:

@@ -26,6 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _results import cpu_model  # noqa: E402
+
 from mqtt_cli.core import retained as here  # noqa: E402
 
 
@@ -118,9 +120,7 @@ def main() -> int:
         args.retained, args.reps, args.against = 2_000, 1, "HEAD"
     other = load_other(args.against)
     names = topics(args.retained)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in subprocess.run(
-        ["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines() if ln.startswith("Model name")),
-        "?")  # fmt: skip
+    cpu = cpu_model()
     print(f"CPU: {cpu}; load average: {' '.join(f'{x:.2f}' for x in __import__('os').getloadavg())}")
     rows: dict[str, dict[str, list[float]]] = {"here": {}, args.against: {}}
     for rep in range(args.reps):

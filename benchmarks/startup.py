@@ -54,6 +54,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT))
 
+from _results import cpu_model  # noqa: E402
+
 
 def wall_ms(cmd: list[str], runs: int) -> list[float]:
     """Wall time in ms of ``runs`` runs of ``cmd`` (after one warm-up run), output discarded."""
@@ -354,11 +356,7 @@ def import_ms(module: str) -> float:
 
 
 def _machine() -> str:
-    model = "unknown CPU"
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")),
-                     model)  # fmt: skip
+    model = cpu_model()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     return f"{model}, {os.cpu_count()} CPUs, load average {load}, Python {sys.version.split()[0]}\n"
 

@@ -55,6 +55,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from _loadgen import ENV_C_TOOL  # noqa: E402
+from _results import cpu_model  # noqa: E402
 
 from tests.brokers import MOSQUITTO, free_port, wait_for_port  # noqa: E402
 
@@ -293,15 +294,6 @@ def wait_subscribed(port: int, n: int, broker: subprocess.Popen[bytes]) -> None:
         time.sleep(0.3)
     raise RuntimeError("the subscribers did not subscribe within 20 s")
 
-
-def cpu_model() -> str:
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> None:
