@@ -6,6 +6,7 @@ SIGTERM (it saves at exit). Damaged files use the one in tests/data/mosquitto/, 
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import sqlite3
 import subprocess
@@ -24,7 +25,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 from mqtt_cli.core.packets import Publish, PubRec, PubRel, SubAck, Subscribe, Subscription
 from tests.broker.test_persistence import DEADLINE, client, collect, connect, subscribe_offline
 from tests.broker.test_persistence_state import Raw
-from tests.brokers import HOST, free_port, start_mosquitto, wait_for_port
+from tests.brokers import HOST, start_mosquitto, wait_for_port
 
 pytestmark = [pytest.mark.slow]
 
@@ -154,20 +155,31 @@ class Serve:
         self.workdir = workdir
         self.stderr = workdir / f"serve-{time.monotonic_ns()}.log"
         self.args = args
+        self.port = 0
 
     def run(self, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         """For a start that fails: its exit code and standard error."""
         return subprocess.run([sys.executable, "-m", "mqtt_cli", "serve", *self.args], capture_output=True,
                               text=True, timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
 
-    def start(self, port: int) -> subprocess.Popen[bytes]:
+    def start(self) -> subprocess.Popen[bytes]:
+        """Started on the port its listener names, or the one it chose for port 0 (then `port`, from its ready
+        file: no other process can take a port between a check and the bind)."""
+        ready = self.workdir / f"ready-{time.monotonic_ns()}.json"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mqtt_cli", "serve", "-v", *self.args],
+            [sys.executable, "-m", "mqtt_cli", "serve", "-v", "--ready-file", str(ready), *self.args],
             stdout=subprocess.DEVNULL,
             stderr=self.stderr.open("wb"),
             stdin=subprocess.DEVNULL,
         )
-        wait_for_port(port, proc, DEADLINE, self.stderr)
+        deadline = time.monotonic() + DEADLINE
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"mqtt serve did not start: {self.log()[-2000:]}")
+            time.sleep(0.02)
+        self.port = json.loads(ready.read_text())["listeners"][0]["port"]
+        wait_for_port(self.port, proc, DEADLINE, self.stderr)
         return proc
 
     def log(self) -> str:
@@ -220,11 +232,11 @@ def test_takeover_of_debian_mosquitto_db(mosquitto_dir: tuple[Path, MosquittoSta
     start uses the broker's own database."""
     workdir, state = mosquitto_dir
     before = digest(workdir / "mosquitto.db")
-    port = free_port()
     conf = workdir / "serve.conf"
-    conf.write_text(f"listener {port} {HOST}\nallow_anonymous true\npersistence true\npersistence_location {workdir}\n")
+    conf.write_text(f"listener 0 {HOST}\nallow_anonymous true\npersistence true\npersistence_location {workdir}\n")
     serve = Serve(workdir, "--mosquitto-conf", str(conf))
-    proc = serve.start(port)
+    proc = serve.start()
+    port = serve.port
     try:
         log = serve.log()
         took = [line for line in log.splitlines() if "took over" in line]
@@ -277,7 +289,8 @@ def test_takeover_of_debian_mosquitto_db(mosquitto_dir: tuple[Path, MosquittoSta
 
     # The second start reads its own database only: nothing taken over again, the retained messages still there.
     serve = Serve(workdir, "--mosquitto-conf", str(conf))
-    proc = serve.start(port)
+    proc = serve.start()
+    port = serve.port
     try:
         assert "took over" not in serve.log()
         assert len(retained_with_properties(port)) == RETAINED
@@ -323,9 +336,9 @@ def test_skip_mosquitto_db_starts_empty_and_says_so(tmp_path: Path) -> None:
         ("--persistence", str(tmp_path / "mqtt-cli.db"), "--skip-mosquitto-db"),
         ("-c", str(_toml(tmp_path, 'mosquitto_db = "half.db"\nskip_mosquitto_db = true\n', "other.db"))),
     ):
-        port = free_port()
-        serve = Serve(tmp_path, "--listen", f"mqtt://{HOST}:{port}", *args)
-        proc = serve.start(port)
+        serve = Serve(tmp_path, "--listen", f"mqtt://{HOST}:0", *args)
+        proc = serve.start()
+        port = serve.port
         try:
             assert "is not taken over (skip_mosquitto_db): starting without what it holds" in serve.log()
             assert "took over" not in serve.log()
@@ -341,9 +354,9 @@ def test_toml_persistence_takes_over_the_file_beside_it(tmp_path: Path) -> None:
     shutil.copy(DATA, tmp_path / "mosquitto.db")
     (tmp_path / "broker.db.taking-over").write_bytes(b"half-made")
     (tmp_path / "broker.db.taking-over-wal").write_bytes(b"half-made")
-    port = free_port()
-    serve = Serve(tmp_path, "--listen", f"mqtt://{HOST}:{port}", "-c", str(_toml(tmp_path, "", "broker.db")))
-    proc = serve.start(port)
+    serve = Serve(tmp_path, "--listen", f"mqtt://{HOST}:0", "-c", str(_toml(tmp_path, "", "broker.db")))
+    proc = serve.start()
+    port = serve.port
     try:
         assert f"took over mosquitto's {tmp_path}/mosquitto.db: 20 retained messages" in serve.log(), serve.log()
         assert len(collect(port, "anyone", "r/#", idle=0.5)) == RETAINED

@@ -1,5 +1,6 @@
 """Every documented exit code of the client commands (docs/exit-codes.md), each produced for real."""
 
+import json
 import re
 import signal
 import subprocess
@@ -189,14 +190,16 @@ def tls_kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
         "expired": ca.issue_cert("localhost", "127.0.0.1", not_before=past, not_after=past + datetime.timedelta(1)),
         "other-host": ca.issue_cert("other.example"),
     }
-    ports = {name: free_port() for name in ("plain", "self-signed", *certs)}
-    conf = f'[[listener]]\nurl = "mqtt://127.0.0.1:{ports["plain"]}"\n'
-    conf += f'[[listener]]\nurl = "mqtts://127.0.0.1:{ports["self-signed"]}"\ncertfile = "{work / "ca.pem"}"\n'
+    # Every listener on port 0 (no other process can take a port between a check and the bind): the ready file
+    # says which ports they got, in the file's order.
+    names = ("plain", "self-signed", *certs)
+    conf = '[[listener]]\nurl = "mqtt://127.0.0.1:0"\n'
+    conf += f'[[listener]]\nurl = "mqtts://127.0.0.1:0"\ncertfile = "{work / "ca.pem"}"\n'
     conf += f'keyfile = "{work / "ca.key"}"\n'
     for name, cert in certs.items():
         cert.cert_chain_pems[0].write_to_path(str(work / f"{name}.pem"))
         cert.private_key_pem.write_to_path(str(work / f"{name}.key"))
-        conf += f'[[listener]]\nurl = "mqtts://127.0.0.1:{ports[name]}"\ncertfile = "{work / f"{name}.pem"}"\n'
+        conf += f'[[listener]]\nurl = "mqtts://127.0.0.1:0"\ncertfile = "{work / f"{name}.pem"}"\n'
         conf += f'keyfile = "{work / f"{name}.key"}"\n'
     (work / "broker.toml").write_text(conf)
     ready = work / "ready.json"
@@ -206,6 +209,8 @@ def tls_kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert ready.exists(), "mqtt serve did not start"
+    bound = [listener["port"] for listener in json.loads(ready.read_text())["listeners"]]
+    ports = dict(zip(names, bound, strict=True))
     yield work / "ca.pem", ports
     proc.terminate()
     proc.wait(timeout=15)
