@@ -20,6 +20,7 @@ Or call the functions directly: `start_mosquitto(tmp_dir, ...)` and `start_rabbi
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -76,6 +77,20 @@ def wait_for_port(port: int, proc: subprocess.Popen[Any], timeout: float, log: P
         except OSError:
             time.sleep(0.02)
     raise RuntimeError(f"nothing listens on {HOST}:{port} after {timeout} s")
+
+
+def wait_for_ready(ready: Path, proc: subprocess.Popen[Any], timeout: float, log: Path | None = None) -> list[Any]:
+    """The listeners `mqtt serve --ready-file READY` bound (url, scheme, host, port: ours first, then a config
+    file's, in order), once it wrote the file; the process killed and RuntimeError if it exits or times out."""
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            text = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
+            raise RuntimeError(f"mqtt serve did not start: {text}")
+        time.sleep(0.02)
+    return list(json.loads(ready.read_text())["listeners"])
 
 
 @dataclass

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.brokers import HOST, Broker, start_mosquitto, wait_for_port
+from tests.brokers import HOST, Broker, start_mosquitto, wait_for_port, wait_for_ready
 
 
 def start_ours(
@@ -50,14 +48,8 @@ def start_ours(
             stderr=log,
             stdin=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 20
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"mqtt serve did not start: {(workdir / 'serve.log').read_text()[-2000:]}")
-            time.sleep(0.02)
         # Ours first, in order; a configuration file's listeners follow.
-        bound = [listener["port"] for listener in json.loads(ready.read_text())["listeners"]][: len(ports)]
+        bound = [listener["port"] for listener in wait_for_ready(ready, proc, 20, workdir / "serve.log")][: len(ports)]
         assert all(n in (0, b) for n, b in zip(ports, bound, strict=True)), (ports, bound)
         ports[:] = bound
         wait_for_port(bound[0], proc, 5)
@@ -118,14 +110,7 @@ class Served:
             stderr=self.log.open("ab"),
             stdin=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 20
-        while not ready.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.proc.kill()
-                self.proc.wait()
-                raise RuntimeError(f"mqtt serve did not start: {self.log.read_text()[-2000:]}")
-            time.sleep(0.02)
-        self.listeners: list[dict[str, Any]] = json.loads(ready.read_text())["listeners"]
+        self.listeners: list[dict[str, Any]] = wait_for_ready(ready, self.proc, 20, self.log)
 
     def url(self, scheme: str) -> str:
         return next(str(b["url"]) for b in self.listeners if b["scheme"] == scheme)

@@ -6,7 +6,6 @@ SIGTERM (it saves at exit). Damaged files use the one in tests/data/mosquitto/, 
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import sqlite3
 import subprocess
@@ -25,7 +24,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 from mqtt_cli.core.packets import Publish, PubRec, PubRel, SubAck, Subscribe, Subscription
 from tests.broker.test_persistence import DEADLINE, client, collect, connect, subscribe_offline
 from tests.broker.test_persistence_state import Raw
-from tests.brokers import HOST, start_mosquitto, wait_for_port
+from tests.brokers import HOST, start_mosquitto, wait_for_port, wait_for_ready
 
 pytestmark = [pytest.mark.slow]
 
@@ -172,13 +171,7 @@ class Serve:
             stderr=self.stderr.open("wb"),
             stdin=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + DEADLINE
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"mqtt serve did not start: {self.log()[-2000:]}")
-            time.sleep(0.02)
-        self.port = json.loads(ready.read_text())["listeners"][0]["port"]
+        self.port = wait_for_ready(ready, proc, DEADLINE, self.stderr)[0]["port"]
         wait_for_port(self.port, proc, DEADLINE, self.stderr)
         return proc
 

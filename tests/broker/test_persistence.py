@@ -4,7 +4,6 @@ in test_persistence_torture.py, the state of schema 2 (QoS 2, wills, migration) 
 
 from __future__ import annotations
 
-import json
 import random
 import signal
 import sqlite3
@@ -20,7 +19,7 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from tests.brokers import HOST, wait_for_port
+from tests.brokers import HOST, wait_for_port, wait_for_ready
 
 pytestmark = [pytest.mark.slow]
 
@@ -50,13 +49,7 @@ class Ours:
              *self.extra],
             stdout=subprocess.DEVNULL, stderr=self.stderr.open("ab"), stdin=subprocess.DEVNULL,
         )  # fmt: skip
-        deadline = time.monotonic() + DEADLINE
-        while not self.ready.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.proc.kill()
-                raise RuntimeError(f"mqtt serve did not start: {self.stderr.read_text()[-2000:]}")
-            time.sleep(0.02)
-        self.port = json.loads(self.ready.read_text())["listeners"][0]["port"]
+        self.port = wait_for_ready(self.ready, self.proc, DEADLINE, self.stderr)[0]["port"]
         wait_for_port(self.port, self.proc, DEADLINE, self.stderr)
 
     def kill(self) -> None:

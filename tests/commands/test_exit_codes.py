@@ -1,6 +1,5 @@
 """Every documented exit code of the client commands (docs/exit-codes.md), each produced for real."""
 
-import json
 import re
 import signal
 import subprocess
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ..brokers import AUTH_USERS, Broker, free_port
+from ..brokers import AUTH_USERS, Broker, free_port, wait_for_ready
 from ..conftest import missing_path
 from .conftest import Mqtt, ScriptedBroker, popen_mqtt, wait_for_output
 
@@ -205,11 +204,7 @@ def tls_kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     ready = work / "ready.json"
     proc = subprocess.Popen([sys.executable, "-m", "mqtt_cli", "serve", "--config", str(work / "broker.toml"),
                              "--ready-file", str(ready)], stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 20
-    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert ready.exists(), "mqtt serve did not start"
-    bound = [listener["port"] for listener in json.loads(ready.read_text())["listeners"]]
+    bound = [listener["port"] for listener in wait_for_ready(ready, proc, 20)]
     ports = dict(zip(names, bound, strict=True))
     yield work / "ca.pem", ports
     proc.terminate()

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.brokers import HOST, Broker, start_mosquitto
+from tests.brokers import HOST, Broker, start_mosquitto, wait_for_ready
 from tests.conformance.wire import (
     PINGREQ,
     TIMEOUT,
@@ -203,12 +203,7 @@ def _start_ours(workdir: Path) -> Broker:
             stderr=log,
             stdin=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 20
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"mqtt serve did not start: {(workdir / 'serve.log').read_text()[-2000:]}")
-            time.sleep(0.02)
+        wait_for_ready(ready, proc, 20, workdir / "serve.log")
         return proc
 
     proc = launch()
