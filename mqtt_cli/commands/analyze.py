@@ -343,12 +343,6 @@ def _input_size(nbytes: int, tiny: int, small: int) -> "InputSize":
     return InputSize.TINY if nbytes <= tiny else InputSize.SMALL if nbytes <= small else InputSize.LARGE
 
 
-def _table_bytes(table: Path) -> int:
-    import os
-
-    return sum(os.path.getsize(os.path.join(root, f)) for root, _dirs, files in os.walk(table) for f in files)
-
-
 def _data_files(table: Path) -> list[Path]:
     """The files Spark reads as the table's data: every one in it, in folders too, but those whose names start
     with _ or . (Spark's own: _SUCCESS, _temporary, .crc files)."""
@@ -425,7 +419,7 @@ def report(
     settings = _confs(conf)
     if html is not None:
         _check_html_target(html)
-    size = _input_size(_table_bytes(table), _TINY_TABLE_BYTES, _SMALL_TABLE_BYTES)
+    size = _input_size(sum(f.stat().st_size for f in files), _TINY_TABLE_BYTES, _SMALL_TABLE_BYTES)
     with _spark(master, settings, size=size) as (spark, _ctrl_c):
         from mqtt_cli.pipeline.report import build_report
 
